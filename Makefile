@@ -1,0 +1,36 @@
+# payorch: `make run` serves on an embedded PostgreSQL, `make test` runs lint, types and the tests.
+# Both create .venv and install what they need on a machine that has only Python 3.11.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: run test lint typecheck unit migrate clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/payorch serve
+
+migrate: $(STAMP)
+	$(BIN)/payorch migrate
+
+lint: $(STAMP)
+	$(BIN)/ruff check payorch tests bench
+	$(BIN)/ruff format --check payorch tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/pytest
+
+test: lint typecheck unit
+
+clean:
+	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache *.egg-info

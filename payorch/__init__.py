@@ -1,0 +1,1 @@
+"""payorch: payment orchestration. Checkout sessions routed across providers, refunds, signed webhooks."""

@@ -1,0 +1,263 @@
+"""Settings: `config.toml`, overridden by `PAYORCH_<SECTION>__<KEY>` environment variables.
+
+One `Settings` object is built by the CLI and passed down; nothing reads configuration globally.
+Relative paths in the file are resolved against the directory of the configuration file, so
+`payorch serve --config /etc/payorch/config.toml` works from any working directory.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any
+
+from cryptography.fernet import Fernet
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import TomlConfigSettingsSource
+
+DEFAULT_CONFIG_FILE = Path("config.toml")
+CONFIG_ENV_VAR = "PAYORCH_CONFIG"
+
+PositiveInt = Annotated[int, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message is one line that names the key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerSettings(_Section):
+    bind: str = "127.0.0.1:8080"
+    public_base_url: str = "http://127.0.0.1:8080"
+    max_body_bytes: PositiveInt = 1_048_576
+    graceful_timeout_s: PositiveFloat = 10.0
+    state_dir: Path = Path("var")
+
+    @field_validator("bind")
+    @classmethod
+    def _bind_is_host_port(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError("must be HOST:PORT, for example 127.0.0.1:8080")
+        return value
+
+    @field_validator("public_base_url")
+    @classmethod
+    def _url_is_http(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value.rstrip("/")
+
+
+class DatabaseSettings(_Section):
+    url: str = ""
+    data_dir: Path = Path("var/pgdata")
+    pool_min: Annotated[int, Field(ge=1)] = 2
+    pool_max: PositiveInt = 10
+
+    @field_validator("pool_max")
+    @classmethod
+    def _max_not_below_min(cls, value: int, info: Any) -> int:
+        if value < info.data.get("pool_min", 1):
+            raise ValueError("must be at least database.pool_min")
+        return value
+
+
+class AuthSettings(_Section):
+    jwt_secret: str = ""
+    jwt_ttl_s: PositiveInt = 3600
+
+    @field_validator("jwt_secret")
+    @classmethod
+    def _long_enough(cls, value: str) -> str:
+        if value and len(value) < 32:
+            raise ValueError("must be at least 32 characters (or empty to generate one)")
+        return value
+
+
+class SecuritySettings(_Section):
+    encryption_key: str = ""
+
+    @field_validator("encryption_key")
+    @classmethod
+    def _is_fernet_key(cls, value: str) -> str:
+        if value:
+            try:
+                Fernet(value.encode())
+            except (ValueError, TypeError):
+                raise ValueError("must be a Fernet key: url-safe base64 of 32 bytes") from None
+        return value
+
+
+class SignupSettings(_Section):
+    invite_ttl_s: PositiveInt = 7200
+
+
+class SessionSettings(_Section):
+    ttl_s: PositiveInt = 1800
+
+
+class IdempotencySettings(_Section):
+    retention_s: PositiveInt = 86400
+
+
+class WebhookSettings(_Section):
+    allow_private_networks: bool = False
+    ca_bundle: Path | None = None
+    timeout_s: PositiveFloat = 15.0
+    retry_schedule_s: list[Annotated[float, Field(ge=0)]] = Field(
+        default_factory=lambda: [0, 5, 300, 1800, 7200, 18000, 36000, 36000], min_length=1
+    )
+    rotation_overlap_s: Annotated[int, Field(ge=0)] = 86400
+
+
+class SandboxSettings(_Section):
+    enabled: bool = True
+    refund_delay_ms: Annotated[int, Field(ge=0)] = 500
+
+
+class ProviderSettings(_Section):
+    sandbox: SandboxSettings = SandboxSettings()
+
+
+class LimitSettings(_Section):
+    requests_per_second: PositiveFloat = 50.0
+    burst: PositiveInt = 100
+    login_per_minute: PositiveInt = 10
+
+
+class Settings(BaseSettings):
+    """Every setting of the service; see `config.toml` for what each key means."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="PAYORCH_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    server: ServerSettings = ServerSettings()
+    database: DatabaseSettings = DatabaseSettings()
+    auth: AuthSettings = AuthSettings()
+    security: SecuritySettings = SecuritySettings()
+    signup: SignupSettings = SignupSettings()
+    sessions: SessionSettings = SessionSettings()
+    idempotency: IdempotencySettings = IdempotencySettings()
+    webhooks: WebhookSettings = WebhookSettings()
+    providers: ProviderSettings = ProviderSettings()
+    limits: LimitSettings = LimitSettings()
+
+    @property
+    def bind_host(self) -> str:
+        return self.server.bind.rpartition(":")[0].strip("[]")
+
+    @property
+    def bind_port(self) -> int:
+        return int(self.server.bind.rpartition(":")[2])
+
+
+def config_path_from(argument: str | None) -> Path:
+    """The file to read: `--config`, else `PAYORCH_CONFIG`, else `config.toml` here."""
+    if argument:
+        return Path(argument)
+    if os.environ.get(CONFIG_ENV_VAR):
+        return Path(os.environ[CONFIG_ENV_VAR])
+    return DEFAULT_CONFIG_FILE
+
+
+def load_settings(path: Path, *, ensure_secrets: bool = True) -> Settings:
+    """Read `path` (which may be absent: defaults apply) and the environment.
+
+    Raises `ConfigError` with one line naming the offending key. With `ensure_secrets`, an empty
+    `auth.jwt_secret` or `security.encryption_key` is generated once and kept under
+    `server.state_dir`, so tokens and encrypted data survive restarts.
+    """
+    if path.exists():
+        try:
+            tomllib.loads(path.read_text())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    elif path != DEFAULT_CONFIG_FILE:
+        raise ConfigError(f"{path}: configuration file not found")
+
+    class _FileSettings(Settings):
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=path))
+
+    try:
+        loaded: Settings = _FileSettings()
+    except ValidationError as exc:
+        raise ConfigError(_first_error_line(exc)) from None
+    settings = _resolve_paths(loaded, path.resolve().parent)
+    if ensure_secrets:
+        settings = _with_generated_secrets(settings)
+    return settings
+
+
+def _first_error_line(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    key = ".".join(str(part) for part in error["loc"])
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    value = error.get("input")
+    shown = "" if isinstance(value, dict) or "secret" in key or "key" in key else f" (got {value!r})"
+    return f"invalid setting {key}: {error['msg']}{shown}{more}"
+
+
+def _resolve_paths(settings: Settings, base: Path) -> Settings:
+    def resolve(value: Path) -> Path:
+        return value if value.is_absolute() else base / value
+
+    ca_bundle = settings.webhooks.ca_bundle
+    return settings.model_copy(
+        update={
+            "server": settings.server.model_copy(update={"state_dir": resolve(settings.server.state_dir)}),
+            "database": settings.database.model_copy(
+                update={"data_dir": resolve(settings.database.data_dir)}
+            ),
+            "webhooks": settings.webhooks.model_copy(
+                update={"ca_bundle": resolve(ca_bundle) if ca_bundle else None}
+            ),
+        }
+    )
+
+
+def _with_generated_secrets(settings: Settings) -> Settings:
+    state_dir = settings.server.state_dir
+    jwt_secret = settings.auth.jwt_secret or _kept_secret(
+        state_dir / "jwt_secret", lambda: secrets.token_urlsafe(48)
+    )
+    encryption_key = settings.security.encryption_key or _kept_secret(
+        state_dir / "encryption_key", lambda: Fernet.generate_key().decode()
+    )
+    return settings.model_copy(
+        update={
+            "auth": settings.auth.model_copy(update={"jwt_secret": jwt_secret}),
+            "security": settings.security.model_copy(update={"encryption_key": encryption_key}),
+        }
+    )
+
+
+def _kept_secret(path: Path, generate: Any) -> str:
+    """Read the secret at `path`, or write a new one there (mode 0600) if there is none."""
+    if path.exists():
+        value = path.read_text().strip()
+        if value:
+            return value
+    path.parent.mkdir(parents=True, exist_ok=True)
+    value = str(generate())
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(value + "\n")
+    return value

@@ -1,0 +1,1 @@
+"""The domain: rules and values with no HTTP and no SQL."""

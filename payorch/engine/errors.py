@@ -1,0 +1,67 @@
+"""Domain errors. Each says which rule refused a request; `http/errors.py` maps each to one status."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class DomainError(Exception):
+    """A rule of payorch refused a request. `message` is safe to show to the caller."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    field: str
+    message: str
+
+
+class InvalidInput(DomainError):
+    """The request is malformed; `details` names each offending field."""
+
+    def __init__(self, message: str, details: list[FieldProblem] | None = None) -> None:
+        super().__init__(message)
+        self.details = details or []
+
+
+class AuthenticationRequired(DomainError):
+    """No usable credential: missing, malformed, forged, expired or revoked."""
+
+
+class InvalidLogin(DomainError):
+    """E-mail and password do not match an account."""
+
+
+class WrongCredentialKind(DomainError):
+    """A valid credential of a kind this operation does not accept (an API key on a JWT-only call)."""
+
+
+class NotPermitted(DomainError):
+    """The credential is valid but may not touch this resource (another merchant's application)."""
+
+
+class ApplicationDisabled(DomainError):
+    """The application is disabled; its API keys and session creation are refused."""
+
+
+class NotFound(DomainError):
+    """The resource does not exist, or is not visible to this caller."""
+
+
+class InviteInvalid(DomainError):
+    """The signup token is missing or unknown."""
+
+
+class InviteUsedOrExpired(DomainError):
+    """The signup token was already used or has expired."""
+
+
+class AccountExists(DomainError):
+    """The admin e-mail or the company registration number is already registered."""
+
+
+class StatusUnchanged(DomainError):
+    """The application already has the requested status."""

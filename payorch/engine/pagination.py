@@ -1,0 +1,34 @@
+"""Page arithmetic of the pagination envelope shared by every list."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_PAGE = 1
+DEFAULT_LIMIT = 20
+MAX_LIMIT = 100
+
+
+@dataclass(frozen=True)
+class PageRequest:
+    page: int = DEFAULT_PAGE
+    limit: int = DEFAULT_LIMIT
+
+    @property
+    def offset(self) -> int:
+        return (self.page - 1) * self.limit
+
+
+def envelope(items: list[Any], request: PageRequest, total_items: int) -> dict[str, Any]:
+    """The envelope of section 2.2: the items of one page and where it stands among all pages."""
+    total_pages = -(-total_items // request.limit)
+    return {
+        "items": items,
+        "page": request.page,
+        "limit": request.limit,
+        "totalItems": total_items,
+        "totalPages": total_pages,
+        "hasPreviousPage": request.page > 1,
+        "hasNextPage": request.page < total_pages,
+    }

@@ -1,0 +1,1 @@
+"""HTTP layer: authenticates, validates and translates. It never changes payment state itself."""

@@ -1,0 +1,36 @@
+"""The Quart-Trio application: blueprints, error shapes, request log, JSON that keeps money exact."""
+
+from __future__ import annotations
+
+from quart_schema import QuartSchema
+
+from payorch.http.context import PayorchApp, Services
+from payorch.http.errors import install_error_handlers
+from payorch.http.jsonio import ExactJsonProvider
+from payorch.http.requestlog import install_request_log
+from payorch.http.routes import accounts, applications, health, sessions
+
+
+class _App(PayorchApp):
+    json_provider_class = ExactJsonProvider
+
+
+def create_app(services: Services) -> PayorchApp:
+    """A new app serving with `services`; nothing is shared between two apps."""
+    app = _App("payorch")
+    app.services = services
+    app.config["MAX_CONTENT_LENGTH"] = services.settings.server.max_body_bytes
+    app.config["JSON_SORT_KEYS"] = False
+    QuartSchema(
+        app,
+        openapi_path="/api/v1/openapi.json",
+        redoc_ui_path=None,
+        scalar_ui_path=None,
+        swagger_ui_path=None,
+        info={"title": "payorch", "version": "1"},
+    )
+    install_request_log(app)
+    install_error_handlers(app)
+    for blueprint in (health.blueprint, accounts.blueprint, applications.blueprint, sessions.blueprint):
+        app.register_blueprint(blueprint)
+    return app

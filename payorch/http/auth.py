@@ -1,0 +1,125 @@
+"""Who is calling, and may they touch this application: the one place every route asks.
+
+A merchant's admin presents a JWT (`Authorization: Bearer <jwt>`); a merchant's server presents an
+API key of one application (`X-API-Key: sk_...`). `authenticate` turns the request's credential
+into a `Principal`; `application_for` checks that the principal may act on an application.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from quart import request
+
+from payorch.engine.access_tokens import verify_access_token
+from payorch.engine.errors import (
+    ApplicationDisabled,
+    AuthenticationRequired,
+    NotFound,
+    NotPermitted,
+    WrongCredentialKind,
+)
+from payorch.engine.secrets import looks_like_api_key, token_hash
+from payorch.http.context import services
+from payorch.http.requestlog import note_application
+from payorch.storage import applications as store
+from payorch.storage.applications import Application
+
+API_KEY_HEADER = "X-API-Key"
+R = TypeVar("R")
+
+
+class Accept(enum.Enum):
+    """Which credentials an operation accepts."""
+
+    JWT = "jwt"
+    JWT_OR_API_KEY = "jwt-or-api-key"
+
+
+@dataclass(frozen=True)
+class Principal:
+    merchant_id: uuid.UUID
+    user_id: uuid.UUID | None = None  # set for a JWT
+    application_id: uuid.UUID | None = None  # set for an API key: the one application it serves
+
+    @property
+    def is_api_key(self) -> bool:
+        return self.application_id is not None
+
+
+async def authenticate(accept: Accept) -> Principal:
+    """The caller's identity, or `AuthenticationRequired` / `WrongCredentialKind` (401) or
+    `ApplicationDisabled` (403, an API key of a disabled application)."""
+    authorization = request.headers.get("Authorization")
+    api_key = request.headers.get(API_KEY_HEADER)
+    if authorization is not None:
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise AuthenticationRequired("Authorization must be 'Bearer <access token>'")
+        claims = verify_access_token(token.strip(), secret=services().settings.auth.jwt_secret)
+        return Principal(merchant_id=claims.merchant_id, user_id=claims.user_id)
+    if api_key is not None:
+        if accept is Accept.JWT:
+            raise WrongCredentialKind(
+                "this operation needs a merchant access token (Authorization: Bearer); API keys are not accepted"
+            )
+        return await _api_key_principal(api_key.strip())
+    raise AuthenticationRequired(
+        "credentials required: Authorization: Bearer <access token>"
+        + (f" or {API_KEY_HEADER}: <api key>" if accept is Accept.JWT_OR_API_KEY else "")
+    )
+
+
+async def _api_key_principal(api_key: str) -> Principal:
+    if not looks_like_api_key(api_key):
+        raise AuthenticationRequired("invalid API key")
+    # The key is looked up by its SHA-256: the stored hash is compared, never the key itself.
+    owner = await services().db.read(store.find_api_key_owner, token_hash(api_key))
+    if owner is None:
+        raise AuthenticationRequired("invalid or revoked API key")
+    note_application(owner.application_id)
+    if not owner.application_enabled:
+        raise ApplicationDisabled("the application of this API key is disabled")
+    return Principal(merchant_id=owner.merchant_id, application_id=owner.application_id)
+
+
+def parse_id(value: str, what: str) -> uuid.UUID:
+    """A path identifier; a value that is not a UUID cannot name anything, so it is a 404."""
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise NotFound(f"{what} not found") from None
+
+
+async def application_for(principal: Principal, application_id: str) -> Application:
+    """The application, if `principal` may act on it: 404 when there is none, 403 when it belongs to
+    another merchant (or, for an API key, is not the key's own application)."""
+    found = await services().db.read(store.get_application, parse_id(application_id, "application"))
+    if found is None:
+        raise NotFound("application not found")
+    if found.merchant_id != principal.merchant_id:
+        raise NotPermitted("this application belongs to another merchant")
+    if principal.is_api_key and principal.application_id != found.id:
+        raise NotPermitted("this API key belongs to another application")
+    note_application(found.id)
+    return found
+
+
+def authenticated(accept: Accept) -> Callable[[Callable[..., Awaitable[R]]], Callable[..., Awaitable[R]]]:
+    """Route decorator: authenticate before anything else (so a stranger learns nothing from
+    validation errors) and pass the caller in as `principal`."""
+
+    def decorator(view: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+        @functools.wraps(view)
+        async def wrapper(*args: Any, **kwargs: Any) -> R:
+            principal = await authenticate(accept)
+            return await view(*args, principal=principal, **kwargs)
+
+        return wrapper
+
+    return decorator

@@ -1,0 +1,27 @@
+"""What request handlers reach through the app: the settings and the database, passed in, never global."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+from quart import current_app
+from quart_trio import QuartTrio
+
+from payorch.config import Settings
+from payorch.storage.database import Database
+
+
+@dataclass(frozen=True)
+class Services:
+    settings: Settings
+    db: Database
+
+
+class PayorchApp(QuartTrio):  # type: ignore[misc]
+    services: Services
+
+
+def services() -> Services:
+    """The services of the app handling the current request."""
+    return cast(PayorchApp, current_app).services

@@ -1,0 +1,126 @@
+"""Every error the service answers, in one table, in the two shapes of the interface document.
+
+Shape A: `{error, message, code, details?, retryAfter?, requestId?}` with `code` the HTTP status.
+Shape B: `{message, statusCode, code}` with `code` a string, for the idempotency and refund rules.
+"""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+from typing import Any
+
+from pydantic import ValidationError
+from quart import Quart, Response, g, jsonify, request
+from quart_schema import RequestSchemaValidationError
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
+
+from payorch.engine import errors as domain
+
+log = logging.getLogger("payorch.http")
+
+# Domain error -> HTTP status (shape A). The order matters only for subclasses listed before bases.
+STATUS_OF: dict[type[domain.DomainError], HTTPStatus] = {
+    domain.InvalidInput: HTTPStatus.BAD_REQUEST,
+    domain.InviteInvalid: HTTPStatus.BAD_REQUEST,
+    domain.AuthenticationRequired: HTTPStatus.UNAUTHORIZED,
+    domain.InvalidLogin: HTTPStatus.UNAUTHORIZED,
+    domain.WrongCredentialKind: HTTPStatus.UNAUTHORIZED,
+    domain.NotPermitted: HTTPStatus.FORBIDDEN,
+    domain.ApplicationDisabled: HTTPStatus.FORBIDDEN,
+    domain.NotFound: HTTPStatus.NOT_FOUND,
+    domain.AccountExists: HTTPStatus.CONFLICT,
+    domain.StatusUnchanged: HTTPStatus.CONFLICT,
+    domain.InviteUsedOrExpired: HTTPStatus.GONE,
+}
+
+
+def shape_a(
+    status: int,
+    message: str | list[str],
+    *,
+    details: list[dict[str, str]] | str | None = None,
+    retry_after: int | None = None,
+) -> Response:
+    body: dict[str, Any] = {"error": HTTPStatus(status).phrase, "message": message, "code": status}
+    if details:
+        body["details"] = details
+    if retry_after is not None:
+        body["retryAfter"] = retry_after
+    if status >= 500:
+        body["requestId"] = g.get("request_id")
+    response = jsonify(body)
+    response.status_code = status
+    if retry_after is not None:
+        response.headers["Retry-After"] = str(retry_after)
+    return response
+
+
+def shape_b(status: int, code: str, message: str, *, retry_after: int | None = None) -> Response:
+    body: dict[str, Any] = {"message": message, "statusCode": status, "code": code}
+    if retry_after is not None:
+        body["retryAfter"] = retry_after
+    response = jsonify(body)
+    response.status_code = status
+    if retry_after is not None:
+        response.headers["Retry-After"] = str(retry_after)
+    return response
+
+
+def _field_problems(error: ValidationError) -> list[dict[str, str]]:
+    problems = []
+    for item in error.errors(include_url=False):
+        field = ".".join(str(part) for part in item["loc"]) or "body"
+        problems.append({"field": field, "message": item["msg"]})
+    return problems
+
+
+async def _domain_error(error: domain.DomainError) -> Response:
+    for kind in type(error).__mro__:
+        status = STATUS_OF.get(kind)  # type: ignore[call-overload]
+        if status is not None:
+            break
+    else:
+        return await _unexpected(error)
+    details = None
+    if isinstance(error, domain.InvalidInput):
+        details = [{"field": item.field, "message": item.message} for item in error.details]
+    return shape_a(status, error.message, details=details)
+
+
+async def _schema_error(error: RequestSchemaValidationError) -> Response:
+    cause = error.validation_error
+    if isinstance(cause, ValidationError):
+        return shape_a(400, "request validation failed", details=_field_problems(cause))
+    return shape_a(400, "request body must be a JSON object", details=[{"field": "body", "message": str(cause)}])
+
+
+async def _http_error(error: HTTPException) -> Response:
+    status = error.code or 500
+    message = {
+        400: "malformed request: the body must be valid JSON" if request.mimetype == "application/json"
+        else "malformed request",
+        404: "no such route",
+        405: f"method {request.method} is not allowed here",
+        413: "request body too large",
+    }.get(status, error.description or HTTPStatus(status).phrase)
+    response = shape_a(status, message)
+    if isinstance(error, MethodNotAllowed) and error.valid_methods:
+        response.headers["Allow"] = ", ".join(sorted(error.valid_methods))
+    return response
+
+
+async def _unexpected(error: BaseException) -> Response:
+    log.error(
+        "unhandled error",
+        exc_info=(type(error), error, error.__traceback__),
+        extra={"requestId": g.get("request_id")},
+    )
+    return shape_a(500, "unexpected server error: quote the requestId when reporting it")
+
+
+def install_error_handlers(app: Quart) -> None:
+    app.register_error_handler(domain.DomainError, _domain_error)
+    app.register_error_handler(RequestSchemaValidationError, _schema_error)
+    app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(Exception, _unexpected)

@@ -1,0 +1,52 @@
+"""Request ids and the one JSON log line per request.
+
+Every response carries `X-Request-Id`. A caller may send its own (letters, digits, `-`, `_`, `.`, up
+to 128 characters) to correlate logs; anything else is replaced by a fresh id.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+
+from quart import Quart, Response, g, request
+
+log = logging.getLogger("payorch.access")
+
+REQUEST_ID_HEADER = "X-Request-Id"
+_ACCEPTABLE_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+
+
+def note_application(application_id: object) -> None:
+    """Record the application a request concerns, for its log line."""
+    g.application_id = str(application_id)
+
+
+async def _start() -> None:
+    offered = request.headers.get(REQUEST_ID_HEADER, "")
+    g.request_id = offered if _ACCEPTABLE_ID.match(offered) else f"req_{uuid.uuid4().hex}"
+    g.started = time.perf_counter()
+
+
+async def _finish(response: Response) -> Response:
+    response.headers[REQUEST_ID_HEADER] = g.get("request_id", "")
+    started = g.get("started")
+    log.info(
+        "request",
+        extra={
+            "method": request.method,
+            "path": request.path,
+            "status": response.status_code,
+            "durationMs": round((time.perf_counter() - started) * 1000, 3) if started else None,
+            "requestId": g.get("request_id"),
+            "applicationId": g.get("application_id"),
+        },
+    )
+    return response
+
+
+def install_request_log(app: Quart) -> None:
+    app.before_request(_start)
+    app.after_request(_finish)

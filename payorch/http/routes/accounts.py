@@ -1,0 +1,57 @@
+"""Merchant signup by invitation, and login."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quart import Blueprint
+from quart_schema import validate_querystring, validate_request
+
+from payorch.engine.access_tokens import AccessClaims, issue_access_token
+from payorch.engine.errors import InvalidLogin, InviteInvalid
+from payorch.engine.passwords import hash_password, verify_password
+from payorch.engine.secrets import token_hash
+from payorch.engine.timefmt import utcnow
+from payorch.http.context import services
+from payorch.http.models import LoginRequest, SignupQuery, SignupRequest
+from payorch.storage import accounts as store
+
+blueprint = Blueprint("accounts", __name__, url_prefix="/api/v1")
+
+
+@blueprint.post("/merchants/signup")
+@validate_querystring(SignupQuery)
+@validate_request(SignupRequest)
+async def sign_up(data: SignupRequest, query_args: SignupQuery) -> tuple[dict[str, Any], int]:
+    """Create a merchant and its admin user with a one-time invite token."""
+    if not query_args.token:
+        raise InviteInvalid("query parameter 'token' (the invite token of the signup link) is required")
+    account = store.NewAccount(
+        organization=data.organization.model_dump(mode="json"),
+        admin_email=str(data.admin.email),
+        admin_password_hash=await hash_password(data.admin.password),
+        admin_first_name=data.admin.firstName,
+        admin_last_name=data.admin.lastName,
+    )
+    await services().db.transaction(store.sign_up, token_hash=token_hash(query_args.token), account=account)
+    return {
+        "organization": account.organization,
+        "admin": data.admin.model_dump(mode="json", exclude={"password"}),
+    }, 201
+
+
+@blueprint.post("/auth/login")
+@validate_request(LoginRequest)
+async def log_in(data: LoginRequest) -> dict[str, Any]:
+    """Exchange an admin's e-mail and password for an access token (JWT)."""
+    settings = services().settings
+    found = await services().db.read(store.find_login, data.email)
+    if not await verify_password(data.password, found.password_hash if found else None) or found is None:
+        raise InvalidLogin("e-mail or password is incorrect")
+    token = issue_access_token(
+        AccessClaims(user_id=found.user_id, merchant_id=found.merchant_id),
+        secret=settings.auth.jwt_secret,
+        ttl_s=settings.auth.jwt_ttl_s,
+        now=utcnow(),
+    )
+    return {"accessToken": token, "tokenType": "Bearer", "expiresIn": settings.auth.jwt_ttl_s}

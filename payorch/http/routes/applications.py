@@ -1,0 +1,127 @@
+"""Applications of a merchant, and their API keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quart import Blueprint
+from quart_schema import validate_querystring, validate_request
+
+from payorch.engine.pagination import PageRequest, envelope
+from payorch.engine.secrets import api_key_prefix, new_api_key, token_hash
+from payorch.engine.timefmt import iso
+from payorch.http.auth import Accept, Principal, application_for, authenticated, parse_id
+from payorch.http.context import services
+from payorch.http.models import (
+    ApiKeyCreateRequest,
+    ApplicationCreateRequest,
+    ApplicationListQuery,
+    ApplicationStatusRequest,
+    PageQuery,
+)
+from payorch.storage import applications as store
+from payorch.storage.applications import ApiKey, Application
+
+blueprint = Blueprint("applications", __name__, url_prefix="/api/v1/applications")
+
+
+def application_body(application: Application, api_keys: list[ApiKey] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "id": str(application.id),
+        "name": application.name,
+        "description": application.description,
+        "isEnabled": application.is_enabled,
+        "createdAt": iso(application.created_at),
+    }
+    if api_keys is not None:
+        body["apiKeys"] = [api_key_summary(key) for key in api_keys]
+    return body
+
+
+def api_key_summary(key: ApiKey) -> dict[str, Any]:
+    return {
+        "id": str(key.id),
+        "keyPrefix": key.key_prefix,
+        "description": key.description,
+        "status": key.status,
+        "createdAt": iso(key.created_at),
+    }
+
+
+@blueprint.post("")
+@authenticated(Accept.JWT)
+@validate_request(ApplicationCreateRequest)
+async def create_application(data: ApplicationCreateRequest, principal: Principal) -> tuple[dict[str, Any], int]:
+    created = await services().db.transaction(
+        store.create_application,
+        merchant_id=principal.merchant_id,
+        name=data.name,
+        description=data.description,
+    )
+    return application_body(created), 201
+
+
+@blueprint.get("")
+@authenticated(Accept.JWT)
+@validate_querystring(ApplicationListQuery)
+async def list_applications(query_args: ApplicationListQuery, principal: Principal) -> dict[str, Any]:
+    page = PageRequest(page=query_args.page, limit=query_args.limit)
+    db = services().db
+    found, total = await db.read(store.list_applications, principal.merchant_id, page)
+    if query_args.include == "apiKeys":
+        keys = await db.read(store.api_keys_of_applications, [item.id for item in found])
+        items = [application_body(item, keys[item.id]) for item in found]
+    else:
+        items = [application_body(item) for item in found]
+    return envelope(items, page, total)
+
+
+@blueprint.get("/<application_id>")
+@authenticated(Accept.JWT)
+async def get_application(application_id: str, principal: Principal) -> dict[str, Any]:
+    return application_body(await application_for(principal, application_id))
+
+
+@blueprint.patch("/<application_id>/status")
+@authenticated(Accept.JWT)
+@validate_request(ApplicationStatusRequest)
+async def set_application_status(application_id: str, data: ApplicationStatusRequest, principal: Principal) -> dict[str, Any]:
+    application = await application_for(principal, application_id)
+    updated = await services().db.transaction(store.set_application_enabled, application.id, data.isEnabled)
+    return application_body(updated)
+
+
+@blueprint.post("/<application_id>/api-keys")
+@authenticated(Accept.JWT)
+@validate_request(ApiKeyCreateRequest)
+async def create_api_key(application_id: str, data: ApiKeyCreateRequest, principal: Principal) -> tuple[dict[str, Any], int]:
+    """A new API key, shown in full this once; only its SHA-256 is kept."""
+    application = await application_for(principal, application_id)
+    key = new_api_key()
+    created = await services().db.transaction(
+        store.create_api_key,
+        application_id=application.id,
+        key_hash=token_hash(key),
+        key_prefix=api_key_prefix(key),
+        description=data.description,
+    )
+    return {"key": key, **api_key_summary(created)}, 201
+
+
+@blueprint.get("/<application_id>/api-keys")
+@authenticated(Accept.JWT)
+@validate_querystring(PageQuery)
+async def list_api_keys(application_id: str, query_args: PageQuery, principal: Principal) -> dict[str, Any]:
+    application = await application_for(principal, application_id)
+    page = PageRequest(page=query_args.page, limit=query_args.limit)
+    found, total = await services().db.read(store.list_api_keys, application.id, page)
+    return envelope([api_key_summary(key) for key in found], page, total)
+
+
+@blueprint.delete("/<application_id>/api-keys/<key_id>")
+@authenticated(Accept.JWT)
+async def revoke_api_key(application_id: str, key_id: str, principal: Principal) -> dict[str, Any]:
+    """Revoke a key: its very next request gets 401; the application's other keys keep working."""
+    application = await application_for(principal, application_id)
+    await services().db.transaction(store.revoke_api_key, application.id, parse_id(key_id, "API key"))
+    return {}

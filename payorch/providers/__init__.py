@@ -1,0 +1,1 @@
+"""Adapters from payorch's one provider interface to external payment providers."""

@@ -1,0 +1,98 @@
+"""run(): the whole service as one Trio nursery tree.
+
+    trio_asyncio loop          asyncpg runs under it
+    ├── database pool          embedded PostgreSQL when database.url is empty
+    └── hypercorn (trio)       the HTTP app, started with nursery.start
+
+Cancellation is the shutdown: `shutdown` set (by SIGTERM/SIGINT in `serve_until_signalled`) makes
+hypercorn stop accepting and finish in-flight requests within `server.graceful_timeout_s`; then the
+tree unwinds and the pool closes.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from dataclasses import dataclass
+from functools import partial
+
+import trio
+import trio_asyncio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
+
+from payorch.config import Settings
+from payorch.http.app import create_app
+from payorch.http.context import Services
+from payorch.storage.database import Database, open_database
+from payorch.storage.embedded import start_embedded_postgres
+from payorch.storage.migrations import migrate
+
+log = logging.getLogger("payorch.service")
+
+
+@dataclass(frozen=True)
+class RunningService:
+    """Handed to whoever started the service once it accepts connections."""
+
+    addresses: list[str]
+    db: Database
+
+
+async def database_url(settings: Settings) -> str:
+    """`database.url`, or the URL of the embedded PostgreSQL under `database.data_dir`."""
+    if settings.database.url:
+        return settings.database.url
+    log.info("starting embedded PostgreSQL", extra={"dataDir": str(settings.database.data_dir)})
+    return await start_embedded_postgres(settings.database.data_dir)
+
+
+def _hypercorn_config(settings: Settings) -> HypercornConfig:
+    config = HypercornConfig()
+    config.bind = [settings.server.bind]
+    config.graceful_timeout = settings.server.graceful_timeout_s
+    config.accesslog = None
+    config.errorlog = logging.getLogger("hypercorn.error")
+    return config
+
+
+async def run(
+    settings: Settings,
+    *,
+    shutdown: trio.Event,
+    task_status: trio.TaskStatus[RunningService] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve until `shutdown` is set, then stop gracefully. Reports `RunningService` when ready."""
+    async with trio_asyncio.open_loop():
+        dsn = await database_url(settings)
+        async with open_database(
+            dsn, min_size=settings.database.pool_min, max_size=settings.database.pool_max
+        ) as db:
+            applied = await migrate(db)
+            if applied:
+                log.info("migrations applied", extra={"migrations": applied})
+            app = create_app(Services(settings=settings, db=db))
+            async with trio.open_nursery() as nursery:
+                addresses: list[str] = await nursery.start(
+                    partial(hypercorn_serve, app, _hypercorn_config(settings), shutdown_trigger=shutdown.wait)
+                )
+                log.info("serving", extra={"addresses": addresses})
+                task_status.started(RunningService(addresses=addresses, db=db))
+    log.info("stopped")
+
+
+async def serve_until_signalled(settings: Settings) -> None:
+    """Run the service until SIGTERM or SIGINT, then shut down gracefully."""
+    shutdown = trio.Event()
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def stop_on_signal() -> None:
+                async for signum in signals:
+                    log.info("shutting down", extra={"signal": signal.Signals(signum).name})
+                    shutdown.set()
+                    return
+
+            nursery.start_soon(stop_on_signal)
+            await run(settings, shutdown=shutdown)
+            nursery.cancel_scope.cancel()

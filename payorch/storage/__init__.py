@@ -1,0 +1,1 @@
+"""Storage: the only place with SQL. Pool, migrations, and one module per table group."""

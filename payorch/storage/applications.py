@@ -1,0 +1,192 @@
+"""Applications and their API keys."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from payorch.engine.errors import NotFound, StatusUnchanged
+from payorch.engine.pagination import PageRequest
+from payorch.storage.database import Connection
+
+
+@dataclass(frozen=True)
+class Application:
+    id: uuid.UUID
+    merchant_id: uuid.UUID
+    name: str
+    description: dict[str, Any] | None
+    is_enabled: bool
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    id: uuid.UUID
+    application_id: uuid.UUID
+    key_prefix: str
+    description: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+    @property
+    def status(self) -> str:
+        return "revoked" if self.revoked_at else "active"
+
+
+@dataclass(frozen=True)
+class ApiKeyOwner:
+    """What an API key authenticates as: one application of one merchant."""
+
+    key_id: uuid.UUID
+    application_id: uuid.UUID
+    merchant_id: uuid.UUID
+    application_enabled: bool
+
+
+_APPLICATION_COLUMNS = "id, merchant_id, name, description, is_enabled, created_at"
+_API_KEY_COLUMNS = "id, application_id, key_prefix, description, created_at, revoked_at"
+
+
+def _application(row: asyncpg.Record) -> Application:
+    description = row["description"]
+    return Application(
+        id=row["id"],
+        merchant_id=row["merchant_id"],
+        name=row["name"],
+        description=json.loads(description) if description is not None else None,
+        is_enabled=row["is_enabled"],
+        created_at=row["created_at"],
+    )
+
+
+def _api_key(row: asyncpg.Record) -> ApiKey:
+    return ApiKey(**dict(row.items()))
+
+
+async def create_application(
+    conn: Connection, *, merchant_id: uuid.UUID, name: str, description: dict[str, Any] | None
+) -> Application:
+    row = await conn.fetchrow(
+        f"""INSERT INTO applications (id, merchant_id, name, description)
+            VALUES ($1, $2, $3, $4::jsonb) RETURNING {_APPLICATION_COLUMNS}""",
+        uuid.uuid4(),
+        merchant_id,
+        name,
+        json.dumps(description) if description is not None else None,
+    )
+    return _application(row)
+
+
+async def get_application(conn: Connection, application_id: uuid.UUID) -> Application | None:
+    row = await conn.fetchrow(
+        f"SELECT {_APPLICATION_COLUMNS} FROM applications WHERE id = $1", application_id
+    )
+    return _application(row) if row else None
+
+
+async def list_applications(
+    conn: Connection, merchant_id: uuid.UUID, page: PageRequest
+) -> tuple[list[Application], int]:
+    total = await conn.fetchval("SELECT count(*) FROM applications WHERE merchant_id = $1", merchant_id)
+    rows = await conn.fetch(
+        f"""SELECT {_APPLICATION_COLUMNS} FROM applications WHERE merchant_id = $1
+            ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3""",
+        merchant_id,
+        page.limit,
+        page.offset,
+    )
+    return [_application(row) for row in rows], int(total)
+
+
+async def set_application_enabled(
+    conn: Connection, application_id: uuid.UUID, is_enabled: bool
+) -> Application:
+    """Set `isEnabled`; `StatusUnchanged` when it already has that value."""
+    current = await conn.fetchval(
+        "SELECT is_enabled FROM applications WHERE id = $1 FOR UPDATE", application_id
+    )
+    if current is None:
+        raise NotFound("application not found")
+    if current == is_enabled:
+        state = "enabled" if is_enabled else "disabled"
+        raise StatusUnchanged(f"application is already {state}")
+    row = await conn.fetchrow(
+        f"""UPDATE applications SET is_enabled = $2, updated_at = now() WHERE id = $1
+            RETURNING {_APPLICATION_COLUMNS}""",
+        application_id,
+        is_enabled,
+    )
+    return _application(row)
+
+
+async def create_api_key(
+    conn: Connection, *, application_id: uuid.UUID, key_hash: bytes, key_prefix: str, description: str
+) -> ApiKey:
+    row = await conn.fetchrow(
+        f"""INSERT INTO api_keys (id, application_id, key_hash, key_prefix, description)
+            VALUES ($1, $2, $3, $4, $5) RETURNING {_API_KEY_COLUMNS}""",
+        uuid.uuid4(),
+        application_id,
+        key_hash,
+        key_prefix,
+        description,
+    )
+    return _api_key(row)
+
+
+async def list_api_keys(
+    conn: Connection, application_id: uuid.UUID, page: PageRequest
+) -> tuple[list[ApiKey], int]:
+    total = await conn.fetchval("SELECT count(*) FROM api_keys WHERE application_id = $1", application_id)
+    rows = await conn.fetch(
+        f"""SELECT {_API_KEY_COLUMNS} FROM api_keys WHERE application_id = $1
+            ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3""",
+        application_id,
+        page.limit,
+        page.offset,
+    )
+    return [_api_key(row) for row in rows], int(total)
+
+
+async def api_keys_of_applications(
+    conn: Connection, application_ids: list[uuid.UUID]
+) -> dict[uuid.UUID, list[ApiKey]]:
+    """Every key of each application, newest first, for `include=apiKeys`."""
+    rows = await conn.fetch(
+        f"""SELECT {_API_KEY_COLUMNS} FROM api_keys WHERE application_id = ANY($1::uuid[])
+            ORDER BY created_at DESC, id DESC""",
+        application_ids,
+    )
+    keys: dict[uuid.UUID, list[ApiKey]] = {application_id: [] for application_id in application_ids}
+    for row in rows:
+        keys[row["application_id"]].append(_api_key(row))
+    return keys
+
+
+async def revoke_api_key(conn: Connection, application_id: uuid.UUID, key_id: uuid.UUID) -> None:
+    """Revoke the key at once; revoking a revoked key again is accepted and changes nothing."""
+    found = await conn.fetchval(
+        """UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())
+           WHERE id = $1 AND application_id = $2 RETURNING id""",
+        key_id,
+        application_id,
+    )
+    if found is None:
+        raise NotFound("API key not found")
+
+
+async def find_api_key_owner(conn: Connection, key_hash: bytes) -> ApiKeyOwner | None:
+    """The application an active key belongs to; None for an unknown or revoked key."""
+    row = await conn.fetchrow(
+        """SELECT k.id AS key_id, k.application_id, a.merchant_id, a.is_enabled AS application_enabled
+           FROM api_keys k JOIN applications a ON a.id = k.application_id
+           WHERE k.key_hash = $1 AND k.revoked_at IS NULL""",
+        key_hash,
+    )
+    return ApiKeyOwner(**dict(row.items())) if row else None

@@ -1,0 +1,77 @@
+"""The connection pool, and the one way the rest of payorch talks to PostgreSQL.
+
+asyncpg runs on the trio_asyncio loop. Every crossing of that bridge costs, so storage functions are
+asyncio coroutines that take a connection and do a whole unit of work; `Database.transaction` and
+`Database.read` cross the bridge once per unit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import asyncpg
+import trio
+import trio_asyncio
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+Connection = asyncpg.Connection
+Unit = Callable[Concatenate[Connection, P], Awaitable[T]]
+
+
+class Database:
+    """A pool of connections to one PostgreSQL database."""
+
+    def __init__(self, pool: asyncpg.Pool, dsn: str) -> None:
+        self._pool = pool
+        self.dsn = dsn
+
+    async def transaction(self, unit: Unit[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run `unit(conn, ...)` in one transaction: it commits when the unit returns, and rolls
+        back when it raises (the exception propagates) or when the caller is cancelled."""
+
+        async def in_transaction() -> T:
+            async with self._pool.acquire() as conn, conn.transaction():
+                return await unit(conn, *args, **kwargs)
+
+        result: T = await trio_asyncio.aio_as_trio(in_transaction)()
+        return result
+
+    async def read(self, unit: Unit[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run `unit(conn, ...)` outside an explicit transaction (each statement on its own)."""
+
+        async def on_connection() -> T:
+            async with self._pool.acquire() as conn:
+                return await unit(conn, *args, **kwargs)
+
+        result: T = await trio_asyncio.aio_as_trio(on_connection)()
+        return result
+
+    async def ping(self) -> bool:
+        """Whether the database answers a trivial query within two seconds."""
+        with trio.move_on_after(2):
+            try:
+                return bool(await self.read(_select_one))
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                return False
+        return False
+
+
+async def _select_one(conn: Connection) -> Any:
+    return await conn.fetchval("SELECT 1")
+
+
+@asynccontextmanager
+async def open_database(dsn: str, *, min_size: int, max_size: int) -> AsyncIterator[Database]:
+    """Open a pool on the running trio_asyncio loop; closed (shielded) on exit."""
+    pool = await trio_asyncio.aio_as_trio(asyncpg.create_pool)(
+        dsn, min_size=min_size, max_size=max_size, command_timeout=60
+    )
+    try:
+        yield Database(pool, dsn)
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(5):
+            await trio_asyncio.aio_as_trio(pool.close)()
