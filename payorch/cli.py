@@ -5,17 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import timedelta
 
 import trio
 import trio_asyncio
 
 from payorch.config import ConfigError, Settings, config_path_from, load_settings
-from payorch.engine.secrets import new_invite_token, token_hash
-from payorch.engine.timefmt import iso, utcnow
+from payorch.engine.timefmt import iso
+from payorch.invites import issue_invite
 from payorch.logs import configure_logging
 from payorch.service import database_url, serve_until_signalled
-from payorch.storage import accounts
 from payorch.storage.database import open_database
 from payorch.storage.migrations import migrate
 
@@ -33,22 +31,29 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _migrate(settings: Settings) -> None:
-    async with trio_asyncio.open_loop(), open_database(await database_url(settings), min_size=1, max_size=1) as db:
+    async with (
+        trio_asyncio.open_loop(),
+        open_database(await database_url(settings), min_size=1, max_size=1) as db,
+    ):
         applied = await migrate(db)
     print("applied: " + ", ".join(applied) if applied else "database is up to date")
 
 
 async def _invite(settings: Settings, email: str, as_json: bool) -> None:
-    token = new_invite_token()
-    expires_at = utcnow() + timedelta(seconds=settings.signup.invite_ttl_s)
-    async with trio_asyncio.open_loop(), open_database(await database_url(settings), min_size=1, max_size=1) as db:
+    async with (
+        trio_asyncio.open_loop(),
+        open_database(await database_url(settings), min_size=1, max_size=1) as db,
+    ):
         await migrate(db)
-        await db.transaction(accounts.create_invite, token_hash=token_hash(token), email=email, expires_at=expires_at)
-    signup_url = f"{settings.server.public_base_url}/api/v1/merchants/signup?token={token}"
+        invite = await issue_invite(db, settings, email)
     if as_json:
-        print(json.dumps({"token": token, "signupUrl": signup_url, "expiresAt": iso(expires_at)}))
+        print(
+            json.dumps(
+                {"token": invite.token, "signupUrl": invite.signup_url, "expiresAt": iso(invite.expires_at)}
+            )
+        )
     else:
-        print(signup_url)
+        print(invite.signup_url)
 
 
 def main(argv: list[str] | None = None) -> int:

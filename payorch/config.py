@@ -15,8 +15,12 @@ from typing import Annotated, Any
 
 from cryptography.fernet import Fernet
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
-from pydantic_settings import TomlConfigSettingsSource
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
 
 DEFAULT_CONFIG_FILE = Path("config.toml")
 CONFIG_ENV_VAR = "PAYORCH_CONFIG"
@@ -113,7 +117,7 @@ class WebhookSettings(_Section):
     ca_bundle: Path | None = None
     timeout_s: PositiveFloat = 15.0
     retry_schedule_s: list[Annotated[float, Field(ge=0)]] = Field(
-        default_factory=lambda: [0, 5, 300, 1800, 7200, 18000, 36000, 36000], min_length=1
+        default_factory=lambda: [0.0, 5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0], min_length=1
     )
     rotation_overlap_s: Annotated[int, Field(ge=0)] = 86400
 

@@ -34,3 +34,5 @@ def configure_logging(level: int = logging.INFO) -> None:
     root.setLevel(level)
     # hypercorn's own access log would duplicate ours.
     logging.getLogger("hypercorn.access").disabled = True
+    # pgserver narrates every start at INFO; its warnings and errors still show.
+    logging.getLogger("pgserver").setLevel(logging.WARNING)

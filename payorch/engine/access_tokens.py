@@ -20,9 +20,7 @@ class AccessClaims:
     merchant_id: uuid.UUID
 
 
-def issue_access_token(
-    claims: AccessClaims, *, secret: str, ttl_s: int, now: datetime
-) -> str:
+def issue_access_token(claims: AccessClaims, *, secret: str, ttl_s: int, now: datetime) -> str:
     payload = {
         "sub": str(claims.user_id),
         "mid": str(claims.merchant_id),

@@ -66,7 +66,8 @@ async def authenticate(accept: Accept) -> Principal:
     if api_key is not None:
         if accept is Accept.JWT:
             raise WrongCredentialKind(
-                "this operation needs a merchant access token (Authorization: Bearer); API keys are not accepted"
+                "this operation needs a merchant access token (Authorization: Bearer); "
+                "API keys are not accepted"
             )
         return await _api_key_principal(api_key.strip())
     raise AuthenticationRequired(

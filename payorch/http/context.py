@@ -18,7 +18,7 @@ class Services:
     db: Database
 
 
-class PayorchApp(QuartTrio):  # type: ignore[misc]
+class PayorchApp(QuartTrio):
     services: Services
 
 

@@ -77,7 +77,7 @@ def _field_problems(error: ValidationError) -> list[dict[str, str]]:
 
 async def _domain_error(error: domain.DomainError) -> Response:
     for kind in type(error).__mro__:
-        status = STATUS_OF.get(kind)  # type: ignore[call-overload]
+        status = STATUS_OF.get(kind)
         if status is not None:
             break
     else:
@@ -92,13 +92,16 @@ async def _schema_error(error: RequestSchemaValidationError) -> Response:
     cause = error.validation_error
     if isinstance(cause, ValidationError):
         return shape_a(400, "request validation failed", details=_field_problems(cause))
-    return shape_a(400, "request body must be a JSON object", details=[{"field": "body", "message": str(cause)}])
+    return shape_a(
+        400, "request body must be a JSON object", details=[{"field": "body", "message": str(cause)}]
+    )
 
 
 async def _http_error(error: HTTPException) -> Response:
     status = error.code or 500
     message = {
-        400: "malformed request: the body must be valid JSON" if request.mimetype == "application/json"
+        400: "malformed request: the body must be valid JSON"
+        if request.mimetype == "application/json"
         else "malformed request",
         404: "no such route",
         405: f"method {request.method} is not allowed here",

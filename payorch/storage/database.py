@@ -14,11 +14,13 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import asyncpg
 import trio
 import trio_asyncio
+from asyncpg import Connection
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
-Connection = asyncpg.Connection
+__all__ = ["Connection", "Database", "open_database"]
+
 Unit = Callable[Concatenate[Connection, P], Awaitable[T]]
 
 

@@ -6,16 +6,21 @@ running by a killed process is found through its postmaster.pid and reused.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
-import pgserver
+
 import trio
+from pgserver import get_server  # type: ignore[attr-defined]
 
 DATABASE_NAME = "payorch"
 
 
 def _start_blocking(data_dir: Path) -> str:
     data_dir.mkdir(parents=True, exist_ok=True)
-    server = pgserver.get_server(data_dir, cleanup_mode="stop")
+    with warnings.catch_warnings():
+        # pgserver falls back to /tmp for its lock files when XDG_RUNTIME_DIR is unset: harmless.
+        warnings.simplefilter("ignore")
+        server = get_server(data_dir, cleanup_mode="stop")
     exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{DATABASE_NAME}';")
     if "(1 row)" not in exists:
         server.psql(f"CREATE DATABASE {DATABASE_NAME};")

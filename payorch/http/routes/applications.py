@@ -51,7 +51,9 @@ def api_key_summary(key: ApiKey) -> dict[str, Any]:
 @blueprint.post("")
 @authenticated(Accept.JWT)
 @validate_request(ApplicationCreateRequest)
-async def create_application(data: ApplicationCreateRequest, principal: Principal) -> tuple[dict[str, Any], int]:
+async def create_application(
+    data: ApplicationCreateRequest, principal: Principal
+) -> tuple[dict[str, Any], int]:
     created = await services().db.transaction(
         store.create_application,
         merchant_id=principal.merchant_id,
@@ -85,7 +87,9 @@ async def get_application(application_id: str, principal: Principal) -> dict[str
 @blueprint.patch("/<application_id>/status")
 @authenticated(Accept.JWT)
 @validate_request(ApplicationStatusRequest)
-async def set_application_status(application_id: str, data: ApplicationStatusRequest, principal: Principal) -> dict[str, Any]:
+async def set_application_status(
+    application_id: str, data: ApplicationStatusRequest, principal: Principal
+) -> dict[str, Any]:
     application = await application_for(principal, application_id)
     updated = await services().db.transaction(store.set_application_enabled, application.id, data.isEnabled)
     return application_body(updated)
@@ -94,7 +98,9 @@ async def set_application_status(application_id: str, data: ApplicationStatusReq
 @blueprint.post("/<application_id>/api-keys")
 @authenticated(Accept.JWT)
 @validate_request(ApiKeyCreateRequest)
-async def create_api_key(application_id: str, data: ApiKeyCreateRequest, principal: Principal) -> tuple[dict[str, Any], int]:
+async def create_api_key(
+    application_id: str, data: ApiKeyCreateRequest, principal: Principal
+) -> tuple[dict[str, Any], int]:
     """A new API key, shown in full this once; only its SHA-256 is kept."""
     application = await application_for(principal, application_id)
     key = new_api_key()
