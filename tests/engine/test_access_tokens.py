@@ -1,0 +1,53 @@
+"""Access tokens: only HS256 with our secret, only with every claim, only before exp."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import jwt
+import pytest
+
+from payorch.engine.access_tokens import AccessClaims, issue_access_token, verify_access_token
+from payorch.engine.errors import AuthenticationRequired
+from payorch.engine.timefmt import utcnow
+
+SECRET = "s" * 48
+CLAIMS = AccessClaims(user_id=uuid.uuid4(), merchant_id=uuid.uuid4())
+
+
+def test_issued_token_verifies_to_its_claims() -> None:
+    token = issue_access_token(CLAIMS, secret=SECRET, ttl_s=60, now=utcnow())
+    assert verify_access_token(token, secret=SECRET) == CLAIMS
+
+
+def test_token_past_its_lifetime_is_refused() -> None:
+    token = issue_access_token(CLAIMS, secret=SECRET, ttl_s=60, now=utcnow() - timedelta(seconds=61))
+    with pytest.raises(AuthenticationRequired, match="expired"):
+        verify_access_token(token, secret=SECRET)
+
+
+def test_token_signed_with_another_secret_is_refused() -> None:
+    token = issue_access_token(CLAIMS, secret="o" * 48, ttl_s=60, now=utcnow())
+    with pytest.raises(AuthenticationRequired):
+        verify_access_token(token, secret=SECRET)
+
+
+def test_unsigned_token_is_refused() -> None:
+    payload = jwt.decode(
+        issue_access_token(CLAIMS, secret=SECRET, ttl_s=60, now=utcnow()), options={"verify_signature": False}
+    )
+    unsigned = jwt.encode(payload, key=None, algorithm="none")
+    with pytest.raises(AuthenticationRequired):
+        verify_access_token(unsigned, secret=SECRET)
+
+
+def test_token_with_a_subject_that_is_not_a_uuid_is_refused() -> None:
+    now = int(utcnow().timestamp())
+    token = jwt.encode(
+        {"sub": "admin", "mid": str(uuid.uuid4()), "iat": now, "exp": now + 60, "jti": "x"},
+        SECRET,
+        algorithm="HS256",
+    )
+    with pytest.raises(AuthenticationRequired):
+        verify_access_token(token, secret=SECRET)

@@ -1,0 +1,176 @@
+"""Merchant signup with a one-time invite token."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from payorch.config import Settings
+from payorch.engine.secrets import token_hash
+from payorch.engine.timefmt import utcnow
+from payorch.invites import issue_invite
+from payorch.storage import accounts
+from payorch.storage.database import Connection, Database
+from tests.helpers import PASSWORD, Client, signup_body
+
+
+async def _count(conn: Connection, table: str) -> int:
+    return int(await conn.fetchval(f"SELECT count(*) FROM {table}"))  # noqa: S608
+
+
+async def _signup(client: Client, token: str | None, body: dict[str, Any]) -> Any:
+    path = "/api/v1/merchants/signup" + (f"?token={token}" if token is not None else "")
+    return await client.post(path, json=body)
+
+
+async def test_signup_echoes_organization_and_admin_without_password(
+    client: Client, db: Database, settings: Settings
+) -> None:
+    invite = await issue_invite(db, settings, "owner@acme.example")
+    body = signup_body("owner@acme.example", "REG-1")
+    response = await _signup(client, invite.token, body)
+    assert response.status_code == 201
+    answer = await response.get_json()
+    assert answer["organization"] == body["organization"]
+    assert answer["admin"] == {"email": "owner@acme.example", "firstName": "Ada", "lastName": "Lovelace"}
+    assert PASSWORD not in (await response.get_data(as_text=True))
+
+
+async def test_password_is_stored_as_argon2id_hash(client: Client, db: Database, settings: Settings) -> None:
+    invite = await issue_invite(db, settings, "owner@acme.example")
+    await _signup(client, invite.token, signup_body("owner@acme.example", "REG-1"))
+
+    async def stored(conn: Connection) -> str:
+        return str(await conn.fetchval("SELECT password_hash FROM users"))
+
+    password_hash = await db.read(stored)
+    assert password_hash.startswith("$argon2id$")
+    assert PASSWORD not in password_hash
+
+
+async def test_invite_token_is_stored_only_as_hash(db: Database, settings: Settings) -> None:
+    invite = await issue_invite(db, settings, "owner@acme.example")
+
+    async def stored(conn: Connection) -> bytes:
+        return bytes(await conn.fetchval("SELECT token_hash FROM invites"))
+
+    assert await db.read(stored) == token_hash(invite.token)
+
+
+async def test_missing_token_is_400(client: Client, db: Database) -> None:
+    response = await _signup(client, None, signup_body("owner@acme.example", "REG-1"))
+    assert response.status_code == 400
+    assert await db.read(_count, "merchants") == 0
+
+
+async def test_empty_token_is_400(client: Client) -> None:
+    response = await _signup(client, "", signup_body("owner@acme.example", "REG-1"))
+    assert response.status_code == 400
+
+
+async def test_unknown_token_is_400(client: Client, db: Database) -> None:
+    response = await _signup(client, "not-a-real-token", signup_body("owner@acme.example", "REG-1"))
+    assert response.status_code == 400
+    assert (await response.get_json())["code"] == 400
+    assert await db.read(_count, "merchants") == 0
+
+
+async def test_used_token_is_410(client: Client, db: Database, settings: Settings) -> None:
+    invite = await issue_invite(db, settings, "owner@acme.example")
+    first = await _signup(client, invite.token, signup_body("owner@acme.example", "REG-1"))
+    assert first.status_code == 201
+    again = await _signup(client, invite.token, signup_body("other@acme.example", "REG-2"))
+    assert again.status_code == 410
+    assert await db.read(_count, "merchants") == 1
+
+
+async def test_expired_token_is_410(client: Client, db: Database) -> None:
+    await db.transaction(
+        accounts.create_invite,
+        token_hash=token_hash("expired-token"),
+        email="owner@acme.example",
+        expires_at=utcnow() - timedelta(seconds=1),
+    )
+    response = await _signup(client, "expired-token", signup_body("owner@acme.example", "REG-1"))
+    assert response.status_code == 410
+    assert await db.read(_count, "merchants") == 0
+
+
+async def test_invite_lifetime_comes_from_settings(db: Database, settings: Settings) -> None:
+    ttl = timedelta(seconds=settings.signup.invite_ttl_s)
+    before = utcnow()
+    invite = await issue_invite(db, settings, "owner@acme.example")
+    after = utcnow()
+    assert before + ttl <= invite.expires_at <= after + ttl
+
+
+async def test_duplicate_admin_email_is_409_and_keeps_the_invite_usable(
+    client: Client, db: Database, settings: Settings
+) -> None:
+    first = await issue_invite(db, settings, "a@acme.example")
+    await _signup(client, first.token, signup_body("owner@acme.example", "REG-1"))
+    second = await issue_invite(db, settings, "b@acme.example")
+    duplicate = await _signup(client, second.token, signup_body("OWNER@acme.example", "REG-2"))
+    assert duplicate.status_code == 409
+    assert await db.read(_count, "merchants") == 1
+    retry = await _signup(client, second.token, signup_body("someone-else@acme.example", "REG-2"))
+    assert retry.status_code == 201
+
+
+async def test_duplicate_company_registration_number_is_409(
+    client: Client, db: Database, settings: Settings
+) -> None:
+    first = await issue_invite(db, settings, "a@acme.example")
+    await _signup(client, first.token, signup_body("one@acme.example", "REG-1"))
+    second = await issue_invite(db, settings, "b@acme.example")
+    duplicate = await _signup(client, second.token, signup_body("two@acme.example", "reg-1"))
+    assert duplicate.status_code == 409
+    assert await db.read(_count, "users") == 1
+
+
+async def test_password_shorter_than_16_is_400(client: Client, db: Database, settings: Settings) -> None:
+    invite = await issue_invite(db, settings, "a@acme.example")
+    response = await _signup(client, invite.token, signup_body("a@acme.example", "REG-1", password="x" * 15))
+    assert response.status_code == 400
+    assert [item["field"] for item in (await response.get_json())["details"]] == ["admin.password"]
+
+
+async def test_password_longer_than_32_is_400(client: Client, db: Database, settings: Settings) -> None:
+    invite = await issue_invite(db, settings, "a@acme.example")
+    response = await _signup(client, invite.token, signup_body("a@acme.example", "REG-1", password="x" * 33))
+    assert response.status_code == 400
+
+
+async def test_password_of_16_and_32_characters_is_accepted(
+    client: Client, db: Database, settings: Settings
+) -> None:
+    for number, length in enumerate((16, 32)):
+        invite = await issue_invite(db, settings, "a@acme.example")
+        body = signup_body(f"a{number}@acme.example", f"REG-{number}", password="p" * length)
+        assert (await _signup(client, invite.token, body)).status_code == 201
+
+
+async def test_invalid_admin_email_is_400(client: Client, db: Database, settings: Settings) -> None:
+    invite = await issue_invite(db, settings, "a@acme.example")
+    response = await _signup(client, invite.token, signup_body("not-an-email", "REG-1"))
+    assert response.status_code == 400
+    assert (await response.get_json())["details"][0]["field"] == "admin.email"
+
+
+async def test_missing_organization_field_is_400_and_does_not_use_the_invite(
+    client: Client, db: Database, settings: Settings
+) -> None:
+    invite = await issue_invite(db, settings, "a@acme.example")
+    body = signup_body("a@acme.example", "REG-1")
+    del body["organization"]["legalBusinessName"]
+    response = await _signup(client, invite.token, body)
+    assert response.status_code == 400
+    assert (await response.get_json())["details"][0]["field"] == "organization.legalBusinessName"
+    assert (await _signup(client, invite.token, signup_body("a@acme.example", "REG-1"))).status_code == 201
+
+
+async def test_address_line2_is_optional(client: Client, db: Database, settings: Settings) -> None:
+    invite = await issue_invite(db, settings, "a@acme.example")
+    body = signup_body("a@acme.example", "REG-1")
+    del body["organization"]["registeredAddress"]["line2"]
+    assert (await _signup(client, invite.token, body)).status_code == 201
