@@ -29,6 +29,8 @@ def create_app(services: Services) -> PayorchApp:
         swagger_ui_path=None,
         info={"title": "payorch", "version": "1"},
     )
+    # QuartSchema installs its own JSON provider, which would parse amounts as float: put ours back.
+    app.json = ExactJsonProvider(app)
     install_request_log(app)
     install_error_handlers(app)
     for blueprint in (health.blueprint, accounts.blueprint, applications.blueprint, sessions.blueprint):
