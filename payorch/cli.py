@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 
 import trio
 import trio_asyncio
+from pydantic import EmailStr, TypeAdapter, ValidationError
 
 from payorch.config import ConfigError, Settings, config_path_from, load_settings
 from payorch.engine.timefmt import iso
@@ -56,6 +58,14 @@ async def _invite(settings: Settings, email: str, as_json: bool) -> None:
         print(invite.signup_url)
 
 
+def _is_email(value: str) -> bool:
+    try:
+        TypeAdapter(EmailStr).validate_python(value)
+    except ValidationError:
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     configure_logging()
@@ -64,10 +74,18 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"payorch: {exc}", file=sys.stderr)
         return 2
-    if args.command == "serve":
-        trio.run(serve_until_signalled, settings)
-    elif args.command == "migrate":
-        trio.run(_migrate, settings)
-    else:
-        trio.run(_invite, settings, args.email, args.json)
+    if args.command == "invite" and not _is_email(args.email):
+        print(f"payorch: --email {args.email!r} is not an e-mail address", file=sys.stderr)
+        return 2
+    try:
+        if args.command == "serve":
+            trio.run(serve_until_signalled, settings)
+        elif args.command == "migrate":
+            trio.run(_migrate, settings)
+        else:
+            trio.run(_invite, settings, args.email, args.json)
+    except Exception:
+        # Logged, so that even a crash (say, an unreachable database) is one JSON line on stderr.
+        logging.getLogger("payorch.cli").exception("payorch %s failed", args.command)
+        return 1
     return 0

@@ -8,7 +8,9 @@ Relative paths in the file are resolved against the directory of the configurati
 from __future__ import annotations
 
 import os
+import re
 import secrets
+import time
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,6 +23,7 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+from pydantic_settings.exceptions import SettingsError
 
 DEFAULT_CONFIG_FILE = Path("config.toml")
 CONFIG_ENV_VAR = "PAYORCH_CONFIG"
@@ -121,6 +124,12 @@ class WebhookSettings(_Section):
     )
     rotation_overlap_s: Annotated[int, Field(ge=0)] = 86400
 
+    @field_validator("ca_bundle", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        # `ca_bundle = ""` means none: Path("") would be "." and resolve to the config directory.
+        return None if value == "" else value
+
 
 class SandboxSettings(_Section):
     enabled: bool = True
@@ -185,6 +194,8 @@ def load_settings(path: Path, *, ensure_secrets: bool = True) -> Settings:
             tomllib.loads(path.read_text())
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read the configuration file: {exc.strerror}") from None
     elif path != DEFAULT_CONFIG_FILE:
         raise ConfigError(f"{path}: configuration file not found")
 
@@ -204,9 +215,16 @@ def load_settings(path: Path, *, ensure_secrets: bool = True) -> Settings:
         loaded: Settings = _FileSettings()
     except ValidationError as exc:
         raise ConfigError(_first_error_line(exc)) from None
+    except SettingsError as exc:
+        raise ConfigError(_environment_error_line(exc)) from None
     settings = _resolve_paths(loaded, path.resolve().parent)
     if ensure_secrets:
-        settings = _with_generated_secrets(settings)
+        try:
+            settings = _with_generated_secrets(settings)
+        except OSError as exc:
+            raise ConfigError(
+                f"invalid setting server.state_dir: cannot keep generated secrets there: {exc}"
+            ) from None
     return settings
 
 
@@ -217,6 +235,19 @@ def _first_error_line(exc: ValidationError) -> str:
     value = error.get("input")
     shown = "" if isinstance(value, dict) or "secret" in key or "key" in key else f" (got {value!r})"
     return f"invalid setting {key}: {error['msg']}{shown}{more}"
+
+
+def _environment_error_line(exc: SettingsError) -> str:
+    # pydantic-settings raises this when an environment value meant as a list or table is not JSON,
+    # and names only the section: name the variables that feed it.
+    found = re.search(r'field "(\w+)"', str(exc))
+    section = found.group(1) if found else ""
+    prefix = f"PAYORCH_{section}".upper()
+    names = sorted(
+        name for name in os.environ if name.upper() == prefix or name.upper().startswith(prefix + "__")
+    )
+    source = ", ".join(names) or "the environment"
+    return f"invalid setting {section or '?'} from {source}: lists and tables must be JSON ({exc.__cause__})"
 
 
 def _resolve_paths(settings: Settings, base: Path) -> Settings:
@@ -254,14 +285,20 @@ def _with_generated_secrets(settings: Settings) -> Settings:
 
 
 def _kept_secret(path: Path, generate: Any) -> str:
-    """Read the secret at `path`, or write a new one there (mode 0600) if there is none."""
-    if path.exists():
-        value = path.read_text().strip()
-        if value:
-            return value
+    """Read the secret at `path`, or write a new one there (mode 0600) if there is none.
+
+    The file is created exclusively, so two processes starting at once agree on one secret."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        for _ in range(50):  # the other process may still be writing it
+            value = path.read_text().strip()
+            if value:
+                return value
+            time.sleep(0.02)
+        raise ConfigError(f"{path} is empty: delete it to generate a new secret") from None
     value = str(generate())
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
         handle.write(value + "\n")
     return value

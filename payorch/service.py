@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import warnings
 from dataclasses import dataclass
 from functools import partial
 
@@ -20,12 +21,12 @@ import trio
 import trio_asyncio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
+from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
 
 from payorch.config import Settings
 from payorch.http.app import create_app
 from payorch.http.context import Services
 from payorch.storage.database import Database, open_database
-from payorch.storage.embedded import start_embedded_postgres
 from payorch.storage.migrations import migrate
 
 log = logging.getLogger("payorch.service")
@@ -43,6 +44,12 @@ async def database_url(settings: Settings) -> str:
     """`database.url`, or the URL of the embedded PostgreSQL under `database.data_dir`."""
     if settings.database.url:
         return settings.database.url
+    # Imported only when needed: pgserver warns at import time when XDG_RUNTIME_DIR is unset
+    # (harmless, see storage/embedded.py), and that plain-text warning would break the one-JSON-
+    # object-per-line log of every command, even those given a database URL.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from payorch.storage.embedded import start_embedded_postgres
     log.info("starting embedded PostgreSQL", extra={"dataDir": str(settings.database.data_dir)})
     return await start_embedded_postgres(settings.database.data_dir)
 
@@ -54,6 +61,28 @@ def _hypercorn_config(settings: Settings) -> HypercornConfig:
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")
     return config
+
+
+def _finish_responses_uncancelled(app: ASGIFramework) -> ASGIFramework:
+    """`app`, with the last send of each HTTP response shielded from quart-trio's cancellation.
+
+    quart-trio cancels its request nursery as soon as the client's side is done, which interrupts
+    hypercorn while it handles that last send: hypercorn then never arms the connection's idle
+    timer, so an idle keep-alive connection is never closed, neither after `keep_alive_timeout`
+    nor on shutdown, and every shutdown waits out `server.graceful_timeout_s`.
+    """
+
+    async def asgi(scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+        async def send_last_uncancelled(message: ASGISendEvent) -> None:
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                with trio.fail_after(5, shield=True):
+                    await send(message)
+            else:
+                await send(message)
+
+        await app(scope, receive, send_last_uncancelled)
+
+    return asgi
 
 
 async def run(
@@ -74,7 +103,12 @@ async def run(
             app = create_app(Services(settings=settings, db=db))
             async with trio.open_nursery() as nursery:
                 addresses: list[str] = await nursery.start(
-                    partial(hypercorn_serve, app, _hypercorn_config(settings), shutdown_trigger=shutdown.wait)
+                    partial(
+                        hypercorn_serve,
+                        _finish_responses_uncancelled(app),
+                        _hypercorn_config(settings),
+                        shutdown_trigger=shutdown.wait,
+                    )
                 )
                 log.info("serving", extra={"addresses": addresses})
                 task_status.started(RunningService(addresses=addresses, db=db))

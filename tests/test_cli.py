@@ -1,0 +1,255 @@
+"""The operator's commands, run as `python -m payorch ...` in a subprocess.
+
+Every run gets its own config file, state directory and database (through PAYORCH_* variables), so
+nothing touches the repository's var/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import trio
+
+from payorch.storage.database import Connection, Database
+from payorch.storage.migrations import available_migrations
+from tests.conftest import _admin, database_url
+from tests.helpers import PASSWORD, Client, signup_body
+
+PUBLIC_BASE_URL = "https://pay.example.com"
+INVITE_TTL_S = 600
+# Nothing listens here: a command that got past its configuration would fail differently.
+UNREACHABLE_DATABASE = "postgresql://payorch@127.0.0.1:9/nowhere"
+
+
+def cli_environment(tmp_path: Path, database_dsn: str, config_text: str | None = None) -> dict[str, str]:
+    """The caller's environment without PAYORCH_* and XDG_RUNTIME_DIR, pointed at tmp_path."""
+    config = tmp_path / "config.toml"
+    if config_text is None:
+        config_text = (
+            f'[server]\npublic_base_url = "{PUBLIC_BASE_URL}"\n[signup]\ninvite_ttl_s = {INVITE_TTL_S}\n'
+        )
+    config.write_text(config_text)
+    env = {name: value for name, value in os.environ.items() if not name.upper().startswith("PAYORCH_")}
+    # Unset in most containers; then nothing may print plain-text warnings among our output.
+    env.pop("XDG_RUNTIME_DIR", None)
+    env.update(
+        PAYORCH_CONFIG=str(config),
+        PAYORCH_SERVER__STATE_DIR=str(tmp_path / "state"),
+        PAYORCH_DATABASE__URL=database_dsn,
+    )
+    return env
+
+
+def payorch(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(  # noqa: S603 - our own interpreter and arguments
+        [sys.executable, "-m", "payorch", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+async def payorch_async(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
+    with trio.fail_after(60):
+        return await trio.run_process(
+            [sys.executable, "-m", "payorch", *args],
+            env=env,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+
+
+def test_python_dash_m_payorch_offers_serve_migrate_and_invite() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "payorch", "--help"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0
+    for command in ("serve", "migrate", "invite"):
+        assert command in result.stdout
+
+
+# Bad configuration stops every command: exit status 2 and one line on stderr naming the problem.
+
+BAD_CONFIGS = {
+    "negative_max_body_bytes": ("[server]\nmax_body_bytes = -1\n", {}, "server.max_body_bytes"),
+    "nonsense_bind": ('[server]\nbind = "nonsense"\n', {}, "server.bind"),
+    "unknown_key": ("[server]\ncolour = 3\n", {}, "server.colour"),
+    "invalid_toml": ("[server\n", {}, "not valid TOML"),
+    "bad_environment_value": ("", {"PAYORCH_SERVER__MAX_BODY_BYTES": "-1"}, "server.max_body_bytes"),
+    "environment_list_not_json": (
+        "",
+        {"PAYORCH_WEBHOOKS__RETRY_SCHEDULE_S": "0, 5"},
+        "PAYORCH_WEBHOOKS__RETRY_SCHEDULE_S",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("config_text", "extra_env", "named"), list(BAD_CONFIGS.values()), ids=list(BAD_CONFIGS)
+)
+def test_bad_config_exits_2_with_one_line_naming_it(
+    tmp_path: Path, config_text: str, extra_env: dict[str, str], named: str
+) -> None:
+    env = cli_environment(tmp_path, UNREACHABLE_DATABASE, config_text) | extra_env
+    result = payorch("migrate", env=env)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert named in result.stderr
+
+
+def test_missing_config_option_file_exits_2_naming_it(tmp_path: Path) -> None:
+    env = cli_environment(tmp_path, UNREACHABLE_DATABASE)
+    missing = tmp_path / "absent.toml"
+    result = payorch("--config", str(missing), "migrate", env=env)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"payorch: {missing}: configuration file not found"]
+
+
+def test_missing_config_environment_file_exits_2_naming_it(tmp_path: Path) -> None:
+    missing = tmp_path / "absent.toml"
+    env = cli_environment(tmp_path, UNREACHABLE_DATABASE) | {"PAYORCH_CONFIG": str(missing)}
+    result = payorch("migrate", env=env)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"payorch: {missing}: configuration file not found"]
+
+
+def test_config_option_beats_config_environment_variable(tmp_path: Path) -> None:
+    good = tmp_path / "good"
+    good.mkdir()
+    env = cli_environment(good, UNREACHABLE_DATABASE, "[server]\nmax_body_bytes = -1\n")
+    result = payorch("--config", str(tmp_path / "absent.toml"), "migrate", env=env)
+    assert "absent.toml" in result.stderr
+    assert "max_body_bytes" not in result.stderr
+
+
+def test_unreachable_database_exits_1_with_the_failure_logged_as_json(tmp_path: Path) -> None:
+    result = payorch("migrate", env=cli_environment(tmp_path, UNREACHABLE_DATABASE))
+    assert result.returncode == 1
+    log = [json.loads(line) for line in result.stderr.splitlines()]
+    assert [entry["msg"] for entry in log if entry["level"] == "error"] == ["payorch migrate failed"]
+
+
+# payorch migrate
+
+
+@pytest.fixture
+def empty_database_dsn(postgres_server: str) -> Iterator[str]:
+    """A database with no tables at all."""
+    name = f"payorch_empty_{uuid.uuid4().hex[:12]}"
+    asyncio.run(_admin(postgres_server, f"CREATE DATABASE {name}"))
+    yield database_url(postgres_server, name)
+    asyncio.run(_admin(postgres_server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+
+
+def test_migrate_applies_every_migration_to_an_empty_database(
+    tmp_path: Path, empty_database_dsn: str
+) -> None:
+    result = payorch("migrate", env=cli_environment(tmp_path, empty_database_dsn))
+    assert result.returncode == 0, result.stderr
+    names = [f"{migration.version:04d}_{migration.name}" for migration in available_migrations()]
+    assert result.stdout == "applied: " + ", ".join(names) + "\n"
+
+
+def test_second_migrate_applies_none(tmp_path: Path, empty_database_dsn: str) -> None:
+    env = cli_environment(tmp_path, empty_database_dsn)
+    assert payorch("migrate", env=env).returncode == 0
+    result = payorch("migrate", env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "database is up to date\n"
+
+
+# payorch invite
+
+
+async def _invite_json(tmp_path: Path, database_dsn: str) -> dict[str, Any]:
+    result = await payorch_async(
+        "invite", "--email", "ops@merchant.example", "--json", env=cli_environment(tmp_path, database_dsn)
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.decode().splitlines()
+    assert len(lines) == 1, lines
+    invite = json.loads(lines[0])
+    assert isinstance(invite, dict)
+    return invite
+
+
+async def test_invite_json_prints_token_signup_url_and_expiry(tmp_path: Path, database_dsn: str) -> None:
+    invite = await _invite_json(tmp_path, database_dsn)
+    assert set(invite) == {"token", "signupUrl", "expiresAt"}
+    assert invite["signupUrl"] == f"{PUBLIC_BASE_URL}/api/v1/merchants/signup?token={invite['token']}"
+
+
+async def test_invite_expires_after_the_configured_lifetime(tmp_path: Path, database_dsn: str) -> None:
+    before = datetime.now(UTC)
+    invite = await _invite_json(tmp_path, database_dsn)
+    after = datetime.now(UTC)
+    assert invite["expiresAt"].endswith("Z")
+    expires_at = datetime.fromisoformat(invite["expiresAt"].replace("Z", "+00:00"))
+    lifetime = timedelta(seconds=INVITE_TTL_S)
+    assert before + lifetime - timedelta(seconds=1) <= expires_at <= after + lifetime
+
+
+async def test_invite_without_json_prints_the_signup_url(tmp_path: Path, database_dsn: str) -> None:
+    result = await payorch_async(
+        "invite", "--email", "ops@merchant.example", env=cli_environment(tmp_path, database_dsn)
+    )
+    assert result.returncode == 0, result.stderr
+    (line,) = result.stdout.decode().splitlines()
+    assert line.startswith(f"{PUBLIC_BASE_URL}/api/v1/merchants/signup?token=")
+
+
+async def test_invite_from_the_cli_signs_a_merchant_up(
+    tmp_path: Path, database_dsn: str, client: Client
+) -> None:
+    invite = await _invite_json(tmp_path, database_dsn)
+    link = urlsplit(invite["signupUrl"])
+    email = "admin@cli-invited.example"
+    response = await client.post(f"{link.path}?{link.query}", json=signup_body(email, "REG-CLI-0001"))
+    assert response.status_code == 201, await response.get_data()
+    response = await client.post("/api/v1/auth/login", json={"email": email, "password": PASSWORD})
+    assert response.status_code == 200
+
+
+async def _invite_rows(conn: Connection) -> list[dict[str, Any]]:
+    return [dict(row) for row in await conn.fetch("SELECT * FROM invites")]
+
+
+async def test_invite_stores_only_a_hash_of_its_token(
+    tmp_path: Path, database_dsn: str, db: Database
+) -> None:
+    invite = await _invite_json(tmp_path, database_dsn)
+    (row,) = await db.read(_invite_rows)
+    assert bytes(row["token_hash"]) == hashlib.sha256(invite["token"].encode()).digest()
+    assert row["email"] == "ops@merchant.example"
+    stored = " ".join(f"{value!r} {value!s}" for value in row.values())
+    assert invite["token"] not in stored
+
+
+def test_invite_with_an_address_that_is_not_an_email_exits_2(tmp_path: Path) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "payorch", "invite", "--email", "not-an-email"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert completed.returncode == 2
+    assert completed.stderr.strip().count("\n") == 0
+    assert "--email" in completed.stderr

@@ -1,0 +1,350 @@
+"""Settings: the shipped config.toml, PAYORCH_* overrides, path resolution, kept secrets, and errors."""
+
+from __future__ import annotations
+
+import os
+import stat
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.fernet import Fernet
+from pydantic import BaseModel
+
+from payorch.config import ConfigError, Settings, config_path_from, load_settings
+
+REPO_CONFIG = Path(__file__).resolve().parent.parent / "config.toml"
+
+REQUIRED_KEYS = [
+    "server.bind",
+    "server.public_base_url",
+    "server.max_body_bytes",
+    "server.graceful_timeout_s",
+    "database.url",
+    "database.data_dir",
+    "database.pool_min",
+    "database.pool_max",
+    "auth.jwt_secret",
+    "auth.jwt_ttl_s",
+    "security.encryption_key",
+    "signup.invite_ttl_s",
+    "sessions.ttl_s",
+    "idempotency.retention_s",
+    "webhooks.allow_private_networks",
+    "webhooks.ca_bundle",
+    "webhooks.timeout_s",
+    "webhooks.retry_schedule_s",
+    "webhooks.rotation_overlap_s",
+    "providers.sandbox.enabled",
+    "providers.sandbox.refund_delay_ms",
+    "limits.requests_per_second",
+    "limits.burst",
+    "limits.login_per_minute",
+]
+
+
+@pytest.fixture(autouse=True)
+def no_payorch_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test sets the PAYORCH_* variables it is about; none leak in from the caller's shell."""
+    for name in list(os.environ):
+        if name.upper().startswith("PAYORCH_"):
+            monkeypatch.delenv(name)
+
+
+def write_config(directory: Path, text: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "config.toml"
+    path.write_text(text)
+    return path
+
+
+def lookup(data: dict[str, Any], dotted: str) -> Any:
+    value: Any = data
+    for part in dotted.split("."):
+        value = value[part]
+    return value
+
+
+def comment_above(lines: list[str], index: int) -> bool:
+    """Whether a comment opens the block of `key = value` lines that line `index` belongs to."""
+    while index > 0:
+        index -= 1
+        above = lines[index].strip()
+        if above.startswith("#"):
+            return True
+        if not above or above.startswith("[") or "=" not in above:
+            return False
+    return False
+
+
+def key_lines(text: str) -> dict[str, int]:
+    """Line index of each `key = value` line, by dotted key (`[section]` headers give the prefix)."""
+    found: dict[str, int] = {}
+    section = ""
+    for index, line in enumerate(text.splitlines()):
+        stripped = line.strip()
+        if stripped.startswith("[") and stripped.endswith("]"):
+            section = stripped.strip("[]").strip()
+        elif "=" in stripped and not stripped.startswith("#"):
+            found[f"{section}.{stripped.split('=', 1)[0].strip()}"] = index
+    return found
+
+
+def setting_keys(model: type[Any], prefix: str = "") -> Iterator[str]:
+    """Every leaf setting of `model` as a dotted key, sections first to last."""
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from setting_keys(annotation, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}"
+
+
+SHIPPED_KEYS = list(setting_keys(Settings))
+
+
+# The shipped config.toml
+
+
+def test_shipped_config_loads() -> None:
+    settings = load_settings(REPO_CONFIG, ensure_secrets=False)
+    assert settings.server.bind == "127.0.0.1:8080"
+
+
+def test_shipped_config_keeps_state_next_to_itself() -> None:
+    settings = load_settings(REPO_CONFIG, ensure_secrets=False)
+    assert settings.server.state_dir == REPO_CONFIG.parent / "var"
+    assert settings.database.data_dir == REPO_CONFIG.parent / "var" / "pgdata"
+
+
+def test_every_required_key_is_a_setting() -> None:
+    assert set(REQUIRED_KEYS) <= set(setting_keys(Settings))
+
+
+@pytest.mark.parametrize("key", SHIPPED_KEYS)
+def test_shipped_config_sets_key(key: str) -> None:
+    data = tomllib.loads(REPO_CONFIG.read_text())
+    lookup(data, key)  # KeyError names the missing key
+
+
+@pytest.mark.parametrize("key", SHIPPED_KEYS)
+def test_shipped_config_has_a_comment_above_key(key: str) -> None:
+    text = REPO_CONFIG.read_text()
+    assert comment_above(text.splitlines(), key_lines(text)[key]), f"no comment above {key}"
+
+
+# Environment overrides and the choice of file
+
+
+def test_environment_overrides_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_config(tmp_path, '[server]\nbind = "127.0.0.1:8080"\n')
+    monkeypatch.setenv("PAYORCH_SERVER__BIND", "0.0.0.0:9090")
+    assert load_settings(path, ensure_secrets=False).server.bind == "0.0.0.0:9090"
+
+
+def test_environment_overrides_a_nested_provider_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_config(tmp_path, "[providers.sandbox]\nenabled = true\n")
+    monkeypatch.setenv("PAYORCH_PROVIDERS__SANDBOX__ENABLED", "false")
+    assert load_settings(path, ensure_secrets=False).providers.sandbox.enabled is False
+
+
+def test_environment_list_is_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_config(tmp_path, "[webhooks]\nretry_schedule_s = [0, 5, 300]\n")
+    monkeypatch.setenv("PAYORCH_WEBHOOKS__RETRY_SCHEDULE_S", "[0, 1, 2.5]")
+    assert load_settings(path, ensure_secrets=False).webhooks.retry_schedule_s == [0, 1, 2.5]
+
+
+def test_environment_overrides_one_key_and_keeps_the_rest_of_its_section(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_config(tmp_path, "[server]\nmax_body_bytes = 2048\n")
+    monkeypatch.setenv("PAYORCH_SERVER__GRACEFUL_TIMEOUT_S", "3")
+    settings = load_settings(path, ensure_secrets=False)
+    assert settings.server.max_body_bytes == 2048
+    assert settings.server.graceful_timeout_s == 3
+
+
+def test_config_option_beats_config_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PAYORCH_CONFIG", "/etc/payorch/from-env.toml")
+    assert config_path_from("/srv/from-option.toml") == Path("/srv/from-option.toml")
+
+
+def test_config_environment_variable_picks_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PAYORCH_CONFIG", "/etc/payorch/from-env.toml")
+    assert config_path_from(None) == Path("/etc/payorch/from-env.toml")
+
+
+def test_config_file_defaults_to_config_toml_in_working_directory() -> None:
+    assert config_path_from(None) == Path("config.toml")
+
+
+def test_absent_default_config_file_means_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings(config_path_from(None), ensure_secrets=False)
+    assert settings.server.max_body_bytes == 1_048_576
+    assert settings.server.state_dir == tmp_path / "var"
+
+
+def test_config_variable_does_not_count_as_a_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_config(tmp_path, "")
+    monkeypatch.setenv("PAYORCH_CONFIG", str(path))
+    assert load_settings(config_path_from(None), ensure_secrets=False).server.bind == "127.0.0.1:8080"
+
+
+def test_public_base_url_loses_its_trailing_slash(tmp_path: Path) -> None:
+    path = write_config(tmp_path, '[server]\npublic_base_url = "https://pay.example.com/"\n')
+    assert load_settings(path, ensure_secrets=False).server.public_base_url == "https://pay.example.com"
+
+
+# Relative paths
+
+
+def test_relative_paths_resolve_against_the_config_file_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_config(
+        tmp_path / "etc",
+        '[server]\nstate_dir = "state"\n[database]\ndata_dir = "db/pg"\n[webhooks]\nca_bundle = "ca.pem"\n',
+    )
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings(Path("etc/config.toml"), ensure_secrets=False)
+    assert settings.server.state_dir == path.parent / "state"
+    assert settings.database.data_dir == path.parent / "db" / "pg"
+    assert settings.webhooks.ca_bundle == path.parent / "ca.pem"
+
+
+def test_absolute_paths_are_kept(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "etc", f'[server]\nstate_dir = "{tmp_path / "elsewhere"}"\n')
+    assert load_settings(path, ensure_secrets=False).server.state_dir == tmp_path / "elsewhere"
+
+
+def test_empty_ca_bundle_means_none(tmp_path: Path) -> None:
+    path = write_config(tmp_path, '[webhooks]\nca_bundle = ""\n')
+    assert load_settings(path, ensure_secrets=False).webhooks.ca_bundle is None
+
+
+# Generated secrets
+
+
+def test_empty_secrets_are_generated_once_and_kept(tmp_path: Path) -> None:
+    path = write_config(tmp_path, '[auth]\njwt_secret = ""\n[security]\nencryption_key = ""\n')
+    first = load_settings(path)
+    second = load_settings(path)
+    assert first.auth.jwt_secret == second.auth.jwt_secret
+    assert first.security.encryption_key == second.security.encryption_key
+
+
+def test_generated_secrets_are_kept_in_state_dir_readable_by_owner_only(tmp_path: Path) -> None:
+    path = write_config(tmp_path, '[server]\nstate_dir = "state"\n')
+    settings = load_settings(path)
+    jwt_file = tmp_path / "state" / "jwt_secret"
+    key_file = tmp_path / "state" / "encryption_key"
+    assert jwt_file.read_text().strip() == settings.auth.jwt_secret
+    assert key_file.read_text().strip() == settings.security.encryption_key
+    assert stat.S_IMODE(jwt_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+
+
+def test_generated_secrets_are_usable(tmp_path: Path) -> None:
+    settings = load_settings(write_config(tmp_path, ""))
+    assert len(settings.auth.jwt_secret) >= 32
+    Fernet(settings.security.encryption_key.encode())
+
+
+def test_configured_secrets_are_used_and_nothing_is_generated(tmp_path: Path) -> None:
+    key = Fernet.generate_key().decode()
+    path = write_config(
+        tmp_path,
+        f'[server]\nstate_dir = "state"\n[auth]\njwt_secret = "{"s" * 40}"\n'
+        f'[security]\nencryption_key = "{key}"\n',
+    )
+    settings = load_settings(path)
+    assert settings.auth.jwt_secret == "s" * 40
+    assert settings.security.encryption_key == key
+    assert not (tmp_path / "state").exists()
+
+
+# Bad configuration: ConfigError with one line naming what is wrong
+
+
+BAD_FILES = {
+    "negative_max_body_bytes": ("[server]\nmax_body_bytes = -1\n", "server.max_body_bytes"),
+    "nonsense_bind": ('[server]\nbind = "nonsense"\n', "server.bind"),
+    "unknown_key": ("[server]\ncolour = 3\n", "server.colour"),
+    "unknown_section": ("[mystery]\nanswer = 42\n", "mystery"),
+    "pool_max_below_pool_min": ("[database]\npool_min = 5\npool_max = 2\n", "database.pool_max"),
+    "short_jwt_secret": ('[auth]\njwt_secret = "short"\n', "auth.jwt_secret"),
+    "not_a_fernet_key": ('[security]\nencryption_key = "not-a-key"\n', "security.encryption_key"),
+    "public_base_url_not_http": ('[server]\npublic_base_url = "ftp://x"\n', "server.public_base_url"),
+    "retry_schedule_empty": ("[webhooks]\nretry_schedule_s = []\n", "webhooks.retry_schedule_s"),
+}
+
+
+@pytest.mark.parametrize(("text", "key"), list(BAD_FILES.values()), ids=list(BAD_FILES))
+def test_bad_value_is_config_error_naming_the_key(tmp_path: Path, text: str, key: str) -> None:
+    path = write_config(tmp_path, text)
+    with pytest.raises(ConfigError) as error:
+        load_settings(path, ensure_secrets=False)
+    message = str(error.value)
+    assert f"invalid setting {key}:" in message
+    assert "\n" not in message
+
+
+def test_rejected_secret_is_not_echoed(tmp_path: Path) -> None:
+    path = write_config(tmp_path, '[auth]\njwt_secret = "hunter2-oops"\n')
+    with pytest.raises(ConfigError) as error:
+        load_settings(path, ensure_secrets=False)
+    assert "hunter2-oops" not in str(error.value)
+
+
+def test_bad_environment_value_is_config_error_naming_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PAYORCH_SERVER__MAX_BODY_BYTES", "-1")
+    with pytest.raises(ConfigError, match=r"^invalid setting server\.max_body_bytes:"):
+        load_settings(write_config(tmp_path, ""), ensure_secrets=False)
+
+
+def test_unknown_environment_key_in_a_section_is_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PAYORCH_SERVER__COLOUR", "blue")
+    with pytest.raises(ConfigError, match=r"^invalid setting server\.colour:"):
+        load_settings(write_config(tmp_path, ""), ensure_secrets=False)
+
+
+def test_environment_list_that_is_not_json_is_config_error_naming_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PAYORCH_WEBHOOKS__RETRY_SCHEDULE_S", "0, 5, 300")
+    with pytest.raises(ConfigError, match="PAYORCH_WEBHOOKS__RETRY_SCHEDULE_S") as error:
+        load_settings(write_config(tmp_path, ""), ensure_secrets=False)
+    assert "\n" not in str(error.value)
+
+
+def test_invalid_toml_is_config_error_naming_the_file(tmp_path: Path) -> None:
+    path = write_config(tmp_path, "[server\nbind = \n")
+    with pytest.raises(ConfigError, match="not valid TOML") as error:
+        load_settings(path, ensure_secrets=False)
+    assert str(path) in str(error.value)
+
+
+def test_missing_named_config_file_is_config_error(tmp_path: Path) -> None:
+    missing = tmp_path / "absent.toml"
+    with pytest.raises(ConfigError, match="configuration file not found") as error:
+        load_settings(missing, ensure_secrets=False)
+    assert str(missing) in str(error.value)
+
+
+def test_unreadable_config_path_is_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_settings(tmp_path, ensure_secrets=False)
+
+
+def test_state_dir_that_cannot_hold_secrets_is_config_error_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    path = write_config(tmp_path, '[server]\nstate_dir = "a-file/state"\n')
+    with pytest.raises(ConfigError, match=r"^invalid setting server\.state_dir:"):
+        load_settings(path)
