@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -50,14 +51,16 @@ async def _admin(server_url: str, sql: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def postgres_server() -> Iterator[str]:
     """URL of a PostgreSQL server for the whole run (its `postgres` database)."""
     if os.environ.get("PAYORCH_TEST_DATABASE_URL"):
         yield os.environ["PAYORCH_TEST_DATABASE_URL"]
         return
     import pgserver
 
-    server = pgserver.get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="delete")
+    # Not under pytest's rotating temp directory: a concurrent run could delete it under us.
+    data_dir = Path(tempfile.mkdtemp(prefix="payorch-test-pg-"))
+    server = pgserver.get_server(data_dir, cleanup_mode="delete")
     yield str(server.get_uri("postgres"))
     server.cleanup()
 

@@ -8,6 +8,8 @@ from typing import Any
 DEFAULT_PAGE = 1
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
+# PostgreSQL takes OFFSET as a bigint; no list is that long, so any page beyond it is past the end.
+MAX_OFFSET = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -17,7 +19,8 @@ class PageRequest:
 
     @property
     def offset(self) -> int:
-        return (self.page - 1) * self.limit
+        """How many items come before this page; capped so a huge `page` is past the end, not an error."""
+        return min((self.page - 1) * self.limit, MAX_OFFSET)
 
 
 def envelope(items: list[Any], request: PageRequest, total_items: int) -> dict[str, Any]:

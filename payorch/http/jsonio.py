@@ -1,36 +1,14 @@
-"""JSON as money needs it: numbers with a fraction parse as `Decimal` and `Decimal` prints as a number.
-
-No amount ever passes through `float`. `NaN` and `Infinity` are not JSON and are refused.
-"""
+"""Quart's JSON, made exact: request bodies and responses go through `payorch.jsonexact`."""
 
 from __future__ import annotations
 
-import datetime
-import uuid
 from typing import Any
 
-import simplejson
 from flask.json.provider import JSONProvider
 
+from payorch.jsonexact import dumps_exact, loads_exact
 
-def _default(value: Any) -> Any:
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, datetime.datetime):
-        return value.isoformat()
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def loads_exact(data: str | bytes) -> Any:
-    return simplejson.loads(data, use_decimal=True, parse_constant=_refuse_constant)
-
-
-def dumps_exact(value: Any) -> str:
-    return str(simplejson.dumps(value, use_decimal=True, default=_default, ensure_ascii=False))
+__all__ = ["ExactJsonProvider", "dumps_exact", "loads_exact"]
 
 
 class ExactJsonProvider(JSONProvider):

@@ -6,10 +6,19 @@ in an integration is a 400 rather than a silently ignored value.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, EmailStr, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    EmailStr,
+    Field,
+    StringConstraints,
+)
 
 from payorch.engine.pagination import DEFAULT_LIMIT, DEFAULT_PAGE, MAX_LIMIT
 from payorch.engine.passwords import PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH
@@ -91,9 +100,18 @@ class ApiKeyCreateRequest(Body):
     description: Annotated[str, StringConstraints(strip_whitespace=True, max_length=255)] = ""
 
 
+def _whole_number_text(value: object) -> object:
+    if isinstance(value, str) and not re.fullmatch(r"[0-9]{1,20}", value):
+        raise ValueError("must be a whole number written with digits only")
+    return value
+
+
+QueryInt = Annotated[int, BeforeValidator(_whole_number_text)]
+
+
 class PageQuery(Query):
-    page: Annotated[int, Field(ge=1)] = DEFAULT_PAGE
-    limit: Annotated[int, Field(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT
+    page: Annotated[QueryInt, Field(ge=1)] = DEFAULT_PAGE
+    limit: Annotated[QueryInt, Field(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT
 
 
 class ApplicationListQuery(PageQuery):

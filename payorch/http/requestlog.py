@@ -16,7 +16,13 @@ from quart import Quart, Response, g, request
 log = logging.getLogger("payorch.access")
 
 REQUEST_ID_HEADER = "X-Request-Id"
-_ACCEPTABLE_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+_ACCEPTABLE_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
+
+
+def is_acceptable_request_id(offered: str) -> bool:
+    """Whether a caller's request id is safe to echo in a header and to log as it is."""
+    # fullmatch, not match with `$`: `$` also matches before a trailing newline.
+    return _ACCEPTABLE_ID.fullmatch(offered) is not None
 
 
 def note_application(application_id: object) -> None:
@@ -26,7 +32,7 @@ def note_application(application_id: object) -> None:
 
 async def _start() -> None:
     offered = request.headers.get(REQUEST_ID_HEADER, "")
-    g.request_id = offered if _ACCEPTABLE_ID.match(offered) else f"req_{uuid.uuid4().hex}"
+    g.request_id = offered if is_acceptable_request_id(offered) else f"req_{uuid.uuid4().hex}"
     g.started = time.perf_counter()
 
 

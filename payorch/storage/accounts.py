@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -70,11 +69,11 @@ async def sign_up(conn: Connection, *, token_hash: bytes, account: NewAccount) -
     try:
         await conn.execute(
             """INSERT INTO merchants (id, legal_business_name, company_registration_number, organization)
-               VALUES ($1, $2, $3, $4::jsonb)""",
+               VALUES ($1, $2, $3, $4)""",
             merchant_id,
             organization["legalBusinessName"],
             organization["companyRegistrationNumber"],
-            json.dumps(organization),
+            organization,
         )
         await conn.execute(
             """INSERT INTO users (id, merchant_id, email, password_hash, first_name, last_name)

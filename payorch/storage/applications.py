@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -54,15 +53,7 @@ _API_KEY_COLUMNS = "id, application_id, key_prefix, description, created_at, rev
 
 
 def _application(row: asyncpg.Record) -> Application:
-    description = row["description"]
-    return Application(
-        id=row["id"],
-        merchant_id=row["merchant_id"],
-        name=row["name"],
-        description=json.loads(description) if description is not None else None,
-        is_enabled=row["is_enabled"],
-        created_at=row["created_at"],
-    )
+    return Application(**dict(row.items()))
 
 
 def _api_key(row: asyncpg.Record) -> ApiKey:
@@ -74,11 +65,11 @@ async def create_application(
 ) -> Application:
     row = await conn.fetchrow(
         f"""INSERT INTO applications (id, merchant_id, name, description)
-            VALUES ($1, $2, $3, $4::jsonb) RETURNING {_APPLICATION_COLUMNS}""",
+            VALUES ($1, $2, $3, $4) RETURNING {_APPLICATION_COLUMNS}""",
         uuid.uuid4(),
         merchant_id,
         name,
-        json.dumps(description) if description is not None else None,
+        description,
     )
     return _application(row)
 

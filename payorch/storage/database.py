@@ -16,6 +16,8 @@ import trio
 import trio_asyncio
 from asyncpg import Connection
 
+from payorch.jsonexact import dumps_exact, loads_exact
+
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -62,6 +64,14 @@ class Database:
         return False
 
 
+async def _exact_json_codecs(conn: Connection) -> None:
+    """json and jsonb columns take and give Python values, with fractions as exact `Decimal`."""
+    for type_name in ("json", "jsonb"):
+        await conn.set_type_codec(
+            type_name, encoder=dumps_exact, decoder=loads_exact, schema="pg_catalog", format="text"
+        )
+
+
 async def _select_one(conn: Connection) -> Any:
     return await conn.fetchval("SELECT 1")
 
@@ -70,7 +80,7 @@ async def _select_one(conn: Connection) -> Any:
 async def open_database(dsn: str, *, min_size: int, max_size: int) -> AsyncIterator[Database]:
     """Open a pool on the running trio_asyncio loop; closed (shielded) on exit."""
     pool = await trio_asyncio.aio_as_trio(asyncpg.create_pool)(
-        dsn, min_size=min_size, max_size=max_size, command_timeout=60
+        dsn, min_size=min_size, max_size=max_size, command_timeout=60, init=_exact_json_codecs
     )
     try:
         yield Database(pool, dsn)
