@@ -1,0 +1,88 @@
+"""The checkout session state machine, as pure functions.
+
+    (create) -> PENDING
+    PENDING  --payment succeeded-->            SUCCEEDED        emits session.completed
+    PENDING  --payment declined-->             PENDING          the customer may try again
+    PENDING  --expired-->                      FAILED/EXPIRED   emits session.expired
+    SUCCEEDED | PARTIALLY_REFUNDED --dispute lost--> REVERSED
+    SUCCEEDED | PARTIALLY_REFUNDED | REFUNDED  follow the refunded sum (see `status_for_refunded`)
+
+A transition that does not apply to the current state is refused with `TransitionRefused`; callers
+treat a refused provider outcome as already applied (providers deliver events more than once).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class SessionStatus(enum.StrEnum):
+    PENDING = "PENDING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    PARTIALLY_REFUNDED = "PARTIALLY_REFUNDED"
+    REFUNDED = "REFUNDED"
+    REVERSED = "REVERSED"
+
+
+class SessionEvent(enum.StrEnum):
+    PAYMENT_SUCCEEDED = "payment_succeeded"
+    PAYMENT_DECLINED = "payment_declined"
+    EXPIRED = "expired"
+    DISPUTE_LOST = "dispute_lost"
+
+
+REFUNDABLE = frozenset({SessionStatus.SUCCEEDED, SessionStatus.PARTIALLY_REFUNDED})
+# The states whose read record lists its refunds; `refunds` is null in the others.
+WITH_REFUNDS = frozenset(
+    {
+        SessionStatus.SUCCEEDED,
+        SessionStatus.PARTIALLY_REFUNDED,
+        SessionStatus.REFUNDED,
+        SessionStatus.REVERSED,
+    }
+)
+
+EXPIRED_REASON = "EXPIRED"
+
+
+class TransitionRefused(Exception):
+    """The event does not apply to a session in this state."""
+
+    def __init__(self, status: SessionStatus, event: SessionEvent) -> None:
+        super().__init__(f"{event.value} does not apply to a {status.value} session")
+        self.status = status
+        self.event = event
+
+
+@dataclass(frozen=True)
+class Transition:
+    status: SessionStatus
+    failure_reason: str | None = None
+    emits: str | None = None  # the webhook event type this transition emits, if any
+
+
+def transition(status: SessionStatus, event: SessionEvent) -> Transition:
+    """Where `event` takes a session in `status`; `TransitionRefused` when it does not apply."""
+    if status is SessionStatus.PENDING:
+        if event is SessionEvent.PAYMENT_SUCCEEDED:
+            return Transition(SessionStatus.SUCCEEDED, emits="session.completed")
+        if event is SessionEvent.PAYMENT_DECLINED:
+            return Transition(SessionStatus.PENDING)
+        if event is SessionEvent.EXPIRED:
+            return Transition(SessionStatus.FAILED, failure_reason=EXPIRED_REASON, emits="session.expired")
+    if status in REFUNDABLE and event is SessionEvent.DISPUTE_LOST:
+        return Transition(SessionStatus.REVERSED)
+    raise TransitionRefused(status, event)
+
+
+def status_for_refunded(total_minor: int, refunded_minor: int) -> SessionStatus:
+    """The status of a paid session whose refunds that are not FAILED add up to `refunded_minor`."""
+    if not 0 <= refunded_minor <= total_minor:
+        raise ValueError("refunded sum must lie between 0 and the session total")
+    if refunded_minor == 0:
+        return SessionStatus.SUCCEEDED
+    if refunded_minor < total_minor:
+        return SessionStatus.PARTIALLY_REFUNDED
+    return SessionStatus.REFUNDED

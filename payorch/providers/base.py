@@ -1,0 +1,142 @@
+"""The one interface every payment provider adapter implements.
+
+An adapter turns payorch's requests into the provider's API calls and the provider's events into
+payorch's `ProviderEvent`s. Nothing outside `providers/` knows a provider's wire format.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from payorch.engine.money import Money
+
+
+class ProviderError(Exception):
+    """The provider failed or could not be reached: counts against its health; try another."""
+
+
+class CredentialsRejected(Exception):
+    """The provider says the credentials are not valid (a 401 from it)."""
+
+
+class EventRejected(Exception):
+    """An inbound event is not authentic (bad signature) or cannot be understood."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Amounts a provider accepts in one currency, in minor units (inclusive)."""
+
+    min_minor: int
+    max_minor: int
+
+
+@dataclass(frozen=True)
+class CheckoutRequest:
+    session_id: uuid.UUID
+    application_id: uuid.UUID
+    amount: Money
+    payment_method: str
+    order_reference: str
+    customer_email: str
+    locale: str | None
+    expires_at: datetime
+    success_url: str | None
+    failure_url: str | None
+    order_items: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CheckoutCreated:
+    reference: str  # the provider's id of its checkout
+    url: str  # where the customer pays
+
+
+@dataclass(frozen=True)
+class WebhookRegistration:
+    reference: str  # the provider's id of the endpoint
+    secret: str  # what the provider signs its events to us with
+
+
+@dataclass(frozen=True)
+class RefundRequest:
+    refund_id: uuid.UUID
+    session_id: uuid.UUID
+    payment_reference: str  # the provider's id of the paid checkout
+    amount: Money
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class RefundSubmitted:
+    reference: str  # the provider's id of the refund
+
+
+class EventKind(enum.Enum):
+    PAYMENT_SUCCEEDED = "payment_succeeded"
+    PAYMENT_DECLINED = "payment_declined"
+    CHECKOUT_EXPIRED = "checkout_expired"
+    DISPUTE_LOST = "dispute_lost"
+    REFUND_SUCCEEDED = "refund_succeeded"
+    REFUND_FAILED = "refund_failed"
+    IGNORED = "ignored"  # authentic, but nothing payorch acts on
+
+
+@dataclass(frozen=True)
+class ProviderEvent:
+    """A provider's event, verified and translated. `session_id` and `refund_id` are payorch's ids
+    as the provider echoes them back; `reason` is payorch's failure reason code where one applies."""
+
+    id: str
+    kind: EventKind
+    session_id: uuid.UUID | None = None
+    refund_id: uuid.UUID | None = None
+    checkout_reference: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Credentials:
+    api_key: str
+
+
+class Provider(Protocol):
+    """A payment provider adapter. Methods that talk to the provider raise `ProviderError` when it
+    fails or times out, so routing can count it and cascade to the next candidate."""
+
+    name: str
+    display_name: str
+    payment_methods: frozenset[str]
+
+    def limits(self, currency: str, payment_method: str) -> Limits | None:
+        """The amounts accepted for `payment_method` in `currency`; None if not accepted at all."""
+        ...
+
+    async def validate_credentials(self, credentials: Credentials) -> None:
+        """Raise `CredentialsRejected` unless the provider accepts `credentials`."""
+        ...
+
+    async def register_webhook(self, credentials: Credentials, url: str) -> WebhookRegistration:
+        """Ask the provider to send its events for this account to `url`."""
+        ...
+
+    async def create_checkout(
+        self, credentials: Credentials, request: CheckoutRequest, *, idempotency_key: str
+    ) -> CheckoutCreated:
+        """Create the provider's hosted checkout; retried with the same key, it makes only one."""
+        ...
+
+    async def submit_refund(
+        self, credentials: Credentials, request: RefundRequest, *, idempotency_key: str
+    ) -> RefundSubmitted:
+        """Ask the provider to refund; retried with the same key, it refunds only once."""
+        ...
+
+    def parse_event(self, headers: Mapping[str, str], body: bytes, secret: str) -> ProviderEvent:
+        """Verify and translate an inbound event; `EventRejected` when it is not authentic."""
+        ...
