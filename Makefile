@@ -21,8 +21,8 @@ migrate: $(STAMP)
 	$(BIN)/payorch migrate
 
 lint: $(STAMP)
-	$(BIN)/ruff check payorch tests bench
-	$(BIN)/ruff format --check payorch tests bench
+	$(BIN)/ruff check payorch tests $(wildcard bench)
+	$(BIN)/ruff format --check payorch tests $(wildcard bench)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

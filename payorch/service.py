@@ -25,7 +25,7 @@ from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallabl
 
 from payorch.config import Settings
 from payorch.http.app import create_app
-from payorch.http.context import Services
+from payorch.runtime import build_services
 from payorch.storage.database import Database, open_database
 from payorch.storage.migrations import migrate
 
@@ -100,7 +100,7 @@ async def run(
             applied = await migrate(db)
             if applied:
                 log.info("migrations applied", extra={"migrations": applied})
-            app = create_app(Services(settings=settings, db=db))
+            app = create_app(build_services(settings, db))
             async with trio.open_nursery() as nursery:
                 addresses: list[str] = await nursery.start(
                     partial(

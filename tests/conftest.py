@@ -27,7 +27,8 @@ from payorch.config import (
     WebhookSettings,
 )
 from payorch.http.app import create_app
-from payorch.http.context import PayorchApp, Services
+from payorch.http.context import PayorchApp
+from payorch.runtime import build_services
 from payorch.storage.database import Database, open_database
 from payorch.storage.migrations import migrate
 from tests.helpers import Client, Merchant, new_merchant
@@ -113,7 +114,7 @@ async def db(settings: Settings) -> AsyncIterator[Database]:
 
 @pytest.fixture
 def app(settings: Settings, db: Database) -> PayorchApp:
-    return create_app(Services(settings=settings, db=db))
+    return create_app(build_services(settings, db))
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""What request handlers reach through the app: the settings and the database, passed in, never global."""
+"""What request handlers reach through the app: settings, database and the rest, passed in, never global."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from quart import current_app
 from quart_trio import QuartTrio
 
 from payorch.config import Settings
+from payorch.engine.secretbox import SecretBox
+from payorch.providers.catalogue import ProviderCatalogue
 from payorch.storage.database import Database
 
 
@@ -16,6 +18,8 @@ from payorch.storage.database import Database
 class Services:
     settings: Settings
     db: Database
+    secrets: SecretBox
+    providers: ProviderCatalogue
 
 
 class PayorchApp(QuartTrio):

@@ -11,7 +11,8 @@ from quart import Response
 
 from payorch.config import Settings
 from payorch.http.app import create_app
-from payorch.http.context import PayorchApp, Services
+from payorch.http.context import PayorchApp
+from payorch.runtime import build_services
 from payorch.storage.database import Database
 from tests.helpers import Client, Merchant
 
@@ -136,7 +137,7 @@ async def test_fraction_inside_description_is_not_a_500(client: Client, merchant
 def small_body_app(settings: Settings, db: Database) -> PayorchApp:
     """An app that accepts request bodies of at most 64 bytes."""
     small = settings.model_copy(update={"server": settings.server.model_copy(update={"max_body_bytes": 64})})
-    return create_app(Services(settings=small, db=db))
+    return create_app(build_services(small, db))
 
 
 async def test_body_over_max_body_bytes_is_413(small_body_app: PayorchApp, merchant: Merchant) -> None:

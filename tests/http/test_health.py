@@ -10,7 +10,8 @@ import trio_asyncio
 
 from payorch.config import Settings
 from payorch.http.app import create_app
-from payorch.http.context import PayorchApp, Services
+from payorch.http.context import PayorchApp
+from payorch.runtime import build_services
 from payorch.storage.database import Database, open_database
 from tests.helpers import Client
 
@@ -32,7 +33,7 @@ async def app_with_closed_pool(settings: Settings, db: Database) -> PayorchApp:
     """An app whose database pool has been closed, as during a shutdown (`db` brings the loop)."""
     async with open_database(settings.database.url, min_size=1, max_size=1) as closed:
         pass
-    return create_app(Services(settings=settings, db=closed))
+    return create_app(build_services(settings, closed))
 
 
 async def test_readyz_is_503_when_the_pool_is_closed(app_with_closed_pool: PayorchApp) -> None:
