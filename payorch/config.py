@@ -111,6 +111,12 @@ class SessionSettings(_Section):
     ttl_s: PositiveInt = 1800
 
 
+class EngineSettings(_Section):
+    actor_idle_s: PositiveFloat = 300.0
+    mailbox_size: PositiveInt = 256
+    provider_timeout_s: PositiveFloat = 10.0
+
+
 class IdempotencySettings(_Section):
     retention_s: PositiveInt = 86400
 
@@ -134,6 +140,7 @@ class WebhookSettings(_Section):
 class SandboxSettings(_Section):
     enabled: bool = True
     refund_delay_ms: Annotated[int, Field(ge=0)] = 500
+    dispute_delay_ms: Annotated[int, Field(ge=0)] = 2000
 
 
 class ProviderSettings(_Section):
@@ -159,6 +166,7 @@ class Settings(BaseSettings):
     security: SecuritySettings = SecuritySettings()
     signup: SignupSettings = SignupSettings()
     sessions: SessionSettings = SessionSettings()
+    engine: EngineSettings = EngineSettings()
     idempotency: IdempotencySettings = IdempotencySettings()
     webhooks: WebhookSettings = WebhookSettings()
     providers: ProviderSettings = ProviderSettings()

@@ -1,26 +1,69 @@
-"""The parts of a running service, built once from the settings and passed down."""
+"""The running parts of the service, built once from the settings and passed down.
+
+`open_runtime` owns one nursery holding the application actors and the supervisors; leaving it
+cancels them all. The HTTP server is started beside it by `service.run`; tests use it directly.
+"""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import trio
+
 from payorch.config import Settings
+from payorch.engine.actors import ActorRegistry
+from payorch.engine.checkout import PaymentsContext
+from payorch.engine.routing import ProviderHealth, RoutingPolicy
 from payorch.engine.secretbox import SecretBox
-from payorch.http.context import Services
+from payorch.http.app import create_app
+from payorch.http.context import PayorchApp, Services
 from payorch.providers.base import Provider
 from payorch.providers.catalogue import ProviderCatalogue
+from payorch.providers.sandbox import SandboxProvider
 from payorch.storage.database import Database
+from payorch.supervisors.expiry import run_expiry_supervisor
 
 
 def enabled_providers(settings: Settings, db: Database, secrets: SecretBox) -> list[Provider]:
     """The provider adapters `config.toml` enables."""
     providers: list[Provider] = []
+    sandbox = settings.providers.sandbox
+    if sandbox.enabled:
+        providers.append(
+            SandboxProvider(
+                db,
+                secrets,
+                public_base_url=settings.server.public_base_url,
+                refund_delay_ms=sandbox.refund_delay_ms,
+                dispute_delay_ms=sandbox.dispute_delay_ms,
+            )
+        )
     return providers
 
 
-def build_services(settings: Settings, db: Database) -> Services:
+@dataclass(frozen=True)
+class Runtime:
+    services: Services
+    app: PayorchApp
+
+
+@asynccontextmanager
+async def open_runtime(settings: Settings, db: Database) -> AsyncIterator[Runtime]:
+    """Services, the HTTP app, and every background task, running until the block is left."""
     secrets = SecretBox(settings.security.encryption_key)
-    return Services(
-        settings=settings,
-        db=db,
-        secrets=secrets,
-        providers=ProviderCatalogue(enabled_providers(settings, db, secrets)),
-    )
+    providers = ProviderCatalogue(enabled_providers(settings, db, secrets))
+    health = ProviderHealth(RoutingPolicy())
+    context = PaymentsContext(settings=settings, db=db, secrets=secrets, providers=providers, health=health)
+    async with trio.open_nursery() as nursery:
+        actors = ActorRegistry(
+            nursery, context, mailbox_size=settings.engine.mailbox_size, idle_s=settings.engine.actor_idle_s
+        )
+        services = Services(
+            settings=settings, db=db, secrets=secrets, providers=providers, health=health, actors=actors
+        )
+        app = create_app(services)
+        await nursery.start(run_expiry_supervisor, services)
+        yield Runtime(services=services, app=app)
+        nursery.cancel_scope.cancel()

@@ -24,8 +24,7 @@ from hypercorn.trio import serve as hypercorn_serve
 from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
 
 from payorch.config import Settings
-from payorch.http.app import create_app
-from payorch.runtime import build_services
+from payorch.runtime import open_runtime
 from payorch.storage.database import Database, open_database
 from payorch.storage.migrations import migrate
 
@@ -100,12 +99,11 @@ async def run(
             applied = await migrate(db)
             if applied:
                 log.info("migrations applied", extra={"migrations": applied})
-            app = create_app(build_services(settings, db))
-            async with trio.open_nursery() as nursery:
+            async with open_runtime(settings, db) as runtime, trio.open_nursery() as nursery:
                 addresses: list[str] = await nursery.start(
                     partial(
                         hypercorn_serve,
-                        _finish_responses_uncancelled(app),
+                        _finish_responses_uncancelled(runtime.app),
                         _hypercorn_config(settings),
                         shutdown_trigger=shutdown.wait,
                     )

@@ -26,9 +26,8 @@ from payorch.config import (
     Settings,
     WebhookSettings,
 )
-from payorch.http.app import create_app
 from payorch.http.context import PayorchApp
-from payorch.runtime import build_services
+from payorch.runtime import Runtime, open_runtime
 from payorch.storage.database import Database, open_database
 from payorch.storage.migrations import migrate
 from tests.helpers import Client, Merchant, new_merchant
@@ -113,8 +112,15 @@ async def db(settings: Settings) -> AsyncIterator[Database]:
 
 
 @pytest.fixture
-def app(settings: Settings, db: Database) -> PayorchApp:
-    return create_app(build_services(settings, db))
+async def runtime(settings: Settings, db: Database) -> AsyncIterator[Runtime]:
+    """Services, the app and the background tasks (actors, supervisors), as the service runs them."""
+    async with open_runtime(settings, db) as running:
+        yield running
+
+
+@pytest.fixture
+def app(runtime: Runtime) -> PayorchApp:
+    return runtime.app
 
 
 @pytest.fixture

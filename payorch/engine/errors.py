@@ -65,3 +65,57 @@ class AccountExists(DomainError):
 
 class StatusUnchanged(DomainError):
     """The application already has the requested status."""
+
+
+class ProviderAlreadyLinked(DomainError):
+    """The application is linked to this provider already."""
+
+
+class UnsupportedPaymentMethod(DomainError):
+    """The provider does not offer a requested payment method."""
+
+
+class ProviderCredentialsRejected(DomainError):
+    """The provider refused the credentials."""
+
+
+class ProviderUnavailable(DomainError):
+    """Every eligible provider failed or could not be reached."""
+
+
+class ServiceBusy(DomainError):
+    """The application's mailbox is full: retry after `retry_after` seconds."""
+
+    def __init__(self, message: str, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class CodedError(DomainError):
+    """An error answered in shape B, with a machine-readable string `code`."""
+
+    code = ""
+
+    def __init__(self, message: str, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class IdempotencyKeyMismatch(CodedError):
+    code = "IDEMPOTENCY_KEY_MISMATCH"
+
+
+class IdempotencyKeyInProgress(CodedError):
+    code = "IDEMPOTENCY_KEY_IN_PROGRESS"
+
+
+class NoProviderAvailable(CodedError):
+    code = "NO_PROVIDER_AVAILABLE"
+
+
+class SessionNotRefundable(CodedError):
+    code = "SESSION_NOT_REFUNDABLE"
+
+
+class RefundExceedsBalance(CodedError):
+    code = "REFUND_EXCEEDS_BALANCE"

@@ -8,7 +8,16 @@ from payorch.http.context import PayorchApp, Services
 from payorch.http.errors import install_error_handlers
 from payorch.http.jsonio import ExactJsonProvider
 from payorch.http.requestlog import install_request_log
-from payorch.http.routes import accounts, applications, health, sessions
+from payorch.http.routes import (
+    accounts,
+    applications,
+    health,
+    payment_methods,
+    provider_events,
+    providers,
+    sessions,
+)
+from payorch.providers.sandbox import pages as sandbox_pages
 
 
 class _App(PayorchApp):
@@ -33,6 +42,15 @@ def create_app(services: Services) -> PayorchApp:
     app.json = ExactJsonProvider(app)
     install_request_log(app)
     install_error_handlers(app)
-    for blueprint in (health.blueprint, accounts.blueprint, applications.blueprint, sessions.blueprint):
+    for blueprint in (
+        health.blueprint,
+        accounts.blueprint,
+        applications.blueprint,
+        sessions.blueprint,
+        providers.blueprint,
+        provider_events.blueprint,
+        payment_methods.blueprint,
+        sandbox_pages.blueprint,
+    ):
         app.register_blueprint(blueprint)
     return app

@@ -9,6 +9,8 @@ from quart import current_app
 from quart_trio import QuartTrio
 
 from payorch.config import Settings
+from payorch.engine.actors import ActorRegistry
+from payorch.engine.routing import ProviderHealth
 from payorch.engine.secretbox import SecretBox
 from payorch.providers.catalogue import ProviderCatalogue
 from payorch.storage.database import Database
@@ -20,6 +22,8 @@ class Services:
     db: Database
     secrets: SecretBox
     providers: ProviderCatalogue
+    health: ProviderHealth
+    actors: ActorRegistry
 
 
 class PayorchApp(QuartTrio):

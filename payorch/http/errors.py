@@ -32,6 +32,20 @@ STATUS_OF: dict[type[domain.DomainError], HTTPStatus] = {
     domain.AccountExists: HTTPStatus.CONFLICT,
     domain.StatusUnchanged: HTTPStatus.CONFLICT,
     domain.InviteUsedOrExpired: HTTPStatus.GONE,
+    domain.ProviderAlreadyLinked: HTTPStatus.CONFLICT,
+    domain.UnsupportedPaymentMethod: HTTPStatus.UNPROCESSABLE_ENTITY,
+    domain.ProviderCredentialsRejected: HTTPStatus.UNPROCESSABLE_ENTITY,
+    domain.ProviderUnavailable: HTTPStatus.BAD_GATEWAY,
+    domain.ServiceBusy: HTTPStatus.SERVICE_UNAVAILABLE,
+}
+
+# Errors answered in shape B, with their string `code`.
+SHAPE_B_STATUS_OF: dict[type[domain.CodedError], HTTPStatus] = {
+    domain.IdempotencyKeyMismatch: HTTPStatus.UNPROCESSABLE_ENTITY,
+    domain.IdempotencyKeyInProgress: HTTPStatus.CONFLICT,
+    domain.NoProviderAvailable: HTTPStatus.UNPROCESSABLE_ENTITY,
+    domain.SessionNotRefundable: HTTPStatus.UNPROCESSABLE_ENTITY,
+    domain.RefundExceedsBalance: HTTPStatus.UNPROCESSABLE_ENTITY,
 }
 
 
@@ -76,6 +90,10 @@ def _field_problems(error: ValidationError) -> list[dict[str, str]]:
 
 
 async def _domain_error(error: domain.DomainError) -> Response:
+    if isinstance(error, domain.CodedError) and type(error) in SHAPE_B_STATUS_OF:
+        return shape_b(
+            SHAPE_B_STATUS_OF[type(error)], error.code, error.message, retry_after=error.retry_after
+        )
     for kind in type(error).__mro__:
         status = STATUS_OF.get(kind)
         if status is not None:
@@ -85,7 +103,8 @@ async def _domain_error(error: domain.DomainError) -> Response:
     details = None
     if isinstance(error, domain.InvalidInput):
         details = [{"field": item.field, "message": item.message} for item in error.details]
-    return shape_a(status, error.message, details=details)
+    retry_after = error.retry_after if isinstance(error, domain.ServiceBusy) else None
+    return shape_a(status, error.message, details=details, retry_after=retry_after)
 
 
 async def _schema_error(error: RequestSchemaValidationError) -> Response:

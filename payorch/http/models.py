@@ -7,9 +7,12 @@ in an integration is a 400 rather than a silently ignored value.
 from __future__ import annotations
 
 import re
+import uuid
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
+from babel import Locale
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -18,6 +21,7 @@ from pydantic import (
     EmailStr,
     Field,
     StringConstraints,
+    field_validator,
 )
 
 from payorch.engine.pagination import DEFAULT_LIMIT, DEFAULT_PAGE, MAX_LIMIT
@@ -116,3 +120,137 @@ class PageQuery(Query):
 
 class ApplicationListQuery(PageQuery):
     include: Literal["apiKeys"] | None = None
+
+
+# --- Money and sessions ------------------------------------------------------------------------
+
+_MAX_AMOUNT = Decimal(10) ** 15  # far above any real payment, far below what storage holds
+
+
+def _json_number(value: object) -> object:
+    """A JSON number as an exact Decimal: ints and decimals pass, anything else (strings, booleans,
+    floats that did not come from our exact JSON parser) is refused."""
+    if isinstance(value, bool) or not isinstance(value, int | Decimal):
+        raise ValueError("must be a JSON number")
+    number = Decimal(value)
+    if not number.is_finite() or abs(number) >= _MAX_AMOUNT:
+        raise ValueError("is out of range")
+    return number
+
+
+Amount = Annotated[Decimal, BeforeValidator(_json_number)]
+NonNegativeAmount = Annotated[Amount, Field(ge=0)]
+CurrencyCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")]
+_COUNTRIES = frozenset(
+    str(code) for code in Locale("en").territories if len(str(code)) == 2 and str(code).isalpha()
+)
+
+
+def _iso_country(value: str) -> str:
+    if value not in _COUNTRIES:
+        raise ValueError("must be an ISO 3166-1 alpha-2 country code, e.g. PL")
+    return value
+
+
+CountryCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{2}$"), AfterValidator(_iso_country)]
+OptionalText = Annotated[str, StringConstraints(strip_whitespace=True, max_length=255)] | None
+
+
+class SessionAmount(Body):
+    total: Annotated[Amount, Field(gt=0)]
+    shipping: NonNegativeAmount = Decimal(0)
+    tax: NonNegativeAmount = Decimal(0)
+
+
+class Address(Body):
+    line1: Text
+    line2: OptionalText = None
+    city: Text
+    state: OptionalText = None
+    postalCode: Text
+    country: CountryCode
+
+
+class Customer(Body):
+    email: EmailStr
+    firstName: OptionalText = None
+    lastName: OptionalText = None
+    phone: Annotated[str, StringConstraints(strip_whitespace=True, max_length=32)] | None = None
+    billingAddress: Address | None = None
+    shippingAddress: Address | None = None
+
+
+class OrderItem(Body):
+    name: Text
+    sku: OptionalText = None
+    quantity: Annotated[int, Field(ge=1, le=1_000_000)]
+    unitPrice: NonNegativeAmount
+
+
+class ShippingInfo(Body):
+    type: OptionalText = None
+    method: OptionalText = None
+
+
+class RedirectUrls(Body):
+    success: WebUrl | None = None
+    failure: WebUrl | None = None
+
+
+class SessionCreateRequest(Body):
+    applicationId: uuid.UUID | None = None
+    orderReference: Text
+    paymentMethod: Annotated[str, StringConstraints(min_length=1, max_length=50)]
+    currency: CurrencyCode
+    locale: Annotated[str, StringConstraints(pattern=r"^[a-z]{2}_[A-Z]{2}$")] | None = None
+    amount: SessionAmount
+    orderItems: Annotated[list[OrderItem], Field(max_length=500)] | None = None
+    customer: Customer
+    shipping: ShippingInfo | None = None
+    additionalInformation: (
+        Annotated[dict[Text, Annotated[str, StringConstraints(max_length=1000)]], Field(max_length=50)] | None
+    ) = None
+    redirectUrls: RedirectUrls | None = None
+
+    @field_validator("applicationId", mode="before")
+    @classmethod
+    def _uuid_text(cls, value: object) -> object:
+        # Strict mode wants a UUID object; JSON carries text.
+        if isinstance(value, str):
+            try:
+                return uuid.UUID(value)
+            except ValueError:
+                raise ValueError("must be a UUID") from None
+        return value
+
+
+class PaymentMethodsQuery(Query):
+    currency: Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")]
+    amount: Annotated[str, StringConstraints(pattern=r"^\d{1,15}(\.\d{1,10})?$")]
+    applicationId: uuid.UUID | None = None
+
+
+# --- Providers ---------------------------------------------------------------------------------
+
+
+class ProviderCredentials(Body):
+    apiKey: Annotated[str, StringConstraints(min_length=1, max_length=500)]
+
+
+PaymentMethods = Annotated[
+    list[Annotated[str, StringConstraints(min_length=1, max_length=50)]], Field(min_length=1, max_length=20)
+]
+
+
+class ProviderLinkRequest(Body):
+    name: Name
+    paymentMethods: PaymentMethods
+    credentials: ProviderCredentials
+
+
+class ProviderApiKeyRequest(Body):
+    apiKey: Annotated[str, StringConstraints(min_length=1, max_length=500)]
+
+
+class ProviderPaymentMethodsRequest(Body):
+    paymentMethods: PaymentMethods

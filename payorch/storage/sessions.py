@@ -5,6 +5,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
+from typing import Any
 
 import asyncpg
 
@@ -22,10 +24,36 @@ class CheckoutSession:
     status: str
     failure_reason: str | None
     provider_name: str | None
+    provider_reference: str | None
     payment_method: str
+    checkout_url: str | None
+    routing_score: Decimal | None
     expires_at: datetime | None
     created_at: datetime
     updated_at: datetime
+
+
+@dataclass(frozen=True)
+class NewSession:
+    id: uuid.UUID
+    application_id: uuid.UUID
+    order_reference: str
+    amount_minor: int
+    shipping_minor: int
+    tax_minor: int
+    currency: str
+    payment_method: str
+    locale: str | None
+    customer: dict[str, Any]
+    order_items: list[dict[str, Any]] | None
+    shipping: dict[str, Any] | None
+    additional_information: dict[str, Any] | None
+    redirect_urls: dict[str, Any] | None
+    expires_at: datetime
+    provider_name: str
+    provider_reference: str
+    checkout_url: str
+    routing_score: Decimal
 
 
 _COLUMNS = ", ".join(CheckoutSession.__dataclass_fields__)
@@ -33,6 +61,43 @@ _COLUMNS = ", ".join(CheckoutSession.__dataclass_fields__)
 
 def _session(row: asyncpg.Record) -> CheckoutSession:
     return CheckoutSession(**dict(row.items()))
+
+
+async def insert_session(conn: Connection, session: NewSession) -> CheckoutSession:
+    fields = list(NewSession.__dataclass_fields__)
+    placeholders = ", ".join(f"${index}" for index in range(1, len(fields) + 1))
+    row = await conn.fetchrow(
+        f"""INSERT INTO checkout_sessions ({", ".join(fields)}, status)
+            VALUES ({placeholders}, 'PENDING') RETURNING {_COLUMNS}""",
+        *(getattr(session, name) for name in fields),
+    )
+    return _session(row)
+
+
+async def get_session(conn: Connection, session_id: uuid.UUID) -> CheckoutSession | None:
+    row = await conn.fetchrow(f"SELECT {_COLUMNS} FROM checkout_sessions WHERE id = $1", session_id)
+    return _session(row) if row else None
+
+
+async def lock_session(conn: Connection, session_id: uuid.UUID) -> CheckoutSession | None:
+    """The session, locked for update until the end of the transaction."""
+    row = await conn.fetchrow(
+        f"SELECT {_COLUMNS} FROM checkout_sessions WHERE id = $1 FOR UPDATE", session_id
+    )
+    return _session(row) if row else None
+
+
+async def set_session_status(
+    conn: Connection, session_id: uuid.UUID, status: str, failure_reason: str | None
+) -> CheckoutSession:
+    row = await conn.fetchrow(
+        f"""UPDATE checkout_sessions SET status = $2, failure_reason = $3, updated_at = now()
+            WHERE id = $1 RETURNING {_COLUMNS}""",
+        session_id,
+        status,
+        failure_reason,
+    )
+    return _session(row)
 
 
 async def list_sessions(
@@ -49,3 +114,27 @@ async def list_sessions(
         page.offset,
     )
     return [_session(row) for row in rows], int(total)
+
+
+@dataclass(frozen=True)
+class DueExpiry:
+    session_id: uuid.UUID
+    application_id: uuid.UUID
+
+
+async def sessions_due_for_expiry(conn: Connection, limit: int) -> list[DueExpiry]:
+    rows = await conn.fetch(
+        """SELECT id, application_id FROM checkout_sessions
+           WHERE status = 'PENDING' AND expires_at <= now() ORDER BY expires_at LIMIT $1""",
+        limit,
+    )
+    return [DueExpiry(row["id"], row["application_id"]) for row in rows]
+
+
+async def seconds_until_next_expiry(conn: Connection) -> float | None:
+    """Seconds until the earliest PENDING session expires (<= 0 when one is due); None if none."""
+    value = await conn.fetchval(
+        """SELECT extract(epoch FROM min(expires_at) - now()) FROM checkout_sessions
+           WHERE status = 'PENDING'"""
+    )
+    return float(value) if value is not None else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from http import HTTPStatus
 from typing import Any
 
@@ -10,9 +11,8 @@ import pytest
 from quart import Response
 
 from payorch.config import Settings
-from payorch.http.app import create_app
 from payorch.http.context import PayorchApp
-from payorch.runtime import build_services
+from payorch.runtime import open_runtime
 from payorch.storage.database import Database
 from tests.helpers import Client, Merchant
 
@@ -134,10 +134,11 @@ async def test_fraction_inside_description_is_not_a_500(client: Client, merchant
 
 
 @pytest.fixture
-def small_body_app(settings: Settings, db: Database) -> PayorchApp:
+async def small_body_app(settings: Settings, db: Database) -> AsyncIterator[PayorchApp]:
     """An app that accepts request bodies of at most 64 bytes."""
     small = settings.model_copy(update={"server": settings.server.model_copy(update={"max_body_bytes": 64})})
-    return create_app(build_services(small, db))
+    async with open_runtime(small, db) as runtime:
+        yield runtime.app
 
 
 async def test_body_over_max_body_bytes_is_413(small_body_app: PayorchApp, merchant: Merchant) -> None:

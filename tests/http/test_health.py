@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -9,9 +10,8 @@ import pytest
 import trio_asyncio
 
 from payorch.config import Settings
-from payorch.http.app import create_app
 from payorch.http.context import PayorchApp
-from payorch.runtime import build_services
+from payorch.runtime import open_runtime
 from payorch.storage.database import Database, open_database
 from tests.helpers import Client
 
@@ -29,11 +29,12 @@ async def test_readyz_is_200_when_the_database_answers(client: Client) -> None:
 
 
 @pytest.fixture
-async def app_with_closed_pool(settings: Settings, db: Database) -> PayorchApp:
+async def app_with_closed_pool(settings: Settings, db: Database) -> AsyncIterator[PayorchApp]:
     """An app whose database pool has been closed, as during a shutdown (`db` brings the loop)."""
     async with open_database(settings.database.url, min_size=1, max_size=1) as closed:
         pass
-    return create_app(build_services(settings, closed))
+    async with open_runtime(settings, closed) as runtime:
+        yield runtime.app
 
 
 async def test_readyz_is_503_when_the_pool_is_closed(app_with_closed_pool: PayorchApp) -> None:

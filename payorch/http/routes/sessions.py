@@ -1,42 +1,137 @@
-"""Checkout sessions: reads for a merchant's dashboard (JWT) or server (API key)."""
+"""Checkout sessions: created by a merchant's server (API key) or dashboard (JWT), then read."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
-from quart import Blueprint
-from quart_schema import validate_querystring
+from quart import Blueprint, Response, jsonify, request
+from quart_schema import validate_querystring, validate_request
 
-from payorch.engine.money import to_major_units
+from payorch.engine.checkout import Answer, CreateSession, SessionDraft
+from payorch.engine.errors import FieldProblem, InvalidInput, NotFound, NotPermitted
+from payorch.engine.idempotency import MAX_KEY_LENGTH, request_fingerprint
+from payorch.engine.money import Money, TooManyDecimals, UnknownCurrency
 from payorch.engine.pagination import PageRequest, envelope
-from payorch.engine.timefmt import iso
-from payorch.http.auth import Accept, Principal, application_for, authenticated
+from payorch.engine.records import session_record
+from payorch.http.auth import Accept, Principal, application_for, authenticated, parse_id
 from payorch.http.context import services
-from payorch.http.models import PageQuery
+from payorch.http.models import PageQuery, SessionCreateRequest
+from payorch.http.requestlog import note_application
 from payorch.storage import sessions as store
-from payorch.storage.sessions import CheckoutSession
+from payorch.storage.applications import Application
 
 blueprint = Blueprint("sessions", __name__, url_prefix="/api/v1")
 
-# The states whose read record carries its refunds (section 2.8); `refunds` is null in the others.
-_STATES_WITH_REFUNDS = frozenset({"SUCCEEDED", "PARTIALLY_REFUNDED", "REFUNDED", "REVERSED"})
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotent-Replayed"
 
 
-def session_record(session: CheckoutSession) -> dict[str, Any]:
-    return {
-        "id": str(session.id),
-        "orderReference": session.order_reference,
-        "amount": to_major_units(session.amount_minor, session.currency),
-        "currency": session.currency,
-        "status": session.status,
-        "failureReason": session.failure_reason,
-        "providerName": session.provider_name,
-        "paymentMethod": session.payment_method,
-        "expiresAt": iso(session.expires_at),
-        "createdAt": iso(session.created_at),
-        "updatedAt": iso(session.updated_at),
-        "refunds": [] if session.status in _STATES_WITH_REFUNDS else None,
-    }
+def idempotency_key() -> str:
+    """The request's `Idempotency-Key`: required, 1 to 255 characters."""
+    key = request.headers.get(IDEMPOTENCY_HEADER, "")
+    if not key or len(key) > MAX_KEY_LENGTH:
+        raise InvalidInput(
+            f"header {IDEMPOTENCY_HEADER} is required: 1 to {MAX_KEY_LENGTH} characters",
+            [FieldProblem(IDEMPOTENCY_HEADER, "required, 1 to 255 characters")],
+        )
+    return key
+
+
+def answer_response(answer: Answer) -> tuple[Response, int]:
+    response = jsonify(answer.body)
+    if answer.replayed:
+        response.headers[REPLAYED_HEADER] = "true"
+    return response, answer.status
+
+
+def money_of(amount: Any, currency: str, field: str) -> Money:
+    try:
+        return Money.from_major(amount, currency)
+    except UnknownCurrency as error:
+        raise InvalidInput("unknown currency", [FieldProblem("currency", str(error))]) from None
+    except TooManyDecimals as error:
+        raise InvalidInput("amount has too many decimals", [FieldProblem(field, str(error))]) from None
+
+
+async def _target_application(principal: Principal, requested: uuid.UUID | None) -> Application:
+    if principal.is_api_key:
+        if requested is not None and requested != principal.application_id:
+            raise NotPermitted("this API key belongs to another application")
+        return await application_for(principal, str(principal.application_id))
+    if requested is None:
+        raise InvalidInput(
+            "applicationId is required with an access token",
+            [FieldProblem("applicationId", "required when authenticating with a JWT")],
+        )
+    application = await application_for(principal, str(requested))
+    if not application.is_enabled:
+        raise NotPermitted("the application is disabled")
+    return application
+
+
+@blueprint.post("/sessions")
+@authenticated(Accept.JWT_OR_API_KEY)
+@validate_request(SessionCreateRequest)
+async def create_session(data: SessionCreateRequest, principal: Principal) -> tuple[Response, int]:
+    """Create a checkout session, routed to the best eligible provider. Needs `Idempotency-Key`."""
+    key = idempotency_key()
+    application = await _target_application(principal, data.applicationId)
+    catalogue_methods = services().providers.all_payment_methods()
+    if data.paymentMethod not in catalogue_methods:
+        raise InvalidInput(
+            "unknown payment method",
+            [
+                FieldProblem(
+                    "paymentMethod", f"must be one of {', '.join(sorted(catalogue_methods)) or 'none'}"
+                )
+            ],
+        )
+    total = money_of(data.amount.total, data.currency, "amount.total")
+    shipping = money_of(data.amount.shipping, data.currency, "amount.shipping")
+    tax = money_of(data.amount.tax, data.currency, "amount.tax")
+    for index, item in enumerate(data.orderItems or []):
+        money_of(item.unitPrice, data.currency, f"orderItems.{index}.unitPrice")
+    dumped = data.model_dump(mode="python", exclude_none=True)
+    draft = SessionDraft(
+        application_id=application.id,
+        order_reference=data.orderReference,
+        amount=total,
+        shipping_minor=shipping.minor,
+        tax_minor=tax.minor,
+        payment_method=data.paymentMethod,
+        locale=data.locale,
+        customer=dumped["customer"],
+        order_items=dumped.get("orderItems"),
+        shipping=dumped.get("shipping"),
+        additional_information=dumped.get("additionalInformation"),
+        redirect_urls=dumped.get("redirectUrls"),
+    )
+    body = await request.get_json()
+    fingerprint = request_fingerprint({**body, "applicationId": str(application.id)}, "POST /api/v1/sessions")
+    answer = await services().actors.ask(application.id, CreateSession(key, fingerprint, draft))
+    return answer_response(answer)
+
+
+@blueprint.get("/sessions/<session_id>")
+@authenticated(Accept.JWT_OR_API_KEY)
+async def get_session(session_id: str, principal: Principal) -> dict[str, Any]:
+    """A session's read record. Another merchant's session is 404, as if it did not exist."""
+    found = await services().db.read(store.get_session, parse_id(session_id, "session"))
+    if found is None or not await _may_read(principal, found.application_id):
+        raise NotFound("session not found")
+    note_application(found.application_id)
+    return session_record(found)
+
+
+async def _may_read(principal: Principal, application_id: uuid.UUID) -> bool:
+    if principal.is_api_key:
+        return principal.application_id == application_id
+    try:
+        await application_for(principal, str(application_id))
+    except (NotPermitted, NotFound):
+        return False
+    return True
 
 
 @blueprint.get("/applications/<application_id>/sessions")

@@ -21,8 +21,10 @@ CREATE TABLE idempotency_keys (
     scope           text NOT NULL,          -- the endpoint, with the ids in its path
     key             text NOT NULL,
     fingerprint     bytea NOT NULL,         -- SHA-256 of the canonical request
+    resource_id     uuid NOT NULL,          -- the session or refund this key creates
     response_status integer,                -- NULL while the first request is in progress
     response_body   jsonb,
+    locked_until    timestamptz NOT NULL,   -- an in-progress claim older than this was abandoned
     created_at      timestamptz NOT NULL DEFAULT now(),
     expires_at      timestamptz NOT NULL,
     PRIMARY KEY (application_id, scope, key)
@@ -40,3 +42,11 @@ CREATE TABLE outbox_events (
     created_at     timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX outbox_events_by_session ON outbox_events (session_id, seq);
+
+-- Provider events already applied: a provider may deliver one event several times.
+CREATE TABLE provider_events_seen (
+    provider    text NOT NULL,
+    event_id    text NOT NULL,
+    received_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (provider, event_id)
+);

@@ -1,0 +1,375 @@
+"""Checkout commands, run by an application's actor: create a session, apply a provider's event,
+expire a session. Each state change commits with the event it emits (transactional outbox)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import outcome
+import trio
+
+from payorch.config import Settings
+from payorch.engine.actors import ApplicationActor, Reply
+from payorch.engine.errors import (
+    IdempotencyKeyInProgress,
+    IdempotencyKeyMismatch,
+    NoProviderAvailable,
+    ProviderUnavailable,
+)
+from payorch.engine.money import Money
+from payorch.engine.records import event_body, new_event_id, session_record
+from payorch.engine.routing import ProviderHealth, eligible_providers, plan_route
+from payorch.engine.secretbox import SecretBox
+from payorch.engine.session_states import SessionEvent, SessionStatus, TransitionRefused, transition
+from payorch.engine.timefmt import iso, utcnow
+from payorch.providers.base import (
+    CheckoutCreated,
+    CheckoutRequest,
+    Credentials,
+    EventKind,
+    ProviderError,
+    ProviderEvent,
+)
+from payorch.providers.catalogue import ProviderCatalogue
+from payorch.storage import idempotency, outbox, provider_configs, sessions
+from payorch.storage.database import Connection, Database
+from payorch.storage.provider_configs import ProviderConfig
+
+log = logging.getLogger("payorch.checkout")
+
+SESSION_CREATE_SCOPE = "POST /api/v1/sessions"
+# An in-progress claim older than this was abandoned by a process that died; a retry takes it over.
+CLAIM_LEASE_S = 60.0
+
+
+@dataclass(frozen=True)
+class PaymentsContext:
+    """What checkout commands need; one per service, shared by every actor."""
+
+    settings: Settings
+    db: Database
+    secrets: SecretBox
+    providers: ProviderCatalogue
+    health: ProviderHealth
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An HTTP answer to give (and, for idempotent requests, to replay)."""
+
+    status: int
+    body: dict[str, Any]
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class SessionDraft:
+    """A validated request to create a checkout session."""
+
+    application_id: uuid.UUID
+    order_reference: str
+    amount: Money
+    shipping_minor: int
+    tax_minor: int
+    payment_method: str
+    locale: str | None
+    customer: dict[str, Any]
+    order_items: list[dict[str, Any]] | None
+    shipping: dict[str, Any] | None
+    additional_information: dict[str, Any] | None
+    redirect_urls: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class _Routed:
+    provider: str
+    score: float
+    created: CheckoutCreated
+
+
+def credentials_of(secrets: SecretBox, config: ProviderConfig) -> Credentials:
+    return Credentials(api_key=secrets.open(config.credentials))
+
+
+@dataclass(frozen=True)
+class CreateSession:
+    idempotency_key: str
+    fingerprint: bytes
+    draft: SessionDraft
+
+    async def run(self, actor: ApplicationActor, reply: Reply[Answer]) -> None:
+        context: PaymentsContext = actor.context
+        draft = self.draft
+        if self.idempotency_key in actor.in_flight:
+            raise IdempotencyKeyInProgress(
+                "a request with this Idempotency-Key is in progress", retry_after=1
+            )
+        claim = await context.db.transaction(
+            idempotency.claim_idempotency_key,
+            application_id=draft.application_id,
+            scope=SESSION_CREATE_SCOPE,
+            key=self.idempotency_key,
+            fingerprint=self.fingerprint,
+            lease_s=CLAIM_LEASE_S,
+            retention_s=context.settings.idempotency.retention_s,
+        )
+        if isinstance(claim, idempotency.Replay):
+            reply.send(Answer(claim.status, claim.body, replayed=True))
+            return
+        if isinstance(claim, idempotency.Mismatch):
+            raise IdempotencyKeyMismatch("this Idempotency-Key was used with different parameters")
+        if isinstance(claim, idempotency.InProgress):
+            raise IdempotencyKeyInProgress(
+                "a request with this Idempotency-Key is in progress", retry_after=1
+            )
+
+        configs = {
+            config.provider: config
+            for config in await context.db.read(
+                provider_configs.active_provider_configs, draft.application_id
+            )
+            if context.providers.get(config.provider) is not None
+        }
+        candidates = eligible_providers(
+            configs.values(),
+            _accepts(context.providers),
+            draft.payment_method,
+            draft.amount,
+        )
+        try:
+            ranked = plan_route(candidates, context.health, trio.current_time())
+        except (NoProviderAvailable, ProviderUnavailable):
+            await self._release(context)
+            raise
+
+        session_id = claim.resource_id
+        expires_at = utcnow() + timedelta(seconds=context.settings.sessions.ttl_s)
+        request = CheckoutRequest(
+            session_id=session_id,
+            application_id=draft.application_id,
+            amount=draft.amount,
+            payment_method=draft.payment_method,
+            order_reference=draft.order_reference,
+            customer_email=str(draft.customer.get("email", "")),
+            locale=draft.locale,
+            expires_at=expires_at,
+            success_url=(draft.redirect_urls or {}).get("success"),
+            failure_url=(draft.redirect_urls or {}).get("failure"),
+            order_items=draft.order_items or [],
+        )
+        actor.in_flight[self.idempotency_key] = reply
+
+        async def create() -> _Routed:
+            return await _create_with_cascade(context, ranked, configs, request)
+
+        async def persist(result: outcome.Outcome[_Routed]) -> None:
+            actor.in_flight.pop(self.idempotency_key, None)
+            try:
+                routed = result.unwrap()
+            except ProviderUnavailable:
+                await self._release(context)
+                raise
+            answer = await context.db.transaction(self._store, routed, session_id, expires_at)
+            reply.send(answer)
+
+        actor.spawn(create, persist, reply)
+
+    async def _release(self, context: PaymentsContext) -> None:
+        await context.db.transaction(
+            idempotency.release_idempotency_key,
+            application_id=self.draft.application_id,
+            scope=SESSION_CREATE_SCOPE,
+            key=self.idempotency_key,
+        )
+
+    async def _store(
+        self, conn: Connection, routed: _Routed, session_id: uuid.UUID, expires_at: datetime
+    ) -> Answer:
+        draft = self.draft
+        stored = await sessions.insert_session(
+            conn,
+            sessions.NewSession(
+                id=session_id,
+                application_id=draft.application_id,
+                order_reference=draft.order_reference,
+                amount_minor=draft.amount.minor,
+                shipping_minor=draft.shipping_minor,
+                tax_minor=draft.tax_minor,
+                currency=draft.amount.currency,
+                payment_method=draft.payment_method,
+                locale=draft.locale,
+                customer=draft.customer,
+                order_items=draft.order_items,
+                shipping=draft.shipping,
+                additional_information=draft.additional_information,
+                redirect_urls=draft.redirect_urls,
+                expires_at=expires_at,
+                provider_name=routed.provider,
+                provider_reference=routed.created.reference,
+                checkout_url=routed.created.url,
+                routing_score=Decimal(str(routed.score)),
+            ),
+        )
+        body = {
+            "sessionId": str(stored.id),
+            "checkoutUrl": stored.checkout_url,
+            "status": stored.status,
+            "routing": {"selectedProvider": routed.provider, "score": Decimal(str(routed.score))},
+            "expiresAt": iso(stored.expires_at),
+            "createdAt": iso(stored.created_at),
+        }
+        await idempotency.complete_idempotency_key(
+            conn,
+            application_id=draft.application_id,
+            scope=SESSION_CREATE_SCOPE,
+            key=self.idempotency_key,
+            status=201,
+            body=body,
+        )
+        return Answer(201, body)
+
+
+def _accepts(providers: ProviderCatalogue) -> Callable[[str, str, Money], bool]:
+    def accepts(name: str, method: str, amount: Money) -> bool:
+        provider = providers.get(name)
+        if provider is None or method not in provider.payment_methods:
+            return False
+        limits = provider.limits(amount.currency, method)
+        return limits is not None and limits.min_minor <= amount.minor <= limits.max_minor
+
+    return accepts
+
+
+async def _create_with_cascade(
+    context: PaymentsContext,
+    ranked: list[tuple[str, float]],
+    configs: dict[str, ProviderConfig],
+    request: CheckoutRequest,
+) -> _Routed:
+    """Try the ranked providers in turn; the first to create the checkout wins."""
+    for name, score in ranked:
+        provider = context.providers.get(name)
+        assert provider is not None
+        started = trio.current_time()
+        try:
+            with trio.fail_after(context.settings.engine.provider_timeout_s):
+                created = await provider.create_checkout(
+                    credentials_of(context.secrets, configs[name]),
+                    request,
+                    idempotency_key=f"payorch-session-{request.session_id}",
+                )
+        except (ProviderError, trio.TooSlowError) as error:
+            context.health.record_failure(name, trio.current_time() - started, trio.current_time())
+            log.warning(
+                "provider failed to create a checkout; trying the next",
+                extra={"provider": name, "sessionId": str(request.session_id), "error": repr(error)},
+            )
+            continue
+        context.health.record_success(name, trio.current_time() - started, trio.current_time())
+        return _Routed(provider=name, score=score, created=created)
+    raise ProviderUnavailable("every eligible provider failed to create the checkout: retry later")
+
+
+_SESSION_EVENTS = {
+    EventKind.PAYMENT_SUCCEEDED: SessionEvent.PAYMENT_SUCCEEDED,
+    EventKind.PAYMENT_DECLINED: SessionEvent.PAYMENT_DECLINED,
+    EventKind.CHECKOUT_EXPIRED: SessionEvent.EXPIRED,
+    EventKind.DISPUTE_LOST: SessionEvent.DISPUTE_LOST,
+}
+
+
+async def apply_session_event(
+    conn: Connection, *, application_id: uuid.UUID, session_id: uuid.UUID, event: SessionEvent
+) -> bool:
+    """Apply `event` to the session in this transaction, with the webhook event it emits.
+    False when it does not apply (unknown session, or a state the event does not move)."""
+    session = await sessions.lock_session(conn, session_id)
+    if session is None or session.application_id != application_id:
+        return False
+    if event is SessionEvent.EXPIRED and (session.expires_at is None or session.expires_at > utcnow()):
+        return False
+    try:
+        change = transition(SessionStatus(session.status), event)
+    except TransitionRefused:
+        return False
+    if change.status == session.status and change.failure_reason == session.failure_reason:
+        return False
+    updated = await sessions.set_session_status(conn, session_id, change.status, change.failure_reason)
+    log.info(
+        "session state changed",
+        extra={
+            "applicationId": str(application_id),
+            "sessionId": str(session_id),
+            "from": session.status,
+            "to": updated.status,
+        },
+    )
+    if change.emits:
+        event_id = new_event_id()
+        await outbox.add_event(
+            conn,
+            event_id=event_id,
+            application_id=application_id,
+            session_id=session_id,
+            event_type=change.emits,
+            payload=event_body(
+                event_id, change.emits, updated.updated_at, application_id, session_record(updated)
+            ),
+        )
+    return True
+
+
+@dataclass(frozen=True)
+class ApplyProviderEvent:
+    """A verified provider event: applied once, however often the provider delivers it."""
+
+    provider: str
+    event: ProviderEvent
+
+    async def run(self, actor: ApplicationActor, reply: Reply[bool]) -> None:
+        context: PaymentsContext = actor.context
+        reply.send(await context.db.transaction(self._apply, actor.application_id))
+
+    async def _apply(self, conn: Connection, application_id: uuid.UUID) -> bool:
+        if not await outbox.first_sighting(conn, self.provider, self.event.id):
+            return False
+        session_event = _SESSION_EVENTS.get(self.event.kind)
+        if session_event is None or self.event.session_id is None:
+            return False
+        session = await sessions.get_session(conn, self.event.session_id)
+        if session is None or session.provider_name != self.provider:
+            return False
+        if session_event is SessionEvent.PAYMENT_DECLINED:
+            log.info(
+                "payment declined; the session stays open for another try",
+                extra={
+                    "applicationId": str(application_id),
+                    "sessionId": str(session.id),
+                    "reason": self.event.reason,
+                },
+            )
+        return await apply_session_event(
+            conn, application_id=application_id, session_id=session.id, event=session_event
+        )
+
+
+@dataclass(frozen=True)
+class ExpireSession:
+    session_id: uuid.UUID
+
+    async def run(self, actor: ApplicationActor, reply: Reply[bool]) -> None:
+        context: PaymentsContext = actor.context
+        reply.send(
+            await context.db.transaction(
+                apply_session_event,
+                application_id=actor.application_id,
+                session_id=self.session_id,
+                event=SessionEvent.EXPIRED,
+            )
+        )

@@ -1,0 +1,62 @@
+"""Which payment methods an application can offer now, for a currency and an amount."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from quart import Blueprint
+from quart_schema import validate_querystring
+
+from payorch.engine.errors import FieldProblem, InvalidInput
+from payorch.http.auth import Accept, Principal, application_for, authenticated
+from payorch.http.context import services
+from payorch.http.models import PaymentMethodsQuery
+from payorch.http.routes.sessions import money_of
+from payorch.storage import provider_configs
+
+blueprint = Blueprint("payment_methods", __name__, url_prefix="/api/v1")
+
+NO_ACTIVE_PROVIDER_CONNECTIONS = "NO_ACTIVE_PROVIDER_CONNECTIONS"
+CURRENCY_NOT_SUPPORTED = "CURRENCY_NOT_SUPPORTED"
+AMOUNT_OUT_OF_RANGE = "AMOUNT_OUT_OF_RANGE"
+
+
+@blueprint.get("/payment-methods")
+@authenticated(Accept.JWT_OR_API_KEY)
+@validate_querystring(PaymentMethodsQuery)
+async def payment_methods(query_args: PaymentMethodsQuery, principal: Principal) -> dict[str, Any]:
+    """Methods enabled on an active configuration whose provider takes this currency and amount;
+    `warnings` say why the list is empty or short."""
+    if principal.is_api_key:
+        application_id = str(principal.application_id)
+    elif query_args.applicationId is None:
+        raise InvalidInput(
+            "applicationId is required with an access token",
+            [FieldProblem("applicationId", "required when authenticating with a JWT")],
+        )
+    else:
+        application_id = str(query_args.applicationId)
+    application = await application_for(principal, application_id)
+    amount = money_of(Decimal(query_args.amount), query_args.currency, "amount")
+    configs = await services().db.read(provider_configs.active_provider_configs, application.id)
+    methods: list[str] = []
+    warnings: set[str] = set()
+    for config in configs:
+        provider = services().providers.get(config.provider)
+        if provider is None:
+            continue
+        for method in config.payment_methods:
+            limits = provider.limits(amount.currency, method)
+            if limits is None:
+                warnings.add(CURRENCY_NOT_SUPPORTED)
+            elif not limits.min_minor <= amount.minor <= limits.max_minor:
+                warnings.add(AMOUNT_OUT_OF_RANGE)
+            elif method not in methods:
+                methods.append(method)
+    if not configs:
+        warnings.add(NO_ACTIVE_PROVIDER_CONNECTIONS)
+    body: dict[str, Any] = {"paymentMethods": sorted(methods)}
+    if warnings:
+        body["warnings"] = sorted(warnings)
+    return body

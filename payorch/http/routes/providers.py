@@ -1,0 +1,184 @@
+"""The provider catalogue, and the providers linked to each application."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from quart import Blueprint
+from quart_schema import validate_querystring, validate_request
+
+from payorch.engine.errors import (
+    NotFound,
+    ProviderAlreadyLinked,
+    ProviderCredentialsRejected,
+    ProviderUnavailable,
+    UnsupportedPaymentMethod,
+)
+from payorch.engine.pagination import PageRequest, envelope
+from payorch.engine.secretbox import key_fingerprint
+from payorch.engine.timefmt import iso
+from payorch.http.auth import Accept, Principal, application_for, authenticated
+from payorch.http.context import services
+from payorch.http.models import (
+    PageQuery,
+    ProviderApiKeyRequest,
+    ProviderLinkRequest,
+    ProviderPaymentMethodsRequest,
+)
+from payorch.providers.base import (
+    Credentials,
+    CredentialsRejected,
+    Provider,
+    ProviderError,
+    WebhookRegistration,
+)
+from payorch.storage import provider_configs as store
+from payorch.storage.provider_configs import ProviderConfig
+
+blueprint = Blueprint("providers", __name__, url_prefix="/api/v1")
+
+
+def config_body(config: ProviderConfig) -> dict[str, Any]:
+    return {
+        "applicationId": str(config.application_id),
+        "provider": config.provider,
+        "isActive": config.is_active,
+        "paymentMethods": list(config.payment_methods),
+        "keyFingerprint": config.key_fingerprint,
+        "createdAt": iso(config.created_at),
+        "updatedAt": iso(config.updated_at),
+    }
+
+
+def _provider(name: str) -> Provider:
+    provider = services().providers.get(name)
+    if provider is None:
+        raise NotFound(f"provider {name!r} is not in the catalogue")
+    return provider
+
+
+def _check_methods(provider: Provider, methods: list[str]) -> list[str]:
+    unsupported = sorted(set(methods) - provider.payment_methods)
+    if unsupported:
+        raise UnsupportedPaymentMethod(
+            f"{provider.name} does not offer {', '.join(unsupported)}; it offers "
+            f"{', '.join(sorted(provider.payment_methods))}"
+        )
+    return list(dict.fromkeys(methods))  # keep order, drop repeats
+
+
+def provider_events_url(provider: str, application_id: object) -> str:
+    return f"{services().settings.server.public_base_url}/api/v1/provider-events/{provider}/{application_id}"
+
+
+async def _connect(provider: Provider, api_key: str, application_id: object) -> WebhookRegistration:
+    """Check the key with the provider, then register payorch's endpoint for its events."""
+    credentials = Credentials(api_key=api_key)
+    try:
+        await provider.validate_credentials(credentials)
+        return await provider.register_webhook(
+            credentials, provider_events_url(provider.name, application_id)
+        )
+    except CredentialsRejected as error:
+        raise ProviderCredentialsRejected(f"{provider.name} rejected the API key: {error}") from None
+    except ProviderError as error:
+        raise ProviderUnavailable(f"{provider.name} could not be reached: {error}") from None
+
+
+@blueprint.get("/providers")
+@authenticated(Accept.JWT)
+@validate_querystring(PageQuery)
+async def list_catalogue(query_args: PageQuery, principal: Principal) -> dict[str, Any]:
+    """The providers this deployment offers."""
+    page = PageRequest(page=query_args.page, limit=query_args.limit)
+    entries = [
+        {"name": item.name, "displayName": item.display_name, "paymentMethods": sorted(item.payment_methods)}
+        for item in services().providers
+    ]
+    return envelope(entries[page.offset : page.offset + page.limit], page, len(entries))
+
+
+@blueprint.post("/applications/<application_id>/providers")
+@authenticated(Accept.JWT)
+@validate_request(ProviderLinkRequest)
+async def link_provider(
+    application_id: str, data: ProviderLinkRequest, principal: Principal
+) -> tuple[dict[str, Any], int]:
+    """Link a provider: check the key, register payorch's event endpoint, store the key sealed."""
+    application = await application_for(principal, application_id)
+    provider = _provider(data.name)
+    methods = _check_methods(provider, data.paymentMethods)
+    db, secrets = services().db, services().secrets
+    if await db.read(store.get_provider_config, application.id, provider.name) is not None:
+        raise ProviderAlreadyLinked(f"provider {provider.name!r} is already linked to this application")
+    registration = await _connect(provider, data.credentials.apiKey, application.id)
+    linked = await db.transaction(
+        store.link_provider,
+        application_id=application.id,
+        provider=provider.name,
+        payment_methods=methods,
+        credentials=secrets.seal(data.credentials.apiKey),
+        key_fingerprint=key_fingerprint(data.credentials.apiKey),
+        webhook_reference=registration.reference,
+        webhook_secret=secrets.seal(registration.secret),
+    )
+    return config_body(linked), 201
+
+
+@blueprint.get("/applications/<application_id>/providers")
+@authenticated(Accept.JWT)
+@validate_querystring(PageQuery)
+async def list_provider_configs(
+    application_id: str, query_args: PageQuery, principal: Principal
+) -> dict[str, Any]:
+    application = await application_for(principal, application_id)
+    page = PageRequest(page=query_args.page, limit=query_args.limit)
+    found, total = await services().db.read(store.list_provider_configs, application.id, page)
+    return envelope([config_body(item) for item in found], page, total)
+
+
+async def _linked(application_id: uuid.UUID, name: str) -> tuple[Provider, ProviderConfig]:
+    provider = _provider(name)
+    config = await services().db.read(store.get_provider_config, application_id, provider.name)
+    if config is None:
+        raise NotFound(f"provider {name!r} is not linked to this application")
+    return provider, config
+
+
+@blueprint.patch("/applications/<application_id>/providers/<provider_name>/api-key")
+@authenticated(Accept.JWT)
+@validate_request(ProviderApiKeyRequest)
+async def replace_api_key(
+    application_id: str, provider_name: str, data: ProviderApiKeyRequest, principal: Principal
+) -> dict[str, Any]:
+    """Replace the stored key: checked with the provider, and the event endpoint registered anew."""
+    application = await application_for(principal, application_id)
+    provider, _ = await _linked(application.id, provider_name)
+    registration = await _connect(provider, data.apiKey, application.id)
+    secrets = services().secrets
+    await services().db.transaction(
+        store.replace_credentials,
+        application_id=application.id,
+        provider=provider.name,
+        credentials=secrets.seal(data.apiKey),
+        key_fingerprint=key_fingerprint(data.apiKey),
+        webhook_reference=registration.reference,
+        webhook_secret=secrets.seal(registration.secret),
+    )
+    return {}
+
+
+@blueprint.patch("/applications/<application_id>/providers/<provider_name>/payment-methods")
+@authenticated(Accept.JWT)
+@validate_request(ProviderPaymentMethodsRequest)
+async def set_payment_methods(
+    application_id: str, provider_name: str, data: ProviderPaymentMethodsRequest, principal: Principal
+) -> dict[str, Any]:
+    application = await application_for(principal, application_id)
+    provider, _ = await _linked(application.id, provider_name)
+    methods = _check_methods(provider, data.paymentMethods)
+    updated = await services().db.transaction(
+        store.set_payment_methods, application.id, provider.name, methods
+    )
+    return config_body(updated)

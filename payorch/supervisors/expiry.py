@@ -1,0 +1,48 @@
+"""Session expiry: a PENDING session past `expiresAt` becomes FAILED with failureReason EXPIRED.
+
+The supervisor sleeps until the earliest expiry (at most `MAX_SLEEP_S`, so sessions created
+meanwhile are not missed), hands each due session to its application's actor, and restarts after
+a failure. Nothing is kept in memory: after a restart the database says what is due.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from payorch.engine.checkout import ExpireSession
+from payorch.http.context import Services
+from payorch.storage import sessions
+from payorch.supervisors.restart import supervised
+
+log = logging.getLogger("payorch.supervisors.expiry")
+
+MAX_SLEEP_S = 0.5
+BATCH = 200
+
+
+async def expire_due_sessions(services: Services) -> int:
+    """Expire every session due now; returns how many changed."""
+    expired = 0
+    while True:
+        due = await services.db.read(sessions.sessions_due_for_expiry, BATCH)
+        for item in due:
+            if await services.actors.ask(item.application_id, ExpireSession(item.session_id)):
+                expired += 1
+        if len(due) < BATCH:
+            return expired
+
+
+async def _expiry_loop(services: Services) -> None:
+    while True:
+        await expire_due_sessions(services)
+        wait = await services.db.read(sessions.seconds_until_next_expiry)
+        await trio.sleep(MAX_SLEEP_S if wait is None else min(max(wait, 0.01), MAX_SLEEP_S))
+
+
+async def run_expiry_supervisor(
+    services: Services, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    task_status.started()
+    await supervised("session expiry", _expiry_loop, services)

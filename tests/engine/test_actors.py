@@ -1,0 +1,180 @@
+"""Application actors: one mailbox per application, applied in order, crashes contained."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+import outcome
+import pytest
+import trio
+
+from payorch.engine.actors import ActorCrashed, ActorRegistry, ApplicationActor, Reply
+from payorch.engine.errors import NotFound, ServiceBusy
+
+
+@dataclass
+class Log:
+    applied: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Append:
+    number: int
+
+    async def run(self, actor: ApplicationActor, reply: Reply[int]) -> None:
+        log: Log = actor.context
+        await trio.sleep(0)  # a checkpoint inside the step must not let another message interleave
+        log.applied.append(self.number)
+        reply.send(self.number)
+
+
+@dataclass(frozen=True)
+class Explode:
+    async def run(self, actor: ApplicationActor, reply: Reply[None]) -> None:
+        raise RuntimeError("bug")
+
+
+@dataclass(frozen=True)
+class Refuse:
+    async def run(self, actor: ApplicationActor, reply: Reply[None]) -> None:
+        raise NotFound("no such thing")
+
+
+@dataclass(frozen=True)
+class SlowIo:
+    """Waits on `gate` in a child task (like a provider call), then appends `number` in the actor."""
+
+    number: int
+    gate: trio.Event
+
+    async def run(self, actor: ApplicationActor, reply: Reply[int]) -> None:
+        log: Log = actor.context
+
+        async def io() -> int:
+            await self.gate.wait()
+            return self.number
+
+        async def then(result: outcome.Outcome[int]) -> None:
+            number = result.unwrap()
+            log.applied.append(number)
+            reply.send(number)
+
+        actor.spawn(io, then, reply)
+
+
+@dataclass(frozen=True)
+class Block:
+    """Holds the actor itself until `gate` is set (a slow step inside the actor)."""
+
+    gate: trio.Event
+
+    async def run(self, actor: ApplicationActor, reply: Reply[None]) -> None:
+        await self.gate.wait()
+        reply.send(None)
+
+
+@pytest.fixture
+async def registry(nursery: trio.Nursery) -> ActorRegistry:
+    return ActorRegistry(nursery, Log(), mailbox_size=256, idle_s=60)
+
+
+async def test_100_concurrent_messages_for_one_application_are_applied_in_mailbox_order(
+    registry: ActorRegistry,
+) -> None:
+    application = uuid.uuid4()
+    sent: list[int] = []
+
+    async def send(number: int) -> None:
+        sent.append(number)  # the order messages enter the mailbox: no checkpoint before ask's send
+        await registry.ask(application, Append(number))
+
+    async with trio.open_nursery() as senders:
+        for number in range(100):
+            senders.start_soon(send, number)
+    assert registry._context.applied == sent
+    assert sorted(sent) == list(range(100))
+
+
+async def test_answer_is_the_commands_reply(registry: ActorRegistry) -> None:
+    assert await registry.ask(uuid.uuid4(), Append(7)) == 7
+
+
+async def test_domain_error_is_the_answer_and_the_actor_lives_on(registry: ActorRegistry) -> None:
+    application = uuid.uuid4()
+    with pytest.raises(NotFound):
+        await registry.ask(application, Refuse())
+    assert await registry.ask(application, Append(1)) == 1
+    assert registry.crashes == 0
+
+
+async def test_crash_fails_the_request_and_a_fresh_actor_serves_the_next(registry: ActorRegistry) -> None:
+    application = uuid.uuid4()
+    with pytest.raises(ActorCrashed):
+        await registry.ask(application, Explode())
+    assert registry.crashes == 1
+    assert await registry.ask(application, Append(2)) == 2
+
+
+async def test_crash_fails_requests_waiting_on_provider_io_too(registry: ActorRegistry) -> None:
+    application = uuid.uuid4()
+    never = trio.Event()
+    outcomes: list[BaseException] = []
+
+    async def waiting() -> None:
+        try:
+            await registry.ask(application, SlowIo(1, never))
+        except ActorCrashed as error:
+            outcomes.append(error)
+
+    async with trio.open_nursery() as tasks:
+        tasks.start_soon(waiting)
+        await trio.testing.wait_all_tasks_blocked()
+        with pytest.raises(ActorCrashed):
+            await registry.ask(application, Explode())
+    assert len(outcomes) == 1
+
+
+async def test_crash_of_one_application_leaves_others_serving(registry: ActorRegistry) -> None:
+    healthy, broken = uuid.uuid4(), uuid.uuid4()
+    assert await registry.ask(healthy, Append(1)) == 1
+    with pytest.raises(ActorCrashed):
+        await registry.ask(broken, Explode())
+    assert await registry.ask(healthy, Append(2)) == 2
+
+
+async def test_slow_provider_io_does_not_block_the_mailbox(registry: ActorRegistry) -> None:
+    application = uuid.uuid4()
+    gate = trio.Event()
+    async with trio.open_nursery() as tasks:
+        tasks.start_soon(registry.ask, application, SlowIo(1, gate))
+        await trio.testing.wait_all_tasks_blocked()
+        assert await registry.ask(application, Append(2)) == 2  # served while the I/O waits
+        gate.set()
+    assert registry._context.applied == [2, 1]
+
+
+async def test_full_mailbox_is_service_busy(nursery: trio.Nursery) -> None:
+    registry = ActorRegistry(nursery, Log(), mailbox_size=1, idle_s=60)
+    application = uuid.uuid4()
+    gate = trio.Event()
+    async with trio.open_nursery() as tasks:
+        # The actor takes the first message and waits; the second fills the mailbox.
+        tasks.start_soon(registry.ask, application, Block(gate))
+        await trio.testing.wait_all_tasks_blocked()
+        tasks.start_soon(registry.ask, application, Append(2))
+        await trio.testing.wait_all_tasks_blocked()
+        with pytest.raises(ServiceBusy):
+            await registry.ask(application, Append(4))
+        gate.set()
+
+
+async def test_idle_actor_stops_and_restarts_on_the_next_message(nursery: trio.Nursery) -> None:
+    registry = ActorRegistry(nursery, Log(), mailbox_size=8, idle_s=0.05)
+    application = uuid.uuid4()
+    await registry.ask(application, Append(1))
+    assert application in registry.mailbox_depths()
+    with trio.fail_after(5):
+        while application in registry.mailbox_depths():
+            await trio.sleep(0.01)
+    assert await registry.ask(application, Append(2)) == 2

@@ -1,0 +1,346 @@
+"""Routing: eligibility, scores in [0, 1], ranking, the circuit breaker and the two routing errors."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import pytest
+
+from payorch.engine.errors import NoProviderAvailable, ProviderUnavailable
+from payorch.engine.money import Money
+from payorch.engine.routing import (
+    Circuit,
+    ConfigView,
+    ProviderHealth,
+    RoutingPolicy,
+    eligible_providers,
+    plan_route,
+    rank,
+)
+
+POLICY = RoutingPolicy()  # threshold 3, cool-down 30 s doubling up to 600 s, probe timeout 30 s
+EUR_10 = Money(1000, "EUR")
+
+
+def accepts_eur_up_to_100(provider: str, method: str, amount: Money) -> bool:
+    return amount.currency == "EUR" and amount.minor <= 10_000
+
+
+def card(provider: str, *, active: bool = True, methods: frozenset[str] = frozenset({"card"})) -> ConfigView:
+    return ConfigView(provider, active, methods)
+
+
+def trip(health: ProviderHealth, provider: str, now: float) -> None:
+    for _ in range(health.policy.failure_threshold):
+        health.record_failure(provider, 0.1, now)
+
+
+def names(ranked: list[tuple[str, float]]) -> list[str]:
+    return [name for name, _ in ranked]
+
+
+# Eligibility
+
+
+def test_inactive_configuration_is_not_eligible() -> None:
+    configs = [card("alpha", active=False), card("beta")]
+    assert eligible_providers(configs, accepts_eur_up_to_100, "card", EUR_10) == ["beta"]
+
+
+def test_configuration_not_enabling_the_method_is_not_eligible() -> None:
+    configs = [card("alpha", methods=frozenset({"blik"})), card("beta", methods=frozenset({"card", "blik"}))]
+    assert eligible_providers(configs, accepts_eur_up_to_100, "card", EUR_10) == ["beta"]
+
+
+def test_provider_refusing_the_currency_or_amount_is_not_eligible() -> None:
+    configs = [card("alpha")]
+    assert eligible_providers(configs, accepts_eur_up_to_100, "card", Money(1000, "USD")) == []
+    assert eligible_providers(configs, accepts_eur_up_to_100, "card", Money(10_001, "EUR")) == []
+    assert eligible_providers(configs, accepts_eur_up_to_100, "card", Money(10_000, "EUR")) == ["alpha"]
+
+
+def test_acceptance_is_asked_with_the_provider_method_and_amount() -> None:
+    asked: list[tuple[str, str, Money]] = []
+
+    def accepts(provider: str, method: str, amount: Money) -> bool:
+        asked.append((provider, method, amount))
+        return provider != "beta"
+
+    configs = [card("beta"), card("alpha")]
+    assert eligible_providers(configs, accepts, "card", EUR_10) == ["alpha"]
+    assert asked == [("alpha", "card", EUR_10), ("beta", "card", EUR_10)]
+
+
+def test_eligible_providers_are_sorted_by_name_and_listed_once() -> None:
+    configs = [card("gamma"), card("alpha"), card("beta"), card("alpha")]
+    assert eligible_providers(configs, accepts_eur_up_to_100, "card", EUR_10) == ["alpha", "beta", "gamma"]
+
+
+def test_storage_records_with_a_list_of_methods_are_read_as_they_are() -> None:
+    @dataclass(frozen=True)
+    class StoredConfig:
+        provider: str
+        is_active: bool
+        payment_methods: list[str]
+
+    configs = [StoredConfig("alpha", True, ["card"]), StoredConfig("beta", True, ["blik"])]
+    assert eligible_providers(configs, accepts_eur_up_to_100, "card", EUR_10) == ["alpha"]
+
+
+# Scores
+
+
+def test_score_stays_within_zero_and_one_whatever_the_history() -> None:
+    rng = random.Random(20240601)
+    for _ in range(200):
+        success_weight = rng.random()
+        latency_weight = rng.random() * (1 - success_weight)
+        policy = RoutingPolicy(
+            success_weight=success_weight,
+            latency_weight=latency_weight,
+            health_weight=1 - success_weight - latency_weight,
+            latency_reference_s=rng.choice([0.001, 0.5, 1.0, 30.0]),
+            smoothing=rng.choice([0.01, 0.2, 1.0]),
+            memory_half_life_s=rng.choice([0.5, 600.0, 1e9]),
+            failure_threshold=rng.randint(1, 6),
+        )
+        health = ProviderHealth(policy)
+        now = 0.0
+        for _ in range(60):
+            now += rng.choice([0.0, 0.001, 1.0, 45.0, 5000.0])
+            latency = rng.choice([0.0, 1e-6, 0.2, 3.0, 1e6, -1.0])
+            if rng.random() < 0.5:
+                health.record_success("alpha", latency, now)
+            else:
+                health.record_failure("alpha", latency, now)
+            health.is_available("alpha", now)
+            score = health.score("alpha", now)
+            assert 0.0 <= score <= 1.0
+            assert all(0.0 <= s <= 1.0 for _, s in rank(["alpha", "fresh"], health, now))
+
+
+def test_never_seen_provider_scores_one_so_it_gets_traffic() -> None:
+    health = ProviderHealth(POLICY)
+    for _ in range(20):
+        health.record_success("established", 0.3, 0.0)
+    assert health.score("newcomer", 0.0) == 1.0
+    assert names(rank(["established", "newcomer"], health, 0.0)) == ["newcomer", "established"]
+
+
+def test_newcomer_keeps_traffic_only_while_its_record_is_as_good() -> None:
+    health = ProviderHealth(POLICY)
+    for _ in range(20):
+        health.record_success("established", 0.3, 0.0)
+    health.record_success("newcomer", 2.0, 1.0)  # slow: its first result puts it behind
+    assert names(rank(["established", "newcomer"], health, 1.0)) == ["established", "newcomer"]
+
+
+def test_faster_provider_outranks_slower_one_with_equal_success() -> None:
+    health = ProviderHealth(POLICY)
+    for _ in range(10):
+        health.record_success("slow", 2.0, 0.0)
+        health.record_success("fast", 0.2, 0.0)
+    assert names(rank(["slow", "fast"], health, 0.0)) == ["fast", "slow"]
+
+
+def test_latency_score_is_one_half_at_the_reference_latency() -> None:
+    policy = RoutingPolicy(success_weight=0.0, latency_weight=1.0, health_weight=0.0, latency_reference_s=1.5)
+    health = ProviderHealth(policy)
+    health.record_success("alpha", 1.5, 0.0)
+    assert health.score("alpha", 0.0) == pytest.approx(0.5)
+
+
+def test_provider_with_failures_ranks_below_a_healthy_one() -> None:
+    health = ProviderHealth(POLICY)
+    for _ in range(10):
+        health.record_success("healthy", 0.5, 0.0)
+        health.record_success("flaky", 0.5, 0.0)
+    health.record_failure("flaky", 0.5, 1.0)
+    assert names(rank(["flaky", "healthy"], health, 1.0)) == ["healthy", "flaky"]
+
+
+def test_fast_failure_does_not_make_a_provider_look_fast() -> None:
+    health = ProviderHealth(POLICY)
+    health.record_success("alpha", 2.0, 0.0)
+    health.record_failure("alpha", 0.001, 0.0)
+    assert health.snapshot(0.0)["alpha"].latency_s == 2.0
+
+
+def test_slow_failure_raises_the_latency_estimate() -> None:
+    health = ProviderHealth(POLICY)
+    health.record_success("alpha", 1.0, 0.0)
+    health.record_failure("alpha", 11.0, 0.0)  # a timeout
+    assert health.snapshot(0.0)["alpha"].latency_s == pytest.approx(3.0)
+
+
+def test_old_evidence_fades_so_a_passed_over_provider_is_tried_again() -> None:
+    health = ProviderHealth(POLICY)
+    for _ in range(10):
+        health.record_success("slow", 3.0, 0.0)
+    for minute in range(60):  # the fast one takes all traffic and stays fresh
+        health.record_success("fast", 0.3, minute * 60.0)
+    assert names(rank(["slow", "fast"], health, 60.0)) == ["fast", "slow"]
+    assert names(rank(["slow", "fast"], health, 3600.0)) == ["slow", "fast"]
+
+
+def test_equal_scores_are_ordered_by_name() -> None:
+    health = ProviderHealth(POLICY)
+    for name in ("gamma", "alpha", "beta"):
+        health.record_success(name, 0.4, 0.0)
+    assert rank(["gamma", "alpha", "beta"], health, 0.0) == rank(["beta", "gamma", "alpha"], health, 0.0)
+    assert names(rank(["gamma", "alpha", "beta"], health, 0.0)) == ["alpha", "beta", "gamma"]
+
+
+def test_ranked_scores_are_rounded_to_four_decimals_and_each_candidate_listed_once() -> None:
+    health = ProviderHealth(POLICY)
+    health.record_success("alpha", 0.123456, 0.0)
+    ranked = rank(["alpha", "alpha"], health, 0.0)
+    assert len(ranked) == 1
+    assert ranked[0][1] == round(ranked[0][1], 4) == round(health.score("alpha", 0.0), 4)
+
+
+# Circuit breaker
+
+
+def test_failures_below_the_threshold_leave_the_provider_routable() -> None:
+    health = ProviderHealth(POLICY)
+    health.record_failure("alpha", 0.1, 0.0)
+    health.record_failure("alpha", 0.1, 0.0)
+    health.record_success("alpha", 0.1, 0.0)  # breaks the streak
+    health.record_failure("alpha", 0.1, 0.0)
+    health.record_failure("alpha", 0.1, 0.0)
+    assert health.is_available("alpha", 0.0)
+
+
+def test_provider_failing_threshold_times_is_skipped_until_cooldown_then_probed_once() -> None:
+    health = ProviderHealth(POLICY)
+    trip(health, "alpha", 100.0)
+    assert not health.is_available("alpha", 100.0)
+    assert not health.is_available("alpha", 129.9)
+    assert health.is_available("alpha", 130.0)  # the probe
+    assert not health.is_available("alpha", 130.0)
+    assert not health.is_available("alpha", 140.0)
+
+
+def test_exactly_one_probe_is_handed_out_among_many_callers() -> None:
+    health = ProviderHealth(POLICY)
+    trip(health, "alpha", 0.0)
+    granted = [health.is_available("alpha", 30.0 + i * 0.01) for i in range(100)]
+    assert granted.count(True) == 1
+
+
+def test_successful_probe_closes_the_circuit() -> None:
+    health = ProviderHealth(POLICY)
+    trip(health, "alpha", 0.0)
+    assert health.is_available("alpha", 30.0)
+    health.record_success("alpha", 0.2, 31.0)
+    assert health.snapshot(31.0)["alpha"].circuit is Circuit.CLOSED
+    assert all(health.is_available("alpha", 31.0) for _ in range(3))
+
+
+def test_failed_probe_reopens_the_circuit_for_twice_the_cooldown() -> None:
+    health = ProviderHealth(POLICY)
+    trip(health, "alpha", 0.0)
+    assert health.is_available("alpha", 30.0)
+    health.record_failure("alpha", 0.2, 31.0)
+    assert not health.is_available("alpha", 31.0)
+    assert not health.is_available("alpha", 90.9)
+    assert health.is_available("alpha", 91.0)
+
+
+def test_cooldown_growth_is_capped() -> None:
+    health = ProviderHealth(POLICY)
+    trip(health, "alpha", 0.0)
+    now = 0.0
+    for _ in range(12):  # 30, 60, ... would pass 600 s on the sixth failed probe
+        now = health.snapshot(now)["alpha"].reopens_at or now
+        assert health.is_available("alpha", now)
+        health.record_failure("alpha", 0.2, now)
+    assert health.snapshot(now)["alpha"].reopens_at == now + POLICY.max_cooldown_s
+
+
+def test_successful_probe_resets_the_cooldown() -> None:
+    health = ProviderHealth(POLICY)
+    trip(health, "alpha", 0.0)
+    assert health.is_available("alpha", 30.0)
+    health.record_failure("alpha", 0.2, 30.0)  # reopened for 60 s
+    assert health.is_available("alpha", 90.0)
+    health.record_success("alpha", 0.2, 90.0)
+    trip(health, "alpha", 100.0)
+    assert health.snapshot(100.0)["alpha"].reopens_at == 130.0
+
+
+def test_unreported_probe_is_handed_out_again_after_the_probe_timeout() -> None:
+    health = ProviderHealth(POLICY)
+    trip(health, "alpha", 0.0)
+    assert health.is_available("alpha", 30.0)
+    assert not health.is_available("alpha", 59.9)
+    assert health.is_available("alpha", 60.0)
+
+
+def test_late_success_while_cooling_down_does_not_close_the_circuit() -> None:
+    health = ProviderHealth(POLICY)
+    trip(health, "alpha", 0.0)
+    health.record_success("alpha", 0.2, 5.0)  # a call started before the circuit opened
+    assert not health.is_available("alpha", 5.0)
+    assert health.snapshot(5.0)["alpha"].circuit is Circuit.OPEN
+
+
+def test_rank_leaves_out_open_circuits_but_includes_a_due_probe() -> None:
+    health = ProviderHealth(POLICY)
+    trip(health, "alpha", 0.0)
+    assert names(rank(["alpha", "beta"], health, 10.0)) == ["beta"]
+    assert names(rank(["alpha", "beta"], health, 30.0)) == ["beta", "alpha"]
+    assert names(rank(["alpha", "beta"], health, 31.0)) == ["beta"]  # the probe is out
+
+
+def test_snapshot_reports_each_seen_provider() -> None:
+    health = ProviderHealth(POLICY)
+    health.record_success("beta", 0.5, 0.0)
+    trip(health, "alpha", 0.0)
+    figures = health.snapshot(1.0)
+    assert list(figures) == ["alpha", "beta"]
+    assert figures["alpha"].circuit is Circuit.OPEN
+    assert figures["alpha"].consecutive_failures == 3
+    assert figures["alpha"].reopens_at == 30.0
+    assert figures["beta"].circuit is Circuit.CLOSED
+    assert figures["beta"].latency_s == 0.5
+    assert figures["beta"].success_rate == pytest.approx(1.0)
+    assert health.is_available("alpha", 30.0)  # snapshot handed out no probe
+
+
+# Routing decisions
+
+
+def test_nothing_eligible_is_no_provider_available() -> None:
+    with pytest.raises(NoProviderAvailable) as raised:
+        plan_route([], ProviderHealth(POLICY), 0.0)
+    assert raised.value.code == "NO_PROVIDER_AVAILABLE"
+
+
+def test_every_eligible_circuit_open_is_provider_unavailable() -> None:
+    health = ProviderHealth(POLICY)
+    trip(health, "alpha", 0.0)
+    trip(health, "beta", 0.0)
+    with pytest.raises(ProviderUnavailable):
+        plan_route(["alpha", "beta"], health, 1.0)
+
+
+def test_cascade_moves_traffic_away_from_a_failing_provider() -> None:
+    health = ProviderHealth(POLICY)
+    tried: list[str] = []
+    for now in range(5):  # the caller's loop: alpha (first by name) always fails, beta works
+        for name, _ in plan_route(["alpha", "beta"], health, float(now)):
+            tried.append(name)
+            if name == "alpha":
+                health.record_failure(name, 0.1, float(now))
+                continue
+            health.record_success(name, 0.1, float(now))
+            break
+    assert tried == ["alpha", "beta", "beta", "beta", "beta", "beta"]
+
+
+def test_policy_refuses_weights_not_summing_to_one() -> None:
+    with pytest.raises(ValueError, match="sum to 1"):
+        RoutingPolicy(success_weight=0.5, latency_weight=0.2, health_weight=0.2)
