@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+import httpx
 import trio
 
 from payorch.config import Settings
@@ -22,6 +23,7 @@ from payorch.http.context import PayorchApp, Services
 from payorch.providers.base import Provider
 from payorch.providers.catalogue import ProviderCatalogue
 from payorch.providers.sandbox import SandboxProvider
+from payorch.providers.sandbox.sender import run_event_sender
 from payorch.storage.database import Database
 from payorch.supervisors.expiry import run_expiry_supervisor
 
@@ -65,5 +67,23 @@ async def open_runtime(settings: Settings, db: Database) -> AsyncIterator[Runtim
         )
         app = create_app(services)
         await nursery.start(run_expiry_supervisor, services)
+        if settings.providers.sandbox.enabled:
+            # The sandbox lives in this process: it hands its signed events to payorch's own HTTP
+            # app (same route, same signature check) instead of going out over the network.
+            sandbox_client = httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app),  # type: ignore[arg-type]  # ASGI typing differs
+                base_url=settings.server.public_base_url,
+            )
+            nursery.start_soon(_closing, sandbox_client)
+            await nursery.start(run_event_sender, db, secrets, sandbox_client)
         yield Runtime(services=services, app=app)
         nursery.cancel_scope.cancel()
+
+
+async def _closing(client: httpx.AsyncClient) -> None:
+    """Close `client` when the runtime stops."""
+    try:
+        await trio.sleep_forever()
+    finally:
+        with trio.CancelScope(shield=True):
+            await client.aclose()

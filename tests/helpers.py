@@ -10,6 +10,7 @@ from quart.typing import TestClientProtocol as Client
 
 from payorch.config import Settings
 from payorch.invites import issue_invite
+from payorch.jsonexact import dumps_exact
 from payorch.storage.database import Database
 
 PASSWORD = "correct-horse-battery"  # 21 characters: inside 16..32
@@ -80,3 +81,69 @@ async def new_api_key(client: Client, merchant: Merchant, application_id: str) -
     assert response.status_code == 201, await response.get_data()
     body: dict[str, Any] = await response.get_json()
     return body
+
+
+SANDBOX_KEY = "sk_sandbox_test_0123456789"
+
+
+async def link_sandbox(
+    client: Client, merchant: Merchant, application_id: str, methods: tuple[str, ...] = ("card", "blik")
+) -> dict[str, Any]:
+    response = await client.post(
+        f"/api/v1/applications/{application_id}/providers",
+        json={"name": "sandbox", "paymentMethods": list(methods), "credentials": {"apiKey": SANDBOX_KEY}},
+        headers=merchant.headers,
+    )
+    assert response.status_code == 201, await response.get_data()
+    body: dict[str, Any] = await response.get_json()
+    return body
+
+
+def session_body(
+    total: str = "100.00", currency: str = "PLN", method: str = "card", **extra: Any
+) -> dict[str, Any]:
+    from decimal import Decimal
+
+    body: dict[str, Any] = {
+        "orderReference": "order-1001",
+        "paymentMethod": method,
+        "currency": currency,
+        "amount": {"total": Decimal(total), "shipping": Decimal("0"), "tax": Decimal("0")},
+        "customer": {"email": "buyer@example.com", "firstName": "Jan", "lastName": "Kowalski"},
+    }
+    body.update(extra)
+    return body
+
+
+@dataclass(frozen=True)
+class Shop:
+    """A merchant with one application linked to the sandbox, and an API key for it."""
+
+    merchant: Merchant
+    application_id: str
+    api_key: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"X-API-Key": self.api_key}
+
+
+async def new_shop(client: Client, db: Database, settings: Settings) -> Shop:
+    merchant = await new_merchant(client, db, settings)
+    application = await new_application(client, merchant)
+    await link_sandbox(client, merchant, application["id"])
+    key = await new_api_key(client, merchant, application["id"])
+    return Shop(merchant=merchant, application_id=application["id"], api_key=key["key"])
+
+
+async def post_json(client: Client, path: str, body: Any, headers: dict[str, str]) -> Any:
+    """POST `body` as exact JSON (Decimal amounts as JSON numbers, as a merchant's client sends them)."""
+    return await client.post(
+        path, data=dumps_exact(body), headers={**headers, "Content-Type": "application/json"}
+    )
+
+
+async def create_session(client: Client, shop: Shop, key: str, body: dict[str, Any] | None = None) -> Any:
+    return await post_json(
+        client, "/api/v1/sessions", body or session_body(), {**shop.headers, "Idempotency-Key": key}
+    )

@@ -337,7 +337,7 @@ class ApplyProviderEvent:
         reply.send(await context.db.transaction(self._apply, actor.application_id))
 
     async def _apply(self, conn: Connection, application_id: uuid.UUID) -> bool:
-        if not await outbox.first_sighting(conn, self.provider, self.event.id):
+        if not await outbox.first_sighting(conn, self.provider, application_id, self.event.id):
             return False
         session_event = _SESSION_EVENTS.get(self.event.kind)
         if session_event is None or self.event.session_id is None:

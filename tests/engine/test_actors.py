@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import outcome
 import pytest
 import trio
+import trio.lowlevel
 
 from payorch.engine.actors import ActorCrashed, ActorRegistry, ApplicationActor, Reply
 from payorch.engine.errors import NotFound, ServiceBusy
@@ -24,7 +25,8 @@ class Append:
 
     async def run(self, actor: ApplicationActor, reply: Reply[int]) -> None:
         log: Log = actor.context
-        await trio.sleep(0)  # a checkpoint inside the step must not let another message interleave
+        # A checkpoint inside the step must not let another message interleave.
+        await trio.lowlevel.checkpoint()
         log.applied.append(self.number)
         reply.send(self.number)
 
@@ -175,6 +177,6 @@ async def test_idle_actor_stops_and_restarts_on_the_next_message(nursery: trio.N
     await registry.ask(application, Append(1))
     assert application in registry.mailbox_depths()
     with trio.fail_after(5):
-        while application in registry.mailbox_depths():
+        while application in registry.mailbox_depths():  # noqa: ASYNC110 - polled, with a deadline
             await trio.sleep(0.01)
     assert await registry.ask(application, Append(2)) == 2

@@ -43,10 +43,12 @@ CREATE TABLE outbox_events (
 );
 CREATE INDEX outbox_events_by_session ON outbox_events (session_id, seq);
 
--- Provider events already applied: a provider may deliver one event several times.
+-- Provider events already applied: a provider may deliver one event several times. Keyed by
+-- application too: a provider account linked to two applications sends each of them every event.
 CREATE TABLE provider_events_seen (
-    provider    text NOT NULL,
-    event_id    text NOT NULL,
-    received_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (provider, event_id)
+    provider       text NOT NULL,
+    application_id uuid NOT NULL REFERENCES applications (id),
+    event_id       text NOT NULL,
+    received_at    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (provider, application_id, event_id)
 );

@@ -1,0 +1,266 @@
+"""`SandboxProvider`: payorch's adapter for the built-in simulated provider.
+
+The sandbox lives in-process but is treated like any external provider: payorch reaches it only
+through this adapter, it keeps its own tables (`storage.sandbox`), and it reports outcomes
+asynchronously as signed events POSTed to the endpoints registered with it (`sender.py`).
+
+Accepted amounts, inclusive:
+- `card` and `apple_pay`: every ISO 4217 currency, from 1 minor unit up to one million major units
+  less one minor unit (999,999.99 USD, 999,999 JPY, 999,999.999 KWD);
+- `blik`: PLN only, from 0.01 PLN up to 50,000.00 PLN.
+
+Sandbox API keys are `sk_sandbox_` followed by at least 8 of `A-Z a-z 0-9 _`; the sandbox account
+is the SHA-256 hex of the key, so applications linked with one key share one account.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import asyncpg
+
+from payorch.engine.money import UnknownCurrency, currency_exponent
+from payorch.engine.secretbox import SecretBox
+from payorch.providers.base import (
+    CheckoutCreated,
+    CheckoutRequest,
+    Credentials,
+    CredentialsRejected,
+    EventKind,
+    EventRejected,
+    Limits,
+    ProviderError,
+    ProviderEvent,
+    RefundRequest,
+    RefundSubmitted,
+    WebhookRegistration,
+)
+from payorch.providers.sandbox import simulator
+from payorch.providers.sandbox.signing import SignatureInvalid, new_signing_secret, verify_signature
+from payorch.storage import sandbox as store
+from payorch.storage.database import Database
+
+_API_KEY = re.compile(r"sk_sandbox_[A-Za-z0-9_]{8,}")
+_CARD_MAX_MAJOR = 1_000_000  # exclusive: the largest amount is one minor unit less
+_BLIK_LIMITS = Limits(min_minor=1, max_minor=5_000_000)  # 0.01 to 50,000.00 PLN
+
+_KIND_OF_EVENT: dict[str, EventKind] = {
+    simulator.EventType.CHECKOUT_PAID: EventKind.PAYMENT_SUCCEEDED,
+    simulator.EventType.CHECKOUT_PAYMENT_FAILED: EventKind.PAYMENT_DECLINED,
+    simulator.EventType.DISPUTE_LOST: EventKind.DISPUTE_LOST,
+    simulator.EventType.REFUND_SUCCEEDED: EventKind.REFUND_SUCCEEDED,
+    simulator.EventType.REFUND_FAILED: EventKind.REFUND_FAILED,
+}
+# The sandbox's failure codes -> payorch's failure reasons; a code not listed here is PAYMENT_FAILED.
+_REASON_OF_CODE = {
+    simulator.CARD_DECLINED: "CARD_DECLINED",
+    simulator.INSUFFICIENT_FUNDS: "INSUFFICIENT_FUNDS",
+    simulator.LOST_OR_STOLEN_CARD: "LOST_OR_STOLEN_CARD",
+    simulator.PAYMENT_FAILED: "PAYMENT_FAILED",
+}
+
+
+class SandboxRefundRefused(ProviderError):
+    """The sandbox refused a refund (unknown or unpaid checkout, or beyond the amount paid)."""
+
+
+def sandbox_account(credentials: Credentials) -> str:
+    """The sandbox account `credentials` belong to; `CredentialsRejected` unless they look like a
+    sandbox API key."""
+    if not _API_KEY.fullmatch(credentials.api_key):
+        raise CredentialsRejected("sandbox API keys are sk_sandbox_ and at least 8 of A-Z a-z 0-9 _")
+    return hashlib.sha256(credentials.api_key.encode()).hexdigest()
+
+
+@contextmanager
+def _unavailable_as_provider_error() -> Iterator[None]:
+    """The sandbox's database failing is the provider failing: callers count it and move on."""
+    try:
+        yield
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        raise ProviderError(f"sandbox unavailable: {type(exc).__name__}") from exc
+
+
+class SandboxProvider:
+    """The simulated provider, implementing `payorch.providers.base.Provider`."""
+
+    name = "sandbox"
+    display_name = "Sandbox (test mode)"
+    payment_methods = frozenset({"card", "blik", "apple_pay"})
+
+    def __init__(
+        self,
+        db: Database,
+        secrets: SecretBox,
+        *,
+        public_base_url: str,
+        refund_delay_ms: int = 500,
+        dispute_delay_ms: int = 2000,
+    ) -> None:
+        self._db = db
+        self._secrets = secrets
+        self._public_base_url = public_base_url.rstrip("/")
+        self._refund_delay_ms = refund_delay_ms
+        self._dispute_delay_ms = dispute_delay_ms
+
+    # The Provider interface
+
+    def limits(self, currency: str, payment_method: str) -> Limits | None:
+        """See the module docstring; None for a method or currency the sandbox does not take."""
+        if payment_method == "blik":
+            return _BLIK_LIMITS if currency == "PLN" else None
+        if payment_method not in self.payment_methods:
+            return None
+        try:
+            exponent = currency_exponent(currency)
+        except UnknownCurrency:
+            return None
+        return Limits(min_minor=1, max_minor=_CARD_MAX_MAJOR * 10**exponent - 1)
+
+    async def validate_credentials(self, credentials: Credentials) -> None:
+        """Accept any key of the sandbox's format: the sandbox opens an account for every such key."""
+        sandbox_account(credentials)
+
+    async def register_webhook(self, credentials: Credentials, url: str) -> WebhookRegistration:
+        """Send the account's events to `url`, signed with a fresh secret (stored sealed). Registering
+        the same URL again keeps the endpoint and replaces its secret."""
+        account = sandbox_account(credentials)
+        secret = new_signing_secret()
+        with _unavailable_as_provider_error():
+            endpoint_id = await self._db.transaction(
+                store.save_webhook_endpoint,
+                endpoint_id=simulator.new_id("we_sbx_"),
+                account=account,
+                url=url,
+                sealed_secret=self._secrets.seal(secret),
+            )
+        return WebhookRegistration(reference=endpoint_id, secret=secret)
+
+    async def create_checkout(
+        self, credentials: Credentials, request: CheckoutRequest, *, idempotency_key: str
+    ) -> CheckoutCreated:
+        """Open a hosted checkout; the same key gives back the same checkout (`ProviderError` if the
+        key was used for another session or amount)."""
+        account = sandbox_account(credentials)
+        limits = self.limits(request.amount.currency, request.payment_method)
+        if limits is None or not limits.min_minor <= request.amount.minor <= limits.max_minor:
+            raise ProviderError(
+                f"sandbox does not take {request.payment_method} payments of "
+                f"{request.amount.minor} minor units of {request.amount.currency}"
+            )
+        new = store.NewCheckout(
+            id=simulator.new_id("cs_sbx_"),
+            account=account,
+            idempotency_key=idempotency_key,
+            amount_minor=request.amount.minor,
+            currency=request.amount.currency,
+            payment_method=request.payment_method,
+            order_reference=request.order_reference,
+            customer_email=request.customer_email,
+            client_reference=str(request.session_id),
+            application_id=request.application_id,
+            success_url=request.success_url,
+            failure_url=request.failure_url,
+            expires_at=request.expires_at,
+        )
+        with _unavailable_as_provider_error():
+            checkout, _ = await self._db.transaction(store.insert_checkout, new)
+        if (checkout.client_reference, checkout.amount_minor, checkout.currency) != (
+            new.client_reference,
+            new.amount_minor,
+            new.currency,
+        ):
+            raise ProviderError("sandbox: idempotency key already used for another checkout")
+        return CheckoutCreated(reference=checkout.id, url=self.checkout_url(checkout.id))
+
+    async def submit_refund(
+        self, credentials: Credentials, request: RefundRequest, *, idempotency_key: str
+    ) -> RefundSubmitted:
+        """Refund a paid checkout; its outcome event follows after `refund_delay_ms`. The same key
+        refunds only once. `SandboxRefundRefused` (a `ProviderError`) for a checkout that is unknown
+        to the account or not paid, or when refunds would exceed what was paid."""
+        order = simulator.RefundOrder(
+            account=sandbox_account(credentials),
+            idempotency_key=idempotency_key,
+            checkout_id=request.payment_reference,
+            amount_minor=request.amount.minor,
+            currency=request.amount.currency,
+            client_reference=str(request.refund_id),
+            reason=request.reason,
+        )
+        try:
+            with _unavailable_as_provider_error():
+                refund = await self._db.transaction(
+                    simulator.refund_checkout, order, refund_delay_ms=self._refund_delay_ms
+                )
+        except simulator.RefundRefused as exc:
+            raise SandboxRefundRefused(f"sandbox refused the refund: {exc}") from None
+        return RefundSubmitted(reference=refund.id)
+
+    def parse_event(self, headers: Mapping[str, str], body: bytes, secret: str) -> ProviderEvent:
+        """Verify the `Sandbox-Signature` of `body` (300 s tolerance) and translate the event;
+        `EventRejected` when it is not authentic or not a sandbox event."""
+        try:
+            verify_signature(headers, body, secret, now=time.time())
+        except SignatureInvalid as exc:
+            raise EventRejected(str(exc)) from None
+        try:
+            event = json.loads(body)
+            event_id, event_type, data = event["id"], event["type"], event["data"]
+            if not isinstance(event_id, str) or not isinstance(event_type, str) or not isinstance(data, dict):
+                raise TypeError("id and type must be strings, data an object")
+            kind = _KIND_OF_EVENT.get(event_type)
+            if kind is None:
+                return ProviderEvent(id=event_id, kind=EventKind.IGNORED)
+            return ProviderEvent(
+                id=event_id,
+                kind=kind,
+                session_id=_uuid_or_none(data.get("client_reference")),
+                refund_id=_uuid_or_none(data.get("refund_client_reference")),
+                checkout_reference=_str_or_none(data.get("checkout_id")),
+                reason=_reason(kind, data.get("failure_code")),
+            )
+        except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError and bad UUIDs are ValueErrors
+            raise EventRejected(f"not a sandbox event: {exc}") from None
+
+    # The sandbox's own side, for its checkout page
+
+    def checkout_url(self, checkout_id: str) -> str:
+        return f"{self._public_base_url}/sandbox/checkout/{checkout_id}"
+
+    async def checkout(self, checkout_id: str) -> store.SandboxCheckout | None:
+        """The checkout as the page shows it; None when there is no such checkout."""
+        return await self._db.read(store.get_checkout, checkout_id)
+
+    async def pay(self, checkout_id: str, entry: str) -> simulator.PaymentResult:
+        """Pay the checkout with a card number or BLIK code, as its page's form does."""
+        return await self._db.transaction(
+            simulator.pay_checkout, checkout_id, entry, dispute_delay_ms=self._dispute_delay_ms
+        )
+
+
+def _str_or_none(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError("expected a string")
+    return value
+
+
+def _uuid_or_none(value: Any) -> uuid.UUID | None:
+    text = _str_or_none(value)
+    return uuid.UUID(text) if text is not None else None
+
+
+def _reason(kind: EventKind, failure_code: Any) -> str | None:
+    if kind not in (EventKind.PAYMENT_DECLINED, EventKind.REFUND_FAILED):
+        return None
+    code = _str_or_none(failure_code)
+    return _REASON_OF_CODE.get(code or "", "PAYMENT_FAILED")

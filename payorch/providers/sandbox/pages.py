@@ -1,0 +1,168 @@
+"""The sandbox's hosted checkout page: where the customer (or a developer, or a test) pays.
+
+    GET  /sandbox/checkout/<id>   the amount, the order, a form, and the test data
+    POST /sandbox/checkout/<id>   form field `card_number` (card, apple_pay) or `blik_code` (blik)
+
+After a POST: 303 to the checkout's success or failure URL when it has one, else a result page (200
+paid, 402 declined). Unknown checkout 404, already paid 409, expired 410, missing field 400. Plain
+HTML with inline style only: no script, no external asset, works in any browser and with curl.
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from quart import Blueprint, Response, request
+
+from payorch.engine.money import to_major_units
+from payorch.http.context import services
+from payorch.providers.sandbox import simulator
+from payorch.providers.sandbox.adapter import SandboxProvider
+from payorch.storage.sandbox import SandboxCheckout
+
+blueprint = Blueprint("sandbox_pages", __name__, url_prefix="/sandbox")
+
+_METHOD_NAMES = {"card": "Card", "apple_pay": "Apple Pay (test card)", "blik": "BLIK"}
+_FIELD_LABELS = {simulator.CARD_FIELD: "Card number", simulator.BLIK_FIELD: "BLIK code"}
+_STYLE = """
+body { font-family: system-ui, sans-serif; max-width: 40rem; margin: 2rem auto; padding: 0 1rem; }
+.badge { background: #ffe08a; padding: .1rem .5rem; border-radius: .3rem; font-size: .85rem; }
+dl { display: grid; grid-template-columns: max-content auto; gap: .3rem 1rem; }
+dt { font-weight: 600; } dd { margin: 0; }
+form { margin: 1.5rem 0; } label { display: block; margin-bottom: .3rem; }
+input { font-size: 1.1rem; padding: .4rem; width: 16rem; } button { font-size: 1.1rem; padding: .4rem 1rem; }
+table { border-collapse: collapse; margin-top: .5rem; }
+td, th { border: 1px solid #ccc; padding: .3rem .6rem; }
+.error { color: #a00; } code { font-size: 1rem; }
+"""
+
+
+def _provider() -> SandboxProvider | None:
+    provider = services().providers.get("sandbox")
+    return provider if isinstance(provider, SandboxProvider) else None
+
+
+def _html(title: str, content: str, status: int) -> Response:
+    page = (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(title)}</title><style>{_STYLE}</style></head>"
+        f'<body><p><span class="badge">Sandbox: test mode, no real money</span></p>'
+        f"<h1>{escape(title)}</h1>{content}</body></html>\n"
+    )
+    response = Response(page, status=status, content_type="text/html; charset=utf-8")
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["Content-Security-Policy"] = "default-src 'none'; style-src 'unsafe-inline'"
+    return response
+
+
+def _see_other(url: str) -> Response:
+    """303: the browser follows with a GET, so reloading the page there does not pay again."""
+    response = Response("", status=303)
+    response.headers["Location"] = url
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def formatted_amount(minor: int, currency: str) -> str:
+    """`123456` PLN as `1,234.56 PLN`."""
+    return f"{to_major_units(minor, currency):,} {currency}"
+
+
+def _summary(checkout: SandboxCheckout) -> str:
+    method = _METHOD_NAMES.get(checkout.payment_method, checkout.payment_method)
+    return (
+        f"<dl><dt>Amount</dt><dd>{escape(formatted_amount(checkout.amount_minor, checkout.currency))}</dd>"
+        f"<dt>Order</dt><dd>{escape(checkout.order_reference)}</dd>"
+        f"<dt>Payment method</dt><dd>{escape(method)}</dd>"
+        f"<dt>Checkout</dt><dd><code>{escape(checkout.id)}</code></dd></dl>"
+    )
+
+
+def _form(checkout: SandboxCheckout, *, error: str | None = None) -> str:
+    field = simulator.FIELD_OF_METHOD[checkout.payment_method]
+    numeric = 'inputmode="numeric" autocomplete="cc-number"' if field == simulator.CARD_FIELD else ""
+    problem = f'<p class="error">{escape(error)}</p>' if error else ""
+    amount = escape(formatted_amount(checkout.amount_minor, checkout.currency))
+    return (
+        f'<form method="post">{problem}<label for="{field}">{_FIELD_LABELS[field]}</label>'
+        f'<input id="{field}" name="{field}" {numeric} required autofocus> '
+        f'<button type="submit">Pay {amount}</button></form>'
+    )
+
+
+def _test_data() -> str:
+    rows = "".join(
+        f"<tr><td>{'Card' if item.kind == 'card' else 'BLIK code'}</td>"
+        f"<td><code>{escape(item.value)}</code></td><td>{escape(item.description)}</td></tr>"
+        for item in simulator.TEST_DATA
+    )
+    return (
+        "<h2>Test data</h2><p>Card numbers may contain spaces. Card and Apple Pay checkouts take a "
+        "card number, BLIK checkouts a BLIK code.</p>"
+        f"<table><tr><th>Kind</th><th>Enter</th><th>Outcome</th></tr>{rows}</table>"
+    )
+
+
+def _not_found() -> Response:
+    return _html("No such checkout", "<p>This checkout does not exist.</p>", 404)
+
+
+def _closed(checkout: SandboxCheckout, *, status_on_open: int) -> Response | None:
+    """The page for a checkout that can no longer be paid; None while it can."""
+    if checkout.status == "paid":
+        return _html("Already paid", f"{_summary(checkout)}<p>This checkout is paid.</p>", status_on_open)
+    if checkout.expired:
+        return _html("Checkout expired", f"{_summary(checkout)}<p>This checkout has expired.</p>", 410)
+    return None
+
+
+@blueprint.get("/checkout/<checkout_id>")
+async def show_checkout(checkout_id: str) -> Response:
+    """The checkout page: amount, order, the payment form and the test data."""
+    provider = _provider()
+    checkout = await provider.checkout(checkout_id) if provider else None
+    if checkout is None:
+        return _not_found()
+    closed = _closed(checkout, status_on_open=200)
+    if closed is not None:
+        return closed
+    return _html("Sandbox checkout", _summary(checkout) + _form(checkout) + _test_data(), 200)
+
+
+@blueprint.post("/checkout/<checkout_id>")
+async def pay_checkout(checkout_id: str) -> Response:
+    """Pay with the submitted card number or BLIK code; the outcome follows the test data."""
+    provider = _provider()
+    checkout = await provider.checkout(checkout_id) if provider else None
+    if provider is None or checkout is None:
+        return _not_found()
+    closed = _closed(checkout, status_on_open=409)
+    if closed is not None:
+        return closed
+    field = simulator.FIELD_OF_METHOD[checkout.payment_method]
+    entry = (await request.form).get(field, "")
+    if not simulator.normalised_entry(entry):
+        content = _summary(checkout) + _form(checkout, error=f"Enter a {_FIELD_LABELS[field].lower()}.")
+        return _html("Sandbox checkout", content + _test_data(), 400)
+
+    result = await provider.pay(checkout_id, entry)
+    status = result.status
+    if status is simulator.PaymentStatus.NOT_FOUND or result.checkout is None:
+        return _not_found()
+    checkout = result.checkout
+    if status is simulator.PaymentStatus.PAID:
+        if checkout.success_url:
+            return _see_other(checkout.success_url)
+        return _html(
+            "Payment succeeded", _summary(checkout) + "<p>Thank you: the payment succeeded.</p>", 200
+        )
+    if status is simulator.PaymentStatus.DECLINED:
+        if checkout.failure_url:
+            return _see_other(checkout.failure_url)
+        reason = escape(str(result.failure_code).upper())
+        content = f"{_summary(checkout)}<p>The payment was declined (<code>{reason}</code>). Try again:</p>"
+        return _html("Payment declined", content + _form(checkout) + _test_data(), 402)
+    # Paid or expired between the page's read and the payment's lock.
+    closed = _closed(checkout, status_on_open=409)
+    return closed if closed is not None else _not_found()

@@ -1,0 +1,140 @@
+"""The sandbox's webhook sender: delivers its queued events as signed HTTP POSTs.
+
+Each event has one delivery per endpoint of its account. The loop claims due deliveries (`FOR
+UPDATE SKIP LOCKED` plus a lease, so two processes never send one delivery at once and a dead
+sender's claims are taken over), POSTs them concurrently, and records the answer: 2xx is delivered;
+anything else, a network error or a timeout is retried after a backoff doubling from `retry_base_s`
+up to `retry_cap_s`, until `max_attempts` attempts were made. A delivery that fails in any other way
+is logged and retried the same way: one bad event never stops the loop.
+
+The service runs it with an httpx client whose transport is `httpx.ASGITransport(app)`: events
+reach payorch's own HTTP app, through the same route and signature check as any provider's, with no
+socket. Given an ordinary client, it sends to the network like an external provider.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import httpx
+import trio
+
+from payorch.engine.secretbox import SecretBox
+from payorch.providers.sandbox.signing import SIGNATURE_HEADER, signature_header
+from payorch.storage import sandbox as store
+from payorch.storage.database import Database
+
+log = logging.getLogger("payorch.sandbox.sender")
+
+_LEASE_MARGIN_S = 30.0  # beyond the attempt's timeout, for recording its answer
+_PAUSE_AFTER_ERROR_S = 1.0
+
+
+def retry_delay_s(attempts: int, *, base_s: float, cap_s: float) -> float:
+    """The wait after the `attempts`-th failed attempt: base, 2 x base, 4 x base, ... at most `cap_s`."""
+    # At most 2 ** 30: past about a thousand doublings a float overflows.
+    return float(min(cap_s, base_s * 2 ** min(max(attempts - 1, 0), 30)))
+
+
+async def run_event_sender(
+    db: Database,
+    secrets: SecretBox,
+    client: httpx.AsyncClient,
+    *,
+    poll_interval_s: float = 0.1,
+    batch_size: int = 20,
+    attempt_timeout_s: float = 15.0,
+    retry_base_s: float = 1.0,
+    retry_cap_s: float = 60.0,
+    max_attempts: int = 50,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Deliver due sandbox events until cancelled; reports started once its loop runs."""
+    task_status.started()
+    lease_s = attempt_timeout_s + _LEASE_MARGIN_S
+    while True:
+        try:
+            claimed = await db.transaction(store.claim_due_deliveries, limit=batch_size, lease_s=lease_s)
+        except Exception:
+            log.exception("claiming sandbox deliveries failed")
+            await trio.sleep(max(poll_interval_s, _PAUSE_AFTER_ERROR_S))
+            continue
+        if not claimed:
+            await trio.sleep(poll_interval_s)
+            continue
+        async with trio.open_nursery() as nursery:
+            for delivery in claimed:
+                nursery.start_soon(
+                    _deliver,
+                    db,
+                    secrets,
+                    client,
+                    delivery,
+                    attempt_timeout_s,
+                    retry_base_s,
+                    retry_cap_s,
+                    max_attempts,
+                )
+
+
+async def _deliver(
+    db: Database,
+    secrets: SecretBox,
+    client: httpx.AsyncClient,
+    delivery: store.ClaimedDelivery,
+    attempt_timeout_s: float,
+    retry_base_s: float,
+    retry_cap_s: float,
+    max_attempts: int,
+) -> None:
+    """Make one attempt and record its answer; never raises (but for cancellation)."""
+    where = {"eventId": delivery.event_id, "endpointId": delivery.endpoint_id, "attempt": delivery.attempts}
+    try:
+        error = await _attempt(secrets, client, delivery, attempt_timeout_s)
+        if error is None:
+            await db.transaction(store.mark_delivered, delivery.event_id, delivery.endpoint_id)
+            log.info("sandbox event delivered", extra=where)
+            return
+        retry_in_s = (
+            retry_delay_s(delivery.attempts, base_s=retry_base_s, cap_s=retry_cap_s)
+            if delivery.attempts < max_attempts
+            else None
+        )
+        await db.transaction(
+            store.mark_failed_attempt,
+            delivery.event_id,
+            delivery.endpoint_id,
+            error=error,
+            retry_in_s=retry_in_s,
+        )
+        if retry_in_s is None:
+            log.warning("sandbox event delivery given up", extra={**where, "error": error})
+        else:
+            log.info("sandbox event delivery failed", extra={**where, "error": error, "retryInS": retry_in_s})
+    except Exception:
+        # The claim's lease runs out and the delivery is tried again.
+        log.exception("sandbox event delivery could not be recorded", extra=where)
+
+
+async def _attempt(
+    secrets: SecretBox, client: httpx.AsyncClient, delivery: store.ClaimedDelivery, timeout_s: float
+) -> str | None:
+    """POST the event once; None when the receiver answered 2xx, else what went wrong."""
+    body = delivery.body.encode()
+    try:
+        secret = secrets.open(delivery.sealed_secret)
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "payorch-sandbox/1",
+            SIGNATURE_HEADER: signature_header(secret, body, int(time.time())),
+        }
+        with trio.fail_after(timeout_s):
+            response = await client.post(delivery.url, content=body, headers=headers)
+    except trio.TooSlowError:
+        return f"no answer within {timeout_s} s"
+    except Exception as exc:  # network errors, unreadable secret, a receiver app raising in-process
+        return type(exc).__name__
+    if 200 <= response.status_code < 300:
+        return None
+    return f"HTTP {response.status_code}"

@@ -1,0 +1,372 @@
+"""The sandbox provider's own tables: webhook endpoints, checkouts, refunds, events and their deliveries.
+
+These are the provider's side of the world, as an external provider would keep them; payorch's own
+tables are never touched from here. Times compare against the database's clock (`now()`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+
+from payorch.storage.database import Connection
+
+
+@dataclass(frozen=True)
+class SandboxCheckout:
+    id: str
+    account: str
+    amount_minor: int
+    currency: str
+    payment_method: str
+    order_reference: str
+    customer_email: str
+    client_reference: str
+    application_id: uuid.UUID
+    success_url: str | None
+    failure_url: str | None
+    expires_at: datetime
+    status: str
+    paid_at: datetime | None
+    refund_failure_code: str | None
+    created_at: datetime
+    expired: bool  # expires_at has passed, by the database's clock
+
+
+@dataclass(frozen=True)
+class NewCheckout:
+    id: str
+    account: str
+    idempotency_key: str
+    amount_minor: int
+    currency: str
+    payment_method: str
+    order_reference: str
+    customer_email: str
+    client_reference: str
+    application_id: uuid.UUID
+    success_url: str | None
+    failure_url: str | None
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class SandboxRefund:
+    id: str
+    account: str
+    checkout_id: str
+    amount_minor: int
+    currency: str
+    client_reference: str
+    reason: str | None
+    outcome: str
+    failure_code: str | None
+    completes_at: datetime
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class NewRefund:
+    id: str
+    account: str
+    idempotency_key: str
+    checkout_id: str
+    amount_minor: int
+    currency: str
+    client_reference: str
+    reason: str | None
+    outcome: str
+    failure_code: str | None
+    delay_ms: int
+
+
+@dataclass(frozen=True)
+class SandboxEvent:
+    id: str
+    account: str
+    type: str
+    checkout_id: str
+    refund_id: str | None
+    body: str
+    created_at: datetime
+    deliver_at: datetime
+
+
+@dataclass(frozen=True)
+class Delivery:
+    event_id: str
+    endpoint_id: str
+    deliver_at: datetime
+    attempts: int
+    delivered_at: datetime | None
+    given_up_at: datetime | None
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class ClaimedDelivery:
+    """A delivery this sender owns until its lease ends: what to POST, where, signed with what."""
+
+    event_id: str
+    endpoint_id: str
+    attempts: int  # including this one
+    url: str
+    sealed_secret: bytes
+    body: str
+
+
+_CHECKOUT_COLUMNS = """id, account, amount_minor, currency, payment_method, order_reference, customer_email,
+    client_reference, application_id, success_url, failure_url, expires_at, status, paid_at,
+    refund_failure_code, created_at, expires_at <= now() AS expired"""
+_REFUND_COLUMNS = ", ".join(SandboxRefund.__dataclass_fields__)
+_EVENT_COLUMNS = ", ".join(SandboxEvent.__dataclass_fields__)
+_DELIVERY_COLUMNS = ", ".join(Delivery.__dataclass_fields__)
+
+
+def _checkout(row: asyncpg.Record) -> SandboxCheckout:
+    return SandboxCheckout(**dict(row.items()))
+
+
+def _refund(row: asyncpg.Record) -> SandboxRefund:
+    return SandboxRefund(**dict(row.items()))
+
+
+# Webhook endpoints
+
+
+async def save_webhook_endpoint(
+    conn: Connection, *, endpoint_id: str, account: str, url: str, sealed_secret: bytes
+) -> str:
+    """Register `url` for `account` with this secret; the id of the endpoint (an existing endpoint
+    for the same URL keeps its id and takes the new secret)."""
+    found: str = await conn.fetchval(
+        """INSERT INTO sandbox_webhook_endpoints (id, account, url, secret) VALUES ($1, $2, $3, $4)
+           ON CONFLICT (account, url) DO UPDATE SET secret = EXCLUDED.secret, updated_at = now()
+           RETURNING id""",
+        endpoint_id,
+        account,
+        url,
+        sealed_secret,
+    )
+    return found
+
+
+# Checkouts
+
+
+async def insert_checkout(conn: Connection, new: NewCheckout) -> tuple[SandboxCheckout, bool]:
+    """Store `new`, unless the account already used its idempotency key: then the checkout made with
+    that key. The flag says whether this call created it."""
+    row = await conn.fetchrow(
+        f"""INSERT INTO sandbox_checkouts (id, account, idempotency_key, amount_minor, currency,
+                payment_method, order_reference, customer_email, client_reference, application_id,
+                success_url, failure_url, expires_at)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+            ON CONFLICT (account, idempotency_key) DO NOTHING
+            RETURNING {_CHECKOUT_COLUMNS}""",
+        new.id,
+        new.account,
+        new.idempotency_key,
+        new.amount_minor,
+        new.currency,
+        new.payment_method,
+        new.order_reference,
+        new.customer_email,
+        new.client_reference,
+        new.application_id,
+        new.success_url,
+        new.failure_url,
+        new.expires_at,
+    )
+    if row is not None:
+        return _checkout(row), True
+    # The conflicting insert has committed (ON CONFLICT waited for it), so this statement sees it.
+    row = await conn.fetchrow(
+        f"SELECT {_CHECKOUT_COLUMNS} FROM sandbox_checkouts WHERE account = $1 AND idempotency_key = $2",
+        new.account,
+        new.idempotency_key,
+    )
+    return _checkout(row), False
+
+
+async def get_checkout(conn: Connection, checkout_id: str) -> SandboxCheckout | None:
+    row = await conn.fetchrow(f"SELECT {_CHECKOUT_COLUMNS} FROM sandbox_checkouts WHERE id = $1", checkout_id)
+    return _checkout(row) if row else None
+
+
+async def lock_checkout(conn: Connection, checkout_id: str) -> SandboxCheckout | None:
+    """The checkout, locked until the transaction ends: payments and refunds of it go one at a time."""
+    row = await conn.fetchrow(
+        f"SELECT {_CHECKOUT_COLUMNS} FROM sandbox_checkouts WHERE id = $1 FOR UPDATE", checkout_id
+    )
+    return _checkout(row) if row else None
+
+
+async def mark_checkout_paid(
+    conn: Connection, checkout_id: str, *, refund_failure_code: str | None
+) -> SandboxCheckout:
+    row = await conn.fetchrow(
+        f"""UPDATE sandbox_checkouts SET status = 'paid', paid_at = now(), refund_failure_code = $2
+            WHERE id = $1 RETURNING {_CHECKOUT_COLUMNS}""",
+        checkout_id,
+        refund_failure_code,
+    )
+    return _checkout(row)
+
+
+# Refunds
+
+
+async def find_refund(conn: Connection, account: str, idempotency_key: str) -> SandboxRefund | None:
+    row = await conn.fetchrow(
+        f"SELECT {_REFUND_COLUMNS} FROM sandbox_refunds WHERE account = $1 AND idempotency_key = $2",
+        account,
+        idempotency_key,
+    )
+    return _refund(row) if row else None
+
+
+async def refunded_minor(conn: Connection, checkout_id: str) -> int:
+    """The sum of the checkout's refunds that do not fail."""
+    total = await conn.fetchval(
+        """SELECT coalesce(sum(amount_minor), 0) FROM sandbox_refunds
+           WHERE checkout_id = $1 AND outcome <> 'failed'""",
+        checkout_id,
+    )
+    return int(total)
+
+
+async def insert_refund(conn: Connection, new: NewRefund) -> tuple[SandboxRefund, bool]:
+    """Store `new`, completing `delay_ms` from now, unless the account already used its idempotency
+    key: then the refund made with that key. The flag says whether this call created it."""
+    row = await conn.fetchrow(
+        f"""INSERT INTO sandbox_refunds (id, account, idempotency_key, checkout_id, amount_minor, currency,
+                client_reference, reason, outcome, failure_code, completes_at)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now() + $11::int * interval '1 millisecond')
+            ON CONFLICT (account, idempotency_key) DO NOTHING
+            RETURNING {_REFUND_COLUMNS}""",
+        new.id,
+        new.account,
+        new.idempotency_key,
+        new.checkout_id,
+        new.amount_minor,
+        new.currency,
+        new.client_reference,
+        new.reason,
+        new.outcome,
+        new.failure_code,
+        new.delay_ms,
+    )
+    if row is not None:
+        return _refund(row), True
+    existing = await find_refund(conn, new.account, new.idempotency_key)
+    assert existing is not None  # the conflicting row has committed
+    return existing, False
+
+
+# Events and their deliveries
+
+
+async def queue_event(
+    conn: Connection,
+    *,
+    event_id: str,
+    account: str,
+    event_type: str,
+    checkout_id: str,
+    refund_id: str | None,
+    body: str,
+    delay_ms: int,
+) -> SandboxEvent:
+    """Store the event, due `delay_ms` from now (the transaction's start), with one delivery to each
+    endpoint the account has registered."""
+    row = await conn.fetchrow(
+        f"""INSERT INTO sandbox_events (id, account, type, checkout_id, refund_id, body, deliver_at)
+            VALUES ($1, $2, $3, $4, $5, $6, now() + $7::int * interval '1 millisecond')
+            RETURNING {_EVENT_COLUMNS}""",
+        event_id,
+        account,
+        event_type,
+        checkout_id,
+        refund_id,
+        body,
+        delay_ms,
+    )
+    await conn.execute(
+        """INSERT INTO sandbox_deliveries (event_id, endpoint_id, deliver_at)
+           SELECT $1, id, $3 FROM sandbox_webhook_endpoints WHERE account = $2""",
+        event_id,
+        account,
+        row["deliver_at"],
+    )
+    return SandboxEvent(**dict(row.items()))
+
+
+async def events_of_checkout(conn: Connection, checkout_id: str) -> list[SandboxEvent]:
+    """Every event about the checkout and its refunds, oldest first."""
+    rows = await conn.fetch(
+        f"""SELECT {_EVENT_COLUMNS} FROM sandbox_events WHERE checkout_id = $1
+            ORDER BY created_at, deliver_at, id""",
+        checkout_id,
+    )
+    return [SandboxEvent(**dict(row.items())) for row in rows]
+
+
+async def deliveries_of_event(conn: Connection, event_id: str) -> list[Delivery]:
+    rows = await conn.fetch(
+        f"SELECT {_DELIVERY_COLUMNS} FROM sandbox_deliveries WHERE event_id = $1 ORDER BY endpoint_id",
+        event_id,
+    )
+    return [Delivery(**dict(row.items())) for row in rows]
+
+
+async def claim_due_deliveries(conn: Connection, *, limit: int, lease_s: float) -> list[ClaimedDelivery]:
+    """Up to `limit` due deliveries, each counted as an attempt and leased for `lease_s`: another
+    sender skips them until then, and takes them over if this one dies before reporting back."""
+    rows = await conn.fetch(
+        """WITH due AS (
+               SELECT event_id, endpoint_id FROM sandbox_deliveries
+               WHERE delivered_at IS NULL AND given_up_at IS NULL AND deliver_at <= now()
+               ORDER BY deliver_at, event_id
+               LIMIT $1
+               FOR UPDATE SKIP LOCKED)
+           UPDATE sandbox_deliveries d
+           SET deliver_at = now() + make_interval(secs => $2), attempts = d.attempts + 1
+           FROM due, sandbox_events e, sandbox_webhook_endpoints w
+           WHERE d.event_id = due.event_id AND d.endpoint_id = due.endpoint_id
+             AND e.id = d.event_id AND w.id = d.endpoint_id
+           RETURNING d.event_id, d.endpoint_id, d.attempts, w.url, w.secret AS sealed_secret, e.body""",
+        limit,
+        lease_s,
+    )
+    return [ClaimedDelivery(**dict(row.items())) for row in rows]
+
+
+async def mark_delivered(conn: Connection, event_id: str, endpoint_id: str) -> None:
+    await conn.execute(
+        """UPDATE sandbox_deliveries SET delivered_at = now(), last_error = NULL
+           WHERE event_id = $1 AND endpoint_id = $2 AND delivered_at IS NULL""",
+        event_id,
+        endpoint_id,
+    )
+
+
+async def mark_failed_attempt(
+    conn: Connection, event_id: str, endpoint_id: str, *, error: str, retry_in_s: float | None
+) -> None:
+    """Record a failed attempt: due again `retry_in_s` from now, or given up when that is None."""
+    await conn.execute(
+        """UPDATE sandbox_deliveries
+           SET last_error = $3,
+               deliver_at = CASE WHEN $4::float8 IS NULL THEN deliver_at
+                                 ELSE now() + make_interval(secs => $4::float8) END,
+               given_up_at = CASE WHEN $4::float8 IS NULL THEN now() END
+           WHERE event_id = $1 AND endpoint_id = $2 AND delivered_at IS NULL""",
+        event_id,
+        endpoint_id,
+        error,
+        retry_in_s,
+    )

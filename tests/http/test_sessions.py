@@ -1,0 +1,315 @@
+"""Checkout sessions: creation with Idempotency-Key, routing to the sandbox, reads and lists."""
+
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+from typing import Any
+
+import pytest
+import trio
+
+from payorch.config import Settings
+from payorch.engine.checkout import CreateSession
+from payorch.storage import idempotency
+from payorch.storage.database import Connection, Database
+from tests.helpers import Client, Shop, create_session, new_merchant, new_shop, post_json, session_body
+
+
+@pytest.fixture
+async def shop(client: Client, db: Database, settings: Settings) -> Shop:
+    return await new_shop(client, db, settings)
+
+
+async def _count_sessions(conn: Connection) -> int:
+    return int(await conn.fetchval("SELECT count(*) FROM checkout_sessions"))
+
+
+async def test_create_answers_201_with_checkout_url_and_routing(client: Client, shop: Shop) -> None:
+    response = await create_session(client, shop, "key-1")
+    assert response.status_code == 201
+    body = await response.get_json()
+    assert body["status"] == "PENDING"
+    assert body["routing"]["selectedProvider"] == "sandbox"
+    assert 0 <= body["routing"]["score"] <= 1
+    assert "/sandbox/checkout/" in body["checkoutUrl"]
+    assert body["expiresAt"] > body["createdAt"]
+    uuid.UUID(body["sessionId"])
+
+
+async def test_session_expires_after_the_configured_ttl(
+    client: Client, shop: Shop, settings: Settings
+) -> None:
+    from datetime import datetime
+
+    body = await (await create_session(client, shop, "key-1")).get_json()
+    lifetime = datetime.fromisoformat(body["expiresAt"]) - datetime.fromisoformat(body["createdAt"])
+    assert abs(lifetime.total_seconds() - settings.sessions.ttl_s) < 5
+
+
+async def test_read_record_after_create(client: Client, shop: Shop) -> None:
+    created = await (await create_session(client, shop, "key-1")).get_json()
+    response = await client.get(f"/api/v1/sessions/{created['sessionId']}", headers=shop.headers)
+    assert response.status_code == 200
+    record = await response.get_json()
+    assert record["id"] == created["sessionId"]
+    assert record["status"] == "PENDING"
+    assert record["amount"] == Decimal("100.00")
+    assert record["currency"] == "PLN"
+    assert record["providerName"] == "sandbox"
+    assert record["paymentMethod"] == "card"
+    assert record["failureReason"] is None
+    assert record["refunds"] is None
+
+
+async def test_amount_is_written_with_the_currency_decimals(client: Client, shop: Shop) -> None:
+    created = await (await create_session(client, shop, "key-1", session_body(total="12.5"))).get_json()
+    response = await client.get(f"/api/v1/sessions/{created['sessionId']}", headers=shop.headers)
+    assert '"amount":12.50' in (await response.get_data(as_text=True)).replace(" ", "")
+
+
+async def test_same_key_and_body_replays_the_first_answer(client: Client, shop: Shop, db: Database) -> None:
+    first = await create_session(client, shop, "key-1")
+    again = await create_session(client, shop, "key-1")
+    assert again.status_code == 201
+    assert await again.get_json() == await first.get_json()
+    assert again.headers.get("Idempotent-Replayed") == "true"
+    assert first.headers.get("Idempotent-Replayed") is None
+    assert await db.read(_count_sessions) == 1
+
+
+async def test_same_key_with_reordered_keys_and_other_number_spelling_is_the_same_request(
+    client: Client, shop: Shop
+) -> None:
+    first = await client.post(
+        "/api/v1/sessions",
+        data='{"orderReference":"o","paymentMethod":"card","currency":"PLN","amount":{"total":10.5},'
+        '"customer":{"email":"b@example.com"}}',
+        headers={**shop.headers, "Idempotency-Key": "k", "Content-Type": "application/json"},
+    )
+    again = await client.post(
+        "/api/v1/sessions",
+        data='{"customer":{"email":"b@example.com"},"amount":{"total":10.50},"currency":"PLN",'
+        '"paymentMethod":"card","orderReference":"o"}',
+        headers={**shop.headers, "Idempotency-Key": "k", "Content-Type": "application/json"},
+    )
+    assert first.status_code == 201
+    assert again.headers.get("Idempotent-Replayed") == "true"
+
+
+async def test_same_key_with_another_body_is_422_mismatch(client: Client, shop: Shop, db: Database) -> None:
+    await create_session(client, shop, "key-1")
+    response = await create_session(client, shop, "key-1", session_body(total="99.00"))
+    assert response.status_code == 422
+    assert await response.get_json() == {
+        "message": "this Idempotency-Key was used with different parameters",
+        "statusCode": 422,
+        "code": "IDEMPOTENCY_KEY_MISMATCH",
+    }
+    assert await db.read(_count_sessions) == 1
+
+
+async def test_same_key_sent_10_times_at_once_creates_one_session(
+    client: Client, shop: Shop, db: Database
+) -> None:
+    answers: list[Any] = []
+
+    async def send() -> None:
+        answers.append(await create_session(client, shop, "same-key"))
+
+    async with trio.open_nursery() as senders:
+        for _ in range(10):
+            senders.start_soon(send)
+    statuses = sorted(answer.status_code for answer in answers)
+    assert set(statuses) <= {201, 409}
+    assert 201 in statuses
+    ids = {(await answer.get_json())["sessionId"] for answer in answers if answer.status_code == 201}
+    assert len(ids) == 1
+    for answer in answers:
+        if answer.status_code == 409:
+            body = await answer.get_json()
+            assert body["code"] == "IDEMPOTENCY_KEY_IN_PROGRESS"
+            assert body["retryAfter"] >= 1
+            assert answer.headers["Retry-After"] == str(body["retryAfter"])
+    assert await db.read(_count_sessions) == 1
+
+
+async def test_key_claimed_by_another_process_is_409_in_progress(
+    client: Client, shop: Shop, db: Database
+) -> None:
+    # A claim in the database, as a second service process would hold it while it works.
+    await db.transaction(
+        idempotency.claim_idempotency_key,
+        application_id=uuid.UUID(shop.application_id),
+        scope="POST /api/v1/sessions",
+        key="key-1",
+        fingerprint=b"\0" * 32,
+        lease_s=60,
+        retention_s=86400,
+    )
+    response = await create_session(client, shop, "key-1")
+    # The stored fingerprint is another request's: a mismatch is reported before "in progress".
+    assert response.status_code == 422
+
+
+async def test_missing_idempotency_key_is_400(client: Client, shop: Shop) -> None:
+    response = await post_json(client, "/api/v1/sessions", session_body(), shop.headers)
+    assert response.status_code == 400
+    assert (await response.get_json())["details"][0]["field"] == "Idempotency-Key"
+
+
+async def test_idempotency_key_over_255_characters_is_400(client: Client, shop: Shop) -> None:
+    assert (await create_session(client, shop, "k" * 256)).status_code == 400
+    assert (await create_session(client, shop, "k" * 255)).status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"amount": {"total": Decimal("0")}}, "amount.total"),
+        ({"amount": {"total": Decimal("-1")}}, "amount.total"),
+        ({"amount": {"total": "10.00"}}, "amount.total"),
+        ({"amount": {"total": Decimal("10.001")}}, "amount.total"),
+        ({"amount": {"total": Decimal("10"), "tax": Decimal("-1")}}, "amount.tax"),
+        ({"currency": "ZZZ"}, "currency"),
+        ({"currency": "pln"}, "currency"),
+        ({"paymentMethod": "cash"}, "paymentMethod"),
+        ({"locale": "pl-PL"}, "locale"),
+        ({"orderReference": ""}, "orderReference"),
+        ({"customer": {"firstName": "Jan"}}, "customer.email"),
+        ({"redirectUrls": {"success": "ftp://x"}}, "redirectUrls.success"),
+        (
+            {"orderItems": [{"name": "Mug", "quantity": 0, "unitPrice": Decimal("1")}]},
+            "orderItems.0.quantity",
+        ),
+        (
+            {
+                "customer": {
+                    "email": "b@example.com",
+                    "billingAddress": {"line1": "x", "city": "y", "postalCode": "1", "country": "XX"},
+                }
+            },
+            "customer.billingAddress.country",
+        ),
+        ({"unexpected": 1}, "unexpected"),
+    ],
+)
+async def test_invalid_session_is_400_naming_the_field(
+    client: Client, shop: Shop, db: Database, change: dict[str, Any], field: str
+) -> None:
+    response = await create_session(client, shop, "key-1", session_body(**change))
+    assert response.status_code == 400
+    fields = [item["field"] for item in (await response.get_json())["details"]]
+    assert any(item == field or item.startswith(field + ".") for item in fields), fields
+    assert await db.read(_count_sessions) == 0
+
+
+async def test_jpy_takes_no_decimals(client: Client, db: Database, settings: Settings) -> None:
+    shop = await new_shop(client, db, settings)
+    assert (
+        await create_session(client, shop, "a", session_body(total="1000", currency="JPY"))
+    ).status_code == 201
+    assert (
+        await create_session(client, shop, "b", session_body(total="10.5", currency="JPY"))
+    ).status_code == 400
+
+
+async def test_blik_outside_pln_has_no_provider_422(client: Client, shop: Shop, db: Database) -> None:
+    response = await create_session(client, shop, "key-1", session_body(currency="EUR", method="blik"))
+    assert response.status_code == 422
+    assert (await response.get_json())["code"] == "NO_PROVIDER_AVAILABLE"
+    assert await db.read(_count_sessions) == 0
+
+
+async def test_no_provider_linked_is_422_and_the_key_can_be_retried(
+    client: Client, db: Database, settings: Settings
+) -> None:
+    merchant = await new_merchant(client, db, settings)
+    created = await client.post("/api/v1/applications", json={"name": "bare"}, headers=merchant.headers)
+    application_id = (await created.get_json())["id"]
+    body = session_body(applicationId=application_id)
+    headers = {**merchant.headers, "Idempotency-Key": "k"}
+    response = await post_json(client, "/api/v1/sessions", body, headers)
+    assert response.status_code == 422
+    assert (await response.get_json())["code"] == "NO_PROVIDER_AVAILABLE"
+    await client.post(
+        f"/api/v1/applications/{application_id}/providers",
+        json={
+            "name": "sandbox",
+            "paymentMethods": ["card"],
+            "credentials": {"apiKey": "sk_sandbox_abcdefgh"},
+        },
+        headers=merchant.headers,
+    )
+    assert (await post_json(client, "/api/v1/sessions", body, headers)).status_code == 201
+
+
+async def test_jwt_caller_names_the_application(client: Client, shop: Shop) -> None:
+    headers = {**shop.merchant.headers, "Idempotency-Key": "k"}
+    missing = await post_json(client, "/api/v1/sessions", session_body(), headers)
+    assert missing.status_code == 400
+    named = await post_json(
+        client, "/api/v1/sessions", session_body(applicationId=shop.application_id), headers
+    )
+    assert named.status_code == 201
+
+
+async def test_api_key_naming_another_application_is_403(client: Client, shop: Shop) -> None:
+    response = await create_session(client, shop, "k", session_body(applicationId=str(uuid.uuid4())))
+    assert response.status_code == 403
+
+
+async def test_disabled_application_cannot_create_sessions(client: Client, shop: Shop) -> None:
+    await client.patch(
+        f"/api/v1/applications/{shop.application_id}/status",
+        json={"isEnabled": False},
+        headers=shop.merchant.headers,
+    )
+    assert (await create_session(client, shop, "k")).status_code == 403
+    response = await post_json(
+        client,
+        "/api/v1/sessions",
+        session_body(applicationId=shop.application_id),
+        {**shop.merchant.headers, "Idempotency-Key": "k2"},
+    )
+    assert response.status_code == 403
+
+
+async def test_another_merchants_session_is_404(
+    client: Client, shop: Shop, db: Database, settings: Settings
+) -> None:
+    created = await (await create_session(client, shop, "k")).get_json()
+    stranger = await new_shop(client, db, settings)
+    for headers in (stranger.headers, stranger.merchant.headers):
+        response = await client.get(f"/api/v1/sessions/{created['sessionId']}", headers=headers)
+        assert response.status_code == 404
+    assert (
+        await client.get(f"/api/v1/sessions/{created['sessionId']}", headers=shop.merchant.headers)
+    ).status_code == 200
+
+
+async def test_list_sessions_of_an_application_newest_first(client: Client, shop: Shop) -> None:
+    first = await (await create_session(client, shop, "a")).get_json()
+    second = await (await create_session(client, shop, "b", session_body(total="5.00"))).get_json()
+    response = await client.get(f"/api/v1/applications/{shop.application_id}/sessions", headers=shop.headers)
+    body = await response.get_json()
+    assert [item["id"] for item in body["items"]] == [second["sessionId"], first["sessionId"]]
+    assert body["items"][0]["amount"] == Decimal("5.00")
+
+
+async def test_actor_crash_is_500_with_request_id_and_the_next_request_works(
+    client: Client, shop: Shop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = CreateSession.run
+
+    async def crash_once(self: CreateSession, actor: Any, reply: Any) -> None:
+        monkeypatch.setattr(CreateSession, "run", original)
+        raise RuntimeError("simulated bug inside the actor")
+
+    monkeypatch.setattr(CreateSession, "run", crash_once)
+    crashed = await create_session(client, shop, "k")
+    assert crashed.status_code == 500
+    body = await crashed.get_json()
+    assert body["requestId"] == crashed.headers["X-Request-Id"]
+    assert "simulated" not in await crashed.get_data(as_text=True)
+    assert (await create_session(client, shop, "k2")).status_code == 201

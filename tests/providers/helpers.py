@@ -1,0 +1,62 @@
+"""Building blocks for the sandbox tests: checkout requests, checkouts, and reading back events."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from payorch.engine.money import Money
+from payorch.providers.base import CheckoutRequest, Credentials
+from payorch.providers.sandbox import SandboxProvider
+from payorch.storage import sandbox as store
+from payorch.storage.database import Database
+
+SANDBOX_KEY = "sk_sandbox_test_0123456789"
+REFUND_DELAY_MS = 500
+DISPUTE_DELAY_MS = 2000
+
+
+def checkout_request(
+    *,
+    amount: str = "123.45",
+    currency: str = "PLN",
+    method: str = "card",
+    order_reference: str = "ORDER-42",
+    success_url: str | None = None,
+    failure_url: str | None = None,
+    expires_in: timedelta = timedelta(minutes=30),
+) -> CheckoutRequest:
+    return CheckoutRequest(
+        session_id=uuid.uuid4(),
+        application_id=uuid.uuid4(),
+        amount=Money.from_major(Decimal(amount), currency),
+        payment_method=method,
+        order_reference=order_reference,
+        customer_email="buyer@example.com",
+        locale=None,
+        expires_at=datetime.now(UTC) + expires_in,
+        success_url=success_url,
+        failure_url=failure_url,
+    )
+
+
+async def new_checkout(
+    provider: SandboxProvider, credentials: Credentials, **request: Any
+) -> tuple[CheckoutRequest, str]:
+    """A fresh checkout: its request and the sandbox's checkout id."""
+    made = checkout_request(**request)
+    created = await provider.create_checkout(credentials, made, idempotency_key=f"key-{made.session_id}")
+    return made, created.reference
+
+
+async def events_of(db: Database, checkout_id: str) -> list[store.SandboxEvent]:
+    """Every event the sandbox queued about the checkout, oldest first."""
+    return await db.read(store.events_of_checkout, checkout_id)
+
+
+def data_of(event: store.SandboxEvent) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(event.body)["data"]
+    return data
