@@ -1,22 +1,19 @@
 """The sandbox end to end through payorch's own app, as the service runs it: a session is created
 through the API, paid on the sandbox's page, and the sandbox's event comes back to payorch through
-`httpx.ASGITransport(app)`, the route `/api/v1/provider-events/sandbox/{applicationId}` and its
+`httpx.ASGITransport(app)` (the runtime runs the sender),
+the route `/api/v1/provider-events/sandbox/{applicationId}` and its
 signature check."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 import pytest
 import trio
 
 from payorch.config import Settings
-from payorch.http.context import PayorchApp
-from payorch.providers.sandbox import run_event_sender
 from payorch.storage.database import Database
 from tests.helpers import Client, Shop, new_shop
 
@@ -32,18 +29,6 @@ SESSION_BODY = {
 @pytest.fixture
 async def shop(client: Client, db: Database, settings: Settings) -> Shop:
     return await new_shop(client, db, settings)
-
-
-@pytest.fixture
-async def sender_running(app: PayorchApp, db: Database) -> AsyncIterator[None]:
-    """The sandbox's sender, delivering to payorch's app in-process, as the service wires it."""
-    async with (
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app)) as client,
-        trio.open_nursery() as nursery,
-    ):
-        await nursery.start(run_event_sender, db, app.services.secrets, client)
-        yield
-        nursery.cancel_scope.cancel()
 
 
 async def _new_session(client: Client, shop: Shop) -> dict[str, Any]:
@@ -68,9 +53,7 @@ async def _session_status(client: Client, shop: Shop, session_id: str, wanted: s
             await trio.sleep(0.05)
 
 
-async def test_paying_on_the_sandbox_page_completes_the_session(
-    client: Client, shop: Shop, sender_running: None
-) -> None:
+async def test_paying_on_the_sandbox_page_completes_the_session(client: Client, shop: Shop) -> None:
     created = await _new_session(client, shop)
     page = urlsplit(created["checkoutUrl"]).path
     assert (await client.post(page, form={"card_number": "4242 4242 4242 4242"})).status_code == 200
@@ -78,7 +61,7 @@ async def test_paying_on_the_sandbox_page_completes_the_session(
     assert record["failureReason"] is None
 
 
-async def test_a_lost_dispute_reverses_the_session(client: Client, shop: Shop, sender_running: None) -> None:
+async def test_a_lost_dispute_reverses_the_session(client: Client, shop: Shop) -> None:
     created = await _new_session(client, shop)
     page = urlsplit(created["checkoutUrl"]).path
     await client.post(page, form={"card_number": "4000000000000259"})
