@@ -26,6 +26,7 @@ from payorch.providers.sandbox import SandboxProvider
 from payorch.providers.sandbox.sender import run_event_sender
 from payorch.storage.database import Database
 from payorch.supervisors.expiry import run_expiry_supervisor
+from payorch.supervisors.restart import SupervisorBoard, supervised
 
 
 def enabled_providers(settings: Settings, db: Database, secrets: SecretBox) -> list[Provider]:
@@ -63,7 +64,13 @@ async def open_runtime(settings: Settings, db: Database) -> AsyncIterator[Runtim
             nursery, context, mailbox_size=settings.engine.mailbox_size, idle_s=settings.engine.actor_idle_s
         )
         services = Services(
-            settings=settings, db=db, secrets=secrets, providers=providers, health=health, actors=actors
+            settings=settings,
+            db=db,
+            secrets=secrets,
+            providers=providers,
+            health=health,
+            actors=actors,
+            supervisors=SupervisorBoard(),
         )
         app = create_app(services)
         await nursery.start(run_expiry_supervisor, services)
@@ -75,7 +82,15 @@ async def open_runtime(settings: Settings, db: Database) -> AsyncIterator[Runtim
                 base_url=settings.server.public_base_url,
             )
             nursery.start_soon(_closing, sandbox_client)
-            await nursery.start(run_event_sender, db, secrets, sandbox_client)
+            nursery.start_soon(
+                supervised,
+                services.supervisors,
+                "sandbox events",
+                run_event_sender,
+                db,
+                secrets,
+                sandbox_client,
+            )
         yield Runtime(services=services, app=app)
         nursery.cancel_scope.cancel()
 

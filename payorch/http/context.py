@@ -14,6 +14,7 @@ from payorch.engine.routing import ProviderHealth
 from payorch.engine.secretbox import SecretBox
 from payorch.providers.catalogue import ProviderCatalogue
 from payorch.storage.database import Database
+from payorch.supervisors.restart import SupervisorBoard
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class Services:
     providers: ProviderCatalogue
     health: ProviderHealth
     actors: ActorRegistry
+    supervisors: SupervisorBoard
 
 
 class PayorchApp(QuartTrio):

@@ -45,4 +45,4 @@ async def run_expiry_supervisor(
     services: Services, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
     task_status.started()
-    await supervised("session expiry", _expiry_loop, services)
+    await supervised(services.supervisors, "session expiry", _expiry_loop, services)

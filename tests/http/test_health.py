@@ -25,7 +25,7 @@ async def test_healthz_is_200(client: Client) -> None:
 async def test_readyz_is_200_when_the_database_answers(client: Client) -> None:
     response = await client.get("/readyz")
     assert response.status_code == 200
-    assert await response.get_json() == {"status": "ok", "checks": {"database": True}}
+    assert await response.get_json() == {"status": "ok", "checks": {"database": True, "supervisors": True}}
 
 
 @pytest.fixture
@@ -40,7 +40,8 @@ async def app_with_closed_pool(settings: Settings, db: Database) -> AsyncIterato
 async def test_readyz_is_503_when_the_pool_is_closed(app_with_closed_pool: PayorchApp) -> None:
     response = await app_with_closed_pool.test_client().get("/readyz")
     assert response.status_code == 503
-    assert await response.get_json() == {"status": "unavailable", "checks": {"database": False}}
+    body = await response.get_json()
+    assert (body["status"], body["checks"]["database"]) == ("unavailable", False)
 
 
 async def test_healthz_is_200_when_the_database_is_gone(app_with_closed_pool: PayorchApp) -> None:
@@ -63,4 +64,11 @@ async def test_readyz_is_503_when_the_database_was_dropped(client: Client, setti
     await drop_database(settings.database.url)
     response = await client.get("/readyz")
     assert response.status_code == 503
-    assert (await response.get_json())["checks"] == {"database": False}
+    assert (await response.get_json())["checks"]["database"] is False
+
+
+async def test_readyz_is_503_while_a_supervisor_waits_to_restart(app: PayorchApp) -> None:
+    app.services.supervisors.running["session expiry"] = False
+    response = await app.test_client().get("/readyz")
+    assert response.status_code == 503
+    assert (await response.get_json())["checks"]["supervisors"] is False

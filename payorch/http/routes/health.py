@@ -17,7 +17,7 @@ async def healthz() -> Response:
 
 @blueprint.get("/readyz")
 async def readyz() -> tuple[Response, int]:
-    """The database answers: the service can do useful work."""
-    database_ok = await services().db.ping()
-    body = {"status": "ok" if database_ok else "unavailable", "checks": {"database": database_ok}}
-    return jsonify(body), 200 if database_ok else 503
+    """The database answers and every supervisor runs: the service can do useful work."""
+    checks = {"database": await services().db.ping(), "supervisors": services().supervisors.all_running()}
+    ready = all(checks.values())
+    return jsonify({"status": "ok" if ready else "unavailable", "checks": checks}), 200 if ready else 503
