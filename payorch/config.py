@@ -117,6 +117,11 @@ class EngineSettings(_Section):
     provider_timeout_s: PositiveFloat = 10.0
 
 
+class RefundSettings(_Section):
+    submit_timeout_s: PositiveFloat = 5.0
+    retry_max_delay_s: PositiveFloat = 300.0
+
+
 class IdempotencySettings(_Section):
     retention_s: PositiveInt = 86400
 
@@ -167,6 +172,7 @@ class Settings(BaseSettings):
     signup: SignupSettings = SignupSettings()
     sessions: SessionSettings = SessionSettings()
     engine: EngineSettings = EngineSettings()
+    refunds: RefundSettings = RefundSettings()
     idempotency: IdempotencySettings = IdempotencySettings()
     webhooks: WebhookSettings = WebhookSettings()
     providers: ProviderSettings = ProviderSettings()

@@ -26,6 +26,8 @@ from payorch.providers.sandbox import SandboxProvider
 from payorch.providers.sandbox.sender import run_event_sender
 from payorch.storage.database import Database
 from payorch.supervisors.expiry import run_expiry_supervisor
+from payorch.supervisors.idempotency import run_idempotency_supervisor
+from payorch.supervisors.refunds import run_refund_supervisor
 from payorch.supervisors.restart import SupervisorBoard, supervised
 
 
@@ -74,6 +76,8 @@ async def open_runtime(settings: Settings, db: Database) -> AsyncIterator[Runtim
         )
         app = create_app(services)
         await nursery.start(run_expiry_supervisor, services)
+        await nursery.start(run_refund_supervisor, services)
+        await nursery.start(run_idempotency_supervisor, services)
         if settings.providers.sandbox.enabled:
             # The sandbox lives in this process: it hands its signed events to payorch's own HTTP
             # app (same route, same signature check) instead of going out over the network.

@@ -32,9 +32,7 @@ from payorch.providers.base import (
     CheckoutCreated,
     CheckoutRequest,
     Credentials,
-    EventKind,
     ProviderError,
-    ProviderEvent,
 )
 from payorch.providers.catalogue import ProviderCatalogue
 from payorch.storage import idempotency, outbox, provider_configs, sessions
@@ -276,14 +274,6 @@ async def _create_with_cascade(
     raise ProviderUnavailable("every eligible provider failed to create the checkout: retry later")
 
 
-_SESSION_EVENTS = {
-    EventKind.PAYMENT_SUCCEEDED: SessionEvent.PAYMENT_SUCCEEDED,
-    EventKind.PAYMENT_DECLINED: SessionEvent.PAYMENT_DECLINED,
-    EventKind.CHECKOUT_EXPIRED: SessionEvent.EXPIRED,
-    EventKind.DISPUTE_LOST: SessionEvent.DISPUTE_LOST,
-}
-
-
 async def apply_session_event(
     conn: Connection, *, application_id: uuid.UUID, session_id: uuid.UUID, event: SessionEvent
 ) -> bool:
@@ -323,40 +313,6 @@ async def apply_session_event(
             ),
         )
     return True
-
-
-@dataclass(frozen=True)
-class ApplyProviderEvent:
-    """A verified provider event: applied once, however often the provider delivers it."""
-
-    provider: str
-    event: ProviderEvent
-
-    async def run(self, actor: ApplicationActor, reply: Reply[bool]) -> None:
-        context: PaymentsContext = actor.context
-        reply.send(await context.db.transaction(self._apply, actor.application_id))
-
-    async def _apply(self, conn: Connection, application_id: uuid.UUID) -> bool:
-        if not await outbox.first_sighting(conn, self.provider, application_id, self.event.id):
-            return False
-        session_event = _SESSION_EVENTS.get(self.event.kind)
-        if session_event is None or self.event.session_id is None:
-            return False
-        session = await sessions.get_session(conn, self.event.session_id)
-        if session is None or session.provider_name != self.provider:
-            return False
-        if session_event is SessionEvent.PAYMENT_DECLINED:
-            log.info(
-                "payment declined; the session stays open for another try",
-                extra={
-                    "applicationId": str(application_id),
-                    "sessionId": str(session.id),
-                    "reason": self.event.reason,
-                },
-            )
-        return await apply_session_event(
-            conn, application_id=application_id, session_id=session.id, event=session_event
-        )
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from payorch.http.routes import (
     payment_methods,
     provider_events,
     providers,
+    refunds,
     sessions,
 )
 from payorch.providers.sandbox import pages as sandbox_pages
@@ -50,6 +51,7 @@ def create_app(services: Services) -> PayorchApp:
         providers.blueprint,
         provider_events.blueprint,
         payment_methods.blueprint,
+        refunds.blueprint,
         sandbox_pages.blueprint,
     ):
         app.register_blueprint(blueprint)

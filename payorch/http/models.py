@@ -254,3 +254,19 @@ class ProviderApiKeyRequest(Body):
 
 class ProviderPaymentMethodsRequest(Body):
     paymentMethods: PaymentMethods
+
+
+# --- Refunds -----------------------------------------------------------------------------------
+
+
+class RefundLineItem(Body):
+    name: Text
+    sku: OptionalText = None
+    quantity: Annotated[int, Field(ge=1, le=1_000_000)]
+    unitPrice: NonNegativeAmount
+
+
+class RefundCreateRequest(Body):
+    amount: Annotated[Amount, Field(ge=Decimal("0.01"))] | None = None
+    reason: Literal["REQUESTED_BY_CUSTOMER", "DUPLICATE", "FRAUDULENT", "OTHER"] | None = None
+    lineItems: Annotated[list[RefundLineItem], Field(max_length=500)] | None = None

@@ -20,6 +20,10 @@ class ProviderError(Exception):
     """The provider failed or could not be reached: counts against its health; try another."""
 
 
+class RefundRefused(ProviderError):
+    """The provider will never accept this refund (not a passing fault): it fails for good."""
+
+
 class CredentialsRejected(Exception):
     """The provider says the credentials are not valid (a 401 from it)."""
 

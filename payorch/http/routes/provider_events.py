@@ -7,8 +7,8 @@ from typing import Any
 
 from quart import Blueprint, request
 
-from payorch.engine.checkout import ApplyProviderEvent
 from payorch.engine.errors import InvalidInput, NotFound
+from payorch.engine.provider_events import ApplyProviderEvent
 from payorch.http.auth import parse_id
 from payorch.http.context import services
 from payorch.http.requestlog import note_application

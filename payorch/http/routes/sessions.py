@@ -14,10 +14,13 @@ from payorch.engine.idempotency import MAX_KEY_LENGTH, request_fingerprint
 from payorch.engine.money import Money, TooManyDecimals, UnknownCurrency
 from payorch.engine.pagination import PageRequest, envelope
 from payorch.engine.records import session_record
+from payorch.engine.refunding import session_record_with_refunds
+from payorch.engine.refunds import refund_record
 from payorch.http.auth import Accept, Principal, application_for, authenticated, parse_id
 from payorch.http.context import services
 from payorch.http.models import PageQuery, SessionCreateRequest
 from payorch.http.requestlog import note_application
+from payorch.storage import refunds as refund_store
 from payorch.storage import sessions as store
 from payorch.storage.applications import Application
 
@@ -118,13 +121,15 @@ async def create_session(data: SessionCreateRequest, principal: Principal) -> tu
 async def get_session(session_id: str, principal: Principal) -> dict[str, Any]:
     """A session's read record. Another merchant's session is 404, as if it did not exist."""
     found = await services().db.read(store.get_session, parse_id(session_id, "session"))
-    if found is None or not await _may_read(principal, found.application_id):
+    if found is None or not await may_read(principal, found.application_id):
         raise NotFound("session not found")
     note_application(found.application_id)
-    return session_record(found)
+    record = await services().db.read(session_record_with_refunds, found.id)
+    assert record is not None
+    return record
 
 
-async def _may_read(principal: Principal, application_id: uuid.UUID) -> bool:
+async def may_read(principal: Principal, application_id: uuid.UUID) -> bool:
     if principal.is_api_key:
         return principal.application_id == application_id
     try:
@@ -141,4 +146,6 @@ async def list_sessions(application_id: str, query_args: PageQuery, principal: P
     application = await application_for(principal, application_id)
     page = PageRequest(page=query_args.page, limit=query_args.limit)
     found, total = await services().db.read(store.list_sessions, application.id, page)
-    return envelope([session_record(item) for item in found], page, total)
+    refunds = await services().db.read(refund_store.refunds_of_sessions, [item.id for item in found])
+    items = [session_record(item, [refund_record(refund) for refund in refunds[item.id]]) for item in found]
+    return envelope(items, page, total)

@@ -38,6 +38,7 @@ from payorch.providers.base import (
     Limits,
     ProviderError,
     ProviderEvent,
+    RefundRefused,
     RefundRequest,
     RefundSubmitted,
     WebhookRegistration,
@@ -67,7 +68,7 @@ _REASON_OF_CODE = {
 }
 
 
-class SandboxRefundRefused(ProviderError):
+class SandboxRefundRefused(RefundRefused):
     """The sandbox refused a refund (unknown or unpaid checkout, or beyond the amount paid)."""
 
 

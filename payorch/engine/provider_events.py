@@ -1,0 +1,74 @@
+"""Applying a provider's verified event: once per (provider, application, event id), in one
+transaction with the state change and the webhook event it emits."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+
+from payorch.engine.actors import ApplicationActor, Reply
+from payorch.engine.checkout import PaymentsContext, apply_session_event
+from payorch.engine.refunding import apply_refund_outcome
+from payorch.engine.session_states import SessionEvent
+from payorch.providers.base import EventKind, ProviderEvent
+from payorch.storage import outbox, refunds, sessions
+from payorch.storage.database import Connection
+
+log = logging.getLogger("payorch.provider_events")
+
+_SESSION_EVENTS = {
+    EventKind.PAYMENT_SUCCEEDED: SessionEvent.PAYMENT_SUCCEEDED,
+    EventKind.PAYMENT_DECLINED: SessionEvent.PAYMENT_DECLINED,
+    EventKind.CHECKOUT_EXPIRED: SessionEvent.EXPIRED,
+    EventKind.DISPUTE_LOST: SessionEvent.DISPUTE_LOST,
+}
+
+
+@dataclass(frozen=True)
+class ApplyProviderEvent:
+    """A verified provider event: applied once, however often the provider delivers it."""
+
+    provider: str
+    event: ProviderEvent
+
+    async def run(self, actor: ApplicationActor, reply: Reply[bool]) -> None:
+        context: PaymentsContext = actor.context
+        reply.send(await context.db.transaction(self._apply, actor.application_id))
+
+    async def _apply(self, conn: Connection, application_id: uuid.UUID) -> bool:
+        if not await outbox.first_sighting(conn, self.provider, application_id, self.event.id):
+            return False
+        event = self.event
+        if (
+            event.kind in (EventKind.REFUND_SUCCEEDED, EventKind.REFUND_FAILED)
+            and event.refund_id is not None
+        ):
+            refund = await refunds.get_refund(conn, event.refund_id)
+            if refund is None or refund.provider_name != self.provider:
+                return False
+            return await apply_refund_outcome(
+                conn,
+                application_id=application_id,
+                refund_id=refund.id,
+                succeeded=event.kind is EventKind.REFUND_SUCCEEDED,
+                reason=event.reason,
+            )
+        session_event = _SESSION_EVENTS.get(event.kind)
+        if session_event is None or event.session_id is None:
+            return False
+        session = await sessions.get_session(conn, event.session_id)
+        if session is None or session.provider_name != self.provider:
+            return False
+        if session_event is SessionEvent.PAYMENT_DECLINED:
+            log.info(
+                "payment declined; the session stays open for another try",
+                extra={
+                    "applicationId": str(application_id),
+                    "sessionId": str(session.id),
+                    "reason": event.reason,
+                },
+            )
+        return await apply_session_event(
+            conn, application_id=application_id, session_id=session.id, event=session_event
+        )

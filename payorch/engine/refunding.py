@@ -1,0 +1,395 @@
+"""Refund commands, run by an application's actor.
+
+A refund is reserved first: the session row is locked, the balance checked and the refund inserted
+in one transaction, so two refunds (even from two processes) can never exceed what was paid. Only
+then is the provider asked, with an idempotency key derived from the refund id, in a child task:
+an acknowledgement within `refunds.submit_timeout_s` answers 201, anything else 202, and the refund
+submission supervisor keeps submitting until the provider acknowledges.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import outcome
+import tenacity
+import trio
+
+from payorch.engine.actors import ApplicationActor, Reply
+from payorch.engine.checkout import CLAIM_LEASE_S, Answer, PaymentsContext, credentials_of
+from payorch.engine.errors import (
+    DomainError,
+    IdempotencyKeyInProgress,
+    IdempotencyKeyMismatch,
+    NotFound,
+)
+from payorch.engine.money import Money
+from payorch.engine.records import event_body, new_event_id, session_record
+from payorch.engine.refunds import (
+    RefundStatus,
+    refund_amount,
+    refund_created_body,
+    refund_event_data,
+    refund_record,
+)
+from payorch.engine.session_states import REFUNDABLE, WITH_REFUNDS, SessionStatus, status_for_refunded
+from payorch.providers.base import ProviderError, RefundRefused, RefundRequest, RefundSubmitted
+from payorch.storage import idempotency, outbox, provider_configs, refunds, sessions
+from payorch.storage.database import Connection
+from payorch.storage.refunds import Refund
+
+log = logging.getLogger("payorch.refunds")
+
+# Seconds the supervisor leaves a refund alone while its first submission is under way.
+FIRST_SUBMISSION_GRACE_S = 5.0
+
+
+def refund_scope(session_id: uuid.UUID) -> str:
+    return f"POST /api/v1/sessions/{session_id}/refunds"
+
+
+def provider_refund_key(refund_id: uuid.UUID) -> str:
+    """The idempotency key payorch gives the provider: one refund there per refund here."""
+    return f"payorch-refund-{refund_id}"
+
+
+def backoff_s(attempts: int, max_delay_s: float) -> float:
+    """Wait before the next submission attempt: exponential (1, 2, 4, ... s) up to `max_delay_s`."""
+    state = tenacity.RetryCallState(retry_object=tenacity.AsyncRetrying(), fn=None, args=(), kwargs={})
+    state.attempt_number = max(attempts, 1)
+    return float(tenacity.wait_exponential(multiplier=1, min=1, max=max_delay_s)(state))
+
+
+@dataclass(frozen=True)
+class RefundDraft:
+    session_id: uuid.UUID
+    amount: Money | None  # None: the whole remaining balance
+    reason: str | None
+    line_items: list[dict[str, Any]] | None
+
+
+@dataclass(frozen=True)
+class _Submission:
+    refund: Refund
+    request: RefundRequest
+    config: provider_configs.ProviderConfig
+
+
+async def _reserve(
+    conn: Connection, *, application_id: uuid.UUID, refund_id: uuid.UUID, draft: RefundDraft
+) -> _Submission:
+    """Lock the session, check the balance, insert the refund and move the session's status."""
+    existing = await refunds.get_refund(conn, refund_id)
+    session = await sessions.lock_session(conn, draft.session_id)
+    if session is None or session.application_id != application_id:
+        raise NotFound("session not found")
+    if existing is None:
+        refunded = await refunds.refunded_minor(conn, session.id)
+        requested = draft.amount.minor if draft.amount is not None else None
+        amount = refund_amount(SessionStatus(session.status), requested, session.amount_minor, refunded)
+        assert session.provider_name is not None
+        existing = await refunds.insert_refund(
+            conn,
+            refund_id=refund_id,
+            session_id=session.id,
+            application_id=application_id,
+            amount_minor=amount,
+            currency=session.currency,
+            reason=draft.reason,
+            line_items=draft.line_items,
+            provider_name=session.provider_name,
+            first_submission_grace_s=FIRST_SUBMISSION_GRACE_S,
+        )
+        await _settle_session_status(conn, session.id)
+    config = await provider_configs.get_provider_config(conn, application_id, existing.provider_name)
+    if config is None or session.provider_reference is None:
+        raise NotFound("the provider of this session is no longer linked")
+    request = RefundRequest(
+        refund_id=existing.id,
+        session_id=session.id,
+        payment_reference=session.provider_reference,
+        amount=Money(existing.amount_minor, existing.currency),
+        reason=existing.reason,
+    )
+    return _Submission(existing, request, config)
+
+
+async def _settle_session_status(conn: Connection, session_id: uuid.UUID) -> None:
+    """Make a paid session's status follow the sum of its refunds that are not FAILED."""
+    session = await sessions.lock_session(conn, session_id)
+    assert session is not None
+    if SessionStatus(session.status) not in WITH_REFUNDS or session.status == SessionStatus.REVERSED:
+        return
+    status = status_for_refunded(session.amount_minor, await refunds.refunded_minor(conn, session_id))
+    if status != session.status:
+        await sessions.set_session_status(conn, session_id, status, None)
+        log.info(
+            "session state changed",
+            extra={"sessionId": str(session_id), "from": session.status, "to": status.value},
+        )
+
+
+async def _submit(
+    context: PaymentsContext, submission: _Submission, timeout_s: float
+) -> RefundSubmitted | None:
+    """Ask the provider; None when it did not acknowledge in time (it will be asked again)."""
+    provider = context.providers.get(submission.config.provider)
+    if provider is None:
+        return None
+    started = trio.current_time()
+    try:
+        with trio.fail_after(timeout_s):
+            submitted = await provider.submit_refund(
+                credentials_of(context.secrets, submission.config),
+                submission.request,
+                idempotency_key=provider_refund_key(submission.refund.id),
+            )
+    except RefundRefused:
+        raise
+    except (ProviderError, trio.TooSlowError) as error:
+        context.health.record_failure(provider.name, trio.current_time() - started, trio.current_time())
+        log.warning(
+            "provider did not acknowledge the refund; it will be submitted again",
+            extra={"refundId": str(submission.refund.id), "provider": provider.name, "error": repr(error)},
+        )
+        return None
+    context.health.record_success(provider.name, trio.current_time() - started, trio.current_time())
+    return submitted
+
+
+async def _fail_refund(conn: Connection, refund_id: uuid.UUID, reason: str) -> Refund | None:
+    """Mark a PENDING refund FAILED, give its amount back to the balance, emit `refund.failed`."""
+    refund = await refunds.lock_refund(conn, refund_id)
+    if refund is None or refund.status != RefundStatus.PENDING:
+        return None
+    failed = await refunds.set_refund_outcome(conn, refund_id, RefundStatus.FAILED, reason)
+    await _settle_session_status(conn, failed.session_id)
+    await _emit_refund_event(conn, failed, "refund.failed")
+    return failed
+
+
+async def _complete_refund(conn: Connection, refund_id: uuid.UUID) -> Refund | None:
+    refund = await refunds.lock_refund(conn, refund_id)
+    if refund is None or refund.status != RefundStatus.PENDING:
+        return None
+    completed = await refunds.set_refund_outcome(conn, refund_id, RefundStatus.COMPLETED, None)
+    await _emit_refund_event(conn, completed, "refund.completed")
+    return completed
+
+
+async def _emit_refund_event(conn: Connection, refund: Refund, event_type: str) -> None:
+    log.info(
+        "refund state changed",
+        extra={"applicationId": str(refund.application_id), "refundId": str(refund.id), "to": refund.status},
+    )
+    event_id = new_event_id()
+    await outbox.add_event(
+        conn,
+        event_id=event_id,
+        application_id=refund.application_id,
+        session_id=refund.session_id,
+        event_type=event_type,
+        payload=event_body(
+            event_id, event_type, refund.updated_at, refund.application_id, refund_event_data(refund)
+        ),
+    )
+
+
+async def apply_refund_outcome(
+    conn: Connection, *, application_id: uuid.UUID, refund_id: uuid.UUID, succeeded: bool, reason: str | None
+) -> bool:
+    """A provider's verdict on a refund, in this transaction. False when it changes nothing."""
+    refund = await refunds.get_refund(conn, refund_id)
+    if refund is None or refund.application_id != application_id:
+        return False
+    if succeeded:
+        return await _complete_refund(conn, refund_id) is not None
+    return await _fail_refund(conn, refund_id, reason or "PAYMENT_FAILED") is not None
+
+
+@dataclass(frozen=True)
+class CreateRefund:
+    idempotency_key: str
+    fingerprint: bytes
+    draft: RefundDraft
+
+    async def run(self, actor: ApplicationActor, reply: Reply[Answer]) -> None:
+        context: PaymentsContext = actor.context
+        in_flight_key = f"{self.draft.session_id}:{self.idempotency_key}"
+        if in_flight_key in actor.in_flight:
+            raise IdempotencyKeyInProgress(
+                "a request with this Idempotency-Key is in progress", retry_after=1
+            )
+        scope = refund_scope(self.draft.session_id)
+        claim = await context.db.transaction(
+            idempotency.claim_idempotency_key,
+            application_id=actor.application_id,
+            scope=scope,
+            key=self.idempotency_key,
+            fingerprint=self.fingerprint,
+            lease_s=CLAIM_LEASE_S,
+            retention_s=context.settings.idempotency.retention_s,
+        )
+        if isinstance(claim, idempotency.Replay):
+            reply.send(Answer(claim.status, claim.body, replayed=True))
+            return
+        if isinstance(claim, idempotency.Mismatch):
+            raise IdempotencyKeyMismatch("this Idempotency-Key was used with different parameters")
+        if isinstance(claim, idempotency.InProgress):
+            raise IdempotencyKeyInProgress(
+                "a request with this Idempotency-Key is in progress", retry_after=1
+            )
+        try:
+            submission = await context.db.transaction(
+                _reserve, application_id=actor.application_id, refund_id=claim.resource_id, draft=self.draft
+            )
+        except DomainError:
+            await context.db.transaction(
+                idempotency.release_idempotency_key,
+                application_id=actor.application_id,
+                scope=scope,
+                key=self.idempotency_key,
+            )
+            raise
+        actor.in_flight[in_flight_key] = reply
+        timeout_s = context.settings.refunds.submit_timeout_s
+
+        async def submit() -> RefundSubmitted | None:
+            return await _submit(context, submission, timeout_s)
+
+        async def answer(result: outcome.Outcome[RefundSubmitted | None]) -> None:
+            actor.in_flight.pop(in_flight_key, None)
+            response = await context.db.transaction(
+                self._answer, submission.refund, result, context, scope, actor
+            )
+            reply.send(response)
+
+        actor.spawn(submit, answer, reply)
+
+    async def _answer(
+        self,
+        conn: Connection,
+        refund: Refund,
+        result: outcome.Outcome[RefundSubmitted | None],
+        context: PaymentsContext,
+        scope: str,
+        actor: ApplicationActor,
+    ) -> Answer:
+        try:
+            submitted = result.unwrap()
+        except RefundRefused as error:
+            await _fail_refund(conn, refund.id, "PROVIDER_REFUSED")
+            log.warning(
+                "provider refused the refund", extra={"refundId": str(refund.id), "error": str(error)}
+            )
+            submitted = None
+        if submitted is not None:
+            await refunds.mark_submitted(conn, refund.id, submitted.reference)
+            status = 201
+        else:
+            await refunds.schedule_submission(
+                conn, refund.id, backoff_s(1, context.settings.refunds.retry_max_delay_s)
+            )
+            status = 202
+        current = await refunds.get_refund(conn, refund.id)
+        assert current is not None
+        body = refund_created_body(current)
+        await idempotency.complete_idempotency_key(
+            conn,
+            application_id=actor.application_id,
+            scope=scope,
+            key=self.idempotency_key,
+            status=status,
+            body=body,
+        )
+        return Answer(status, body)
+
+
+@dataclass(frozen=True)
+class SubmitRefund:
+    """The supervisor's retry of a refund the provider has not acknowledged yet."""
+
+    refund_id: uuid.UUID
+
+    async def run(self, actor: ApplicationActor, reply: Reply[bool]) -> None:
+        context: PaymentsContext = actor.context
+        submission = await context.db.read(_pending_submission, actor.application_id, self.refund_id)
+        if submission is None:
+            reply.send(False)
+            return
+        timeout_s = context.settings.refunds.submit_timeout_s
+
+        async def submit() -> RefundSubmitted | None:
+            return await _submit(context, submission, timeout_s)
+
+        async def record(result: outcome.Outcome[RefundSubmitted | None]) -> None:
+            reply.send(await context.db.transaction(_record_attempt, submission.refund, result, context))
+
+        actor.spawn(submit, record, reply)
+
+
+async def _pending_submission(
+    conn: Connection, application_id: uuid.UUID, refund_id: uuid.UUID
+) -> _Submission | None:
+    refund = await refunds.get_refund(conn, refund_id)
+    if refund is None or refund.application_id != application_id:
+        return None
+    if refund.status != RefundStatus.PENDING or refund.provider_reference is not None:
+        return None
+    session = await sessions.get_session(conn, refund.session_id)
+    config = await provider_configs.get_provider_config(conn, application_id, refund.provider_name)
+    if session is None or session.provider_reference is None or config is None:
+        return None
+    request = RefundRequest(
+        refund_id=refund.id,
+        session_id=session.id,
+        payment_reference=session.provider_reference,
+        amount=Money(refund.amount_minor, refund.currency),
+        reason=refund.reason,
+    )
+    return _Submission(refund, request, config)
+
+
+async def _record_attempt(
+    conn: Connection,
+    refund: Refund,
+    result: outcome.Outcome[RefundSubmitted | None],
+    context: PaymentsContext,
+) -> bool:
+    try:
+        submitted = result.unwrap()
+    except RefundRefused:
+        await _fail_refund(conn, refund.id, "PROVIDER_REFUSED")
+        return False
+    if submitted is None:
+        current = await refunds.get_refund(conn, refund.id)
+        attempts = current.submit_attempts + 1 if current else 1
+        await refunds.schedule_submission(
+            conn, refund.id, backoff_s(attempts, context.settings.refunds.retry_max_delay_s)
+        )
+        return False
+    await refunds.mark_submitted(conn, refund.id, submitted.reference)
+    return True
+
+
+async def session_record_with_refunds(conn: Connection, session_id: uuid.UUID) -> dict[str, Any] | None:
+    """The session read record with its refunds, or None."""
+    session = await sessions.get_session(conn, session_id)
+    if session is None:
+        return None
+    found = await refunds.refunds_of_session(conn, session_id) if session.status in WITH_REFUNDS else []
+    return session_record(session, [refund_record(refund) for refund in found])
+
+
+__all__ = [
+    "REFUNDABLE",
+    "CreateRefund",
+    "RefundDraft",
+    "SubmitRefund",
+    "apply_refund_outcome",
+    "refund_scope",
+    "session_record_with_refunds",
+]

@@ -1,0 +1,44 @@
+"""Refunds of a paid checkout session, in full or in part."""
+
+from __future__ import annotations
+
+from quart import Blueprint, Response, request
+from quart_schema import validate_request
+
+from payorch.engine.errors import NotFound
+from payorch.engine.idempotency import request_fingerprint
+from payorch.engine.refunding import CreateRefund, RefundDraft, refund_scope
+from payorch.http.auth import Accept, Principal, authenticated, parse_id
+from payorch.http.context import services
+from payorch.http.models import RefundCreateRequest
+from payorch.http.requestlog import note_application
+from payorch.http.routes.sessions import answer_response, idempotency_key, may_read, money_of
+from payorch.storage import sessions as store
+
+blueprint = Blueprint("refunds", __name__, url_prefix="/api/v1")
+
+
+@blueprint.post("/sessions/<session_id>/refunds")
+@authenticated(Accept.JWT_OR_API_KEY)
+@validate_request(RefundCreateRequest)
+async def create_refund(
+    session_id: str, data: RefundCreateRequest, principal: Principal
+) -> tuple[Response, int]:
+    """Refund `amount` (default: all that remains). 201 when the provider acknowledged the refund,
+    202 when it will be submitted again later; the outcome arrives by webhook either way."""
+    key = idempotency_key()
+    session = await services().db.read(store.get_session, parse_id(session_id, "session"))
+    if session is None or not await may_read(principal, session.application_id):
+        raise NotFound("session not found")
+    note_application(session.application_id)
+    amount = money_of(data.amount, session.currency, "amount") if data.amount is not None else None
+    draft = RefundDraft(
+        session_id=session.id,
+        amount=amount,
+        reason=data.reason,
+        line_items=data.model_dump(mode="python", exclude_none=True).get("lineItems"),
+    )
+    body = await request.get_json()
+    fingerprint = request_fingerprint(body, refund_scope(session.id))
+    answer = await services().actors.ask(session.application_id, CreateRefund(key, fingerprint, draft))
+    return answer_response(answer)

@@ -1,0 +1,164 @@
+"""Refunds."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from payorch.storage.database import Connection
+
+
+@dataclass(frozen=True)
+class Refund:
+    id: uuid.UUID
+    session_id: uuid.UUID
+    application_id: uuid.UUID
+    amount_minor: int
+    currency: str
+    status: str
+    failure_reason: str | None
+    reason: str | None
+    line_items: list[dict[str, Any]] | None
+    provider_name: str
+    provider_reference: str | None
+    submit_attempts: int
+    next_submit_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+_COLUMNS = ", ".join(Refund.__dataclass_fields__)
+
+
+def _refund(row: asyncpg.Record) -> Refund:
+    return Refund(**dict(row.items()))
+
+
+async def refunded_minor(conn: Connection, session_id: uuid.UUID) -> int:
+    """The sum of the session's refunds that are not FAILED."""
+    value = await conn.fetchval(
+        "SELECT coalesce(sum(amount_minor), 0) FROM refunds WHERE session_id = $1 AND status <> 'FAILED'",
+        session_id,
+    )
+    return int(value)
+
+
+async def insert_refund(
+    conn: Connection,
+    *,
+    refund_id: uuid.UUID,
+    session_id: uuid.UUID,
+    application_id: uuid.UUID,
+    amount_minor: int,
+    currency: str,
+    reason: str | None,
+    line_items: list[dict[str, Any]] | None,
+    provider_name: str,
+    first_submission_grace_s: float,
+) -> Refund:
+    """A PENDING refund; the supervisor leaves it alone for `first_submission_grace_s` while the
+    first submission is under way."""
+    row = await conn.fetchrow(
+        f"""INSERT INTO refunds (id, session_id, application_id, amount_minor, currency, status, reason,
+                                 line_items, provider_name, next_submit_at)
+            VALUES ($1, $2, $3, $4, $5, 'PENDING', $6, $7, $8, now() + make_interval(secs => $9))
+            RETURNING {_COLUMNS}""",
+        refund_id,
+        session_id,
+        application_id,
+        amount_minor,
+        currency,
+        reason,
+        line_items,
+        provider_name,
+        float(first_submission_grace_s),
+    )
+    return _refund(row)
+
+
+async def get_refund(conn: Connection, refund_id: uuid.UUID) -> Refund | None:
+    row = await conn.fetchrow(f"SELECT {_COLUMNS} FROM refunds WHERE id = $1", refund_id)
+    return _refund(row) if row else None
+
+
+async def lock_refund(conn: Connection, refund_id: uuid.UUID) -> Refund | None:
+    row = await conn.fetchrow(f"SELECT {_COLUMNS} FROM refunds WHERE id = $1 FOR UPDATE", refund_id)
+    return _refund(row) if row else None
+
+
+async def refunds_of_session(conn: Connection, session_id: uuid.UUID) -> list[Refund]:
+    rows = await conn.fetch(
+        f"SELECT {_COLUMNS} FROM refunds WHERE session_id = $1 ORDER BY created_at, id", session_id
+    )
+    return [_refund(row) for row in rows]
+
+
+async def refunds_of_sessions(
+    conn: Connection, session_ids: list[uuid.UUID]
+) -> dict[uuid.UUID, list[Refund]]:
+    rows = await conn.fetch(
+        f"SELECT {_COLUMNS} FROM refunds WHERE session_id = ANY($1::uuid[]) ORDER BY created_at, id",
+        session_ids,
+    )
+    found: dict[uuid.UUID, list[Refund]] = {session_id: [] for session_id in session_ids}
+    for row in rows:
+        found[row["session_id"]].append(_refund(row))
+    return found
+
+
+async def mark_submitted(conn: Connection, refund_id: uuid.UUID, provider_reference: str) -> None:
+    await conn.execute(
+        """UPDATE refunds SET provider_reference = $2, next_submit_at = NULL,
+               submit_attempts = submit_attempts + 1, updated_at = now()
+           WHERE id = $1 AND provider_reference IS NULL""",
+        refund_id,
+        provider_reference,
+    )
+
+
+async def schedule_submission(conn: Connection, refund_id: uuid.UUID, delay_s: float) -> None:
+    await conn.execute(
+        """UPDATE refunds SET submit_attempts = submit_attempts + 1,
+               next_submit_at = now() + make_interval(secs => $2), updated_at = now()
+           WHERE id = $1 AND provider_reference IS NULL""",
+        refund_id,
+        float(delay_s),
+    )
+
+
+async def set_refund_outcome(
+    conn: Connection, refund_id: uuid.UUID, status: str, failure_reason: str | None
+) -> Refund:
+    row = await conn.fetchrow(
+        f"""UPDATE refunds SET status = $2, failure_reason = $3, next_submit_at = NULL, updated_at = now()
+            WHERE id = $1 RETURNING {_COLUMNS}""",
+        refund_id,
+        status,
+        failure_reason,
+    )
+    return _refund(row)
+
+
+@dataclass(frozen=True)
+class DueSubmission:
+    refund_id: uuid.UUID
+    application_id: uuid.UUID
+
+
+async def claim_due_submissions(conn: Connection, limit: int, lease_s: float) -> list[DueSubmission]:
+    """Refunds due for another submission, claimed for `lease_s` (FOR UPDATE SKIP LOCKED, so two
+    processes never take the same one; a claim whose process died runs out and is taken again)."""
+    rows = await conn.fetch(
+        """UPDATE refunds SET next_submit_at = now() + make_interval(secs => $2)
+           WHERE id IN (SELECT id FROM refunds
+                        WHERE provider_reference IS NULL AND status = 'PENDING' AND next_submit_at <= now()
+                        ORDER BY next_submit_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+           RETURNING id, application_id""",
+        limit,
+        float(lease_s),
+    )
+    return [DueSubmission(row["id"], row["application_id"]) for row in rows]

@@ -1,0 +1,35 @@
+"""Idempotency keys are kept `idempotency.retention_s`; this supervisor deletes them afterwards."""
+
+from __future__ import annotations
+
+import trio
+
+from payorch.engine.timefmt import utcnow
+from payorch.http.context import Services
+from payorch.storage.idempotency import delete_expired_idempotency_keys
+from payorch.supervisors.restart import supervised
+
+SWEEP_EVERY_S = 60.0
+
+
+async def delete_expired_keys(services: Services) -> int:
+    """Delete every key past its retention now; returns how many."""
+    deleted = 0
+    while True:
+        batch = await services.db.transaction(delete_expired_idempotency_keys, utcnow())
+        deleted += batch
+        if batch == 0:
+            return deleted
+
+
+async def _sweep_loop(services: Services) -> None:
+    while True:
+        await delete_expired_keys(services)
+        await trio.sleep(SWEEP_EVERY_S)
+
+
+async def run_idempotency_supervisor(
+    services: Services, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    task_status.started()
+    await supervised(services.supervisors, "idempotency key expiry", _sweep_loop, services)

@@ -1,0 +1,45 @@
+"""Refund submission: refunds the provider has not acknowledged are submitted again, with a growing
+pause (`refunds.retry_max_delay_s` at most), until it does, also after a restart: what is due
+lives in the database."""
+
+from __future__ import annotations
+
+import trio
+
+from payorch.engine.refunding import SubmitRefund
+from payorch.http.context import Services
+from payorch.storage import refunds
+from payorch.supervisors.restart import supervised
+
+POLL_S = 0.5
+BATCH = 50
+
+
+async def submit_due_refunds(services: Services) -> int:
+    """Submit every refund due now; returns how many the provider acknowledged."""
+    lease_s = services.settings.refunds.submit_timeout_s * 2 + 30
+    due = await services.db.transaction(refunds.claim_due_submissions, BATCH, lease_s)
+    acknowledged = 0
+    async with trio.open_nursery() as submitting:
+
+        async def submit(item: refunds.DueSubmission) -> None:
+            nonlocal acknowledged
+            if await services.actors.ask(item.application_id, SubmitRefund(item.refund_id)):
+                acknowledged += 1
+
+        for item in due:
+            submitting.start_soon(submit, item)
+    return acknowledged
+
+
+async def _refund_loop(services: Services) -> None:
+    while True:
+        await submit_due_refunds(services)
+        await trio.sleep(POLL_S)
+
+
+async def run_refund_supervisor(
+    services: Services, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    task_status.started()
+    await supervised(services.supervisors, "refund submission", _refund_loop, services)
