@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+import trio
 from quart.typing import TestClientProtocol as Client
 
 from payorch.config import Settings
 from payorch.invites import issue_invite
 from payorch.jsonexact import dumps_exact
 from payorch.storage.database import Database
+
+T = TypeVar("T")
 
 PASSWORD = "correct-horse-battery"  # 21 characters: inside 16..32
 _numbers = itertools.count(1)
@@ -147,3 +151,13 @@ async def create_session(client: Client, shop: Shop, key: str, body: dict[str, A
     return await post_json(
         client, "/api/v1/sessions", body or session_body(), {**shop.headers, "Idempotency-Key": key}
     )
+
+
+async def eventually(check: Callable[[], Awaitable[T | None]], timeout_s: float = 10.0) -> T:
+    """Poll `check` until it returns something other than None (or False); fail after `timeout_s`."""
+    with trio.fail_after(timeout_s):
+        while True:
+            result = await check()
+            if result is not None and result is not False:
+                return result
+            await trio.sleep(0.05)

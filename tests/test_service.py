@@ -7,11 +7,7 @@ and `client` fixtures open another loop).
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -24,10 +20,10 @@ import trio
 
 from payorch.config import Settings
 from payorch.service import RunningService, run
+from tests.processes import GRACEFUL_TIMEOUT_S, serving
 
 # Seconds `payorch serve` is given to stop after a signal, on top of its graceful timeout.
 SHUTDOWN_MARGIN_S = 5.0
-GRACEFUL_TIMEOUT_S = 3
 
 
 @asynccontextmanager
@@ -84,63 +80,6 @@ async def test_shutdown_is_not_held_up_by_an_idle_keep_alive_connection(settings
 
 
 # `payorch serve` as a separate process
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _serve_environment(database_dsn: str, tmp_path: Path, port: int) -> dict[str, str]:
-    config = tmp_path / "config.toml"
-    config.write_text(f"[server]\ngraceful_timeout_s = {GRACEFUL_TIMEOUT_S}\n")
-    env = {name: value for name, value in os.environ.items() if not name.upper().startswith("PAYORCH_")}
-    env.pop("XDG_RUNTIME_DIR", None)  # as in most containers; nothing may write plain text to stderr
-    env.update(
-        PAYORCH_CONFIG=str(config),
-        PAYORCH_SERVER__BIND=f"127.0.0.1:{port}",
-        PAYORCH_SERVER__STATE_DIR=str(tmp_path / "state"),
-        PAYORCH_DATABASE__URL=database_dsn,
-    )
-    return env
-
-
-async def _wait_until_healthy(base_url: str, process: trio.Process, deadline_s: float = 20.0) -> None:
-    async with httpx.AsyncClient(base_url=base_url) as http:
-        with trio.fail_after(deadline_s):
-            while True:
-                assert process.returncode is None, "payorch serve exited before it was healthy"
-                try:
-                    if (await http.get("/healthz")).status_code == 200:
-                        return
-                except httpx.TransportError:
-                    pass
-                await trio.sleep(0.05)
-
-
-@asynccontextmanager
-async def serving(database_dsn: str, tmp_path: Path) -> AsyncIterator[tuple[trio.Process, str, Path]]:
-    """`payorch serve` running and healthy: its process, base URL and the file holding its stderr."""
-    port = _free_port()
-    stderr_path = tmp_path / "stderr.log"
-    with stderr_path.open("wb") as stderr:
-        process = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "payorch", "serve"],
-            env=_serve_environment(database_dsn, tmp_path, port),
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
-    try:
-        base_url = f"http://127.0.0.1:{port}"
-        await _wait_until_healthy(base_url, process)
-        yield process, base_url, stderr_path
-    finally:
-        if process.returncode is None:
-            process.kill()
-            with trio.CancelScope(shield=True):
-                await process.wait()
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
