@@ -29,6 +29,7 @@ from payorch.supervisors.expiry import run_expiry_supervisor
 from payorch.supervisors.idempotency import run_idempotency_supervisor
 from payorch.supervisors.refunds import run_refund_supervisor
 from payorch.supervisors.restart import SupervisorBoard, supervised
+from payorch.supervisors.webhooks import run_webhook_supervisor, webhook_client
 
 
 def enabled_providers(settings: Settings, db: Database, secrets: SecretBox) -> list[Provider]:
@@ -61,7 +62,7 @@ async def open_runtime(settings: Settings, db: Database) -> AsyncIterator[Runtim
     providers = ProviderCatalogue(enabled_providers(settings, db, secrets))
     health = ProviderHealth(RoutingPolicy())
     context = PaymentsContext(settings=settings, db=db, secrets=secrets, providers=providers, health=health)
-    async with trio.open_nursery() as nursery:
+    async with webhook_client(settings) as webhooks, trio.open_nursery() as nursery:
         actors = ActorRegistry(
             nursery, context, mailbox_size=settings.engine.mailbox_size, idle_s=settings.engine.actor_idle_s
         )
@@ -73,11 +74,13 @@ async def open_runtime(settings: Settings, db: Database) -> AsyncIterator[Runtim
             health=health,
             actors=actors,
             supervisors=SupervisorBoard(),
+            webhooks=webhooks,
         )
         app = create_app(services)
         await nursery.start(run_expiry_supervisor, services)
         await nursery.start(run_refund_supervisor, services)
         await nursery.start(run_idempotency_supervisor, services)
+        await nursery.start(run_webhook_supervisor, services)
         if settings.providers.sandbox.enabled:
             # The sandbox lives in this process: it hands its signed events to payorch's own HTTP
             # app (same route, same signature check) instead of going out over the network.

@@ -17,6 +17,7 @@ from payorch.http.routes import (
     providers,
     refunds,
     sessions,
+    webhooks,
 )
 from payorch.providers.sandbox import pages as sandbox_pages
 
@@ -52,6 +53,7 @@ def create_app(services: Services) -> PayorchApp:
         provider_events.blueprint,
         payment_methods.blueprint,
         refunds.blueprint,
+        webhooks.blueprint,
         sandbox_pages.blueprint,
     ):
         app.register_blueprint(blueprint)

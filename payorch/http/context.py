@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import cast
 
+import httpx
 from quart import current_app
 from quart_trio import QuartTrio
 
@@ -26,6 +27,7 @@ class Services:
     health: ProviderHealth
     actors: ActorRegistry
     supervisors: SupervisorBoard
+    webhooks: httpx.AsyncClient  # the one client for outgoing webhooks (TLS verified)
 
 
 class PayorchApp(QuartTrio):

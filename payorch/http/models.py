@@ -270,3 +270,20 @@ class RefundCreateRequest(Body):
     amount: Annotated[Amount, Field(ge=Decimal("0.01"))] | None = None
     reason: Literal["REQUESTED_BY_CUSTOMER", "DUPLICATE", "FRAUDULENT", "OTHER"] | None = None
     lineItems: Annotated[list[RefundLineItem], Field(max_length=500)] | None = None
+
+
+# --- Webhooks ----------------------------------------------------------------------------------
+
+WebhookUrl = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2048)]
+EventNames = Annotated[list[Annotated[str, StringConstraints(max_length=100)]], Field(max_length=20)]
+
+
+class WebhookCreateRequest(Body):
+    url: WebhookUrl
+    subscribedEvents: EventNames | None = None
+
+
+class WebhookUpdateRequest(Body):
+    url: WebhookUrl | None = None
+    isActive: bool | None = None
+    subscribedEvents: EventNames | None = None

@@ -1,0 +1,252 @@
+"""Webhook configurations of an application: where payorch sends its signed events."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from quart import Blueprint
+from quart_schema import validate_querystring, validate_request
+
+from payorch.engine.errors import FieldProblem, InvalidInput, NotFound
+from payorch.engine.pagination import PageRequest, envelope
+from payorch.engine.records import event_body, new_event_id
+from payorch.engine.timefmt import iso, utcnow
+from payorch.engine.webhook_signing import key_fingerprint, new_signing_secret
+from payorch.http.auth import Accept, Principal, application_for, authenticated, parse_id
+from payorch.http.context import services
+from payorch.http.models import PageQuery, WebhookCreateRequest, WebhookUpdateRequest
+from payorch.http.ssrf import UnsafeWebhookUrl, check_webhook_url
+from payorch.jsonexact import dumps_exact
+from payorch.storage import webhooks as store
+from payorch.storage.webhooks import DeliveryView, WebhookConfig
+from payorch.supervisors.webhooks import RESPONSE_EXCERPT, send_signed
+
+blueprint = Blueprint("webhooks", __name__, url_prefix="/api/v1/applications/<application_id>/webhooks")
+
+EVENT_TYPES = ("session.completed", "session.expired", "refund.completed", "refund.failed")
+
+
+def webhook_body(config: WebhookConfig, signing_secret: str | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "id": str(config.id),
+        "url": config.url,
+        "isActive": config.is_active,
+        "keyFingerprint": config.key_fingerprint,
+        "subscribedEvents": list(config.subscribed_events),
+        "lastTestAt": iso(config.last_test_at),
+        "lastTestStatus": config.last_test_status,
+        "createdAt": iso(config.created_at),
+        "updatedAt": iso(config.updated_at),
+    }
+    if signing_secret is not None:
+        body["signingSecret"] = signing_secret
+    return body
+
+
+def delivery_body(delivery: DeliveryView) -> dict[str, Any]:
+    return {
+        "id": str(delivery.id),
+        "eventId": delivery.event_id,
+        "eventType": delivery.event_type,
+        "status": delivery.status,
+        "attempts": delivery.attempts,
+        "nextAttemptAt": iso(delivery.next_attempt_at),
+        "lastAttemptAt": iso(delivery.last_attempt_at),
+        "lastStatusCode": delivery.last_status_code,
+        "lastError": delivery.last_error,
+        "deliveredAt": iso(delivery.delivered_at),
+        "createdAt": iso(delivery.created_at),
+        "attemptLog": [
+            {
+                "attemptedAt": iso(item["attempted_at"]),
+                "httpStatusCode": item["status_code"],
+                "error": item["error"],
+                "latencyMs": item["latency_ms"],
+            }
+            for item in delivery.attempt_log
+        ],
+    }
+
+
+def _events(requested: list[str] | None) -> list[str]:
+    if requested is None:
+        return list(EVENT_TYPES)
+    unknown = sorted(set(requested) - set(EVENT_TYPES))
+    if unknown:
+        raise InvalidInput(
+            "unknown event type",
+            [
+                FieldProblem(
+                    "subscribedEvents", f"unknown: {', '.join(unknown)}; known: {', '.join(EVENT_TYPES)}"
+                )
+            ],
+        )
+    if not requested:
+        raise InvalidInput(
+            "no event type", [FieldProblem("subscribedEvents", "name at least one event type")]
+        )
+    return list(dict.fromkeys(requested))
+
+
+async def _safe_url(url: str) -> str:
+    try:
+        await check_webhook_url(
+            url, allow_private_networks=services().settings.webhooks.allow_private_networks
+        )
+    except UnsafeWebhookUrl as error:
+        raise InvalidInput("webhook URL refused", [FieldProblem("url", str(error))]) from None
+    return url
+
+
+async def _config(application_id: uuid.UUID, webhook_id: str) -> WebhookConfig:
+    found = await services().db.read(store.get_webhook, application_id, parse_id(webhook_id, "webhook"))
+    if found is None:
+        raise NotFound("webhook configuration not found")
+    return found
+
+
+@blueprint.post("")
+@authenticated(Accept.JWT)
+@validate_request(WebhookCreateRequest)
+async def create_webhook(
+    application_id: str, data: WebhookCreateRequest, principal: Principal
+) -> tuple[dict[str, Any], int]:
+    """A new configuration; its `signingSecret` is shown in this answer only."""
+    application = await application_for(principal, application_id)
+    events = _events(data.subscribedEvents)
+    url = await _safe_url(data.url)
+    secret = new_signing_secret()
+    created = await services().db.transaction(
+        store.create_webhook,
+        application_id=application.id,
+        url=url,
+        subscribed_events=events,
+        secret=services().secrets.seal(secret),
+        key_fingerprint=key_fingerprint(secret),
+    )
+    return webhook_body(created, signing_secret=secret), 201
+
+
+@blueprint.get("")
+@authenticated(Accept.JWT)
+@validate_querystring(PageQuery)
+async def list_webhooks(application_id: str, query_args: PageQuery, principal: Principal) -> dict[str, Any]:
+    application = await application_for(principal, application_id)
+    page = PageRequest(page=query_args.page, limit=query_args.limit)
+    found, total = await services().db.read(store.list_webhooks, application.id, page)
+    return envelope([webhook_body(item) for item in found], page, total)
+
+
+@blueprint.get("/<webhook_id>")
+@authenticated(Accept.JWT)
+async def get_webhook(application_id: str, webhook_id: str, principal: Principal) -> dict[str, Any]:
+    application = await application_for(principal, application_id)
+    return webhook_body(await _config(application.id, webhook_id))
+
+
+@blueprint.patch("/<webhook_id>")
+@authenticated(Accept.JWT)
+@validate_request(WebhookUpdateRequest)
+async def update_webhook(
+    application_id: str, webhook_id: str, data: WebhookUpdateRequest, principal: Principal
+) -> dict[str, Any]:
+    application = await application_for(principal, application_id)
+    config = await _config(application.id, webhook_id)
+    changes: dict[str, Any] = {}
+    if data.url is not None:
+        changes["url"] = await _safe_url(data.url)
+    if data.isActive is not None:
+        changes["is_active"] = data.isActive
+    if data.subscribedEvents is not None:
+        changes["subscribed_events"] = _events(data.subscribedEvents)
+    updated = await services().db.transaction(store.update_webhook, application.id, config.id, changes)
+    return webhook_body(updated)
+
+
+@blueprint.delete("/<webhook_id>")
+@authenticated(Accept.JWT)
+async def delete_webhook(application_id: str, webhook_id: str, principal: Principal) -> dict[str, Any]:
+    application = await application_for(principal, application_id)
+    config = await _config(application.id, webhook_id)
+    await services().db.transaction(store.delete_webhook, application.id, config.id)
+    return {}
+
+
+@blueprint.patch("/<webhook_id>/secret")
+@authenticated(Accept.JWT)
+async def rotate_secret(application_id: str, webhook_id: str, principal: Principal) -> dict[str, Any]:
+    """A new signing secret, shown this once. The old one keeps signing too for
+    `webhooks.rotation_overlap_s`, so receivers can switch without losing a delivery."""
+    application = await application_for(principal, application_id)
+    config = await _config(application.id, webhook_id)
+    secret = new_signing_secret()
+    rotated = await services().db.transaction(
+        store.rotate_secret,
+        application.id,
+        config.id,
+        secret=services().secrets.seal(secret),
+        key_fingerprint=key_fingerprint(secret),
+        overlap_s=services().settings.webhooks.rotation_overlap_s,
+    )
+    return {"keyFingerprint": rotated.key_fingerprint, "signingSecret": secret}
+
+
+@blueprint.post("/<webhook_id>/test")
+@authenticated(Accept.JWT)
+async def test_webhook(application_id: str, webhook_id: str, principal: Principal) -> dict[str, Any]:
+    """Send a signed `webhook.test` event now and report how the endpoint answered."""
+    application = await application_for(principal, application_id)
+    config = await _config(application.id, webhook_id)
+    event_id = new_event_id()
+    delivered_at = utcnow()
+    body = event_body(event_id, "webhook.test", delivered_at, application.id, {"webhookId": str(config.id)})
+    started = time.monotonic()
+    response, _, _ = await send_signed(
+        services().webhooks,
+        services().settings,
+        config.url,
+        [services().secrets.open(config.secret)],
+        config.key_fingerprint,
+        event_id,
+        dumps_exact(body).encode(),
+    )
+    latency_ms = round((time.monotonic() - started) * 1000)
+    success = response is not None and 200 <= response.status_code < 300
+    await services().db.transaction(
+        store.record_test, config.id, delivered_at, "SUCCEEDED" if success else "FAILED"
+    )
+    return {
+        "success": success,
+        "httpStatusCode": response.status_code if response is not None else None,
+        "responseBody": response.text[:RESPONSE_EXCERPT] if response is not None else None,
+        "latencyMs": latency_ms,
+        "deliveredAt": iso(delivered_at),
+    }
+
+
+@blueprint.get("/<webhook_id>/deliveries")
+@authenticated(Accept.JWT)
+@validate_querystring(PageQuery)
+async def list_deliveries(
+    application_id: str, webhook_id: str, query_args: PageQuery, principal: Principal
+) -> dict[str, Any]:
+    """The delivery log: each event sent to this endpoint, its status and every attempt."""
+    application = await application_for(principal, application_id)
+    config = await _config(application.id, webhook_id)
+    page = PageRequest(page=query_args.page, limit=query_args.limit)
+    found, total = await services().db.read(store.list_deliveries, config.id, page)
+    return envelope([delivery_body(item) for item in found], page, total)
+
+
+@blueprint.post("/<webhook_id>/deliveries/<delivery_id>/retry")
+@authenticated(Accept.JWT)
+async def retry_delivery(
+    application_id: str, webhook_id: str, delivery_id: str, principal: Principal
+) -> tuple[dict[str, Any], int]:
+    """Send a delivery again now, for example one that FAILED after its last scheduled attempt."""
+    application = await application_for(principal, application_id)
+    config = await _config(application.id, webhook_id)
+    await services().db.transaction(store.retry_delivery, config.id, parse_id(delivery_id, "delivery"))
+    return {"id": delivery_id, "status": "PENDING"}, 202

@@ -1,0 +1,168 @@
+"""The SSRF guard on webhook URLs. No network needed: IP literals skip DNS, `localhost` resolves from
+/etc/hosts, and `.invalid` never resolves (RFC 6761)."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from payorch.http.ssrf import (
+    UnsafeWebhookUrl,
+    check_url_shape,
+    check_webhook_url,
+    non_public_kind,
+    resolve_public_addresses,
+    webhook_host_and_port,
+)
+
+NON_PUBLIC_URLS = [
+    "https://127.0.0.1/hooks",
+    "https://127.1/hooks",  # resolves to 127.0.0.1
+    "https://[::1]/hooks",
+    "https://10.0.0.1/hooks",
+    "https://172.16.0.1/hooks",
+    "https://192.168.1.1/hooks",
+    "https://169.254.169.254/latest/meta-data/",
+    "https://224.0.0.1/hooks",
+    "https://0.0.0.0/hooks",
+    "https://0.1.2.3/hooks",
+    "https://100.64.0.1/hooks",
+    "https://240.0.0.1/hooks",
+    "https://[::]/hooks",
+    "https://[fe80::1]/hooks",
+    "https://[fc00::1]/hooks",
+    "https://[ff02::1]/hooks",
+    "https://[::ffff:127.0.0.1]/hooks",
+    "https://[::ffff:169.254.169.254]/hooks",
+    "https://[2002:a00:1::]/hooks",  # 6to4 of 10.0.0.1
+    "https://[64:ff9b::a9fe:a9fe]/hooks",  # NAT64 of 169.254.169.254
+    "https://localhost/hooks",
+    "https://localhost:8443/hooks",
+]
+
+
+def test_https_url_with_port_and_query_has_a_safe_shape() -> None:
+    check_url_shape("https://hooks.example.com:8443/payorch?tenant=7")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://hooks.example.com/",
+        "ftp://hooks.example.com/",
+        "hooks.example.com/hooks",
+        "//hooks.example.com/",
+    ],
+)
+def test_url_that_is_not_https_is_refused(url: str) -> None:
+    with pytest.raises(UnsafeWebhookUrl, match="https"):
+        check_url_shape(url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://user:pass@hooks.example.com/",
+        "https://user@hooks.example.com/",
+        "https://@hooks.example.com/",
+        "https://hooks.example.com\\@127.0.0.1/",
+    ],
+)
+def test_url_with_userinfo_is_refused(url: str) -> None:
+    with pytest.raises(UnsafeWebhookUrl, match="user name or password"):
+        check_url_shape(url)
+
+
+@pytest.mark.parametrize(
+    "url", ["https:///hooks", "https://:443/hooks", "https://a b/", "https://-bad-.example/", "https://h%2f/"]
+)
+def test_url_without_a_valid_host_is_refused(url: str) -> None:
+    with pytest.raises(UnsafeWebhookUrl, match="host"):
+        check_url_shape(url)
+
+
+@pytest.mark.parametrize("url", ["https://hooks.example.com:0/", "https://hooks.example.com:65536/"])
+def test_url_with_port_out_of_range_is_refused(url: str) -> None:
+    with pytest.raises(UnsafeWebhookUrl, match="port"):
+        check_url_shape(url)
+
+
+def test_url_over_2048_characters_is_refused() -> None:
+    base = "https://hooks.example.com/"
+    check_url_shape(base + "a" * (2048 - len(base)))
+    with pytest.raises(UnsafeWebhookUrl, match="2048"):
+        check_url_shape(base + "a" * (2049 - len(base)))
+
+
+def test_host_and_port_are_what_the_client_connects_to() -> None:
+    assert webhook_host_and_port("https://Hooks.Example.COM/x") == ("hooks.example.com", 443)
+    assert webhook_host_and_port("https://[2001:db8::1]:8443/x") == ("2001:db8::1", 8443)
+    assert webhook_host_and_port("https://bücher.example/") == ("xn--bcher-kva.example", 443)
+
+
+@pytest.mark.parametrize("url", NON_PUBLIC_URLS)
+async def test_url_reaching_a_non_public_address_is_refused(url: str) -> None:
+    with pytest.raises(UnsafeWebhookUrl, match="non-public address"):
+        await check_webhook_url(url, allow_private_networks=False)
+
+
+@pytest.mark.parametrize("url", NON_PUBLIC_URLS)
+async def test_url_reaching_a_non_public_address_is_allowed_with_private_networks(url: str) -> None:
+    await check_webhook_url(url, allow_private_networks=True)
+
+
+async def test_public_ip_literal_is_accepted_without_dns() -> None:
+    await check_webhook_url("https://93.184.216.34/hooks", allow_private_networks=False)
+    await check_webhook_url(
+        "https://[2606:2800:220:1:248:1893:25c8:1946]/hooks", allow_private_networks=False
+    )
+
+
+async def test_ip_literal_resolves_to_itself() -> None:
+    addresses = await resolve_public_addresses("93.184.216.34", 443, allow_private_networks=False)
+    assert addresses == ["93.184.216.34"]
+
+
+async def test_localhost_resolves_to_loopback_addresses_when_private_networks_are_allowed() -> None:
+    addresses = await resolve_public_addresses("localhost", 443, allow_private_networks=True)
+    assert addresses
+    assert all(ipaddress.ip_address(address).is_loopback for address in addresses)
+
+
+async def test_unresolvable_host_is_refused() -> None:
+    with pytest.raises(UnsafeWebhookUrl, match="does not resolve"):
+        await check_webhook_url("https://no-such-host.invalid/hooks", allow_private_networks=False)
+
+
+async def test_unresolvable_host_is_refused_even_with_private_networks() -> None:
+    with pytest.raises(UnsafeWebhookUrl, match="does not resolve"):
+        await check_webhook_url("https://no-such-host.invalid/hooks", allow_private_networks=True)
+
+
+async def test_refusal_of_a_name_does_not_reveal_the_address_it_resolves_to() -> None:
+    # Merchants must not learn payorch's internal DNS answers from the 400 message.
+    with pytest.raises(UnsafeWebhookUrl) as refused:
+        await check_webhook_url("https://localhost/", allow_private_networks=False)
+    assert "127.0.0.1" not in str(refused.value) and "::1" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("address", "kind"),
+    [
+        ("127.0.0.1", "loopback"),
+        ("10.1.2.3", "private"),
+        ("169.254.169.254", "link-local"),
+        ("224.0.0.1", "multicast"),
+        ("0.0.0.0", "unspecified"),  # noqa: S104 - an address judged, not bound
+        ("100.64.0.1", "carrier-grade NAT or this-network"),
+        ("::ffff:10.0.0.1", "private, inside the IPv6 address ::ffff:a00:1"),
+    ],
+)
+def test_address_kind_names_why_it_is_not_public(address: str, kind: str) -> None:
+    assert non_public_kind(ipaddress.ip_address(address)) == kind
+
+
+@pytest.mark.parametrize("address", ["93.184.216.34", "8.8.8.8", "2606:2800:220:1:248:1893:25c8:1946"])
+def test_public_address_has_no_non_public_kind(address: str) -> None:
+    assert non_public_kind(ipaddress.ip_address(address)) is None

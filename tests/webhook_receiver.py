@@ -1,0 +1,194 @@
+"""A real HTTPS webhook receiver on loopback, for tests of outgoing webhooks.
+
+A QuartTrio app served by hypercorn's trio worker with a certificate from a throwaway trustme CA (for
+`localhost` and `127.0.0.1`). The CA is written to `ca_path`, for payorch's `webhooks.ca_bundle`. The
+receiver records every POST, checks its Standard Webhooks signature against the secrets the test
+accepted, and answers from a script the test sets (default 200).
+
+    async def test_...(webhook_receiver: WebhookReceiver) -> None:
+        webhook_receiver.accept_secret(secret)
+        webhook_receiver.script([500, 500, 200])
+        ...  # make payorch deliver to webhook_receiver.url
+        first, second, third = await webhook_receiver.wait_for(3, timeout_s=10)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import trio
+import trustme
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
+from quart import request
+from quart_trio import QuartTrio
+from standardwebhooks import Webhook
+from standardwebhooks.webhooks import WebhookVerificationError
+
+from payorch.jsonexact import loads_exact
+
+HOOK_PATH = "/hooks"
+
+
+@dataclass(frozen=True)
+class ScriptedResponse:
+    """One answer of the receiver, given after waiting `delay_s` (for timeout tests)."""
+
+    status: int = 200
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    delay_s: float = 0.0
+
+
+DEFAULT_RESPONSE = ScriptedResponse(200, {"content-type": "application/json"}, b'{"received":true}')
+
+
+@dataclass(frozen=True)
+class ReceivedRequest:
+    """A request as it arrived, with the outcome of its signature check."""
+
+    method: str
+    path: str
+    headers: dict[str, str]  # names lowercased
+    body: bytes  # raw, exactly as received
+    received_at: float  # Unix seconds (wall clock), comparable with `webhook-timestamp`
+    received_at_trio: float  # trio.current_time(): for intervals between attempts, MockClock-friendly
+    verified_with: str | None  # the accepted secret that verified the signature, None when none did
+
+    def json(self) -> Any:
+        """The body parsed, numbers with a fraction as exact Decimal."""
+        return loads_exact(self.body)
+
+    @property
+    def verified(self) -> bool:
+        return self.verified_with is not None
+
+
+class WebhookReceiver:
+    """State shared by the test and the receiving app: accepted secrets, the script, what arrived."""
+
+    def __init__(self, ca_path: Path) -> None:
+        self.ca_path = ca_path
+        self.url = ""  # set once the server is bound
+        self.requests: list[ReceivedRequest] = []
+        self._secrets: list[str] = []
+        self._script: deque[ScriptedResponse] = deque()
+        self._arrived = trio.Event()
+
+    def accept_secret(self, secret: str) -> None:
+        """Count a signature by `secret` as valid, besides the secrets accepted before."""
+        self._secrets.append(secret)
+
+    def script(
+        self, responses: Iterable[ScriptedResponse | tuple[int, Mapping[str, str], bytes] | int]
+    ) -> None:
+        """Answer the next requests with `responses`, in order (after those still scripted); then 200.
+
+        Each is a `ScriptedResponse`, a `(status, headers, body)` tuple or a bare status.
+        """
+        for response in responses:
+            if isinstance(response, int):
+                response = ScriptedResponse(response)
+            elif isinstance(response, tuple):
+                response = ScriptedResponse(*response)
+            self._script.append(response)
+
+    async def wait_for(self, count: int, timeout_s: float) -> list[ReceivedRequest]:
+        """The first `count` requests, once that many arrived; `trio.TooSlowError` after `timeout_s`."""
+        with trio.fail_after(timeout_s):
+            while len(self.requests) < count:
+                await self._arrived.wait()
+        return self.requests[:count]
+
+    def _verify(self, body: bytes, headers: dict[str, str]) -> str | None:
+        for secret in self._secrets:
+            try:
+                Webhook(secret).verify(body, headers, json_parse=False)
+            except (WebhookVerificationError, ValueError):  # ValueError: malformed header or body
+                continue
+            return secret
+        return None
+
+    def _record(self, method: str, path: str, headers: dict[str, str], body: bytes) -> ScriptedResponse:
+        self.requests.append(
+            ReceivedRequest(
+                method=method,
+                path=path,
+                headers=headers,
+                body=body,
+                received_at=time.time(),
+                received_at_trio=trio.current_time(),
+                verified_with=self._verify(body, headers),
+            )
+        )
+        self._arrived.set()
+        self._arrived = trio.Event()
+        return self._script.popleft() if self._script else DEFAULT_RESPONSE
+
+
+def _receiving_app(receiver: WebhookReceiver) -> QuartTrio:
+    app = QuartTrio("webhook_receiver")
+
+    @app.route("/", defaults={"path": ""}, methods=["POST"])
+    @app.route("/<path:path>", methods=["POST"])
+    async def receive(path: str) -> tuple[bytes, int, dict[str, str]]:
+        body = await request.get_data(as_text=False)
+        headers = {name.lower(): value for name, value in request.headers.items()}
+        response = receiver._record(request.method, request.path, headers, body)
+        if response.delay_s:
+            await trio.sleep(response.delay_s)  # the behaviour scripted: a slow receiver
+        return response.body, response.status, dict(response.headers)
+
+    return app
+
+
+def _write_certificates(directory: Path) -> tuple[Path, Path, Path]:
+    """A fresh CA and a server certificate for localhost: (CA PEM, certificate chain PEM, key PEM)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca = trustme.CA()
+    server = ca.issue_cert("localhost", "127.0.0.1")
+    ca_path, cert_path, key_path = directory / "ca.pem", directory / "server.pem", directory / "server.key"
+    ca.cert_pem.write_to_path(str(ca_path))
+    for index, blob in enumerate(server.cert_chain_pems):
+        blob.write_to_path(str(cert_path), append=index > 0)
+    server.private_key_pem.write_to_path(str(key_path))
+    return ca_path, cert_path, key_path
+
+
+@asynccontextmanager
+async def open_webhook_receiver(directory: Path) -> AsyncIterator[WebhookReceiver]:
+    """A receiver listening on https://localhost:<free port>/hooks until the block exits.
+
+    Certificates are written under `directory`. Leaving the block cancels the server, and with it any
+    request still being answered.
+    """
+    ca_path, cert_path, key_path = _write_certificates(directory)
+    receiver = WebhookReceiver(ca_path)
+    config = HypercornConfig()
+    config.bind = ["127.0.0.1:0"]
+    config.certfile = str(cert_path)
+    config.keyfile = str(key_path)
+    config.accesslog = None
+    config.errorlog = logging.getLogger("tests.webhook_receiver")
+    async with trio.open_nursery() as nursery:
+        binds: list[str] = await nursery.start(partial(hypercorn_serve, _receiving_app(receiver), config))
+        receiver.url = f"https://localhost:{urlsplit(binds[0]).port}{HOOK_PATH}"
+        yield receiver
+        nursery.cancel_scope.cancel()
+
+
+@pytest.fixture
+async def webhook_receiver(tmp_path: Path) -> AsyncIterator[WebhookReceiver]:
+    """A running HTTPS receiver for this test; its CA is at `webhook_receiver.ca_path`."""
+    async with open_webhook_receiver(tmp_path / "webhook-receiver") as receiver:
+        yield receiver
