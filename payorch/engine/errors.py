@@ -71,6 +71,10 @@ class ProviderAlreadyLinked(DomainError):
     """The application is linked to this provider already."""
 
 
+class ChangeInProgress(DomainError):
+    """Another change of the same resource is under way; retry shortly."""
+
+
 class UnsupportedPaymentMethod(DomainError):
     """The provider does not offer a requested payment method."""
 

@@ -33,6 +33,7 @@ STATUS_OF: dict[type[domain.DomainError], HTTPStatus] = {
     domain.StatusUnchanged: HTTPStatus.CONFLICT,
     domain.InviteUsedOrExpired: HTTPStatus.GONE,
     domain.ProviderAlreadyLinked: HTTPStatus.CONFLICT,
+    domain.ChangeInProgress: HTTPStatus.CONFLICT,
     domain.UnsupportedPaymentMethod: HTTPStatus.UNPROCESSABLE_ENTITY,
     domain.ProviderCredentialsRejected: HTTPStatus.UNPROCESSABLE_ENTITY,
     domain.ProviderUnavailable: HTTPStatus.BAD_GATEWAY,

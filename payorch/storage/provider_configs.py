@@ -8,7 +8,7 @@ from datetime import datetime
 
 import asyncpg
 
-from payorch.engine.errors import NotFound, ProviderAlreadyLinked
+from payorch.engine.errors import ChangeInProgress, NotFound, ProviderAlreadyLinked
 from payorch.engine.pagination import PageRequest
 from payorch.storage.database import Connection
 
@@ -38,7 +38,10 @@ def _config(row: asyncpg.Record) -> ProviderConfig:
     return ProviderConfig(**values)
 
 
-async def link_provider(
+BUSY_S = 60  # longest a link or key change may talk to the provider before another may start
+
+
+async def begin_link(
     conn: Connection,
     *,
     application_id: uuid.UUID,
@@ -46,26 +49,66 @@ async def link_provider(
     payment_methods: list[str],
     credentials: bytes,
     key_fingerprint: str,
-    webhook_reference: str,
-    webhook_secret: bytes,
-) -> ProviderConfig:
-    """`ProviderAlreadyLinked` when the application is linked to `provider` already."""
+) -> None:
+    """Claim the link before talking to the provider, so two concurrent links cannot both register
+    an endpoint. `ProviderAlreadyLinked` when the application is linked (or being linked) already.
+    The configuration takes no part in routing until `finish_change` stores its event secret."""
+    # A link whose process died while talking to the provider is abandoned once its claim ran out.
+    await conn.execute(
+        """DELETE FROM provider_configs WHERE application_id = $1 AND provider = $2
+           AND webhook_secret IS NULL AND busy_until < now()""",
+        application_id,
+        provider,
+    )
     try:
-        row = await conn.fetchrow(
-            f"""INSERT INTO provider_configs (application_id, provider, payment_methods, credentials,
-                    key_fingerprint, webhook_reference, webhook_secret)
-                VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {_COLUMNS}""",
+        await conn.execute(
+            """INSERT INTO provider_configs (application_id, provider, payment_methods, credentials,
+                   key_fingerprint, busy_until)
+               VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6))""",
             application_id,
             provider,
             payment_methods,
             credentials,
             key_fingerprint,
-            webhook_reference,
-            webhook_secret,
+            float(BUSY_S),
         )
     except asyncpg.UniqueViolationError:
         raise ProviderAlreadyLinked(f"provider {provider!r} is already linked to this application") from None
-    return _config(row)
+
+
+async def abandon_link(conn: Connection, application_id: uuid.UUID, provider: str) -> None:
+    """Undo `begin_link` after the provider refused or failed."""
+    await conn.execute(
+        "DELETE FROM provider_configs WHERE application_id = $1 AND provider = $2 AND webhook_secret IS NULL",
+        application_id,
+        provider,
+    )
+
+
+async def begin_key_change(conn: Connection, application_id: uuid.UUID, provider: str) -> None:
+    """Claim the configuration for a key change; `ChangeInProgress` while another change runs."""
+    claimed = await conn.fetchval(
+        """UPDATE provider_configs SET busy_until = now() + make_interval(secs => $3)
+           WHERE application_id = $1 AND provider = $2 AND webhook_secret IS NOT NULL
+             AND (busy_until IS NULL OR busy_until < now())
+           RETURNING provider""",
+        application_id,
+        provider,
+        float(BUSY_S),
+    )
+    if claimed is None:
+        if await get_provider_config(conn, application_id, provider) is None:
+            raise NotFound("provider configuration not found")
+        raise ChangeInProgress("another change of this provider configuration is in progress: retry shortly")
+
+
+async def end_key_change(conn: Connection, application_id: uuid.UUID, provider: str) -> None:
+    """Release the claim of a key change that did not happen."""
+    await conn.execute(
+        "UPDATE provider_configs SET busy_until = NULL WHERE application_id = $1 AND provider = $2",
+        application_id,
+        provider,
+    )
 
 
 async def get_provider_config(
@@ -97,13 +140,14 @@ async def list_provider_configs(
 
 async def active_provider_configs(conn: Connection, application_id: uuid.UUID) -> list[ProviderConfig]:
     rows = await conn.fetch(
-        f"SELECT {_COLUMNS} FROM provider_configs WHERE application_id = $1 AND is_active ORDER BY provider",
+        f"""SELECT {_COLUMNS} FROM provider_configs
+            WHERE application_id = $1 AND is_active AND webhook_secret IS NOT NULL ORDER BY provider""",
         application_id,
     )
     return [_config(row) for row in rows]
 
 
-async def replace_credentials(
+async def finish_change(
     conn: Connection,
     *,
     application_id: uuid.UUID,
@@ -112,11 +156,12 @@ async def replace_credentials(
     key_fingerprint: str,
     webhook_reference: str,
     webhook_secret: bytes,
-) -> None:
-    updated = await conn.fetchval(
-        """UPDATE provider_configs SET credentials = $3, key_fingerprint = $4, webhook_reference = $5,
-               webhook_secret = $6, updated_at = now()
-           WHERE application_id = $1 AND provider = $2 RETURNING provider""",
+) -> ProviderConfig:
+    """Store what the provider answered (credentials, event endpoint and its secret) and release."""
+    row = await conn.fetchrow(
+        f"""UPDATE provider_configs SET credentials = $3, key_fingerprint = $4, webhook_reference = $5,
+               webhook_secret = $6, busy_until = NULL, updated_at = now()
+           WHERE application_id = $1 AND provider = $2 RETURNING {_COLUMNS}""",
         application_id,
         provider,
         credentials,
@@ -124,8 +169,9 @@ async def replace_credentials(
         webhook_reference,
         webhook_secret,
     )
-    if updated is None:
+    if row is None:
         raise NotFound("provider configuration not found")
+    return _config(row)
 
 
 async def set_payment_methods(

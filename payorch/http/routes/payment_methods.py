@@ -8,7 +8,7 @@ from typing import Any
 from quart import Blueprint
 from quart_schema import validate_querystring
 
-from payorch.engine.errors import FieldProblem, InvalidInput
+from payorch.engine.errors import FieldProblem, InvalidInput, NotPermitted
 from payorch.http.auth import Accept, Principal, application_for, authenticated
 from payorch.http.context import services
 from payorch.http.models import PaymentMethodsQuery
@@ -29,6 +29,9 @@ async def payment_methods(query_args: PaymentMethodsQuery, principal: Principal)
     """Methods enabled on an active configuration whose provider takes this currency and amount;
     `warnings` say why the list is empty or short."""
     if principal.is_api_key:
+        # As for sessions: a key answers for its own application only, never silently for another.
+        if query_args.applicationId is not None and query_args.applicationId != principal.application_id:
+            raise NotPermitted("this API key belongs to another application")
         application_id = str(principal.application_id)
     elif query_args.applicationId is None:
         raise InvalidInput(
@@ -42,10 +45,12 @@ async def payment_methods(query_args: PaymentMethodsQuery, principal: Principal)
     configs = await services().db.read(provider_configs.active_provider_configs, application.id)
     methods: list[str] = []
     warnings: set[str] = set()
+    connected = False  # a link to a provider this deployment no longer offers connects nothing
     for config in configs:
         provider = services().providers.get(config.provider)
         if provider is None:
             continue
+        connected = True
         for method in config.payment_methods:
             limits = provider.limits(amount.currency, method)
             if limits is None:
@@ -54,7 +59,7 @@ async def payment_methods(query_args: PaymentMethodsQuery, principal: Principal)
                 warnings.add(AMOUNT_OUT_OF_RANGE)
             elif method not in methods:
                 methods.append(method)
-    if not configs:
+    if not connected:
         warnings.add(NO_ACTIVE_PROVIDER_CONNECTIONS)
     body: dict[str, Any] = {"paymentMethods": sorted(methods)}
     if warnings:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import trio
 from quart import Blueprint
 from quart_schema import validate_querystring, validate_request
 
 from payorch.engine.errors import (
     NotFound,
-    ProviderAlreadyLinked,
     ProviderCredentialsRejected,
     ProviderUnavailable,
     UnsupportedPaymentMethod,
@@ -72,13 +72,21 @@ def provider_events_url(provider: str, application_id: object) -> str:
     return f"{services().settings.server.public_base_url}/api/v1/provider-events/{provider}/{application_id}"
 
 
-async def _connect(provider: Provider, api_key: str, application_id: object) -> WebhookRegistration:
-    """Check the key with the provider, then register payorch's endpoint for its events."""
-    credentials = Credentials(api_key=api_key)
+async def _check_key(provider: Provider, api_key: str) -> None:
+    """Ask the provider whether it accepts the key (no side effect there)."""
     try:
-        await provider.validate_credentials(credentials)
+        await provider.validate_credentials(Credentials(api_key=api_key))
+    except CredentialsRejected as error:
+        raise ProviderCredentialsRejected(f"{provider.name} rejected the API key: {error}") from None
+    except ProviderError as error:
+        raise ProviderUnavailable(f"{provider.name} could not be reached: {error}") from None
+
+
+async def _register(provider: Provider, api_key: str, application_id: object) -> WebhookRegistration:
+    """Register payorch's endpoint for the provider's events on this account."""
+    try:
         return await provider.register_webhook(
-            credentials, provider_events_url(provider.name, application_id)
+            Credentials(api_key=api_key), provider_events_url(provider.name, application_id)
         )
     except CredentialsRejected as error:
         raise ProviderCredentialsRejected(f"{provider.name} rejected the API key: {error}") from None
@@ -110,14 +118,25 @@ async def link_provider(
     provider = _provider(data.name)
     methods = _check_methods(provider, data.paymentMethods)
     db, secrets = services().db, services().secrets
-    if await db.read(store.get_provider_config, application.id, provider.name) is not None:
-        raise ProviderAlreadyLinked(f"provider {provider.name!r} is already linked to this application")
-    registration = await _connect(provider, data.credentials.apiKey, application.id)
-    linked = await db.transaction(
-        store.link_provider,
+    await _check_key(provider, data.credentials.apiKey)
+    await db.transaction(
+        store.begin_link,
         application_id=application.id,
         provider=provider.name,
         payment_methods=methods,
+        credentials=secrets.seal(data.credentials.apiKey),
+        key_fingerprint=key_fingerprint(data.credentials.apiKey),
+    )
+    try:
+        registration = await _register(provider, data.credentials.apiKey, application.id)
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await db.transaction(store.abandon_link, application.id, provider.name)
+        raise
+    linked = await db.transaction(
+        store.finish_change,
+        application_id=application.id,
+        provider=provider.name,
         credentials=secrets.seal(data.credentials.apiKey),
         key_fingerprint=key_fingerprint(data.credentials.apiKey),
         webhook_reference=registration.reference,
@@ -141,7 +160,7 @@ async def list_provider_configs(
 async def _linked(application_id: uuid.UUID, name: str) -> tuple[Provider, ProviderConfig]:
     provider = _provider(name)
     config = await services().db.read(store.get_provider_config, application_id, provider.name)
-    if config is None:
+    if config is None or config.webhook_secret is None:
         raise NotFound(f"provider {name!r} is not linked to this application")
     return provider, config
 
@@ -155,10 +174,17 @@ async def replace_api_key(
     """Replace the stored key: checked with the provider, and the event endpoint registered anew."""
     application = await application_for(principal, application_id)
     provider, _ = await _linked(application.id, provider_name)
-    registration = await _connect(provider, data.apiKey, application.id)
-    secrets = services().secrets
-    await services().db.transaction(
-        store.replace_credentials,
+    await _check_key(provider, data.apiKey)
+    db, secrets = services().db, services().secrets
+    await db.transaction(store.begin_key_change, application.id, provider.name)
+    try:
+        registration = await _register(provider, data.apiKey, application.id)
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await db.transaction(store.end_key_change, application.id, provider.name)
+        raise
+    await db.transaction(
+        store.finish_change,
         application_id=application.id,
         provider=provider.name,
         credentials=secrets.seal(data.apiKey),

@@ -5,10 +5,11 @@ CREATE TABLE provider_configs (
     provider          text NOT NULL,
     is_active         boolean NOT NULL DEFAULT true,
     payment_methods   text[] NOT NULL,
-    credentials       bytea NOT NULL,       -- Fernet token of the credentials JSON
+    credentials       bytea NOT NULL,       -- Fernet token of the provider API key
     key_fingerprint   text NOT NULL,        -- first 8 + "..." + last 4 characters of the API key
     webhook_reference text,                 -- the provider's id of the endpoint registered with it
     webhook_secret    bytea,                -- Fernet token of the secret the provider signs events with
+    busy_until        timestamptz,          -- a link or key change is talking to the provider until then
     created_at        timestamptz NOT NULL DEFAULT now(),
     updated_at        timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (application_id, provider)
