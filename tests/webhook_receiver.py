@@ -89,6 +89,10 @@ class WebhookReceiver:
         """Count a signature by `secret` as valid, besides the secrets accepted before."""
         self._secrets.append(secret)
 
+    def clear_script(self) -> None:
+        """Forget the responses still scripted: every request is answered 200 from now on."""
+        self._script.clear()
+
     def script(
         self, responses: Iterable[ScriptedResponse | tuple[int, Mapping[str, str], bytes] | int]
     ) -> None:

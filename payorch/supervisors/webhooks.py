@@ -158,7 +158,7 @@ async def deliver_due(services: Services, client: httpx.AsyncClient) -> int:
     """Fan out new events, then send every delivery due now; returns how many were attempted."""
     schedule = services.settings.webhooks.retry_schedule_s
     await services.db.transaction(webhooks.fan_out_events, schedule[0])
-    lease_s = services.settings.webhooks.timeout_s * 2 + 30
+    lease_s = services.settings.webhooks.timeout_s + 5  # a claim outlives any attempt of it
     due = await services.db.transaction(webhooks.claim_due_deliveries, limit=BATCH, lease_s=lease_s)
     limiter = trio.CapacityLimiter(CONCURRENCY)
     async with trio.open_nursery() as sending:
