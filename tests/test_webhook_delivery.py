@@ -269,3 +269,27 @@ async def test_refund_failure_is_delivered_with_its_reason(
     assert body["data"]["failureReason"] == "LOST_OR_STOLEN_CARD"
     assert body["data"]["sessionId"] == created["sessionId"]
     uuid.UUID(body["data"]["id"])
+
+
+async def test_shutdown_hands_claimed_deliveries_back(
+    db: Database, settings: Settings, webhook_receiver: WebhookReceiver
+) -> None:
+    from payorch.runtime import open_runtime
+    from tests.webhook_receiver import ScriptedResponse
+
+    webhook_receiver.script([ScriptedResponse(200, delay_s=60)])  # the first delivery hangs
+    async with open_runtime(settings, db) as runtime:
+        client = runtime.app.test_client()
+        shop = await new_shop(client, db, settings)
+        await subscribe(client, shop, webhook_receiver)
+        await pay(client, shop)
+        await webhook_receiver.wait_for(1, timeout_s=10)
+    # The runtime stopped while the delivery was in flight: it is due again at once, unattempted.
+
+    async def state(conn: Any) -> Any:
+        return await conn.fetchrow(
+            "SELECT status, attempts, next_attempt_at <= now() AS due FROM webhook_deliveries"
+        )
+
+    row = await db.read(state)
+    assert (row["status"], row["attempts"], row["due"]) == ("PENDING", 0, True)

@@ -162,3 +162,12 @@ async def claim_due_submissions(conn: Connection, limit: int, lease_s: float) ->
         float(lease_s),
     )
     return [DueSubmission(row["id"], row["application_id"]) for row in rows]
+
+
+async def release_submission_claims(conn: Connection, refund_ids: list[uuid.UUID]) -> None:
+    """Hand claimed submissions back: due again now."""
+    await conn.execute(
+        """UPDATE refunds SET next_submit_at = now()
+           WHERE id = ANY($1::uuid[]) AND provider_reference IS NULL AND status = 'PENDING'""",
+        refund_ids,
+    )

@@ -261,6 +261,15 @@ async def claim_due_deliveries(conn: Connection, *, limit: int, lease_s: float) 
     return claimed
 
 
+async def release_claims(conn: Connection, delivery_ids: list[uuid.UUID]) -> None:
+    """Hand claimed deliveries back unattempted: due again now, the claim's attempt not counted."""
+    await conn.execute(
+        """UPDATE webhook_deliveries SET next_attempt_at = now(), attempts = greatest(attempts - 1, 0)
+           WHERE id = ANY($1::uuid[]) AND status = 'PENDING'""",
+        delivery_ids,
+    )
+
+
 async def record_attempt(
     conn: Connection,
     delivery_id: uuid.UUID,

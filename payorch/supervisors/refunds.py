@@ -20,15 +20,23 @@ async def submit_due_refunds(services: Services) -> int:
     lease_s = services.settings.refunds.submit_timeout_s * 2 + 30
     due = await services.db.transaction(refunds.claim_due_submissions, BATCH, lease_s)
     acknowledged = 0
-    async with trio.open_nursery() as submitting:
+    unfinished = {item.refund_id for item in due}
+    try:
+        async with trio.open_nursery() as submitting:
 
-        async def submit(item: refunds.DueSubmission) -> None:
-            nonlocal acknowledged
-            if await services.actors.ask(item.application_id, SubmitRefund(item.refund_id)):
-                acknowledged += 1
+            async def submit(item: refunds.DueSubmission) -> None:
+                nonlocal acknowledged
+                if await services.actors.ask(item.application_id, SubmitRefund(item.refund_id)):
+                    acknowledged += 1
+                unfinished.discard(item.refund_id)
 
-        for item in due:
-            submitting.start_soon(submit, item)
+            for item in due:
+                submitting.start_soon(submit, item)
+    finally:
+        if unfinished:
+            # Shutting down: hand the claims back so another process need not wait out the lease.
+            with trio.CancelScope(shield=True), trio.move_on_after(5):
+                await services.db.transaction(refunds.release_submission_claims, list(unfinished))
     return acknowledged
 
 

@@ -161,14 +161,22 @@ async def deliver_due(services: Services, client: httpx.AsyncClient) -> int:
     lease_s = services.settings.webhooks.timeout_s + 5  # a claim outlives any attempt of it
     due = await services.db.transaction(webhooks.claim_due_deliveries, limit=BATCH, lease_s=lease_s)
     limiter = trio.CapacityLimiter(CONCURRENCY)
-    async with trio.open_nursery() as sending:
+    unfinished = {item.id for item in due}
+    try:
+        async with trio.open_nursery() as sending:
 
-        async def send(item: webhooks.ClaimedDelivery) -> None:
-            async with limiter:
-                await _deliver(services, client, item)
+            async def send(item: webhooks.ClaimedDelivery) -> None:
+                async with limiter:
+                    await _deliver(services, client, item)
+                unfinished.discard(item.id)
 
-        for item in due:
-            sending.start_soon(send, item)
+            for item in due:
+                sending.start_soon(send, item)
+    finally:
+        if unfinished:
+            # Shutting down: hand the claims back so another process need not wait out the lease.
+            with trio.CancelScope(shield=True), trio.move_on_after(5):
+                await services.db.transaction(webhooks.release_claims, list(unfinished))
     return len(due)
 
 
