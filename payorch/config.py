@@ -148,8 +148,25 @@ class SandboxSettings(_Section):
     dispute_delay_ms: Annotated[int, Field(ge=0)] = 2000
 
 
+class StripeSettings(_Section):
+    """Stripe (docs/providers.md). Off by default: it needs a Stripe account's secret key per application."""
+
+    enabled: bool = False
+    api_base: str = ""  # empty: Stripe's own API (https://api.stripe.com); tests point it at a fake
+    timeout_s: PositiveFloat = 10.0
+    max_network_retries: Annotated[int, Field(ge=0, le=10)] = 2
+
+    @field_validator("api_base")
+    @classmethod
+    def _empty_or_http(cls, value: str) -> str:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("must be empty or start with http:// or https://")
+        return value.rstrip("/")
+
+
 class ProviderSettings(_Section):
     sandbox: SandboxSettings = SandboxSettings()
+    stripe: StripeSettings = StripeSettings()
 
 
 class LimitSettings(_Section):

@@ -36,3 +36,5 @@ def configure_logging(level: int = logging.INFO) -> None:
     logging.getLogger("hypercorn.access").disabled = True
     # pgserver narrates every start at INFO; its warnings and errors still show.
     logging.getLogger("pgserver").setLevel(logging.WARNING)
+    # The Stripe SDK logs every request at INFO; ours already says what matters.
+    logging.getLogger("stripe").setLevel(logging.WARNING)

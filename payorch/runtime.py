@@ -20,10 +20,13 @@ from payorch.engine.routing import ProviderHealth, RoutingPolicy
 from payorch.engine.secretbox import SecretBox
 from payorch.http.app import create_app
 from payorch.http.context import PayorchApp, Services
+from payorch.http.ratelimits import RequestLimits
+from payorch.metrics import Metrics
 from payorch.providers.base import Provider
 from payorch.providers.catalogue import ProviderCatalogue
 from payorch.providers.sandbox import SandboxProvider
 from payorch.providers.sandbox.sender import run_event_sender
+from payorch.providers.stripe import StripeProvider
 from payorch.storage.database import Database
 from payorch.supervisors.expiry import run_expiry_supervisor
 from payorch.supervisors.idempotency import run_idempotency_supervisor
@@ -46,6 +49,16 @@ def enabled_providers(settings: Settings, db: Database, secrets: SecretBox) -> l
                 dispute_delay_ms=sandbox.dispute_delay_ms,
             )
         )
+    stripe = settings.providers.stripe
+    if stripe.enabled:
+        providers.append(
+            StripeProvider(
+                public_base_url=settings.server.public_base_url,
+                api_base=stripe.api_base,
+                timeout_s=stripe.timeout_s,
+                max_network_retries=stripe.max_network_retries,
+            )
+        )
     return providers
 
 
@@ -61,7 +74,10 @@ async def open_runtime(settings: Settings, db: Database) -> AsyncIterator[Runtim
     secrets = SecretBox(settings.security.encryption_key)
     providers = ProviderCatalogue(enabled_providers(settings, db, secrets))
     health = ProviderHealth(RoutingPolicy())
-    context = PaymentsContext(settings=settings, db=db, secrets=secrets, providers=providers, health=health)
+    metrics = Metrics()
+    context = PaymentsContext(
+        settings=settings, db=db, secrets=secrets, providers=providers, health=health, metrics=metrics
+    )
     async with webhook_client(settings) as webhooks, trio.open_nursery() as nursery:
         actors = ActorRegistry(
             nursery, context, mailbox_size=settings.engine.mailbox_size, idle_s=settings.engine.actor_idle_s
@@ -75,12 +91,17 @@ async def open_runtime(settings: Settings, db: Database) -> AsyncIterator[Runtim
             actors=actors,
             supervisors=SupervisorBoard(),
             webhooks=webhooks,
+            metrics=metrics,
+            limits=RequestLimits(settings.limits),
         )
         app = create_app(services)
         await nursery.start(run_expiry_supervisor, services)
         await nursery.start(run_refund_supervisor, services)
         await nursery.start(run_idempotency_supervisor, services)
         await nursery.start(run_webhook_supervisor, services)
+        stripe_provider = providers.get("stripe")
+        if isinstance(stripe_provider, StripeProvider):
+            nursery.start_soon(stripe_provider.keep_connections_until_cancelled)
         if settings.providers.sandbox.enabled:
             # The sandbox lives in this process: it hands its signed events to payorch's own HTTP
             # app (same route, same signature check) instead of going out over the network.

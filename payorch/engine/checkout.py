@@ -28,6 +28,7 @@ from payorch.engine.routing import ProviderHealth, eligible_providers, plan_rout
 from payorch.engine.secretbox import SecretBox
 from payorch.engine.session_states import SessionEvent, SessionStatus, TransitionRefused, transition
 from payorch.engine.timefmt import iso, utcnow
+from payorch.metrics import Metrics
 from payorch.providers.base import (
     CheckoutCreated,
     CheckoutRequest,
@@ -55,6 +56,7 @@ class PaymentsContext:
     secrets: SecretBox
     providers: ProviderCatalogue
     health: ProviderHealth
+    metrics: Metrics
 
 
 @dataclass(frozen=True)
@@ -264,21 +266,30 @@ async def _create_with_cascade(
                 )
         except (ProviderError, trio.TooSlowError) as error:
             context.health.record_failure(name, trio.current_time() - started, trio.current_time())
+            failure = "timeout" if isinstance(error, trio.TooSlowError) else "error"
+            context.metrics.provider_call(name, "create_checkout", failure, trio.current_time() - started)
             log.warning(
                 "provider failed to create a checkout; trying the next",
                 extra={"provider": name, "sessionId": str(request.session_id), "error": repr(error)},
             )
             continue
         context.health.record_success(name, trio.current_time() - started, trio.current_time())
+        context.metrics.provider_call(name, "create_checkout", "ok", trio.current_time() - started)
         return _Routed(provider=name, score=score, created=created)
     raise ProviderUnavailable("every eligible provider failed to create the checkout: retry later")
 
 
 async def apply_session_event(
-    conn: Connection, *, application_id: uuid.UUID, session_id: uuid.UUID, event: SessionEvent
+    conn: Connection,
+    *,
+    application_id: uuid.UUID,
+    session_id: uuid.UUID,
+    event: SessionEvent,
+    metrics: Metrics,
 ) -> bool:
-    """Apply `event` to the session in this transaction, with the webhook event it emits.
-    False when it does not apply (unknown session, or a state the event does not move)."""
+    """Apply `event` to the session in this transaction, with the webhook event it emits, counted
+    in `metrics` when given. False when it does not apply (unknown session, or a state the event
+    does not move)."""
     session = await sessions.lock_session(conn, session_id)
     if session is None or session.application_id != application_id:
         return False
@@ -291,6 +302,7 @@ async def apply_session_event(
     if change.status == session.status and change.failure_reason == session.failure_reason:
         return False
     updated = await sessions.set_session_status(conn, session_id, change.status, change.failure_reason)
+    metrics.session_transition(session.status, updated.status)
     log.info(
         "session state changed",
         extra={
@@ -327,5 +339,6 @@ class ExpireSession:
                 application_id=actor.application_id,
                 session_id=self.session_id,
                 event=SessionEvent.EXPIRED,
+                metrics=context.metrics,
             )
         )

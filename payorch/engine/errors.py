@@ -123,3 +123,12 @@ class SessionNotRefundable(CodedError):
 
 class RefundExceedsBalance(CodedError):
     code = "REFUND_EXCEEDS_BALANCE"
+
+
+class RateLimited(DomainError):
+    """Too many requests from one credential or client address: retry after `retry_after` whole
+    seconds (at least 1)."""
+
+    def __init__(self, message: str, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = max(1, retry_after)

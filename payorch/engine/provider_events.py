@@ -11,6 +11,7 @@ from payorch.engine.actors import ApplicationActor, Reply
 from payorch.engine.checkout import PaymentsContext, apply_session_event
 from payorch.engine.refunding import apply_refund_outcome
 from payorch.engine.session_states import SessionEvent
+from payorch.metrics import Metrics
 from payorch.providers.base import EventKind, ProviderEvent
 from payorch.storage import outbox, refunds, sessions
 from payorch.storage.database import Connection
@@ -34,9 +35,9 @@ class ApplyProviderEvent:
 
     async def run(self, actor: ApplicationActor, reply: Reply[bool]) -> None:
         context: PaymentsContext = actor.context
-        reply.send(await context.db.transaction(self._apply, actor.application_id))
+        reply.send(await context.db.transaction(self._apply, actor.application_id, context.metrics))
 
-    async def _apply(self, conn: Connection, application_id: uuid.UUID) -> bool:
+    async def _apply(self, conn: Connection, application_id: uuid.UUID, metrics: Metrics) -> bool:
         if not await outbox.first_sighting(conn, self.provider, application_id, self.event.id):
             return False
         event = self.event
@@ -53,6 +54,7 @@ class ApplyProviderEvent:
                 refund_id=refund.id,
                 succeeded=event.kind is EventKind.REFUND_SUCCEEDED,
                 reason=event.reason,
+                metrics=metrics,
             )
         session_event = _SESSION_EVENTS.get(event.kind)
         if session_event is None or event.session_id is None:
@@ -70,5 +72,5 @@ class ApplyProviderEvent:
                 },
             )
         return await apply_session_event(
-            conn, application_id=application_id, session_id=session.id, event=session_event
+            conn, application_id=application_id, session_id=session.id, event=session_event, metrics=metrics
         )

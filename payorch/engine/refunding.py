@@ -36,6 +36,7 @@ from payorch.engine.refunds import (
     refund_record,
 )
 from payorch.engine.session_states import REFUNDABLE, WITH_REFUNDS, SessionStatus, status_for_refunded
+from payorch.metrics import Metrics
 from payorch.providers.base import ProviderError, RefundRefused, RefundRequest, RefundSubmitted
 from payorch.storage import idempotency, outbox, provider_configs, refunds, sessions
 from payorch.storage.database import Connection
@@ -79,7 +80,12 @@ class _Submission:
 
 
 async def _reserve(
-    conn: Connection, *, application_id: uuid.UUID, refund_id: uuid.UUID, draft: RefundDraft
+    conn: Connection,
+    *,
+    application_id: uuid.UUID,
+    refund_id: uuid.UUID,
+    draft: RefundDraft,
+    metrics: Metrics,
 ) -> _Submission:
     """Lock the session, check the balance, insert the refund and move the session's status."""
     existing = await refunds.get_refund(conn, refund_id)
@@ -103,7 +109,8 @@ async def _reserve(
             provider_name=session.provider_name,
             first_submission_grace_s=FIRST_SUBMISSION_GRACE_S,
         )
-        await _settle_session_status(conn, session.id)
+        metrics.refund_transition(RefundStatus.PENDING)
+        await _settle_session_status(conn, session.id, metrics)
     config = await provider_configs.get_provider_config(conn, application_id, existing.provider_name)
     if config is None or session.provider_reference is None:
         raise NotFound("the provider of this session is no longer linked")
@@ -117,7 +124,7 @@ async def _reserve(
     return _Submission(existing, request, config)
 
 
-async def _settle_session_status(conn: Connection, session_id: uuid.UUID) -> None:
+async def _settle_session_status(conn: Connection, session_id: uuid.UUID, metrics: Metrics) -> None:
     """Make a paid session's status follow the sum of its refunds that are not FAILED."""
     session = await sessions.lock_session(conn, session_id)
     assert session is not None
@@ -126,6 +133,7 @@ async def _settle_session_status(conn: Connection, session_id: uuid.UUID) -> Non
     status = status_for_refunded(session.amount_minor, await refunds.refunded_minor(conn, session_id))
     if status != session.status:
         await sessions.set_session_status(conn, session_id, status, None)
+        metrics.session_transition(session.status, status)
         log.info(
             "session state changed",
             extra={"sessionId": str(session_id), "from": session.status, "to": status.value},
@@ -148,34 +156,44 @@ async def _submit(
                 idempotency_key=provider_refund_key(submission.refund.id),
             )
     except RefundRefused:
+        context.metrics.provider_call(
+            provider.name, "submit_refund", "refused", trio.current_time() - started
+        )
         raise
     except (ProviderError, trio.TooSlowError) as error:
         context.health.record_failure(provider.name, trio.current_time() - started, trio.current_time())
+        failure = "timeout" if isinstance(error, trio.TooSlowError) else "error"
+        context.metrics.provider_call(provider.name, "submit_refund", failure, trio.current_time() - started)
         log.warning(
             "provider did not acknowledge the refund; it will be submitted again",
             extra={"refundId": str(submission.refund.id), "provider": provider.name, "error": repr(error)},
         )
         return None
     context.health.record_success(provider.name, trio.current_time() - started, trio.current_time())
+    context.metrics.provider_call(provider.name, "submit_refund", "ok", trio.current_time() - started)
     return submitted
 
 
-async def _fail_refund(conn: Connection, refund_id: uuid.UUID, reason: str) -> Refund | None:
+async def _fail_refund(
+    conn: Connection, refund_id: uuid.UUID, reason: str, metrics: Metrics
+) -> Refund | None:
     """Mark a PENDING refund FAILED, give its amount back to the balance, emit `refund.failed`."""
     refund = await refunds.lock_refund(conn, refund_id)
     if refund is None or refund.status != RefundStatus.PENDING:
         return None
     failed = await refunds.set_refund_outcome(conn, refund_id, RefundStatus.FAILED, reason)
-    await _settle_session_status(conn, failed.session_id)
+    metrics.refund_transition(RefundStatus.FAILED)
+    await _settle_session_status(conn, failed.session_id, metrics)
     await _emit_refund_event(conn, failed, "refund.failed")
     return failed
 
 
-async def _complete_refund(conn: Connection, refund_id: uuid.UUID) -> Refund | None:
+async def _complete_refund(conn: Connection, refund_id: uuid.UUID, metrics: Metrics) -> Refund | None:
     refund = await refunds.lock_refund(conn, refund_id)
     if refund is None or refund.status != RefundStatus.PENDING:
         return None
     completed = await refunds.set_refund_outcome(conn, refund_id, RefundStatus.COMPLETED, None)
+    metrics.refund_transition(RefundStatus.COMPLETED)
     await _emit_refund_event(conn, completed, "refund.completed")
     return completed
 
@@ -199,15 +217,22 @@ async def _emit_refund_event(conn: Connection, refund: Refund, event_type: str) 
 
 
 async def apply_refund_outcome(
-    conn: Connection, *, application_id: uuid.UUID, refund_id: uuid.UUID, succeeded: bool, reason: str | None
+    conn: Connection,
+    *,
+    application_id: uuid.UUID,
+    refund_id: uuid.UUID,
+    succeeded: bool,
+    reason: str | None,
+    metrics: Metrics,
 ) -> bool:
-    """A provider's verdict on a refund, in this transaction. False when it changes nothing."""
+    """A provider's verdict on a refund, in this transaction, counted in `metrics` when given.
+    False when it changes nothing."""
     refund = await refunds.get_refund(conn, refund_id)
     if refund is None or refund.application_id != application_id:
         return False
     if succeeded:
-        return await _complete_refund(conn, refund_id) is not None
-    return await _fail_refund(conn, refund_id, reason or "PAYMENT_FAILED") is not None
+        return await _complete_refund(conn, refund_id, metrics) is not None
+    return await _fail_refund(conn, refund_id, reason or "PAYMENT_FAILED", metrics) is not None
 
 
 @dataclass(frozen=True)
@@ -244,7 +269,11 @@ class CreateRefund:
             )
         try:
             submission = await context.db.transaction(
-                _reserve, application_id=actor.application_id, refund_id=claim.resource_id, draft=self.draft
+                _reserve,
+                application_id=actor.application_id,
+                refund_id=claim.resource_id,
+                draft=self.draft,
+                metrics=context.metrics,
             )
         except DomainError:
             await context.db.transaction(
@@ -281,19 +310,20 @@ class CreateRefund:
         try:
             submitted = result.unwrap()
         except RefundRefused as error:
-            await _fail_refund(conn, refund.id, "PROVIDER_REFUSED")
+            # The provider answered, and for good: the refund is FAILED now (refund.failed follows).
+            await _fail_refund(conn, refund.id, "PROVIDER_REFUSED", context.metrics)
             log.warning(
                 "provider refused the refund", extra={"refundId": str(refund.id), "error": str(error)}
             )
-            submitted = None
+            submitted, status = None, 201
+        else:
+            status = 201 if submitted is not None else 202
         if submitted is not None:
             await refunds.mark_submitted(conn, refund.id, submitted.reference)
-            status = 201
-        else:
+        elif status == 202:
             await refunds.schedule_submission(
                 conn, refund.id, backoff_s(1, context.settings.refunds.retry_max_delay_s)
             )
-            status = 202
         current = await refunds.get_refund(conn, refund.id)
         assert current is not None
         body = refund_created_body(current)
@@ -362,7 +392,7 @@ async def _record_attempt(
     try:
         submitted = result.unwrap()
     except RefundRefused:
-        await _fail_refund(conn, refund.id, "PROVIDER_REFUSED")
+        await _fail_refund(conn, refund.id, "PROVIDER_REFUSED", context.metrics)
         return False
     if submitted is None:
         current = await refunds.get_refund(conn, refund.id)

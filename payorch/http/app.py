@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from quart_schema import QuartSchema
 
+from payorch.http import openapi_models
 from payorch.http.context import PayorchApp, Services
 from payorch.http.errors import install_error_handlers
 from payorch.http.jsonio import ExactJsonProvider
@@ -11,7 +12,9 @@ from payorch.http.requestlog import install_request_log
 from payorch.http.routes import (
     accounts,
     applications,
+    docs,
     health,
+    metrics,
     payment_methods,
     provider_events,
     providers,
@@ -37,8 +40,11 @@ def create_app(services: Services) -> PayorchApp:
         openapi_path="/api/v1/openapi.json",
         redoc_ui_path=None,
         scalar_ui_path=None,
-        swagger_ui_path=None,
-        info={"title": "payorch", "version": "1"},
+        swagger_ui_path=None,  # /docs serves a Swagger UI of its own, without any outside asset
+        info=openapi_models.INFO,
+        tags=list(openapi_models.TAGS),
+        security_schemes=dict(openapi_models.SECURITY_SCHEMES),
+        openapi_provider_class=openapi_models.PayorchOpenAPIProvider,
     )
     # QuartSchema installs its own JSON provider, which would parse amounts as float: put ours back.
     app.json = ExactJsonProvider(app)
@@ -46,6 +52,8 @@ def create_app(services: Services) -> PayorchApp:
     install_error_handlers(app)
     for blueprint in (
         health.blueprint,
+        metrics.blueprint,
+        docs.blueprint,
         accounts.blueprint,
         applications.blueprint,
         sessions.blueprint,

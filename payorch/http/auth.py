@@ -46,6 +46,7 @@ class Principal:
     merchant_id: uuid.UUID
     user_id: uuid.UUID | None = None  # set for a JWT
     application_id: uuid.UUID | None = None  # set for an API key: the one application it serves
+    key_id: uuid.UUID | None = None  # set for an API key: which key, for its rate limit
 
     @property
     def is_api_key(self) -> bool:
@@ -53,8 +54,12 @@ class Principal:
 
 
 async def authenticate(accept: Accept) -> Principal:
-    """The caller's identity, or `AuthenticationRequired` / `WrongCredentialKind` (401) or
-    `ApplicationDisabled` (403, an API key of a disabled application)."""
+    """The caller's identity, or `AuthenticationRequired` / `WrongCredentialKind` (401),
+    `ApplicationDisabled` (403, an API key of a disabled application) or `RateLimited` (429).
+
+    A verified credential is charged one token of its bucket: `apikey:<key id>` for an API key,
+    `merchant:<merchant id>` for a JWT. Credentials that fail verification are not charged: there
+    is no bucket to charge them to."""
     authorization = request.headers.get("Authorization")
     api_key = request.headers.get(API_KEY_HEADER)
     if authorization is not None:
@@ -62,6 +67,7 @@ async def authenticate(accept: Accept) -> Principal:
         if scheme.lower() != "bearer" or not token.strip():
             raise AuthenticationRequired("Authorization must be 'Bearer <access token>'")
         claims = verify_access_token(token.strip(), secret=services().settings.auth.jwt_secret)
+        services().limits.charge_credential(f"merchant:{claims.merchant_id}")
         return Principal(merchant_id=claims.merchant_id, user_id=claims.user_id)
     if api_key is not None:
         if accept is Accept.JWT:
@@ -84,9 +90,10 @@ async def _api_key_principal(api_key: str) -> Principal:
     if owner is None:
         raise AuthenticationRequired("invalid or revoked API key")
     note_application(owner.application_id)
+    services().limits.charge_credential(f"apikey:{owner.key_id}")
     if not owner.application_enabled:
         raise ApplicationDisabled("the application of this API key is disabled")
-    return Principal(merchant_id=owner.merchant_id, application_id=owner.application_id)
+    return Principal(merchant_id=owner.merchant_id, application_id=owner.application_id, key_id=owner.key_id)
 
 
 def parse_id(value: str, what: str) -> uuid.UUID:

@@ -13,6 +13,8 @@ from payorch.config import Settings
 from payorch.engine.actors import ActorRegistry
 from payorch.engine.routing import ProviderHealth
 from payorch.engine.secretbox import SecretBox
+from payorch.http.ratelimits import RequestLimits
+from payorch.metrics import Metrics
 from payorch.providers.catalogue import ProviderCatalogue
 from payorch.storage.database import Database
 from payorch.supervisors.restart import SupervisorBoard
@@ -28,6 +30,8 @@ class Services:
     actors: ActorRegistry
     supervisors: SupervisorBoard
     webhooks: httpx.AsyncClient  # the one client for outgoing webhooks (TLS verified)
+    metrics: Metrics
+    limits: RequestLimits  # per-credential and per-address token buckets of this process
 
 
 class PayorchApp(QuartTrio):

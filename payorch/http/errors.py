@@ -38,6 +38,7 @@ STATUS_OF: dict[type[domain.DomainError], HTTPStatus] = {
     domain.ProviderCredentialsRejected: HTTPStatus.UNPROCESSABLE_ENTITY,
     domain.ProviderUnavailable: HTTPStatus.BAD_GATEWAY,
     domain.ServiceBusy: HTTPStatus.SERVICE_UNAVAILABLE,
+    domain.RateLimited: HTTPStatus.TOO_MANY_REQUESTS,
 }
 
 # Errors answered in shape B, with their string `code`.
@@ -104,7 +105,7 @@ async def _domain_error(error: domain.DomainError) -> Response:
     details = None
     if isinstance(error, domain.InvalidInput):
         details = [{"field": item.field, "message": item.message} for item in error.details]
-    retry_after = error.retry_after if isinstance(error, domain.ServiceBusy) else None
+    retry_after = error.retry_after if isinstance(error, domain.ServiceBusy | domain.RateLimited) else None
     return shape_a(status, error.message, details=details, retry_after=retry_after)
 
 
@@ -142,8 +143,25 @@ async def _unexpected(error: BaseException) -> Response:
     return shape_a(500, "unexpected server error: quote the requestId when reporting it")
 
 
+async def _undecodable_body(error: UnicodeDecodeError) -> Response:
+    """Quart decodes a JSON body as UTF-8 before parsing it, outside its own handling of bad JSON:
+    a body that is not UTF-8 must be a 400 like any malformed body, not a 500."""
+    body = await request.get_data(as_text=False)
+    assert isinstance(body, bytes)
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return shape_a(
+            400,
+            "malformed request: the body must be UTF-8 JSON",
+            details=[{"field": "body", "message": str(error)}],
+        )
+    return await _unexpected(error)  # not the request body's fault
+
+
 def install_error_handlers(app: Quart) -> None:
     app.register_error_handler(domain.DomainError, _domain_error)
     app.register_error_handler(RequestSchemaValidationError, _schema_error)
     app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(UnicodeDecodeError, _undecodable_body)
     app.register_error_handler(Exception, _unexpected)

@@ -20,9 +20,12 @@ from pydantic import (
     ConfigDict,
     EmailStr,
     Field,
+    GetJsonSchemaHandler,
     StringConstraints,
     field_validator,
 )
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from payorch.engine.pagination import DEFAULT_LIMIT, DEFAULT_PAGE, MAX_LIMIT
 from payorch.engine.passwords import PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH
@@ -41,12 +44,37 @@ def _web_url(value: str) -> str:
 WebUrl = Annotated[Text, AfterValidator(_web_url)]
 
 
+def _refuse_nul(value: object) -> object:
+    """PostgreSQL text and jsonb cannot hold U+0000: refuse it here (400), not in the database (500)."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ValueError("must not contain the NUL character (U+0000)")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_nul(key)
+            _refuse_nul(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _refuse_nul(item)
+    return value
+
+
 class Body(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_nul(cls, value: object) -> object:
+        return _refuse_nul(value)
 
 
 class Query(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_nul(cls, value: object) -> object:
+        return _refuse_nul(value)
 
 
 class RegisteredAddress(Body):
@@ -138,8 +166,40 @@ def _json_number(value: object) -> object:
     return number
 
 
-Amount = Annotated[Decimal, BeforeValidator(_json_number)]
-NonNegativeAmount = Annotated[Amount, Field(ge=0)]
+class JsonNumber:
+    """JSON-schema marker for a Decimal that travels as a JSON number (schema only, no validation).
+
+    pydantic describes a Decimal as "number or string" when validating and "string" when
+    serializing; ours is a number both ways. Put it after any `Field` constraint, so that pydantic's
+    raw `gt`/`ge`/`lt`/`le` become JSON Schema's (exclusive) minimum and maximum.
+    """
+
+    BOUNDS = {"gt": "exclusiveMinimum", "ge": "minimum", "lt": "exclusiveMaximum", "le": "maximum"}
+
+    def __init__(self, below: Decimal | None = None) -> None:
+        self.below = below  # documents a bound enforced by a validator as exclusiveMaximum
+
+    def __get_pydantic_json_schema__(
+        self, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        schema = dict(handler(core_schema))
+        for branch in schema.pop("anyOf", []):
+            if branch.get("type") == "number":
+                schema.update(branch)
+        schema.pop("pattern", None)
+        schema["type"] = "number"
+        for raw, keyword in self.BOUNDS.items():
+            if raw in schema:
+                bound = Decimal(schema.pop(raw))
+                schema[keyword] = int(bound) if bound == bound.to_integral_value() else float(bound)
+        if self.below is not None and "exclusiveMaximum" not in schema and "maximum" not in schema:
+            schema["exclusiveMaximum"] = int(self.below)
+        return schema
+
+
+JSON_NUMBER = JsonNumber()
+Amount = Annotated[Decimal, BeforeValidator(_json_number), JsonNumber(below=_MAX_AMOUNT)]
+NonNegativeAmount = Annotated[Amount, Field(ge=0), JSON_NUMBER]
 CurrencyCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")]
 _COUNTRIES = frozenset(
     str(code) for code in Locale("en").territories if len(str(code)) == 2 and str(code).isalpha()
@@ -157,7 +217,7 @@ OptionalText = Annotated[str, StringConstraints(strip_whitespace=True, max_lengt
 
 
 class SessionAmount(Body):
-    total: Annotated[Amount, Field(gt=0)]
+    total: Annotated[Amount, Field(gt=0), JSON_NUMBER]
     shipping: NonNegativeAmount = Decimal(0)
     tax: NonNegativeAmount = Decimal(0)
 
@@ -267,7 +327,7 @@ class RefundLineItem(Body):
 
 
 class RefundCreateRequest(Body):
-    amount: Annotated[Amount, Field(ge=Decimal("0.01"))] | None = None
+    amount: Annotated[Amount, Field(ge=Decimal("0.01")), JSON_NUMBER] | None = None
     reason: Literal["REQUESTED_BY_CUSTOMER", "DUPLICATE", "FRAUDULENT", "OTHER"] | None = None
     lineItems: Annotated[list[RefundLineItem], Field(max_length=500)] | None = None
 

@@ -13,6 +13,8 @@ import uuid
 
 from quart import Quart, Response, g, request
 
+from payorch.http.context import services
+
 log = logging.getLogger("payorch.access")
 
 REQUEST_ID_HEADER = "X-Request-Id"
@@ -39,13 +41,16 @@ async def _start() -> None:
 async def _finish(response: Response) -> Response:
     response.headers[REQUEST_ID_HEADER] = g.get("request_id", "")
     started = g.get("started")
+    seconds = time.perf_counter() - started if started else 0.0
+    rule = request.url_rule.rule if request.url_rule is not None else None
+    services().metrics.http_request(request.method, rule, response.status_code, seconds)
     log.info(
         "request",
         extra={
             "method": request.method,
             "path": request.path,
             "status": response.status_code,
-            "durationMs": round((time.perf_counter() - started) * 1000, 3) if started else None,
+            "durationMs": round(seconds * 1000, 3) if started else None,
             "requestId": g.get("request_id"),
             "applicationId": g.get("application_id"),
         },

@@ -141,6 +141,7 @@ async def _deliver(services: Services, client: httpx.AsyncClient, delivery: webh
             await webhooks.deactivate(conn, delivery.config_id, "the receiver answered 410 Gone")
 
     await services.db.transaction(record)
+    services.metrics.webhook_delivery_attempt(outcome)
     log.info(
         "webhook delivery attempt",
         extra={

@@ -106,3 +106,12 @@ async def test_key_id_that_is_not_a_uuid_is_404(client: Client, merchant: Mercha
         f"/api/v1/applications/{application['id']}/api-keys/not-a-uuid", headers=merchant.headers
     )
     assert response.status_code == 404
+
+
+async def test_key_can_be_created_without_a_body(client: Client, merchant: Merchant) -> None:
+    application = await new_application(client, merchant)
+    response = await client.post(
+        f"/api/v1/applications/{application['id']}/api-keys", headers=merchant.headers
+    )
+    assert response.status_code == 201
+    assert (await response.get_json())["description"] == ""

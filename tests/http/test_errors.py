@@ -209,3 +209,13 @@ async def test_storage_failure_is_500_with_request_id(
     body = await shape_a_body(response, 500)
     assert body["requestId"] == response.headers["X-Request-Id"]
     assert "10.0.0.5" not in await response.get_data(as_text=True)
+
+
+async def test_body_that_is_not_utf8_is_400(client: Client, merchant: Merchant) -> None:
+    response = await client.post(
+        "/api/v1/applications",
+        data=b'{"name": "\xff\xfe"}',
+        headers={**merchant.headers, "Content-Type": "application/json"},
+    )
+    assert response.status_code == 400
+    assert (await response.get_json())["code"] == 400

@@ -294,3 +294,12 @@ async def test_expired_idempotency_keys_are_deleted(
     again = await create_session(client, shop, "old", session_body(total="1.00"))
     assert again.status_code == 201
     assert again.headers.get("Idempotent-Replayed") is None
+
+
+async def test_refund_without_any_body_refunds_the_whole_balance(client: Client, shop: Shop) -> None:
+    session_id = await paid_session(client, shop)
+    response = await client.post(
+        f"/api/v1/sessions/{session_id}/refunds", headers={**shop.headers, "Idempotency-Key": "empty"}
+    )
+    assert response.status_code == 201
+    assert loads_exact(await response.get_data())["amount"] == Decimal("100.00")

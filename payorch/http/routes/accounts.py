@@ -4,26 +4,39 @@ from __future__ import annotations
 
 from typing import Any
 
-from quart import Blueprint
-from quart_schema import validate_querystring, validate_request
+from quart import Blueprint, request
+from quart_schema import (
+    document_response,
+    security_scheme,
+    tag_blueprint,
+    validate_querystring,
+    validate_request,
+)
 
 from payorch.engine.access_tokens import AccessClaims, issue_access_token
 from payorch.engine.errors import InvalidLogin, InviteInvalid
 from payorch.engine.passwords import hash_password, verify_password
 from payorch.engine.secrets import token_hash
 from payorch.engine.timefmt import utcnow
+from payorch.http import openapi_models as api
 from payorch.http.context import services
 from payorch.http.models import LoginRequest, SignupQuery, SignupRequest
 from payorch.storage import accounts as store
 
 blueprint = Blueprint("accounts", __name__, url_prefix="/api/v1")
+tag_blueprint(blueprint, ["Accounts"])
 
 
 @blueprint.post("/merchants/signup")
+@security_scheme(api.NO_CREDENTIALS)
+@document_response(api.SignupResponse, 201)
+@api.errors(400, 409, 410, 413, 429, 500)
 @validate_querystring(SignupQuery)
 @validate_request(SignupRequest)
 async def sign_up(data: SignupRequest, query_args: SignupQuery) -> tuple[dict[str, Any], int]:
     """Create a merchant and its admin user with a one-time invite token."""
+    # Before anything else, password hashing above all: signup and login share one bucket per address.
+    services().limits.charge_login(request.remote_addr)
     if not query_args.token:
         raise InviteInvalid("query parameter 'token' (the invite token of the signup link) is required")
     account = store.NewAccount(
@@ -41,9 +54,14 @@ async def sign_up(data: SignupRequest, query_args: SignupQuery) -> tuple[dict[st
 
 
 @blueprint.post("/auth/login")
+@security_scheme(api.NO_CREDENTIALS)
+@document_response(api.LoginResponse, 200)
+@api.errors(400, 401, 413, 429, 500)
 @validate_request(LoginRequest)
 async def log_in(data: LoginRequest) -> dict[str, Any]:
     """Exchange an admin's e-mail and password for an access token (JWT)."""
+    # Before the password check, so guessing is limited whether the guesses are right or wrong.
+    services().limits.charge_login(request.remote_addr)
     settings = services().settings
     found = await services().db.read(store.find_login, data.email)
     if not await verify_password(data.password, found.password_hash if found else None) or found is None:

@@ -5,11 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from quart import Blueprint
-from quart_schema import validate_querystring, validate_request
+from quart_schema import (
+    document_response,
+    security_scheme,
+    tag_blueprint,
+    validate_querystring,
+    validate_request,
+)
 
 from payorch.engine.pagination import PageRequest, envelope
 from payorch.engine.secrets import api_key_prefix, new_api_key, token_hash
 from payorch.engine.timefmt import iso
+from payorch.http import openapi_models as api
 from payorch.http.auth import Accept, Principal, application_for, authenticated, parse_id
 from payorch.http.context import services
 from payorch.http.models import (
@@ -19,10 +26,12 @@ from payorch.http.models import (
     ApplicationStatusRequest,
     PageQuery,
 )
+from payorch.http.validation import validate_optional_request
 from payorch.storage import applications as store
 from payorch.storage.applications import ApiKey, Application
 
 blueprint = Blueprint("applications", __name__, url_prefix="/api/v1/applications")
+tag_blueprint(blueprint, ["Applications and API keys"])
 
 
 def application_body(application: Application, api_keys: list[ApiKey] | None = None) -> dict[str, Any]:
@@ -49,11 +58,15 @@ def api_key_summary(key: ApiKey) -> dict[str, Any]:
 
 
 @blueprint.post("")
+@security_scheme(api.JWT)
+@document_response(api.Application, 201)
+@api.errors(400, 401, 413, 429, 500)
 @authenticated(Accept.JWT)
 @validate_request(ApplicationCreateRequest)
 async def create_application(
     data: ApplicationCreateRequest, principal: Principal
 ) -> tuple[dict[str, Any], int]:
+    """Create an application."""
     created = await services().db.transaction(
         store.create_application,
         merchant_id=principal.merchant_id,
@@ -64,9 +77,13 @@ async def create_application(
 
 
 @blueprint.get("")
+@security_scheme(api.JWT)
+@document_response(api.Page[api.Application], 200)
+@api.errors(400, 401, 429, 500)
 @authenticated(Accept.JWT)
 @validate_querystring(ApplicationListQuery)
 async def list_applications(query_args: ApplicationListQuery, principal: Principal) -> dict[str, Any]:
+    """The merchant's applications; with `include=apiKeys`, each with its API keys."""
     page = PageRequest(page=query_args.page, limit=query_args.limit)
     db = services().db
     found, total = await db.read(store.list_applications, principal.merchant_id, page)
@@ -79,25 +96,36 @@ async def list_applications(query_args: ApplicationListQuery, principal: Princip
 
 
 @blueprint.get("/<application_id>")
+@security_scheme(api.JWT)
+@document_response(api.Application, 200)
+@api.errors(401, 403, 404, 429, 500)
 @authenticated(Accept.JWT)
 async def get_application(application_id: str, principal: Principal) -> dict[str, Any]:
+    """An application."""
     return application_body(await application_for(principal, application_id))
 
 
 @blueprint.patch("/<application_id>/status")
+@security_scheme(api.JWT)
+@document_response(api.Application, 200)
+@api.errors(400, 401, 403, 404, 409, 413, 429, 500)
 @authenticated(Accept.JWT)
 @validate_request(ApplicationStatusRequest)
 async def set_application_status(
     application_id: str, data: ApplicationStatusRequest, principal: Principal
 ) -> dict[str, Any]:
+    """Enable or disable an application (409 when it already has that status)."""
     application = await application_for(principal, application_id)
     updated = await services().db.transaction(store.set_application_enabled, application.id, data.isEnabled)
     return application_body(updated)
 
 
 @blueprint.post("/<application_id>/api-keys")
+@security_scheme(api.JWT)
+@document_response(api.ApiKeyCreated, 201)
+@api.errors(400, 401, 403, 404, 413, 429, 500)
 @authenticated(Accept.JWT)
-@validate_request(ApiKeyCreateRequest)
+@validate_optional_request(ApiKeyCreateRequest)
 async def create_api_key(
     application_id: str, data: ApiKeyCreateRequest, principal: Principal
 ) -> tuple[dict[str, Any], int]:
@@ -115,9 +143,13 @@ async def create_api_key(
 
 
 @blueprint.get("/<application_id>/api-keys")
+@security_scheme(api.JWT)
+@document_response(api.Page[api.ApiKeySummary], 200)
+@api.errors(400, 401, 403, 404, 429, 500)
 @authenticated(Accept.JWT)
 @validate_querystring(PageQuery)
 async def list_api_keys(application_id: str, query_args: PageQuery, principal: Principal) -> dict[str, Any]:
+    """The application's API keys, revoked ones included, without the keys themselves."""
     application = await application_for(principal, application_id)
     page = PageRequest(page=query_args.page, limit=query_args.limit)
     found, total = await services().db.read(store.list_api_keys, application.id, page)
@@ -125,6 +157,9 @@ async def list_api_keys(application_id: str, query_args: PageQuery, principal: P
 
 
 @blueprint.delete("/<application_id>/api-keys/<key_id>")
+@security_scheme(api.JWT)
+@document_response(api.Empty, 200)
+@api.errors(401, 403, 404, 429, 500)
 @authenticated(Accept.JWT)
 async def revoke_api_key(application_id: str, key_id: str, principal: Principal) -> dict[str, Any]:
     """Revoke a key: its very next request gets 401; the application's other keys keep working."""

@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 from quart import Blueprint, Response, jsonify
+from quart_schema import document_response, security_scheme, tag_blueprint
 
+from payorch.http import openapi_models as api
 from payorch.http.context import services
 
 blueprint = Blueprint("health", __name__)
+tag_blueprint(blueprint, ["Operations"])
 
 
 @blueprint.get("/healthz")
+@security_scheme(api.NO_CREDENTIALS)
+@document_response(api.Health, 200)
 async def healthz() -> Response:
     """The process is up and serving HTTP."""
     return jsonify({"status": "ok"})
 
 
 @blueprint.get("/readyz")
+@security_scheme(api.NO_CREDENTIALS)
+@document_response(api.Readiness, 200)
+@document_response(api.Readiness, 503)
 async def readyz() -> tuple[Response, int]:
     """The database answers and every supervisor runs: the service can do useful work."""
     checks = {"database": await services().db.ping(), "supervisors": services().supervisors.all_running()}

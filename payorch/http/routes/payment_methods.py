@@ -6,9 +6,10 @@ from decimal import Decimal
 from typing import Any
 
 from quart import Blueprint
-from quart_schema import validate_querystring
+from quart_schema import document_response, security_scheme, tag_blueprint, validate_querystring
 
 from payorch.engine.errors import FieldProblem, InvalidInput, NotPermitted
+from payorch.http import openapi_models as api
 from payorch.http.auth import Accept, Principal, application_for, authenticated
 from payorch.http.context import services
 from payorch.http.models import PaymentMethodsQuery
@@ -16,6 +17,7 @@ from payorch.http.routes.sessions import money_of
 from payorch.storage import provider_configs
 
 blueprint = Blueprint("payment_methods", __name__, url_prefix="/api/v1")
+tag_blueprint(blueprint, ["Payment methods"])
 
 NO_ACTIVE_PROVIDER_CONNECTIONS = "NO_ACTIVE_PROVIDER_CONNECTIONS"
 CURRENCY_NOT_SUPPORTED = "CURRENCY_NOT_SUPPORTED"
@@ -23,6 +25,9 @@ AMOUNT_OUT_OF_RANGE = "AMOUNT_OUT_OF_RANGE"
 
 
 @blueprint.get("/payment-methods")
+@security_scheme(api.JWT_OR_API_KEY)
+@document_response(api.PaymentMethodList, 200)
+@api.errors(400, 401, 403, 404, 429, 500)
 @authenticated(Accept.JWT_OR_API_KEY)
 @validate_querystring(PaymentMethodsQuery)
 async def payment_methods(query_args: PaymentMethodsQuery, principal: Principal) -> dict[str, Any]:

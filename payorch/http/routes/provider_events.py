@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from quart import Blueprint, request
+from quart_schema import document_response, security_scheme, tag_blueprint
 
 from payorch.engine.errors import InvalidInput, NotFound
 from payorch.engine.provider_events import ApplyProviderEvent
+from payorch.http import openapi_models as api
 from payorch.http.auth import parse_id
 from payorch.http.context import services
 from payorch.http.requestlog import note_application
@@ -16,9 +18,13 @@ from payorch.providers.base import EventRejected
 from payorch.storage import provider_configs
 
 blueprint = Blueprint("provider_events", __name__, url_prefix="/api/v1/provider-events")
+tag_blueprint(blueprint, ["Provider events"])
 
 
 @blueprint.post("/<provider_name>/<application_id>")
+@security_scheme(api.NO_CREDENTIALS)
+@document_response(api.ProviderEventReceived, 200)
+@api.errors(400, 404, 413, 500, 503)
 async def receive_provider_event(provider_name: str, application_id: str) -> dict[str, Any]:
     """Apply a provider's event once; a redelivered event answers 200 and changes nothing."""
     provider = services().providers.get(provider_name)

@@ -7,7 +7,13 @@ from typing import Any
 
 import trio
 from quart import Blueprint
-from quart_schema import validate_querystring, validate_request
+from quart_schema import (
+    document_response,
+    security_scheme,
+    tag_blueprint,
+    validate_querystring,
+    validate_request,
+)
 
 from payorch.engine.errors import (
     NotFound,
@@ -18,6 +24,7 @@ from payorch.engine.errors import (
 from payorch.engine.pagination import PageRequest, envelope
 from payorch.engine.secretbox import key_fingerprint
 from payorch.engine.timefmt import iso
+from payorch.http import openapi_models as api
 from payorch.http.auth import Accept, Principal, application_for, authenticated
 from payorch.http.context import services
 from payorch.http.models import (
@@ -37,6 +44,7 @@ from payorch.storage import provider_configs as store
 from payorch.storage.provider_configs import ProviderConfig
 
 blueprint = Blueprint("providers", __name__, url_prefix="/api/v1")
+tag_blueprint(blueprint, ["Providers"])
 
 
 def config_body(config: ProviderConfig) -> dict[str, Any]:
@@ -95,6 +103,9 @@ async def _register(provider: Provider, api_key: str, application_id: object) ->
 
 
 @blueprint.get("/providers")
+@security_scheme(api.JWT)
+@document_response(api.Page[api.ProviderCatalogueEntry], 200)
+@api.errors(400, 401, 429, 500)
 @authenticated(Accept.JWT)
 @validate_querystring(PageQuery)
 async def list_catalogue(query_args: PageQuery, principal: Principal) -> dict[str, Any]:
@@ -108,6 +119,9 @@ async def list_catalogue(query_args: PageQuery, principal: Principal) -> dict[st
 
 
 @blueprint.post("/applications/<application_id>/providers")
+@security_scheme(api.JWT)
+@document_response(api.ProviderConfig, 201)
+@api.errors(400, 401, 403, 404, 409, 413, 422, 429, 500, 502)
 @authenticated(Accept.JWT)
 @validate_request(ProviderLinkRequest)
 async def link_provider(
@@ -146,11 +160,15 @@ async def link_provider(
 
 
 @blueprint.get("/applications/<application_id>/providers")
+@security_scheme(api.JWT)
+@document_response(api.Page[api.ProviderConfig], 200)
+@api.errors(400, 401, 403, 404, 429, 500)
 @authenticated(Accept.JWT)
 @validate_querystring(PageQuery)
 async def list_provider_configs(
     application_id: str, query_args: PageQuery, principal: Principal
 ) -> dict[str, Any]:
+    """The providers linked to the application."""
     application = await application_for(principal, application_id)
     page = PageRequest(page=query_args.page, limit=query_args.limit)
     found, total = await services().db.read(store.list_provider_configs, application.id, page)
@@ -166,6 +184,9 @@ async def _linked(application_id: uuid.UUID, name: str) -> tuple[Provider, Provi
 
 
 @blueprint.patch("/applications/<application_id>/providers/<provider_name>/api-key")
+@security_scheme(api.JWT)
+@document_response(api.Empty, 200)
+@api.errors(400, 401, 403, 404, 409, 413, 422, 429, 500, 502)
 @authenticated(Accept.JWT)
 @validate_request(ProviderApiKeyRequest)
 async def replace_api_key(
@@ -196,11 +217,15 @@ async def replace_api_key(
 
 
 @blueprint.patch("/applications/<application_id>/providers/<provider_name>/payment-methods")
+@security_scheme(api.JWT)
+@document_response(api.ProviderConfig, 200)
+@api.errors(400, 401, 403, 404, 409, 413, 422, 429, 500)
 @authenticated(Accept.JWT)
 @validate_request(ProviderPaymentMethodsRequest)
 async def set_payment_methods(
     application_id: str, provider_name: str, data: ProviderPaymentMethodsRequest, principal: Principal
 ) -> dict[str, Any]:
+    """Replace the payment methods enabled on a linked provider."""
     application = await application_for(principal, application_id)
     provider, _ = await _linked(application.id, provider_name)
     methods = _check_methods(provider, data.paymentMethods)

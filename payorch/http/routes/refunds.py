@@ -3,24 +3,33 @@
 from __future__ import annotations
 
 from quart import Blueprint, Response, request
-from quart_schema import validate_request
+from quart_schema import document_headers, document_response, security_scheme, tag_blueprint
 
 from payorch.engine.errors import NotFound
 from payorch.engine.idempotency import request_fingerprint
 from payorch.engine.refunding import CreateRefund, RefundDraft, refund_scope
+from payorch.http import openapi_models as api
 from payorch.http.auth import Accept, Principal, authenticated, parse_id
 from payorch.http.context import services
 from payorch.http.models import RefundCreateRequest
 from payorch.http.requestlog import note_application
 from payorch.http.routes.sessions import answer_response, idempotency_key, may_read, money_of
+from payorch.http.validation import validate_optional_request
 from payorch.storage import sessions as store
 
 blueprint = Blueprint("refunds", __name__, url_prefix="/api/v1")
+tag_blueprint(blueprint, ["Refunds"])
 
 
 @blueprint.post("/sessions/<session_id>/refunds")
+@security_scheme(api.JWT_OR_API_KEY)
+@document_headers(api.IdempotencyKeyHeader)
+@document_response(api.RefundCreated, 201)
+@document_response(api.RefundCreated, 202)
+@api.errors(400, 401, 403, 404, 413, 429, 500, 503)
+@api.coded_errors(409, 422)
 @authenticated(Accept.JWT_OR_API_KEY)
-@validate_request(RefundCreateRequest)
+@validate_optional_request(RefundCreateRequest)
 async def create_refund(
     session_id: str, data: RefundCreateRequest, principal: Principal
 ) -> tuple[Response, int]:

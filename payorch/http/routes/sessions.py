@@ -6,7 +6,14 @@ import uuid
 from typing import Any
 
 from quart import Blueprint, Response, jsonify, request
-from quart_schema import validate_querystring, validate_request
+from quart_schema import (
+    document_headers,
+    document_response,
+    security_scheme,
+    tag_blueprint,
+    validate_querystring,
+    validate_request,
+)
 
 from payorch.engine.checkout import Answer, CreateSession, SessionDraft
 from payorch.engine.errors import FieldProblem, InvalidInput, NotFound, NotPermitted
@@ -16,6 +23,7 @@ from payorch.engine.pagination import PageRequest, envelope
 from payorch.engine.records import session_record
 from payorch.engine.refunding import session_record_with_refunds
 from payorch.engine.refunds import refund_record
+from payorch.http import openapi_models as api
 from payorch.http.auth import Accept, Principal, application_for, authenticated, parse_id
 from payorch.http.context import services
 from payorch.http.models import PageQuery, SessionCreateRequest
@@ -25,6 +33,7 @@ from payorch.storage import sessions as store
 from payorch.storage.applications import Application
 
 blueprint = Blueprint("sessions", __name__, url_prefix="/api/v1")
+tag_blueprint(blueprint, ["Sessions"])
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -74,6 +83,11 @@ async def _target_application(principal: Principal, requested: uuid.UUID | None)
 
 
 @blueprint.post("/sessions")
+@security_scheme(api.JWT_OR_API_KEY)
+@document_headers(api.IdempotencyKeyHeader)
+@document_response(api.SessionCreated, 201)
+@api.errors(400, 401, 403, 404, 413, 429, 500, 502, 503)
+@api.coded_errors(409, 422)
 @authenticated(Accept.JWT_OR_API_KEY)
 @validate_request(SessionCreateRequest)
 async def create_session(data: SessionCreateRequest, principal: Principal) -> tuple[Response, int]:
@@ -117,6 +131,9 @@ async def create_session(data: SessionCreateRequest, principal: Principal) -> tu
 
 
 @blueprint.get("/sessions/<session_id>")
+@security_scheme(api.JWT_OR_API_KEY)
+@document_response(api.SessionRecord, 200)
+@api.errors(401, 403, 404, 429, 500)
 @authenticated(Accept.JWT_OR_API_KEY)
 async def get_session(session_id: str, principal: Principal) -> dict[str, Any]:
     """A session's read record. Another merchant's session is 404, as if it did not exist."""
@@ -140,9 +157,13 @@ async def may_read(principal: Principal, application_id: uuid.UUID) -> bool:
 
 
 @blueprint.get("/applications/<application_id>/sessions")
+@security_scheme(api.JWT_OR_API_KEY)
+@document_response(api.Page[api.SessionRecord], 200)
+@api.errors(400, 401, 403, 404, 429, 500)
 @authenticated(Accept.JWT_OR_API_KEY)
 @validate_querystring(PageQuery)
 async def list_sessions(application_id: str, query_args: PageQuery, principal: Principal) -> dict[str, Any]:
+    """The application's checkout sessions, each with its refunds where it can have any."""
     application = await application_for(principal, application_id)
     page = PageRequest(page=query_args.page, limit=query_args.limit)
     found, total = await services().db.read(store.list_sessions, application.id, page)

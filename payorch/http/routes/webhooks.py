@@ -7,13 +7,20 @@ import uuid
 from typing import Any
 
 from quart import Blueprint
-from quart_schema import validate_querystring, validate_request
+from quart_schema import (
+    document_response,
+    security_scheme,
+    tag_blueprint,
+    validate_querystring,
+    validate_request,
+)
 
 from payorch.engine.errors import FieldProblem, InvalidInput, NotFound
 from payorch.engine.pagination import PageRequest, envelope
 from payorch.engine.records import event_body, new_event_id
 from payorch.engine.timefmt import iso, utcnow
 from payorch.engine.webhook_signing import key_fingerprint, new_signing_secret
+from payorch.http import openapi_models as api
 from payorch.http.auth import Accept, Principal, application_for, authenticated, parse_id
 from payorch.http.context import services
 from payorch.http.models import PageQuery, WebhookCreateRequest, WebhookUpdateRequest
@@ -24,6 +31,7 @@ from payorch.storage.webhooks import DeliveryView, WebhookConfig
 from payorch.supervisors.webhooks import RESPONSE_EXCERPT, send_signed
 
 blueprint = Blueprint("webhooks", __name__, url_prefix="/api/v1/applications/<application_id>/webhooks")
+tag_blueprint(blueprint, ["Webhooks"])
 
 EVENT_TYPES = ("session.completed", "session.expired", "refund.completed", "refund.failed")
 
@@ -108,6 +116,9 @@ async def _config(application_id: uuid.UUID, webhook_id: str) -> WebhookConfig:
 
 
 @blueprint.post("")
+@security_scheme(api.JWT)
+@document_response(api.WebhookConfigCreated, 201)
+@api.errors(400, 401, 403, 404, 413, 429, 500)
 @authenticated(Accept.JWT)
 @validate_request(WebhookCreateRequest)
 async def create_webhook(
@@ -130,9 +141,13 @@ async def create_webhook(
 
 
 @blueprint.get("")
+@security_scheme(api.JWT)
+@document_response(api.Page[api.WebhookConfig], 200)
+@api.errors(400, 401, 403, 404, 429, 500)
 @authenticated(Accept.JWT)
 @validate_querystring(PageQuery)
 async def list_webhooks(application_id: str, query_args: PageQuery, principal: Principal) -> dict[str, Any]:
+    """The application's webhook configurations (without their signing secrets)."""
     application = await application_for(principal, application_id)
     page = PageRequest(page=query_args.page, limit=query_args.limit)
     found, total = await services().db.read(store.list_webhooks, application.id, page)
@@ -140,18 +155,26 @@ async def list_webhooks(application_id: str, query_args: PageQuery, principal: P
 
 
 @blueprint.get("/<webhook_id>")
+@security_scheme(api.JWT)
+@document_response(api.WebhookConfig, 200)
+@api.errors(401, 403, 404, 429, 500)
 @authenticated(Accept.JWT)
 async def get_webhook(application_id: str, webhook_id: str, principal: Principal) -> dict[str, Any]:
+    """A webhook configuration (without its signing secret)."""
     application = await application_for(principal, application_id)
     return webhook_body(await _config(application.id, webhook_id))
 
 
 @blueprint.patch("/<webhook_id>")
+@security_scheme(api.JWT)
+@document_response(api.WebhookConfig, 200)
+@api.errors(400, 401, 403, 404, 413, 429, 500)
 @authenticated(Accept.JWT)
 @validate_request(WebhookUpdateRequest)
 async def update_webhook(
     application_id: str, webhook_id: str, data: WebhookUpdateRequest, principal: Principal
 ) -> dict[str, Any]:
+    """Change the URL, the subscribed events or whether the configuration is active."""
     application = await application_for(principal, application_id)
     config = await _config(application.id, webhook_id)
     changes: dict[str, Any] = {}
@@ -166,8 +189,12 @@ async def update_webhook(
 
 
 @blueprint.delete("/<webhook_id>")
+@security_scheme(api.JWT)
+@document_response(api.Empty, 200)
+@api.errors(401, 403, 404, 429, 500)
 @authenticated(Accept.JWT)
 async def delete_webhook(application_id: str, webhook_id: str, principal: Principal) -> dict[str, Any]:
+    """Delete a webhook configuration: it receives nothing more and leaves the lists."""
     application = await application_for(principal, application_id)
     config = await _config(application.id, webhook_id)
     await services().db.transaction(store.delete_webhook, application.id, config.id)
@@ -175,6 +202,9 @@ async def delete_webhook(application_id: str, webhook_id: str, principal: Princi
 
 
 @blueprint.patch("/<webhook_id>/secret")
+@security_scheme(api.JWT)
+@document_response(api.SecretRotated, 200)
+@api.errors(401, 403, 404, 429, 500)
 @authenticated(Accept.JWT)
 async def rotate_secret(application_id: str, webhook_id: str, principal: Principal) -> dict[str, Any]:
     """A new signing secret, shown this once. The old one keeps signing too for
@@ -194,6 +224,9 @@ async def rotate_secret(application_id: str, webhook_id: str, principal: Princip
 
 
 @blueprint.post("/<webhook_id>/test")
+@security_scheme(api.JWT)
+@document_response(api.WebhookTestResult, 200)
+@api.errors(401, 403, 404, 429, 500)
 @authenticated(Accept.JWT)
 async def test_webhook(application_id: str, webhook_id: str, principal: Principal) -> dict[str, Any]:
     """Send a signed `webhook.test` event now and report how the endpoint answered."""
@@ -227,6 +260,9 @@ async def test_webhook(application_id: str, webhook_id: str, principal: Principa
 
 
 @blueprint.get("/<webhook_id>/deliveries")
+@security_scheme(api.JWT)
+@document_response(api.Page[api.Delivery], 200)
+@api.errors(400, 401, 403, 404, 429, 500)
 @authenticated(Accept.JWT)
 @validate_querystring(PageQuery)
 async def list_deliveries(
@@ -241,6 +277,9 @@ async def list_deliveries(
 
 
 @blueprint.post("/<webhook_id>/deliveries/<delivery_id>/retry")
+@security_scheme(api.JWT)
+@document_response(api.DeliveryRetry, 202)
+@api.errors(401, 403, 404, 429, 500)
 @authenticated(Accept.JWT)
 async def retry_delivery(
     application_id: str, webhook_id: str, delivery_id: str, principal: Principal

@@ -1,0 +1,1 @@
+"""Load benchmarks that print their figures: `make bench` (`python -m bench`)."""

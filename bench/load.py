@@ -1,0 +1,230 @@
+"""The load generator: N connections, one worker task each, sending one request after another.
+
+Run as its own process (`python -m bench.load`), so that it gets a core of its own instead of
+competing with the server it measures. It reads one JSON `LoadSpec` on stdin and writes JSON lines
+on stdout: `{"phase": "measuring"}` when the measured window opens, then `{"phase": "done", ...}`
+with the `LoadResult`.
+
+HTTP/1.1 is spoken with h11 directly (one keep-alive connection per worker, reopened when the server
+closes it): a full client such as httpx costs several times more CPU per request, and on a loaded
+two-core machine the client's cost would show up in the figures of the server it measures.
+
+Every request of the run is the same (method, path, headers, body) except for `unique_header`, which
+gets a value never used before in the run (each session create needs its own Idempotency-Key).
+A request counts when its response ends inside the measured window; a 2xx response is a success, any
+other status or a broken connection an error. The run is bounded in time (warm-up + measured window,
+plus a hard deadline for a server that stops answering) and in count (`max_requests`).
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import secrets
+import sys
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import h11
+import trio
+
+# After the measured window, in-flight requests get this long to finish before the run is abandoned.
+STRAGGLER_DEADLINE_S = 30.0
+RECEIVE_BYTES = 65536
+# After a broken connection, wait this long before reconnecting: a dead server is not hammered.
+RECONNECT_PAUSE_S = 0.01
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """One load run: what to send, how hard, and for how long."""
+
+    url: str
+    body: str
+    headers: dict[str, str] = field(default_factory=dict)
+    unique_header: str | None = None
+    method: str = "POST"
+    connections: int = 32
+    warmup_s: float = 2.0
+    measured_s: float = 10.0
+    max_requests: int = 1_000_000
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What the measured window saw. Latencies are of successful requests only."""
+
+    successes: int
+    errors: dict[str, int]
+    measured_s: float
+    requests_per_s: float
+    p50_ms: float
+    p99_ms: float
+    client_cpu_s: float
+    capped: bool
+
+
+def percentile(sorted_samples: list[float], percent: int) -> float:
+    """The nearest-rank percentile: the smallest sample with at least `percent`% of samples at or
+    below it. Exact (no interpolation); `sorted_samples` must be sorted and non-empty."""
+    rank = -(-percent * len(sorted_samples) // 100)  # ceil(percent * n / 100), in integers
+    return sorted_samples[max(rank, 1) - 1]
+
+
+class ConnectionBroken(Exception):
+    """The server closed the connection or sent something unparseable mid-response."""
+
+
+class Http11Connection:
+    """One keep-alive HTTP/1.1 connection, reopened on the next request after the server closes it."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._host = host
+        self._port = port
+        self._stream: trio.SocketStream | None = None
+        self._h11 = h11.Connection(h11.CLIENT)
+
+    async def request(self, method: str, target: str, headers: list[tuple[str, str]], body: bytes) -> int:
+        """Send one request, read the whole response, and return its status."""
+        try:
+            if self._stream is None:
+                self._stream = await trio.open_tcp_stream(self._host, self._port)
+                self._h11 = h11.Connection(h11.CLIENT)
+            stream, conn = self._stream, self._h11
+            out = conn.send(h11.Request(method=method, target=target, headers=headers))
+            out += conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())
+            await stream.send_all(out)
+            status = 0
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    conn.receive_data(await stream.receive_some(RECEIVE_BYTES))
+                elif isinstance(event, h11.Response):
+                    status = event.status_code
+                elif isinstance(event, h11.EndOfMessage):
+                    break
+                elif isinstance(event, h11.ConnectionClosed):
+                    raise ConnectionBroken("closed before the response ended")
+        except (h11.ProtocolError, trio.BrokenResourceError, OSError) as error:
+            await self.aclose()
+            raise ConnectionBroken(type(error).__name__) from error
+        except ConnectionBroken:
+            await self.aclose()
+            raise
+        if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
+            conn.start_next_cycle()
+        else:  # the server said `Connection: close` (hypercorn does after keep_alive_max_requests)
+            await self.aclose()
+        return status
+
+    async def aclose(self) -> None:
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            await stream.aclose()
+
+
+@dataclass
+class _Tally:
+    window_start: float
+    window_end: float
+    max_requests: int
+    sent: int = 0
+    latencies_s: list[float] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+
+    def record(self, started: float, ended: float, outcome: str | None) -> None:
+        if not self.window_start <= ended <= self.window_end:
+            return
+        if outcome is None:
+            self.latencies_s.append(ended - started)
+        else:
+            self.errors[outcome] += 1
+
+
+async def _worker(spec: LoadSpec, tally: _Tally, number: int, run_id: str) -> None:
+    url = urlsplit(spec.url)
+    target = url.path + (f"?{url.query}" if url.query else "")
+    body = spec.body.encode()
+    fixed = [
+        ("Host", url.netloc),
+        ("Content-Type", "application/json"),
+        ("Content-Length", str(len(body))),
+        *spec.headers.items(),
+    ]
+    connection = Http11Connection(url.hostname or "127.0.0.1", url.port or 80)
+    sequence = 0
+    try:
+        while trio.current_time() < tally.window_end and tally.sent < tally.max_requests:
+            tally.sent += 1
+            sequence += 1
+            headers = fixed
+            if spec.unique_header:
+                headers = [*fixed, (spec.unique_header, f"bench-{run_id}-{number}-{sequence}")]
+            started = trio.current_time()
+            try:
+                status = await connection.request(spec.method, target, headers, body)
+            except ConnectionBroken as error:
+                tally.record(started, trio.current_time(), f"connection: {error}")
+                await trio.sleep(RECONNECT_PAUSE_S)
+                continue
+            tally.record(started, trio.current_time(), None if 200 <= status < 300 else str(status))
+    finally:
+        with trio.CancelScope(shield=True):
+            await connection.aclose()
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def run_load(spec: LoadSpec, on_measuring: Callable[[], None] | None = None) -> LoadResult:
+    """Run `spec` to the end of its measured window and return what the window saw; `on_measuring`
+    is called when the window opens."""
+    started = trio.current_time()
+    tally = _Tally(
+        window_start=started + spec.warmup_s,
+        window_end=started + spec.warmup_s + spec.measured_s,
+        max_requests=spec.max_requests,
+    )
+    run_id = secrets.token_hex(4)
+    with trio.fail_after(spec.warmup_s + spec.measured_s + STRAGGLER_DEADLINE_S):
+        async with trio.open_nursery() as nursery:
+            for number in range(spec.connections):
+                nursery.start_soon(_worker, spec, tally, number, run_id)
+            await trio.sleep_until(tally.window_start)
+            cpu_at_window_start = _cpu_s()
+            if on_measuring is not None:
+                on_measuring()
+            await trio.sleep_until(tally.window_end)
+            client_cpu_s = _cpu_s() - cpu_at_window_start
+            # The workers send nothing more; the nursery waits for their last responses.
+    latencies = sorted(tally.latencies_s)
+    return LoadResult(
+        successes=len(latencies),
+        errors=dict(tally.errors),
+        measured_s=spec.measured_s,
+        requests_per_s=len(latencies) / spec.measured_s,
+        p50_ms=percentile(latencies, 50) * 1000 if latencies else float("nan"),
+        p99_ms=percentile(latencies, 99) * 1000 if latencies else float("nan"),
+        client_cpu_s=client_cpu_s,
+        capped=tally.sent >= spec.max_requests,
+    )
+
+
+def _emit(line: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(line) + "\n")
+    sys.stdout.flush()
+
+
+def main() -> None:
+    spec = LoadSpec(**json.loads(sys.stdin.read()))
+    result = trio.run(run_load, spec, lambda: _emit({"phase": "measuring"}))
+    _emit({"phase": "done", **asdict(result)})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""Token buckets: how often a caller may act, with bursts. Pure: the clock is passed in as seconds.
+
+A bucket holds up to `burst` tokens and refills continuously at `rate` tokens per second; each
+request takes one token, and a request finding less than one token is refused with the time until
+one is there. `RateLimiter` keeps one bucket per opaque key (`apikey:<id>`, `ip:<address>`).
+
+Memory stays bounded two ways:
+
+- A bucket not touched for `burst / rate` seconds is full again, and a full bucket is exactly what
+  a new key gets, so forgetting it changes no answer. Buckets are kept in least-recently-used order
+  and every `take` drops such idle buckets from the old end (amortised O(1)). The map therefore
+  holds only the keys seen in the last `burst / rate` seconds.
+- A hard cap, `max_keys`: past it the least recently used bucket is dropped even if not yet full.
+  That key then starts again with a full bucket, so a flood of distinct keys can make the limiter
+  more lenient for the keys it pushes out, never stricter and never larger than the cap.
+
+The state lives in one process: N processes behind a load balancer allow up to N times the rate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+
+DEFAULT_MAX_KEYS = 100_000
+
+
+@dataclass
+class TokenBucket:
+    """`tokens` as of `updated_at` (seconds on the caller's clock)."""
+
+    rate: float
+    burst: int
+    tokens: float
+    updated_at: float
+
+    @classmethod
+    def full(cls, rate: float, burst: int, now: float) -> TokenBucket:
+        """A bucket holding `burst` tokens at `now`."""
+        if rate <= 0 or burst < 1:
+            raise ValueError("a token bucket needs rate > 0 and burst >= 1")
+        return cls(rate=rate, burst=burst, tokens=float(burst), updated_at=now)
+
+    def _refill(self, now: float) -> None:
+        # A clock that steps back refills nothing rather than draining the bucket.
+        elapsed = max(0.0, now - self.updated_at)
+        self.tokens = min(float(self.burst), self.tokens + elapsed * self.rate)
+        self.updated_at = max(self.updated_at, now)
+
+    def take(self, now: float) -> float | None:
+        """Take one token: None when there was one, else the seconds until one is available
+        (nothing is taken then)."""
+        self._refill(now)
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return None
+        return (1.0 - self.tokens) / self.rate
+
+    def is_full(self, now: float) -> bool:
+        """Whether the bucket has refilled to `burst` by `now`: it then equals a fresh one."""
+        return self.tokens + max(0.0, now - self.updated_at) * self.rate >= self.burst
+
+
+class RateLimiter:
+    """One token bucket per key, all with the same `rate` (tokens per second) and `burst`."""
+
+    def __init__(self, rate: float, burst: int, *, max_keys: int = DEFAULT_MAX_KEYS) -> None:
+        if rate <= 0 or burst < 1 or max_keys < 1:
+            raise ValueError("a rate limiter needs rate > 0, burst >= 1 and max_keys >= 1")
+        self.rate = rate
+        self.burst = burst
+        self.max_keys = max_keys
+        self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()  # least recently used first
+
+    def __len__(self) -> int:
+        """How many buckets are held (idle ones may not have been dropped yet)."""
+        return len(self._buckets)
+
+    def take(self, key: str, now: float) -> float | None:
+        """Take one token from `key`'s bucket: None when allowed, else the seconds until a token
+        is available."""
+        self._forget_idle(now)
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = TokenBucket.full(self.rate, self.burst, now)
+            self._buckets[key] = bucket
+            while len(self._buckets) > self.max_keys:
+                self._buckets.popitem(last=False)
+        else:
+            self._buckets.move_to_end(key)
+        return bucket.take(now)
+
+    def _forget_idle(self, now: float) -> None:
+        # The least recently used bucket has been idle longest; any bucket idle for `burst / rate`
+        # seconds is full. Stop at the first one that is not: the rest were used more recently.
+        while self._buckets:
+            oldest = next(iter(self._buckets.values()))
+            if not oldest.is_full(now):
+                return
+            self._buckets.popitem(last=False)
+
+
+def whole_seconds(wait: float) -> int:
+    """`wait` rounded up to whole seconds, at least 1: what a `Retry-After` header can say."""
+    # A hair of float error (1.0000000001 after refill arithmetic) must not become a second more.
+    return max(1, math.ceil(wait - 1e-9))

@@ -1,0 +1,695 @@
+"""The OpenAPI document: response bodies as pydantic types, and how quart-schema turns routes into it.
+
+Request bodies and query strings are documented from the models that validate them
+(`payorch.http.models`). Response bodies are built by hand in the routes (`application_body`,
+`session_record`, ...); the types here describe them for the document only and validate nothing at
+run time. They are closed (`additionalProperties: false`), so the schemathesis run of the test
+suite notices a field a route adds without documenting it.
+
+Shapes that are sometimes absent (never null) are `NotRequired` keys of `TypedDict`s.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from decimal import Decimal
+from http import HTTPStatus
+from typing import Annotated, Any, Generic, Literal, NotRequired, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema, with_config
+from quart_schema import APIKeySecurityScheme, HttpSecurityScheme, Info, Tag, document_response
+from quart_schema.conversion import model_schema
+from quart_schema.openapi import QUART_SCHEMA_OPERATION_ID_ATTRIBUTE, OpenAPIProvider
+from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
+from werkzeug.routing.rules import Rule
+
+from payorch.http.models import JSON_NUMBER, JsonNumber, Organization
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+CLOSED = ConfigDict(extra="forbid")
+
+# --- Security -----------------------------------------------------------------------------------
+
+BEARER_AUTH = "bearerAuth"
+API_KEY_AUTH = "apiKeyAuth"
+SECURITY_SCHEMES: dict[str, APIKeySecurityScheme | HttpSecurityScheme] = {
+    BEARER_AUTH: HttpSecurityScheme(scheme="bearer", bearer_format="JWT"),
+    API_KEY_AUTH: APIKeySecurityScheme(name="X-API-Key", in_="header"),
+}
+# quart-schema's scheme objects carry no description: added to the document by the provider below.
+SECURITY_DESCRIPTIONS = {
+    BEARER_AUTH: "A merchant admin's access token from POST /api/v1/auth/login: "
+    "`Authorization: Bearer <jwt>`.",
+    API_KEY_AUTH: "An API key of one application (`sk_` and 40 letters and digits), for the merchant's "
+    "server: `X-API-Key: <key>`.",
+}
+JWT: list[dict[str, list[str]]] = [{BEARER_AUTH: []}]
+JWT_OR_API_KEY: list[dict[str, list[str]]] = [{BEARER_AUTH: []}, {API_KEY_AUTH: []}]
+NO_CREDENTIALS: list[dict[str, list[str]]] = []
+
+# --- Scalars ------------------------------------------------------------------------------------
+
+Money = Annotated[Decimal, JSON_NUMBER]
+"""An amount in major currency units, a JSON number (never a string)."""
+Timestamp = datetime  # ISO 8601, UTC, milliseconds, `Z`: {"type": "string", "format": "date-time"}
+CurrencyCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")]
+SessionStatus = Literal["PENDING", "SUCCEEDED", "FAILED", "PARTIALLY_REFUNDED", "REFUNDED", "REVERSED"]
+RefundStatus = Literal["PENDING", "COMPLETED", "FAILED"]
+RefundReason = Literal["REQUESTED_BY_CUSTOMER", "DUPLICATE", "FRAUDULENT", "OTHER"]
+
+# --- Errors -------------------------------------------------------------------------------------
+
+
+@with_config(CLOSED)
+class FieldProblem(TypedDict):
+    field: str
+    message: str
+
+
+@with_config(CLOSED)
+class ErrorA(TypedDict):
+    """Error (shape A): `code` is the HTTP status. `retryAfter` (seconds) on 429 and 503,
+    `requestId` on every 5xx (also in the `X-Request-Id` header and the server log)."""
+
+    error: str
+    message: str | list[str]
+    code: int
+    details: NotRequired[list[FieldProblem] | str]
+    retryAfter: NotRequired[int]
+    requestId: NotRequired[str]
+
+
+@with_config(CLOSED)
+class ErrorB(TypedDict):
+    """Error (shape B) of the idempotency and refund rules: `code` is a machine-readable string.
+    `IDEMPOTENCY_KEY_IN_PROGRESS` carries `retryAfter` (seconds)."""
+
+    message: str | list[str]
+    statusCode: int
+    code: Literal[
+        "IDEMPOTENCY_KEY_MISMATCH",
+        "IDEMPOTENCY_KEY_IN_PROGRESS",
+        "SESSION_NOT_REFUNDABLE",
+        "REFUND_EXCEEDS_BALANCE",
+        "NO_PROVIDER_AVAILABLE",
+    ]
+    retryAfter: NotRequired[int]
+
+
+# --- Pagination ---------------------------------------------------------------------------------
+
+
+class Page(BaseModel, Generic[T]):
+    """One page of a list, newest first."""
+
+    model_config = CLOSED
+
+    items: list[T]
+    page: Annotated[int, Field(ge=1)]
+    limit: Annotated[int, Field(ge=1, le=100)]
+    totalItems: Annotated[int, Field(ge=0)]
+    totalPages: Annotated[int, Field(ge=0)]
+    hasPreviousPage: bool
+    hasNextPage: bool
+
+
+@with_config(CLOSED)
+class Empty(TypedDict):
+    """Done: an empty object."""
+
+
+# --- Accounts -----------------------------------------------------------------------------------
+
+
+@with_config(CLOSED)
+class AdminProfile(TypedDict):
+    email: str
+    firstName: str
+    lastName: str
+
+
+@with_config(CLOSED)
+class SignupResponse(TypedDict):
+    """The merchant was created: the signup body again, without the password."""
+
+    organization: Organization
+    admin: AdminProfile
+
+
+@with_config(CLOSED)
+class LoginResponse(TypedDict):
+    """An access token (JWT) for `Authorization: Bearer`."""
+
+    accessToken: str
+    tokenType: Literal["Bearer"]
+    expiresIn: Annotated[int, Field(description="lifetime of the token in seconds")]
+
+
+# --- Applications and API keys ------------------------------------------------------------------
+
+
+@with_config(CLOSED)
+class ApiKeySummary(TypedDict):
+    """An API key, without the key."""
+
+    id: uuid.UUID
+    keyPrefix: Annotated[str, Field(description="the first 12 characters of the key")]
+    description: str
+    status: Literal["active", "revoked"]
+    createdAt: Timestamp
+
+
+@with_config(CLOSED)
+class ApiKeyCreated(ApiKeySummary):
+    """The new API key: `key` is shown in this answer only."""
+
+    key: Annotated[str, StringConstraints(pattern=r"^sk_[0-9A-Za-z]{40}$")]
+
+
+@with_config(CLOSED)
+class Application(TypedDict):
+    """An application of the merchant."""
+
+    id: uuid.UUID
+    name: str
+    description: dict[str, Any] | None
+    isEnabled: bool
+    createdAt: Timestamp
+    apiKeys: NotRequired[
+        Annotated[list[ApiKeySummary], Field(description="only when listed with include=apiKeys")]
+    ]
+
+
+# --- Providers ----------------------------------------------------------------------------------
+
+
+@with_config(CLOSED)
+class ProviderCatalogueEntry(TypedDict):
+    name: str
+    displayName: str
+    paymentMethods: list[str]
+
+
+@with_config(CLOSED)
+class ProviderConfig(TypedDict):
+    """A provider linked to an application."""
+
+    applicationId: uuid.UUID
+    provider: str
+    isActive: bool
+    paymentMethods: list[str]
+    keyFingerprint: Annotated[
+        str, Field(description="first 8 and last 4 characters of the provider API key, `...` between")
+    ]
+    createdAt: Timestamp
+    updatedAt: Timestamp
+
+
+@with_config(CLOSED)
+class ProviderEventReceived(TypedDict):
+    """The event was verified; `applied` is false for a redelivered or irrelevant event."""
+
+    received: Literal[True]
+    applied: bool
+
+
+# --- Sessions and refunds -----------------------------------------------------------------------
+
+
+@with_config(CLOSED)
+class Routing(TypedDict):
+    selectedProvider: str
+    score: Annotated[Decimal, WithJsonSchema({"type": "number", "minimum": 0, "maximum": 1})]
+
+
+@with_config(CLOSED)
+class SessionCreated(TypedDict):
+    """The checkout session (a replay of the same request answers the same body, with header
+    `Idempotent-Replayed: true`)."""
+
+    sessionId: uuid.UUID
+    checkoutUrl: Annotated[str, Field(description="where the customer pays")]
+    status: SessionStatus
+    routing: Routing
+    expiresAt: Timestamp
+    createdAt: Timestamp
+
+
+@with_config(CLOSED)
+class RefundRecord(TypedDict):
+    id: uuid.UUID
+    amount: Money
+    currency: CurrencyCode
+    status: RefundStatus
+    failureReason: str | None
+    reason: RefundReason | None
+    createdAt: Timestamp
+    updatedAt: Timestamp
+
+
+@with_config(CLOSED)
+class SessionRecord(TypedDict):
+    """A checkout session. `refunds` is a list in SUCCEEDED, PARTIALLY_REFUNDED, REFUNDED and
+    REVERSED, null otherwise."""
+
+    id: uuid.UUID
+    orderReference: str
+    amount: Money
+    currency: CurrencyCode
+    status: SessionStatus
+    failureReason: str | None
+    providerName: str | None
+    paymentMethod: str
+    expiresAt: Timestamp | None
+    createdAt: Timestamp
+    updatedAt: Timestamp
+    refunds: list[RefundRecord] | None
+
+
+@with_config(CLOSED)
+class RefundCreated(TypedDict):
+    """The refund (PENDING until the provider confirms it; the outcome arrives by webhook)."""
+
+    refundId: uuid.UUID
+    sessionId: uuid.UUID
+    status: RefundStatus
+    amount: Money
+    currency: CurrencyCode
+    reason: RefundReason | None
+    failureReason: NotRequired[str]
+    createdAt: Timestamp
+
+
+@with_config(CLOSED)
+class PaymentMethodList(TypedDict):
+    """The payment methods available now; `warnings` say why the list is empty or short."""
+
+    paymentMethods: list[str]
+    warnings: NotRequired[
+        list[Literal["NO_ACTIVE_PROVIDER_CONNECTIONS", "CURRENCY_NOT_SUPPORTED", "AMOUNT_OUT_OF_RANGE"]]
+    ]
+
+
+# --- Webhooks -----------------------------------------------------------------------------------
+
+EventType = Literal["session.completed", "session.expired", "refund.completed", "refund.failed"]
+
+
+@with_config(CLOSED)
+class WebhookConfig(TypedDict):
+    """A webhook configuration (its signing secret is never shown again)."""
+
+    id: uuid.UUID
+    url: str
+    isActive: bool
+    keyFingerprint: Annotated[str, Field(description="`sha256:` and the first 16 hex digits of the secret")]
+    subscribedEvents: list[EventType]
+    lastTestAt: Timestamp | None
+    lastTestStatus: Literal["SUCCEEDED", "FAILED"] | None
+    createdAt: Timestamp
+    updatedAt: Annotated[Timestamp | None, Field(description="null until the first change")]
+
+
+@with_config(CLOSED)
+class WebhookConfigCreated(WebhookConfig):
+    """The new webhook configuration, with its `signingSecret`: shown in this answer only."""
+
+    signingSecret: Annotated[str, StringConstraints(pattern=r"^whsec_")]
+
+
+@with_config(CLOSED)
+class SecretRotated(TypedDict):
+    """The new signing secret, shown this once; the old one keeps signing for a while."""
+
+    keyFingerprint: str
+    signingSecret: Annotated[str, StringConstraints(pattern=r"^whsec_")]
+
+
+@with_config(CLOSED)
+class WebhookTestResult(TypedDict):
+    """How the endpoint answered the `webhook.test` event; null status and body: no answer."""
+
+    success: bool
+    httpStatusCode: int | None
+    responseBody: Annotated[str, StringConstraints(max_length=1024)] | None
+    latencyMs: Annotated[int, Field(ge=0)]
+    deliveredAt: Timestamp
+
+
+@with_config(CLOSED)
+class DeliveryAttempt(TypedDict):
+    attemptedAt: Timestamp
+    httpStatusCode: int | None
+    error: str | None
+    latencyMs: int
+
+
+@with_config(CLOSED)
+class Delivery(TypedDict):
+    """One event sent to a webhook endpoint, and every attempt."""
+
+    id: uuid.UUID
+    eventId: str
+    eventType: str
+    status: Literal["PENDING", "DELIVERED", "FAILED"]
+    attempts: Annotated[int, Field(ge=0)]
+    nextAttemptAt: Timestamp | None
+    lastAttemptAt: Timestamp | None
+    lastStatusCode: int | None
+    lastError: str | None
+    deliveredAt: Timestamp | None
+    createdAt: Timestamp
+    attemptLog: list[DeliveryAttempt]
+
+
+@with_config(CLOSED)
+class DeliveryRetry(TypedDict):
+    """The delivery is queued to be sent again now."""
+
+    id: str
+    status: Literal["PENDING"]
+
+
+# --- Operations ---------------------------------------------------------------------------------
+
+
+@with_config(CLOSED)
+class Health(TypedDict):
+    """The process is up."""
+
+    status: Literal["ok"]
+
+
+@with_config(CLOSED)
+class ReadinessChecks(TypedDict):
+    database: bool
+    supervisors: bool
+
+
+@with_config(CLOSED)
+class Readiness(TypedDict):
+    """Whether the database answers and every supervisor runs."""
+
+    status: Literal["ok", "unavailable"]
+    checks: ReadinessChecks
+
+
+# --- Request headers ----------------------------------------------------------------------------
+
+IdempotencyKeyHeader = TypedDict(
+    "IdempotencyKeyHeader",
+    {
+        "Idempotency-Key": Annotated[
+            str,
+            StringConstraints(min_length=1, max_length=255),
+            Field(
+                description="Required, 1 to 255 characters, chosen by the caller. The same key with the "
+                "same body answers the first answer again (header `Idempotent-Replayed: true`); with "
+                "another body 422 IDEMPOTENCY_KEY_MISMATCH; while the first runs 409 "
+                "IDEMPOTENCY_KEY_IN_PROGRESS."
+            ),
+        ]
+    },
+)
+
+# --- Response documentation shorthands ----------------------------------------------------------
+
+# Which error shape each status has, for `errors()`. 409 and 422 of sessions and refunds are shape B
+# (`coded_errors()`); everywhere else they are shape A.
+ERROR_DESCRIPTIONS: dict[int, str] = {
+    400: "Invalid request: malformed JSON, a field, query or header that fails validation.",
+    401: "Missing, invalid or expired credentials, or the wrong kind of credential.",
+    403: "The application belongs to another merchant or API key, or is disabled.",
+    404: "No such resource (or not visible to these credentials).",
+    409: "Conflict with the current state.",
+    410: "The invite token was already used or has expired.",
+    413: "The request body is too large.",
+    422: "The request is well-formed but cannot be carried out.",
+    429: "Too many requests: retry after `retryAfter` seconds (also the `Retry-After` header).",
+    500: "Unexpected server error: quote the `requestId` when reporting it.",
+    502: "The payment provider could not be reached or failed.",
+    503: "Too busy: retry after `retryAfter` seconds (also the `Retry-After` header).",
+}
+CODED_ERROR_DESCRIPTIONS: dict[int, str] = {
+    409: "IDEMPOTENCY_KEY_IN_PROGRESS: a request with this `Idempotency-Key` is still being processed; "
+    "retry after `retryAfter` seconds (also the `Retry-After` header).",
+    422: "`code` says why: IDEMPOTENCY_KEY_MISMATCH (the key was used with another body), "
+    "SESSION_NOT_REFUNDABLE, REFUND_EXCEEDS_BALANCE or NO_PROVIDER_AVAILABLE.",
+}
+RETRY_AFTER_STATUSES = frozenset({409, 429, 503})
+
+
+def errors(*statuses: int) -> Callable[[F], F]:
+    """Document each of `statuses` as an error of shape A."""
+
+    def decorator(view: F) -> F:
+        for status in statuses:
+            view = document_response(ErrorA, status)(view)
+        return view
+
+    return decorator
+
+
+def coded_errors(*statuses: int) -> Callable[[F], F]:
+    """Document each of `statuses` as an error of shape B (idempotency and refund rules)."""
+
+    def decorator(view: F) -> F:
+        for status in statuses:
+            view = document_response(ErrorB, status)(view)
+        return view
+
+    return decorator
+
+
+# --- The document -------------------------------------------------------------------------------
+
+INFO = Info(
+    title="payorch",
+    version="1.0",
+    summary="Payment orchestration: checkout sessions routed across payment providers, refunds, webhooks.",
+    description="""\
+Merchants manage applications, API keys, provider configurations and webhooks with an access token
+(`Authorization: Bearer <jwt>` from `POST /api/v1/auth/login`). A merchant's server creates and reads
+checkout sessions and refunds with an API key of one application (`X-API-Key`) or the access token.
+
+**Money** travels as JSON numbers in major units (`10.50`), never strings, and never with more decimals
+than the currency allows. **Lists** are pages: `page` (from 1) and `limit` (1 to 100), newest first.
+**Errors** have shape A `{error, message, code, details?, retryAfter?, requestId?}` with `code` the HTTP
+status, except the idempotency and refund rules of sessions and refunds, which have shape B
+`{message, statusCode, code}` with a string `code`. Session and refund creation need an
+`Idempotency-Key` header.
+""",
+)
+TAGS = [
+    Tag(name="Accounts", description="Merchant signup by invitation, and login."),
+    Tag(name="Applications and API keys", description="A merchant's integration units and their keys."),
+    Tag(name="Providers", description="The provider catalogue and the providers linked to an application."),
+    Tag(name="Sessions", description="Checkout sessions: one payment attempt each."),
+    Tag(name="Refunds", description="Refunds of paid sessions, in full or in part."),
+    Tag(name="Payment methods", description="What an application can offer for a currency and amount."),
+    Tag(name="Webhooks", description="Where payorch sends its signed events, and the delivery log."),
+    Tag(name="Provider events", description="Inbound, provider-signed events: called by providers."),
+    Tag(name="Operations", description="Probes and metrics for operators."),
+]
+
+# Endpoints that answer something other than JSON, documented here rather than by a model.
+PLAIN_RESPONSES: dict[str, dict[str, Any]] = {
+    "metrics.metrics": {
+        "tags": ["Operations"],
+        "responses": {
+            "200": {
+                "description": "Prometheus text exposition format 0.0.4.",
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+            }
+        },
+    },
+}
+# Outside the merchant API: the sandbox provider's hosted checkout pages (HTML for the customer).
+UNDOCUMENTED_PREFIXES = ("/sandbox/", "/static/")
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"  # as in IdempotencyKeyHeader
+RETRY_AFTER: dict[str, Any] = {
+    "description": "Seconds to wait before retrying (when the body carries `retryAfter`).",
+    "schema": {"type": "integer", "minimum": 0},
+}
+IDEMPOTENT_REPLAYED: dict[str, Any] = {
+    "description": "`true` when this is the stored answer to an earlier request with the same key.",
+    "schema": {"type": "string", "enum": ["true"]},
+}
+
+
+class PayorchOpenAPIProvider(OpenAPIProvider):
+    """quart-schema's document, corrected where it falls short for this service:
+
+    - required query parameters and headers are marked `required` (quart-schema reads that from
+      each property, where pydantic never puts it) and a query parameter is never `null`;
+    - summaries are the first paragraph of a view's docstring, not its first line;
+    - every response has a description, and errors 409/429/503 document the `Retry-After` header;
+    - a Decimal default is written as a JSON number;
+    - the sandbox's customer pages are left out, and /metrics is documented as text.
+    """
+
+    def generate_rules(self) -> Iterable[Rule]:
+        for rule in super().generate_rules():
+            if not rule.rule.startswith(UNDOCUMENTED_PREFIXES):
+                yield rule
+
+    def build_paths(self, rule: Rule) -> tuple[dict[str, Any], dict[str, Any]]:
+        paths, components = super().build_paths(rule)
+        func = self._app.view_functions[rule.endpoint]
+        extra = PLAIN_RESPONSES.get(rule.endpoint)
+        for path_item in paths.values():
+            for operation in path_item.values():
+                if extra is not None and not operation["responses"]:
+                    operation.update(extra)
+                _describe(operation, inspect.getdoc(func))
+                if not operation["parameters"]:
+                    del operation["parameters"]
+                if "requestBody" in operation:  # a validated body is never optional
+                    operation["requestBody"]["required"] = True
+                idempotent = any(
+                    parameter.get("name") == IDEMPOTENCY_HEADER
+                    for parameter in operation.get("parameters", [])
+                )
+                operation["responses"] = dict(
+                    sorted(operation["responses"].items(), key=lambda item: int(item[0]))
+                )
+                for status, response in operation["responses"].items():
+                    _complete_response(int(status), response, idempotent=idempotent)
+        return paths, components
+
+    def build_querystring_parameters(self, model: type[Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        parameters, components = super().build_querystring_parameters(model)
+        required = set(self._model_schema(model).get("required", []))
+        for parameter in parameters:
+            if parameter["name"] in required:
+                parameter["required"] = True
+            parameter["schema"] = _without_null(parameter["schema"])
+            parameter["schema"].pop("title", None)
+        return parameters, components
+
+    def build_headers_parameters(self, model: type[Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        parameters, components = super().build_headers_parameters(model)
+        required = set(self._model_schema(model).get("required", []))
+        for parameter in parameters:
+            if parameter["name"] in required:
+                parameter["required"] = True
+            description = parameter["schema"].pop("description", None)
+            if description:
+                parameter["description"] = description
+            parameter["schema"].pop("title", None)
+        return parameters, components
+
+    def operation_id(self, method: str, path: str, func: Callable[..., Any]) -> str | None:
+        """The view's name in lowerCamelCase (`create_session` -> `createSession`)."""
+        name: str = getattr(func, QUART_SCHEMA_OPERATION_ID_ATTRIBUTE, func.__name__)
+        first, *rest = name.split("_")
+        return first + "".join(part[:1].upper() + part[1:] for part in rest)
+
+    def schema(self) -> dict[str, Any]:
+        document = super().schema()
+        components = document.setdefault("components", {})
+        for name, scheme in components.get("securitySchemes", {}).items():
+            if name in SECURITY_DESCRIPTIONS:
+                scheme["description"] = SECURITY_DESCRIPTIONS[name]
+        schemas = components.setdefault("schemas", {})
+        for path_item in document["paths"].values():
+            for operation in path_item.values():
+                for media in operation.get("requestBody", {}).get("content", {}).values():
+                    media["schema"] = _as_component(media["schema"], schemas)
+                for response in operation["responses"].values():
+                    for media in response.get("content", {}).values():
+                        media["schema"] = _as_component(media["schema"], schemas)
+        _tidy(document)
+        return document
+
+    def _model_schema(self, model: type[Any]) -> dict[str, Any]:
+        return model_schema(model, preference=self._app.config["QUART_SCHEMA_CONVERSION_PREFERENCE"])
+
+
+def _describe(operation: dict[str, Any], doc: str | None) -> None:
+    operation.pop("summary", None)
+    operation.pop("description", None)
+    if not doc:
+        return
+    paragraphs = [" ".join(part.split()) for part in doc.split("\n\n") if part.strip()]
+    operation["summary"] = paragraphs[0]
+    if len(paragraphs) > 1:
+        operation["description"] = "\n\n".join(paragraphs[1:])
+
+
+def _complete_response(status: int, response: dict[str, Any], *, idempotent: bool) -> None:
+    schema = response.get("content", {}).get("application/json", {}).get("schema", {})
+    if schema.get("title") in ("ErrorA", "ErrorB"):
+        coded = schema.get("title") == "ErrorB"
+        response["description"] = (CODED_ERROR_DESCRIPTIONS if coded else ERROR_DESCRIPTIONS).get(
+            status, HTTPStatus(status).phrase
+        )
+        if status in RETRY_AFTER_STATUSES:
+            response.setdefault("headers", {})["Retry-After"] = RETRY_AFTER
+    elif not response.get("description"):
+        title = str(schema.get("title", ""))
+        response["description"] = (
+            f"One page of {title[len('Page[') : -1]} items, newest first."
+            if title.startswith("Page[")
+            else HTTPStatus(status).phrase
+        )
+    if idempotent and 200 <= status < 300:
+        response.setdefault("headers", {})["Idempotent-Replayed"] = IDEMPOTENT_REPLAYED
+
+
+def _without_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """A query parameter is text or absent, never JSON null."""
+    branches = schema.get("anyOf")
+    if not branches:
+        return schema
+    kept = [branch for branch in branches if branch != {"type": "null"}]
+    rest = {key: value for key, value in schema.items() if key not in ("anyOf", "default")}
+    if schema.get("default") is not None:
+        rest["default"] = schema["default"]
+    if len(kept) == 1:
+        return {**kept[0], **rest}
+    return {**rest, "anyOf": kept}
+
+
+def _as_component(schema: dict[str, Any], schemas: dict[str, Any]) -> dict[str, Any]:
+    """A body's schema as a reference to a named component (quart-schema inlines the top level),
+    unless another schema already has that name."""
+    title = schema.get("title")
+    if not isinstance(title, str) or schema.get("type") != "object":
+        return schema
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", title).strip("_")
+    if schemas.setdefault(name, schema) != schema:
+        return schema
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _tidy(node: Any) -> None:
+    """Drop pydantic's generated property titles ("Createdat"), write a Decimal default (which
+    pydantic writes as a string, "0") as the JSON number the schema says it is, and name bounds as
+    JSON Schema does."""
+    if isinstance(node, dict):
+        if node.get("type") == "number" and isinstance(node.get("default"), str):
+            value = Decimal(node["default"])
+            node["default"] = int(value) if value == value.to_integral_value() else float(value)
+        if node.get("type") in ("integer", "number"):
+            # pydantic leaves `ge`/`le`... as they are when a validator wraps the number.
+            for raw, keyword in JsonNumber.BOUNDS.items():
+                if isinstance(node.get(raw), int | float):
+                    node[keyword] = node.pop(raw)
+        properties = node.get("properties")
+        if isinstance(properties, dict) and node.get("type") == "object":
+            for item in properties.values():
+                if isinstance(item, dict):
+                    item.pop("title", None)
+        for value in node.values():
+            _tidy(value)
+    elif isinstance(node, list):
+        for value in node:
+            _tidy(value)

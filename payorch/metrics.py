@@ -1,0 +1,206 @@
+"""Prometheus metrics: one `Metrics` per runtime, each with its own registry.
+
+Events (requests, provider calls, state transitions, delivery attempts) are counted where they
+happen, through the methods below. What is a state rather than an event (live actors, mailbox depth,
+outbox backlog, supervisors) is read at scrape time from a `RuntimeSnapshot` the `/metrics` route
+assembles, so it is never stale and nothing has to keep it up to date.
+
+Nothing here is global: two runtimes in one process (tests) never share a counter. See
+`docs/metrics.md` for each metric and what to alert on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+UNMATCHED_ROUTE = "unmatched"
+# Request methods are labels as they are; anything else a client invents is one label, not many.
+_KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+OTHER_METHOD = "OTHER"
+
+# Provider calls are cut off at engine.provider_timeout_s (default 10) or refunds.submit_timeout_s
+# (default 5): buckets reach past both, so a timeout lands in its own bucket, not in +Inf.
+_PROVIDER_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0)
+
+
+@dataclass(frozen=True)
+class OutboxBacklog:
+    """Work the outbox still holds, read from the database at scrape time."""
+
+    fan_out: int  # outbox events not yet fanned out into deliveries
+    due: int  # PENDING deliveries to an active configuration, due now
+    scheduled: int  # the same, not due yet: waiting for a retry, or claimed by an attempt in flight
+
+
+@dataclass(frozen=True)
+class RuntimeSnapshot:
+    """The state gauges read at one scrape."""
+
+    mailbox_depths: Sequence[int]  # per live application actor: messages waiting
+    mailbox_capacity: int  # engine.mailbox_size
+    actor_crashes: int  # since the runtime started
+    supervisors: Mapping[str, bool]  # name -> running now
+    supervisor_restarts: Mapping[str, int]  # name -> restarts after a crash since the process started
+    outbox: OutboxBacklog | None  # None when the database did not answer in time
+
+
+class _SnapshotCollector:
+    """Turns the snapshot of the current scrape into metric families."""
+
+    def __init__(self) -> None:
+        self.snapshot: RuntimeSnapshot | None = None
+
+    def describe(self) -> Iterable[Metric]:
+        # Describing nothing keeps registration from calling `collect` before the first scrape.
+        return []
+
+    def collect(self) -> Iterable[Metric]:
+        snapshot = self.snapshot
+        if snapshot is None:
+            return
+        depths = snapshot.mailbox_depths
+        yield GaugeMetricFamily(
+            "payorch_actor_mailboxes", "Live application actors (one mailbox each).", value=len(depths)
+        )
+        depth = GaugeMetricFamily(
+            "payorch_actor_mailbox_depth",
+            "Messages waiting in application actor mailboxes: the fullest one (aggregate=max) and "
+            "all of them together (aggregate=sum).",
+            labels=["aggregate"],
+        )
+        depth.add_metric(["max"], max(depths, default=0))
+        depth.add_metric(["sum"], sum(depths))
+        yield depth
+        yield GaugeMetricFamily(
+            "payorch_actor_mailbox_capacity",
+            "Messages one actor mailbox holds (engine.mailbox_size); a full mailbox answers 503.",
+            value=snapshot.mailbox_capacity,
+        )
+        yield CounterMetricFamily(
+            "payorch_actor_crashes",
+            "Application actors that crashed since the process started.",
+            value=snapshot.actor_crashes,
+        )
+        up = GaugeMetricFamily(
+            "payorch_supervisor_up",
+            "1 while the supervised background loop runs, 0 while it waits to restart after a crash.",
+            labels=["name"],
+        )
+        for name, running in sorted(snapshot.supervisors.items()):
+            up.add_metric([name], 1 if running else 0)
+        yield up
+        restarts = CounterMetricFamily(
+            "payorch_supervisor_restarts",
+            "Restarts of the supervised background loop after a crash, since the process started.",
+            labels=["name"],
+        )
+        for name, count in sorted(snapshot.supervisor_restarts.items()):
+            restarts.add_metric([name], count)
+        yield restarts
+        backlog = GaugeMetricFamily(
+            "payorch_outbox_backlog",
+            "Outbox work not done yet: events not fanned out (stage=fan_out), deliveries due now "
+            "(stage=due) and deliveries not due yet (stage=scheduled: waiting for a retry, or in flight).",
+            labels=["stage"],
+        )
+        if snapshot.outbox is not None:
+            backlog.add_metric(["fan_out"], snapshot.outbox.fan_out)
+            backlog.add_metric(["due"], snapshot.outbox.due)
+            backlog.add_metric(["scheduled"], snapshot.outbox.scheduled)
+        yield backlog
+        yield GaugeMetricFamily(
+            "payorch_metrics_database_up",
+            "1 when this scrape could read the outbox backlog from the database, else 0.",
+            value=1 if snapshot.outbox is not None else 0,
+        )
+
+
+class Metrics:
+    """The instruments of one runtime, in a registry of its own (never the global default)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self._http_requests = Counter(
+            "payorch_http_requests",
+            "HTTP requests answered, by route pattern (not the raw path) and status.",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self._http_duration = Histogram(
+            "payorch_http_request_duration_seconds",
+            "Time to answer an HTTP request, by route pattern.",
+            ["method", "route"],
+            registry=self.registry,
+        )
+        self._provider_calls = Counter(
+            "payorch_provider_calls",
+            "Calls to payment providers, by outcome: ok, error, timeout, refused (refund refused).",
+            ["provider", "operation", "outcome"],
+            registry=self.registry,
+        )
+        self._provider_duration = Histogram(
+            "payorch_provider_call_duration_seconds",
+            "Time a payment provider took to answer (or to time out).",
+            ["provider", "operation"],
+            buckets=_PROVIDER_BUCKETS,
+            registry=self.registry,
+        )
+        self._session_transitions = Counter(
+            "payorch_session_transitions",
+            "Checkout session status changes.",
+            ["from_status", "to_status"],
+            registry=self.registry,
+        )
+        self._refund_transitions = Counter(
+            "payorch_refund_transitions",
+            "Refunds entering a status (PENDING when created, then COMPLETED or FAILED).",
+            ["to_status"],
+            registry=self.registry,
+        )
+        self._delivery_attempts = Counter(
+            "payorch_webhook_delivery_attempts",
+            "Webhook delivery attempts, by what became of the delivery: DELIVERED, PENDING (will be "
+            "retried) or FAILED (given up).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self._snapshot = _SnapshotCollector()
+        self.registry.register(self._snapshot)
+
+    def http_request(self, method: str, route: str | None, status: int, seconds: float) -> None:
+        """Count one answered request; `route` is the URL rule pattern, None when no rule matched."""
+        method = method if method in _KNOWN_METHODS else OTHER_METHOD
+        route = route or UNMATCHED_ROUTE
+        self._http_requests.labels(method, route, str(status)).inc()
+        self._http_duration.labels(method, route).observe(seconds)
+
+    def provider_call(self, provider: str, operation: str, outcome: str, seconds: float) -> None:
+        """Count one call to a provider (`operation` e.g. create_checkout) and its latency."""
+        self._provider_calls.labels(provider, operation, outcome).inc()
+        self._provider_duration.labels(provider, operation).observe(seconds)
+
+    def session_transition(self, from_status: str, to_status: str) -> None:
+        """Count a session status change; a change that keeps the status is not one."""
+        if from_status != to_status:
+            self._session_transitions.labels(from_status, to_status).inc()
+
+    def refund_transition(self, to_status: str) -> None:
+        """Count a refund entering `to_status`."""
+        self._refund_transitions.labels(to_status).inc()
+
+    def webhook_delivery_attempt(self, outcome: str) -> None:
+        """Count one delivery attempt by the delivery's status after it."""
+        self._delivery_attempts.labels(outcome).inc()
+
+    def exposition(self, snapshot: RuntimeSnapshot) -> bytes:
+        """Every metric in the Prometheus text format, the state gauges read from `snapshot`."""
+        # No await between setting the snapshot and rendering it: a concurrent scrape cannot mix in.
+        self._snapshot.snapshot = snapshot
+        try:
+            return generate_latest(self.registry)
+        finally:
+            self._snapshot.snapshot = None

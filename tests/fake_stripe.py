@@ -1,0 +1,677 @@
+"""A fake Stripe on loopback, for the Stripe adapter's tests.
+
+A real HTTP server (a QuartTrio app served by hypercorn's trio worker, plain HTTP on 127.0.0.1) that
+speaks, at the HTTP boundary, the part of Stripe's API payorch uses, the way Stripe documents it:
+
+- bodies are `application/x-www-form-urlencoded` with nested keys (`line_items[0][price_data][currency]`),
+  parsed back into objects and lists;
+- `Authorization: Bearer <secret key>`: keys the test accepted; any other key gets 401 with Stripe's
+  error body; the key names the account (objects of one account are invisible to another);
+- `Idempotency-Key` on POSTs, per account: the same key with the same parameters replays the first
+  answer (header `Idempotent-Replayed: true`), with other parameters it is 400 `idempotency_error`;
+- Stripe's objects (`balance`, `webhook_endpoint`, `checkout.session`, `payment_intent`, `refund`,
+  `dispute`, `event`, `list`) with Stripe's id prefixes, and Stripe's error shape
+  `{"error": {"type", "code", "message", "param"}}` (400 `parameter_missing`, `parameter_unknown`,
+  `resource_missing`, `amount_too_large`...);
+- scripted failures (`fail_next`): an error status, or an answer delayed past the caller's deadline.
+
+The test moves Stripe's side along (`pay`, `expire`, `settle_refund`, `lose_dispute`), each giving
+the event Stripe would send, and `deliver`s it: signed `Stripe-Signature: t=<unix>,v1=<hex
+HMAC-SHA256 of "{t}.{payload}">` with each subscribed endpoint's `whsec_` secret, POSTed to the
+endpoint's URL through an httpx client the test gives (an ASGI transport to payorch's app).
+
+Every request is recorded (`requests`, `requests_to`, `only`) so tests assert exactly what payorch sent.
+
+    async def test_...(fake_stripe: FakeStripe) -> None:
+        fake_stripe.accept_key("sk_test_shop")
+        ...  # link Stripe, create a session through payorch
+        sent = fake_stripe.only("POST", "/v1/checkout/sessions")
+        assert sent.form["mode"] == "payment"
+        await fake_stripe.deliver(fake_stripe.pay(sent.answer["id"]), via=asgi_client)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import itertools
+import json
+import logging
+import re
+import secrets
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+import httpx
+import pytest
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
+from quart import request
+from quart_trio import QuartTrio
+
+API_VERSION = "2026-10-28.endive"  # what the fake answers in and signs events as
+CHECKOUT_MIN_LIFETIME_S = 30 * 60
+CHECKOUT_MAX_LIFETIME_S = 24 * 60 * 60
+_CHECKOUT_PARAMS = {
+    "mode",
+    "line_items",
+    "allowed_payment_method_types",
+    "client_reference_id",
+    "metadata",
+    "payment_intent_data",
+    "success_url",
+    "cancel_url",
+    "expires_at",
+    "customer_email",
+    "locale",
+}
+_REFUND_PARAMS = {"payment_intent", "charge", "amount", "reason", "metadata"}
+_ENDPOINT_PARAMS = {"url", "enabled_events", "api_version", "description", "metadata"}
+
+
+class StripeFailure(Exception):
+    """An answer in Stripe's error shape."""
+
+    def __init__(
+        self, status: int, kind: str, message: str, code: str | None = None, param: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.message, self.code, self.param = status, kind, message, code, param
+
+    def body(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"type": self.kind, "message": self.message}
+        if self.code:
+            error["code"] = self.code
+        if self.param:
+            error["param"] = self.param
+        return {"error": error}
+
+
+@dataclass(frozen=True)
+class ScriptedFailure:
+    """How the fake answers one matching request instead of serving it."""
+
+    status: int = 500
+    delay_s: float = 0.0
+    body: dict[str, Any] = field(
+        default_factory=lambda: {"error": {"type": "api_error", "message": "An unknown error occurred."}}
+    )
+
+
+@dataclass
+class ReceivedStripeRequest:
+    """A request as the fake received it, and how it answered."""
+
+    method: str
+    path: str
+    query: dict[str, Any]
+    headers: dict[str, str]  # names lowercased
+    body: bytes
+    form: dict[str, Any]  # the body parsed, nested keys rebuilt
+    status: int = 0
+    answer: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def api_key(self) -> str | None:
+        scheme, _, key = self.headers.get("authorization", "").partition(" ")
+        return key if scheme == "Bearer" else None
+
+
+def parse_form(text: str) -> dict[str, Any]:
+    """A Stripe form body as the object it encodes: `a[b][0][c]=v` -> {"a": {"b": [{"c": "v"}]}}."""
+    root: dict[str, Any] = {}
+    for key, value in parse_qsl(text, keep_blank_values=True):
+        found = re.fullmatch(r"([^\[\]]+)((?:\[[^\[\]]*\])*)", key)
+        if found is None:
+            raise StripeFailure(400, "invalid_request_error", f"Invalid parameter name: {key}")
+        path = [found.group(1), *re.findall(r"\[([^\[\]]*)\]", found.group(2))]
+        node = root
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise StripeFailure(400, "invalid_request_error", f"Invalid parameter: {key}")
+        node[path[-1]] = value
+    return _lists(root)
+
+
+def _lists(node: Any) -> Any:
+    if not isinstance(node, dict):
+        return node
+    converted = {key: _lists(value) for key, value in node.items()}
+    if converted and all(key.isdigit() for key in converted):
+        return [converted[key] for key in sorted(converted, key=int)]
+    return converted
+
+
+def signature_header(secret: str, payload: bytes, timestamp: int) -> str:
+    """Stripe's `Stripe-Signature` for `payload` sent at `timestamp`."""
+    signed = f"{timestamp}.".encode() + payload
+    return f"t={timestamp},v1={hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()}"
+
+
+def _missing(param: str) -> StripeFailure:
+    return StripeFailure(
+        400, "invalid_request_error", f"Missing required param: {param}.", "parameter_missing", param
+    )
+
+
+def _unknown(params: dict[str, Any], allowed: set[str]) -> None:
+    for name in params:
+        if name not in allowed:
+            raise StripeFailure(
+                400, "invalid_request_error", f"Received unknown parameter: {name}", "parameter_unknown", name
+            )
+
+
+def _integer(value: Any, param: str, minimum: int = 0) -> int:
+    if not isinstance(value, str) or not value.isdigit() or int(value) < minimum:
+        raise StripeFailure(
+            400, "invalid_request_error", f"Invalid integer: {value}", "parameter_invalid_integer", param
+        )
+    return int(value)
+
+
+def _no_such(kind: str, object_id: str, param: str | None = None) -> StripeFailure:
+    return StripeFailure(
+        404, "invalid_request_error", f"No such {kind}: '{object_id}'", "resource_missing", param or "id"
+    )
+
+
+@dataclass
+class _Account:
+    id: str
+    endpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    checkouts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    payment_intents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    refunds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    idempotent: dict[str, tuple[tuple[str, str, bytes], int, dict[str, Any]]] = field(default_factory=dict)
+
+
+class FakeStripe:
+    """Stripe's state, the requests payorch made, and what the test scripted."""
+
+    def __init__(self) -> None:
+        self.url = ""  # set once the server is bound
+        self.requests: list[ReceivedStripeRequest] = []
+        self.events: list[dict[str, Any]] = []
+        self._accounts: dict[str, _Account] = {}  # by secret key
+        self._event_accounts: dict[str, _Account] = {}  # by event id
+        self._script: deque[tuple[str, str, ScriptedFailure]] = deque()
+        self._numbers = itertools.count(1)
+
+    # What the test sets up and reads
+
+    def accept_key(self, api_key: str, account: str | None = None) -> str:
+        """Accept `api_key` for `account` (a new account by default); returns the account id."""
+        account_id = account or self._id("acct_")
+        existing = next((a for a in self._accounts.values() if a.id == account_id), None)
+        self._accounts[api_key] = existing or _Account(account_id)
+        return account_id
+
+    def account_of(self, api_key: str) -> str:
+        """The id of the account `api_key` belongs to."""
+        return self._accounts[api_key].id
+
+    def fail_next(self, method: str, path: str, *failures: ScriptedFailure | int) -> None:
+        """Answer the next requests to `method path` (path prefix) with `failures`, in order."""
+        for failure in failures:
+            self._script.append(
+                (method, path, ScriptedFailure(failure) if isinstance(failure, int) else failure)
+            )
+
+    def requests_to(self, method: str, path: str) -> list[ReceivedStripeRequest]:
+        return [r for r in self.requests if r.method == method and r.path == path]
+
+    def only(self, method: str, path: str) -> ReceivedStripeRequest:
+        """The one request to `method path`; fails the test unless there was exactly one."""
+        found = self.requests_to(method, path)
+        assert len(found) == 1, f"{len(found)} requests to {method} {path}: {[r.form for r in found]}"
+        return found[0]
+
+    def endpoints(self, api_key: str) -> list[dict[str, Any]]:
+        """The account's webhook endpoints, secrets included, oldest first."""
+        return list(self._accounts[api_key].endpoints.values())
+
+    def checkout(self, checkout_id: str) -> dict[str, Any]:
+        return self._find("checkouts", checkout_id)
+
+    # Stripe's side moving on: each gives the event Stripe sends
+
+    def pay(self, checkout_id: str) -> dict[str, Any]:
+        """The customer pays the checkout: its PaymentIntent succeeds; `checkout.session.completed`."""
+        checkout = self._find("checkouts", checkout_id)
+        account = self._account_of("checkouts", checkout_id)
+        intent = {
+            "id": self._id("pi_"),
+            "object": "payment_intent",
+            "amount": checkout["amount_total"],
+            "amount_received": checkout["amount_total"],
+            "currency": checkout["currency"],
+            "status": "succeeded",
+            "latest_charge": self._id("ch_"),
+            "metadata": dict(checkout["_payment_intent_metadata"]),
+            "refunded": 0,
+        }
+        account.payment_intents[intent["id"]] = intent
+        checkout.update(status="complete", payment_status="paid", payment_intent=intent["id"])
+        return self._event(account, "checkout.session.completed", checkout)
+
+    def decline(self, checkout_id: str, decline_code: str = "insufficient_funds") -> dict[str, Any]:
+        """A payment attempt on the checkout is declined: `payment_intent.payment_failed`."""
+        checkout = self._find("checkouts", checkout_id)
+        account = self._account_of("checkouts", checkout_id)
+        intent = {
+            "id": self._id("pi_"),
+            "object": "payment_intent",
+            "status": "requires_payment_method",
+            "metadata": dict(checkout["_payment_intent_metadata"]),
+            "last_payment_error": {
+                "type": "card_error",
+                "code": "card_declined",
+                "decline_code": decline_code,
+            },
+        }
+        return self._event(account, "payment_intent.payment_failed", intent)
+
+    def expire(self, checkout_id: str) -> dict[str, Any]:
+        """The checkout expires unpaid: `checkout.session.expired`."""
+        checkout = self._find("checkouts", checkout_id)
+        checkout.update(status="expired")
+        return self._event(self._account_of("checkouts", checkout_id), "checkout.session.expired", checkout)
+
+    def settle_refund(
+        self, refund_id: str, status: str = "succeeded", failure_reason: str | None = None
+    ) -> dict[str, Any]:
+        """The refund reaches `status`: `refund.updated`, or `refund.failed` when it failed."""
+        refund = self._find("refunds", refund_id)
+        account = self._account_of("refunds", refund_id)
+        refund.update(status=status, failure_reason=failure_reason)
+        if status in ("failed", "canceled"):
+            intent = account.payment_intents[refund["payment_intent"]]
+            intent["refunded"] -= refund["amount"]
+        return self._event(account, "refund.failed" if status == "failed" else "refund.updated", refund)
+
+    def refund_created(self, refund_id: str) -> dict[str, Any]:
+        """`refund.created` for the refund as it is now."""
+        return self._event(
+            self._account_of("refunds", refund_id), "refund.created", self._find("refunds", refund_id)
+        )
+
+    def lose_dispute(self, payment_intent_id: str, metadata: dict[str, str] | None = None) -> dict[str, Any]:
+        """The customer's bank wins a dispute of the payment: `charge.dispute.closed`, status lost."""
+        intent = self._find("payment_intents", payment_intent_id)
+        dispute = {
+            "id": self._id("dp_"),
+            "object": "dispute",
+            "amount": intent["amount"],
+            "currency": intent["currency"],
+            "charge": intent["latest_charge"],
+            "payment_intent": payment_intent_id,
+            "reason": "fraudulent",
+            "status": "lost",
+            "metadata": metadata or {},
+        }
+        return self._event(
+            self._account_of("payment_intents", payment_intent_id), "charge.dispute.closed", dispute
+        )
+
+    async def deliver(
+        self,
+        event: dict[str, Any],
+        *,
+        via: httpx.AsyncClient,
+        secret: str | None = None,
+        timestamp: int | None = None,
+    ) -> list[httpx.Response]:
+        """POST `event` to every endpoint of its account subscribed to its type, as Stripe does: signed
+        with the endpoint's secret (or `secret`) at `timestamp` (default now); the answers, in order."""
+        account = self._event_accounts[event["id"]]
+        payload = json.dumps(event).encode()
+        answers = []
+        for endpoint in account.endpoints.values():
+            if not {"*", event["type"]} & set(endpoint["enabled_events"]):
+                continue
+            header = signature_header(secret or endpoint["secret"], payload, timestamp or int(time.time()))
+            answers.append(
+                await via.post(
+                    endpoint["url"],
+                    content=payload,
+                    headers={"Content-Type": "application/json; charset=utf-8", "Stripe-Signature": header},
+                )
+            )
+        return answers
+
+    # The API
+
+    def serve(
+        self, method: str, path: str, query: dict[str, Any], headers: dict[str, str], body: bytes
+    ) -> tuple[int, dict[str, Any], dict[str, str], float]:
+        """Answer one request: (status, JSON body, extra headers, seconds to wait first)."""
+        try:
+            form = parse_form(body.decode()) if body else {}
+        except StripeFailure as failure:
+            form = {}
+            received = ReceivedStripeRequest(method, path, query, headers, body, form)
+            self.requests.append(received)
+            return self._answer(received, failure.status, failure.body())
+        received = ReceivedStripeRequest(method, path, query, headers, body, form)
+        self.requests.append(received)
+        for index, (scripted_method, prefix, failure) in enumerate(self._script):
+            if scripted_method == method and path.startswith(prefix):
+                del self._script[index]
+                return (*self._answer(received, failure.status, failure.body)[:3], failure.delay_s)
+        account = self._accounts.get(received.api_key or "")
+        if account is None:
+            masked = f"{(received.api_key or '')[:8]}****{(received.api_key or '')[-4:]}"
+            return self._answer(
+                received,
+                401,
+                {
+                    "error": {
+                        "type": "invalid_request_error",
+                        "message": f"Invalid API Key provided: {masked}",
+                    }
+                },
+            )
+        key = headers.get("idempotency-key")
+        fingerprint = (method, path, body)
+        if method == "POST" and key and key in account.idempotent:
+            first, status, answer = account.idempotent[key]
+            if first != fingerprint:
+                return self._answer(
+                    received,
+                    400,
+                    {
+                        "error": {
+                            "type": "idempotency_error",
+                            "message": "Keys for idempotent requests can only be used with the same "
+                            "parameters they were first used with. Try using a key other than "
+                            f"'{key}' if you meant to execute a different request.",
+                        }
+                    },
+                )
+            return self._answer(received, status, answer, {"Idempotent-Replayed": "true"})
+        try:
+            status, answer = 200, self._route(account, method, path, query, form)
+        except StripeFailure as failure:
+            status, answer = failure.status, failure.body()
+        if method == "POST" and key and status != 500:
+            account.idempotent[key] = (fingerprint, status, answer)
+        return self._answer(received, status, answer)
+
+    def _answer(
+        self,
+        received: ReceivedStripeRequest,
+        status: int,
+        answer: dict[str, Any],
+        extra: dict[str, str] | None = None,
+    ) -> tuple[int, dict[str, Any], dict[str, str], float]:
+        received.status, received.answer = status, answer
+        return (
+            status,
+            answer,
+            {"Request-Id": self._id("req_"), "Stripe-Version": API_VERSION, **(extra or {})},
+            0.0,
+        )
+
+    def _route(
+        self, account: _Account, method: str, path: str, query: dict[str, Any], form: dict[str, Any]
+    ) -> dict[str, Any]:
+        parts = path.strip("/").split("/")
+        if (method, path) == ("GET", "/v1/balance"):
+            return {
+                "object": "balance",
+                "available": [{"amount": 0, "currency": "pln"}],
+                "pending": [{"amount": 0, "currency": "pln"}],
+                "livemode": False,
+            }
+        if (method, path) == ("POST", "/v1/webhook_endpoints"):
+            return self._create_endpoint(account, form)
+        if (method, path) == ("GET", "/v1/webhook_endpoints"):
+            limit = _integer(query.get("limit", "10"), "limit", 1)
+            found = [_public(endpoint) for endpoint in account.endpoints.values()][:limit]
+            return {"object": "list", "url": "/v1/webhook_endpoints", "has_more": False, "data": found}
+        if method == "DELETE" and parts[:2] == ["v1", "webhook_endpoints"] and len(parts) == 3:
+            if account.endpoints.pop(parts[2], None) is None:
+                raise _no_such("webhook_endpoint", parts[2])
+            return {"id": parts[2], "object": "webhook_endpoint", "deleted": True}
+        if (method, path) == ("POST", "/v1/checkout/sessions"):
+            return self._create_checkout(account, form)
+        if method == "GET" and parts[:3] == ["v1", "checkout", "sessions"] and len(parts) == 4:
+            if parts[3] not in account.checkouts:
+                raise _no_such("checkout.session", parts[3])
+            return _public(account.checkouts[parts[3]])
+        if (method, path) == ("POST", "/v1/refunds"):
+            return self._create_refund(account, form)
+        raise StripeFailure(404, "invalid_request_error", f"Unrecognized request URL ({method}: {path}).")
+
+    def _create_endpoint(self, account: _Account, form: dict[str, Any]) -> dict[str, Any]:
+        _unknown(form, _ENDPOINT_PARAMS)
+        for required in ("url", "enabled_events"):
+            if not form.get(required):
+                raise _missing(required)
+        if not isinstance(form["enabled_events"], list):
+            raise StripeFailure(
+                400, "invalid_request_error", "Invalid array", "parameter_invalid", "enabled_events"
+            )
+        endpoint = {
+            "id": self._id("we_"),
+            "object": "webhook_endpoint",
+            "url": form["url"],
+            "enabled_events": form["enabled_events"],
+            "api_version": form.get("api_version"),
+            "description": form.get("description"),
+            "metadata": form.get("metadata", {}),
+            "status": "enabled",
+            "livemode": False,
+            "created": int(time.time()),
+            "secret": "whsec_" + secrets.token_hex(24),
+        }
+        account.endpoints[endpoint["id"]] = endpoint
+        return endpoint  # the secret is shown once: here
+
+    def _create_checkout(self, account: _Account, form: dict[str, Any]) -> dict[str, Any]:
+        if "payment_method_types" in form:  # removed on 2026-09-30.endive
+            raise StripeFailure(
+                400,
+                "invalid_request_error",
+                "Received unknown parameter: payment_method_types",
+                "parameter_unknown",
+                "payment_method_types",
+            )
+        _unknown(form, _CHECKOUT_PARAMS)
+        for required in ("mode", "line_items", "success_url"):
+            if not form.get(required):
+                raise _missing(required)
+        if form["mode"] != "payment":
+            raise StripeFailure(
+                400, "invalid_request_error", "Invalid mode", "parameter_invalid_string", "mode"
+            )
+        currencies, total = set(), 0
+        for index, item in enumerate(form["line_items"]):
+            price = item.get("price_data") or {}
+            if not price.get("currency") or not (price.get("product_data") or {}).get("name"):
+                raise _missing(f"line_items[{index}][price_data]")
+            if not re.fullmatch(r"[a-z]{3}", price["currency"]):
+                raise StripeFailure(
+                    400, "invalid_request_error", "Invalid currency", "parameter_invalid", "currency"
+                )
+            currencies.add(price["currency"])
+            unit = _integer(price.get("unit_amount"), f"line_items[{index}][price_data][unit_amount]")
+            total += unit * _integer(item.get("quantity"), f"line_items[{index}][quantity]", 1)
+        if len(currencies) != 1:
+            raise StripeFailure(400, "invalid_request_error", "Line items must share one currency")
+        currency = currencies.pop()
+        methods = form.get("allowed_payment_method_types") or ["card"]
+        offered = [m for m in methods if m == "card" or (m == "blik" and currency == "pln")]
+        if not offered:
+            raise StripeFailure(
+                400,
+                "invalid_request_error",
+                "None of the allowed payment method types can be used with this Checkout Session.",
+                "payment_method_unactivated",
+                "allowed_payment_method_types",
+            )
+        now = int(time.time())
+        expires_at = now + CHECKOUT_MAX_LIFETIME_S
+        if "expires_at" in form:
+            expires_at = _integer(form["expires_at"], "expires_at")
+            if not now + CHECKOUT_MIN_LIFETIME_S <= expires_at <= now + CHECKOUT_MAX_LIFETIME_S:
+                raise StripeFailure(
+                    400,
+                    "invalid_request_error",
+                    "The `expires_at` timestamp must be between 30 minutes and 24 hours from Checkout "
+                    "Session creation.",
+                    "parameter_invalid_integer",
+                    "expires_at",
+                )
+        checkout_id = self._id("cs_test_a1")
+        checkout = {
+            "id": checkout_id,
+            "object": "checkout.session",
+            "mode": "payment",
+            "status": "open",
+            "payment_status": "unpaid",
+            "amount_subtotal": total,
+            "amount_total": total,
+            "currency": currency,
+            "client_reference_id": form.get("client_reference_id"),
+            "customer_email": form.get("customer_email"),
+            "metadata": form.get("metadata", {}),
+            "payment_intent": None,
+            "allowed_payment_method_types": form.get("allowed_payment_method_types"),
+            "payment_method_types": offered,
+            "locale": form.get("locale"),
+            "success_url": form["success_url"],
+            "cancel_url": form.get("cancel_url"),
+            "expires_at": expires_at,
+            "created": now,
+            "livemode": False,
+            "url": f"https://checkout.stripe.com/c/pay/{checkout_id}#fidkdWxOYHwnPyd1blpxYHZxWjA0",
+            "_payment_intent_metadata": (form.get("payment_intent_data") or {}).get("metadata", {}),
+        }
+        account.checkouts[checkout_id] = checkout
+        return _public(checkout)
+
+    def _create_refund(self, account: _Account, form: dict[str, Any]) -> dict[str, Any]:
+        _unknown(form, _REFUND_PARAMS)
+        if not form.get("payment_intent"):
+            raise _missing("payment_intent")
+        intent = account.payment_intents.get(form["payment_intent"])
+        if intent is None:
+            raise _no_such("payment_intent", form["payment_intent"], "payment_intent")
+        left = intent["amount_received"] - intent["refunded"]
+        amount = _integer(form["amount"], "amount", 1) if "amount" in form else left
+        if left == 0:
+            raise StripeFailure(
+                400,
+                "invalid_request_error",
+                f"Charge {intent['latest_charge']} has already been refunded.",
+                "charge_already_refunded",
+            )
+        if amount > left:
+            raise StripeFailure(
+                400,
+                "invalid_request_error",
+                f"Refund amount ({amount}) is greater than unrefunded amount on charge ({left})",
+                "amount_too_large",
+                "amount",
+            )
+        if form.get("reason") not in (None, "duplicate", "fraudulent", "requested_by_customer"):
+            raise StripeFailure(
+                400, "invalid_request_error", "Invalid reason", "parameter_invalid_string", "reason"
+            )
+        intent["refunded"] += amount
+        refund = {
+            "id": self._id("re_"),
+            "object": "refund",
+            "amount": amount,
+            "currency": intent["currency"],
+            "payment_intent": intent["id"],
+            "charge": intent["latest_charge"],
+            "reason": form.get("reason"),
+            "metadata": form.get("metadata", {}),
+            "status": "pending",
+            "failure_reason": None,
+            "created": int(time.time()),
+        }
+        account.refunds[refund["id"]] = refund
+        return refund
+
+    # Bookkeeping
+
+    def _id(self, prefix: str) -> str:
+        return f"{prefix}{next(self._numbers):06d}{secrets.token_hex(6)}"
+
+    def _find(self, kind: str, object_id: str) -> dict[str, Any]:
+        found: dict[str, Any] = getattr(self._account_of(kind, object_id), kind)[object_id]
+        return found
+
+    def _account_of(self, kind: str, object_id: str) -> _Account:
+        return next(a for a in self._accounts.values() if object_id in getattr(a, kind))
+
+    def _event(self, account: _Account, event_type: str, found: dict[str, Any]) -> dict[str, Any]:
+        event = {
+            "id": self._id("evt_"),
+            "object": "event",
+            "api_version": API_VERSION,
+            "created": int(time.time()),
+            "data": {"object": _public(found)},
+            "livemode": False,
+            "pending_webhooks": len(account.endpoints),
+            "request": {"id": None, "idempotency_key": None},
+            "type": event_type,
+        }
+        self.events.append(event)
+        self._event_accounts[event["id"]] = account
+        return event
+
+
+def _public(found: dict[str, Any]) -> dict[str, Any]:
+    """An object as the API shows it: no fake-internal fields, no endpoint secret after creation."""
+    return {key: value for key, value in found.items() if not key.startswith("_") and key != "secret"}
+
+
+def _stripe_app(fake: FakeStripe) -> QuartTrio:
+    app = QuartTrio("fake_stripe")
+
+    @app.route("/<path:path>", methods=["GET", "POST", "DELETE"])
+    async def api(path: str) -> tuple[str, int, dict[str, str]]:
+        body = await request.get_data(as_text=False)
+        query = parse_form(request.query_string.decode())
+        headers = {name.lower(): value for name, value in request.headers.items()}
+        status, answer, extra, delay_s = fake.serve(request.method, request.path, query, headers, body)
+        if delay_s:
+            await trio.sleep(delay_s)  # the behaviour scripted: Stripe too slow to answer in time
+        return json.dumps(answer), status, {"Content-Type": "application/json", **extra}
+
+    return app
+
+
+@asynccontextmanager
+async def open_fake_stripe() -> AsyncIterator[FakeStripe]:
+    """A fake Stripe listening on http://127.0.0.1:<free port> until the block exits."""
+    fake = FakeStripe()
+    config = HypercornConfig()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    config.errorlog = logging.getLogger("tests.fake_stripe")
+    async with trio.open_nursery() as nursery:
+        binds: list[str] = await nursery.start(partial(hypercorn_serve, _stripe_app(fake), config))
+        fake.url = f"http://127.0.0.1:{urlsplit(binds[0]).port}"
+        yield fake
+        nursery.cancel_scope.cancel()
+
+
+@pytest.fixture
+async def fake_stripe() -> AsyncIterator[FakeStripe]:
+    """A running fake Stripe for this test."""
+    async with open_fake_stripe() as fake:
+        yield fake

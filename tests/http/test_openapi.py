@@ -1,0 +1,221 @@
+"""GET /api/v1/openapi.json describes every endpoint, and /docs renders it with nothing from outside."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+import jsonschema_rs
+import pytest
+
+from payorch.http.context import PayorchApp
+from tests.helpers import Client
+
+OPENAPI_PATH = "/api/v1/openapi.json"
+UNAUTHENTICATED = {
+    ("post", "/api/v1/merchants/signup"),
+    ("post", "/api/v1/auth/login"),
+    ("post", "/api/v1/provider-events/{provider_name}/{application_id}"),
+}
+# Operations a merchant's server calls with its API key (or the dashboard with a JWT).
+JWT_OR_API_KEY = {
+    ("post", "/api/v1/sessions"),
+    ("get", "/api/v1/sessions/{session_id}"),
+    ("get", "/api/v1/applications/{application_id}/sessions"),
+    ("post", "/api/v1/sessions/{session_id}/refunds"),
+    ("get", "/api/v1/payment-methods"),
+}
+HTTP_METHODS = ("get", "post", "put", "patch", "delete")
+
+
+@pytest.fixture
+async def document(client: Client) -> dict[str, Any]:
+    response = await client.get(OPENAPI_PATH)
+    assert response.status_code == 200
+    assert response.mimetype == "application/json"
+    body: dict[str, Any] = await response.get_json()
+    return body
+
+
+def operations(document: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [
+        (method, path, operation)
+        for path, item in document["paths"].items()
+        for method, operation in item.items()
+        if method in HTTP_METHODS
+    ]
+
+
+def api_operations(document: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [item for item in operations(document) if item[1].startswith("/api/v1/")]
+
+
+def resolve(document: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in schema:
+        name = schema["$ref"].removeprefix("#/components/schemas/")
+        schema = document["components"]["schemas"][name]
+    return schema
+
+
+async def test_the_document_is_openapi_3_1(document: dict[str, Any]) -> None:
+    assert re.fullmatch(r"3\.1\.\d+", document["openapi"])
+    assert document["info"]["title"] == "payorch"
+    assert document["info"]["version"]
+    assert document["components"]["securitySchemes"] == {
+        "bearerAuth": {
+            "type": "http",
+            "scheme": "bearer",
+            "bearerFormat": "JWT",
+            "description": document["components"]["securitySchemes"]["bearerAuth"]["description"],
+        },
+        "apiKeyAuth": {
+            "type": "apiKey",
+            "in": "header",
+            "name": "X-API-Key",
+            "description": document["components"]["securitySchemes"]["apiKeyAuth"]["description"],
+        },
+    }
+
+
+async def test_the_document_validates_against_the_openapi_3_1_schema(document: dict[str, Any]) -> None:
+    # The OpenAPI 3.1 meta-schema as schemathesis (a dev dependency) bundles it.
+    from schemathesis.specs.openapi.definitions import OPENAPI_31
+
+    errors = [str(error) for error in jsonschema_rs.validator_for(OPENAPI_31).iter_errors(document)]
+    assert errors == []
+
+
+async def test_every_api_route_is_documented(app: PayorchApp, document: dict[str, Any]) -> None:
+    routes = set()
+    for rule in app.url_map.iter_rules():
+        if not rule.rule.startswith("/api/v1/") or rule.rule == OPENAPI_PATH:
+            continue
+        path = re.sub(r"<(?:[^:<>]*:)?([^<>]+)>", r"{\1}", rule.rule)
+        routes |= {(method.lower(), path) for method in rule.methods or () if method.lower() in HTTP_METHODS}
+    documented = {(method, path) for method, path, _ in api_operations(document)}
+    assert routes, "no route under /api/v1"
+    assert routes == documented
+    assert OPENAPI_PATH not in document["paths"]
+
+
+async def test_operations_have_unique_ids_summaries_and_tags(document: dict[str, Any]) -> None:
+    ids = [operation["operationId"] for _, _, operation in operations(document)]
+    assert len(ids) == len(set(ids))
+    declared_tags = {tag["name"] for tag in document["tags"]}
+    for method, path, operation in api_operations(document):
+        assert operation.get("summary"), (method, path)
+        assert operation.get("tags") and set(operation["tags"]) <= declared_tags, (method, path)
+
+
+async def test_every_operation_but_signup_login_and_provider_events_needs_credentials(
+    document: dict[str, Any],
+) -> None:
+    for method, path, operation in api_operations(document):
+        if (method, path) in UNAUTHENTICATED:
+            assert operation.get("security", []) == [], (method, path)
+        elif (method, path) in JWT_OR_API_KEY:
+            # Either scheme: two alternatives, not both at once.
+            assert operation["security"] == [{"bearerAuth": []}, {"apiKeyAuth": []}], (method, path)
+        else:
+            assert operation["security"] == [{"bearerAuth": []}], (method, path)
+
+
+async def test_responses_document_success_and_error_shapes(document: dict[str, Any]) -> None:
+    for method, path, operation in api_operations(document):
+        statuses = {int(status) for status in operation["responses"]}
+        assert any(200 <= status < 300 for status in statuses), (method, path)
+        assert 500 in statuses, (method, path)
+        if (method, path) not in UNAUTHENTICATED:
+            assert {401, 429} <= statuses, (method, path)
+        if "{" in path:
+            assert 404 in statuses, (method, path)
+        if "requestBody" in operation or any(p["in"] == "query" for p in operation.get("parameters", [])):
+            assert 400 in statuses, (method, path)
+        for status, response in operation["responses"].items():
+            assert response["description"], (method, path, status)
+            schema = resolve(document, response["content"]["application/json"]["schema"])
+            if int(status) >= 400:
+                assert schema["title"] in ("ErrorA", "ErrorB"), (method, path, status)
+    error_a = document["components"]["schemas"]["ErrorA"]
+    assert set(error_a["required"]) == {"error", "message", "code"}
+    assert set(error_a["properties"]) == {"error", "message", "code", "details", "retryAfter", "requestId"}
+    error_b = document["components"]["schemas"]["ErrorB"]
+    assert set(error_b["required"]) == {"message", "statusCode", "code"}
+    assert error_b["properties"]["code"]["type"] == "string"
+
+
+async def test_idempotency_rules_are_documented_in_shape_b(document: dict[str, Any]) -> None:
+    for path in ("/api/v1/sessions", "/api/v1/sessions/{session_id}/refunds"):
+        operation = document["paths"][path]["post"]
+        headers = [p for p in operation["parameters"] if p["in"] == "header"]
+        assert headers == [
+            {
+                "name": "Idempotency-Key",
+                "in": "header",
+                "required": True,
+                "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+                "description": headers[0]["description"],
+            }
+        ]
+        for status in ("409", "422"):
+            assert operation["responses"][status]["content"]["application/json"]["schema"] == {
+                "$ref": "#/components/schemas/ErrorB"
+            }
+        assert "Retry-After" in operation["responses"]["409"]["headers"]
+    refunds = document["paths"]["/api/v1/sessions/{session_id}/refunds"]["post"]
+    assert {"201", "202"} <= set(refunds["responses"])
+
+
+async def test_amounts_are_json_numbers(document: dict[str, Any]) -> None:
+    schemas = document["components"]["schemas"]
+    assert schemas["SessionRecord"]["properties"]["amount"] == {"type": "number"}
+    assert schemas["RefundRecord"]["properties"]["amount"] == {"type": "number"}
+    assert schemas["RefundCreated"]["properties"]["amount"] == {"type": "number"}
+    total = schemas["SessionAmount"]["properties"]["total"]
+    assert total["type"] == "number" and total["exclusiveMinimum"] == 0
+    assert schemas["SessionAmount"]["properties"]["shipping"]["default"] == 0
+    refund_amount = schemas["RefundCreateRequest"]["properties"]["amount"]["anyOf"][0]
+    assert refund_amount["type"] == "number" and refund_amount["minimum"] == 0.01
+    score = schemas["Routing"]["properties"]["score"]
+    assert score == {"type": "number", "minimum": 0, "maximum": 1}
+
+
+async def test_required_query_parameters_are_marked_required(document: dict[str, Any]) -> None:
+    parameters = {p["name"]: p for p in document["paths"]["/api/v1/payment-methods"]["get"]["parameters"]}
+    assert parameters["currency"]["required"] is True
+    assert parameters["amount"]["required"] is True
+    assert not parameters["applicationId"].get("required")
+    assert parameters["applicationId"]["schema"] == {"type": "string", "format": "uuid"}
+    listing = {p["name"]: p for p in document["paths"]["/api/v1/applications"]["get"]["parameters"]}
+    assert listing["page"]["schema"]["minimum"] == 1
+    assert listing["limit"]["schema"]["maximum"] == 100
+    assert listing["include"]["schema"] == {"const": "apiKeys", "type": "string"}
+
+
+async def test_docs_page_renders_the_document_with_local_assets_only(client: Client) -> None:
+    response = await client.get("/docs")
+    assert response.status_code == 200
+    assert response.mimetype == "text/html"
+    page = await response.get_data(as_text=True)
+    assert OPENAPI_PATH in page
+    references = re.findall(r'(?:src|href)="([^"]+)"', page)
+    assert references
+    for reference in references:
+        parts = urlsplit(reference)
+        assert not parts.scheme and not parts.netloc, reference  # same host, nothing from outside
+        asset = await client.get(reference)
+        assert asset.status_code == 200, reference
+    assert not re.search(r"https?://", page)
+    bundle = await client.get("/docs/assets/swagger-ui-bundle.js")
+    assert bundle.mimetype == "text/javascript"
+    assert b"SwaggerUIBundle" in await bundle.get_data()
+    start = await client.get("/docs/assets/payorch-docs.js")
+    assert b"validatorUrl: null" in await start.get_data()  # no badge fetched from swagger.io
+
+
+async def test_docs_serve_no_other_file(client: Client) -> None:
+    for name in ("LICENSE", "..%2F__init__.py", "swagger-editor-bundle.js", "index.css"):
+        response = await client.get(f"/docs/assets/{name}")
+        assert response.status_code == 404, name
+    assert "/docs" not in (await (await client.get(OPENAPI_PATH)).get_json())["paths"]
