@@ -8,8 +8,24 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from payorch import logcontext
+
 # Attributes every LogRecord has; anything else on a record came from `extra=` and is logged.
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
+
+
+class ContextFilter(logging.Filter):
+    """Stamps each record, as it is emitted, with the request and application it is about (from
+    `payorch.logcontext`), unless the record names its own."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for key, variable in (
+            ("requestId", logcontext.request_id),
+            ("applicationId", logcontext.application_id),
+        ):
+            if getattr(record, key, None) is None and variable.get() is not None:
+                setattr(record, key, variable.get())
+        return True
 
 
 class JsonFormatter(logging.Formatter):
@@ -21,6 +37,12 @@ class JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
         }
         line.update({key: value for key, value in record.__dict__.items() if key not in _STANDARD})
+        for key, variable in (
+            ("requestId", logcontext.request_id),
+            ("applicationId", logcontext.application_id),
+        ):
+            if line.get(key) is None and variable.get() is not None:
+                line[key] = variable.get()
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         return json.dumps(line, default=str)
@@ -29,6 +51,7 @@ class JsonFormatter(logging.Formatter):
 def configure_logging(level: int = logging.INFO) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
+    handler.addFilter(ContextFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -112,3 +112,35 @@ def _shop(application_id: str, api_key: str, jwt: dict[str, str]) -> Any:
         application_id=application_id,
         api_key=api_key,
     )
+
+
+async def test_state_changes_are_logged_with_the_request_and_application_behind_them(
+    client: Client, db: Database, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    from payorch.logs import ContextFilter
+    from tests.helpers import new_shop
+
+    caplog.handler.addFilter(ContextFilter())
+    caplog.set_level(logging.INFO)
+    shop = await new_shop(client, db, settings)
+    created = await (await create_session(client, shop, "k", session_body())).get_json()
+    await client.post(urlsplit(created["checkoutUrl"]).path, form={"card_number": "4242424242424242"})
+
+    def changes() -> list[logging.LogRecord]:
+        return [record for record in caplog.records if record.getMessage() == "session state changed"]
+
+    from tests.helpers import eventually
+
+    async def logged() -> list[logging.LogRecord] | None:
+        return changes() or None
+
+    (change,) = await eventually(logged)
+    event_requests = [
+        record
+        for record in caplog.records
+        if record.name == "payorch.access" and "/provider-events/" in getattr(record, "path", "")
+    ]
+    assert getattr(change, "applicationId", None) == shop.application_id
+    assert getattr(change, "requestId", None) in {
+        getattr(record, "requestId", None) for record in event_requests
+    }

@@ -25,6 +25,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import outcome
 import trio
 
+from payorch import logcontext
 from payorch.engine.errors import DomainError, ServiceBusy
 
 log = logging.getLogger("payorch.actors")
@@ -49,6 +50,7 @@ class Reply(Generic[T]):
 
     _channel: trio.MemorySendChannel[outcome.Outcome[T]]
     answered: bool = False
+    request_id: str | None = None  # of the request being served, for the actor's log lines
 
     def send(self, value: T) -> None:
         self._settle(outcome.Value(value))
@@ -131,7 +133,7 @@ class ActorRegistry:
     async def ask(self, application_id: uuid.UUID, command: Command[T]) -> T:
         """Send `command` to the application's actor and wait for its answer."""
         answer_send, answer_receive = trio.open_memory_channel[outcome.Outcome[T]](1)
-        reply: Reply[T] = Reply(answer_send)
+        reply: Reply[T] = Reply(answer_send, request_id=logcontext.request_id.get())
         mailbox = self._mailboxes.get(application_id) or self._start(application_id)
         try:
             mailbox.send_nowait(_Envelope(command, reply))
@@ -160,6 +162,7 @@ class ActorRegistry:
         receive: trio.MemoryReceiveChannel[_Envelope | _Continuation],
     ) -> None:
         actor: ApplicationActor | None = None
+        logcontext.application_id.set(str(application_id))  # this task's (and its children's) lines
         try:
             async with trio.open_nursery() as children:
                 actor = ApplicationActor(application_id, self._context, send, children)
@@ -206,6 +209,7 @@ class ActorRegistry:
 async def _run_guarded(reply: Reply[Any], step: Awaitable[None]) -> None:
     """Run one step; a domain error (or any error that is the request's own fault) becomes the
     request's answer. Anything else crashes the actor, after failing the request."""
+    token = logcontext.request_id.set(reply.request_id)
     try:
         await step
     except DomainError as error:
@@ -213,3 +217,5 @@ async def _run_guarded(reply: Reply[Any], step: Awaitable[None]) -> None:
     except Exception:
         reply.fail(ActorCrashed("the application actor failed while handling this request"))
         raise
+    finally:
+        logcontext.request_id.reset(token)

@@ -13,6 +13,7 @@ import uuid
 
 from quart import Quart, Response, g, request
 
+from payorch import logcontext
 from payorch.http.context import services
 
 log = logging.getLogger("payorch.access")
@@ -30,11 +31,14 @@ def is_acceptable_request_id(offered: str) -> bool:
 def note_application(application_id: object) -> None:
     """Record the application a request concerns, for its log line."""
     g.application_id = str(application_id)
+    logcontext.application_id.set(g.application_id)
 
 
 async def _start() -> None:
     offered = request.headers.get(REQUEST_ID_HEADER, "")
     g.request_id = offered if is_acceptable_request_id(offered) else f"req_{uuid.uuid4().hex}"
+    logcontext.request_id.set(g.request_id)
+    logcontext.application_id.set(None)
     g.started = time.perf_counter()
 
 
