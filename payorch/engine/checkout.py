@@ -93,6 +93,36 @@ class _Routed:
     created: CheckoutCreated
 
 
+async def claim_idempotency_key(
+    actor: ApplicationActor, reply: Reply[Answer], *, scope: str, key: str, fingerprint: bytes
+) -> idempotency.Claimed | None:
+    """Claim `key` (in `scope`) for this request, in the database so other processes see it too.
+
+    None when the key's first request already answered: that answer was replayed to `reply`.
+    `IdempotencyKeyMismatch` when the key came with other parameters; `IdempotencyKeyInProgress`
+    while its first request is still running, here or in another process."""
+    context: PaymentsContext = actor.context
+    if f"{scope}:{key}" in actor.in_flight:
+        raise IdempotencyKeyInProgress("a request with this Idempotency-Key is in progress", retry_after=1)
+    claim = await context.db.transaction(
+        idempotency.claim_idempotency_key,
+        application_id=actor.application_id,
+        scope=scope,
+        key=key,
+        fingerprint=fingerprint,
+        lease_s=CLAIM_LEASE_S,
+        retention_s=context.settings.idempotency.retention_s,
+    )
+    if isinstance(claim, idempotency.Replay):
+        reply.send(Answer(claim.status, claim.body, replayed=True))
+        return None
+    if isinstance(claim, idempotency.Mismatch):
+        raise IdempotencyKeyMismatch("this Idempotency-Key was used with different parameters")
+    if isinstance(claim, idempotency.InProgress):
+        raise IdempotencyKeyInProgress("a request with this Idempotency-Key is in progress", retry_after=1)
+    return claim
+
+
 def credentials_of(secrets: SecretBox, config: ProviderConfig) -> Credentials:
     return Credentials(api_key=secrets.open(config.credentials))
 
@@ -106,28 +136,11 @@ class CreateSession:
     async def run(self, actor: ApplicationActor, reply: Reply[Answer]) -> None:
         context: PaymentsContext = actor.context
         draft = self.draft
-        if self.idempotency_key in actor.in_flight:
-            raise IdempotencyKeyInProgress(
-                "a request with this Idempotency-Key is in progress", retry_after=1
-            )
-        claim = await context.db.transaction(
-            idempotency.claim_idempotency_key,
-            application_id=draft.application_id,
-            scope=SESSION_CREATE_SCOPE,
-            key=self.idempotency_key,
-            fingerprint=self.fingerprint,
-            lease_s=CLAIM_LEASE_S,
-            retention_s=context.settings.idempotency.retention_s,
+        claim = await claim_idempotency_key(
+            actor, reply, scope=SESSION_CREATE_SCOPE, key=self.idempotency_key, fingerprint=self.fingerprint
         )
-        if isinstance(claim, idempotency.Replay):
-            reply.send(Answer(claim.status, claim.body, replayed=True))
+        if claim is None:
             return
-        if isinstance(claim, idempotency.Mismatch):
-            raise IdempotencyKeyMismatch("this Idempotency-Key was used with different parameters")
-        if isinstance(claim, idempotency.InProgress):
-            raise IdempotencyKeyInProgress(
-                "a request with this Idempotency-Key is in progress", retry_after=1
-            )
 
         configs = {
             config.provider: config
@@ -163,13 +176,13 @@ class CreateSession:
             failure_url=(draft.redirect_urls or {}).get("failure"),
             order_items=draft.order_items or [],
         )
-        actor.in_flight[self.idempotency_key] = reply
+        actor.in_flight[f"{SESSION_CREATE_SCOPE}:{self.idempotency_key}"] = reply
 
         async def create() -> _Routed:
             return await _create_with_cascade(context, ranked, configs, request)
 
         async def persist(result: outcome.Outcome[_Routed]) -> None:
-            actor.in_flight.pop(self.idempotency_key, None)
+            actor.in_flight.pop(f"{SESSION_CREATE_SCOPE}:{self.idempotency_key}", None)
             try:
                 routed = result.unwrap()
             except ProviderUnavailable:

@@ -19,11 +19,9 @@ import tenacity
 import trio
 
 from payorch.engine.actors import ApplicationActor, Reply
-from payorch.engine.checkout import CLAIM_LEASE_S, Answer, PaymentsContext, credentials_of
+from payorch.engine.checkout import Answer, PaymentsContext, claim_idempotency_key, credentials_of
 from payorch.engine.errors import (
     DomainError,
-    IdempotencyKeyInProgress,
-    IdempotencyKeyMismatch,
     NotFound,
 )
 from payorch.engine.money import Money
@@ -243,30 +241,13 @@ class CreateRefund:
 
     async def run(self, actor: ApplicationActor, reply: Reply[Answer]) -> None:
         context: PaymentsContext = actor.context
-        in_flight_key = f"{self.draft.session_id}:{self.idempotency_key}"
-        if in_flight_key in actor.in_flight:
-            raise IdempotencyKeyInProgress(
-                "a request with this Idempotency-Key is in progress", retry_after=1
-            )
         scope = refund_scope(self.draft.session_id)
-        claim = await context.db.transaction(
-            idempotency.claim_idempotency_key,
-            application_id=actor.application_id,
-            scope=scope,
-            key=self.idempotency_key,
-            fingerprint=self.fingerprint,
-            lease_s=CLAIM_LEASE_S,
-            retention_s=context.settings.idempotency.retention_s,
+        in_flight_key = f"{scope}:{self.idempotency_key}"
+        claim = await claim_idempotency_key(
+            actor, reply, scope=scope, key=self.idempotency_key, fingerprint=self.fingerprint
         )
-        if isinstance(claim, idempotency.Replay):
-            reply.send(Answer(claim.status, claim.body, replayed=True))
+        if claim is None:
             return
-        if isinstance(claim, idempotency.Mismatch):
-            raise IdempotencyKeyMismatch("this Idempotency-Key was used with different parameters")
-        if isinstance(claim, idempotency.InProgress):
-            raise IdempotencyKeyInProgress(
-                "a request with this Idempotency-Key is in progress", retry_after=1
-            )
         try:
             submission = await context.db.transaction(
                 _reserve,
