@@ -27,7 +27,7 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
-from payorch.engine.pagination import DEFAULT_LIMIT, DEFAULT_PAGE, MAX_LIMIT
+from payorch.engine.pagination import DEFAULT_LIMIT, DEFAULT_PAGE, MAX_LIMIT, PageRequest
 from payorch.engine.passwords import PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH
 
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=255)]
@@ -144,6 +144,10 @@ QueryInt = Annotated[int, BeforeValidator(_whole_number_text)]
 class PageQuery(Query):
     page: Annotated[QueryInt, Field(ge=1)] = DEFAULT_PAGE
     limit: Annotated[QueryInt, Field(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT
+
+    @property
+    def page_request(self) -> PageRequest:
+        return PageRequest(page=self.page, limit=self.limit)
 
 
 class ApplicationListQuery(PageQuery):

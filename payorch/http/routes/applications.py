@@ -13,7 +13,7 @@ from quart_schema import (
     validate_request,
 )
 
-from payorch.engine.pagination import PageRequest, envelope
+from payorch.engine.pagination import envelope
 from payorch.engine.secrets import api_key_prefix, new_api_key, token_hash
 from payorch.engine.timefmt import iso
 from payorch.http import openapi_models as api
@@ -84,7 +84,7 @@ async def create_application(
 @validate_querystring(ApplicationListQuery)
 async def list_applications(query_args: ApplicationListQuery, principal: Principal) -> dict[str, Any]:
     """The merchant's applications; with `include=apiKeys`, each with its API keys."""
-    page = PageRequest(page=query_args.page, limit=query_args.limit)
+    page = query_args.page_request
     db = services().db
     found, total = await db.read(store.list_applications, principal.merchant_id, page)
     if query_args.include == "apiKeys":
@@ -151,7 +151,7 @@ async def create_api_key(
 async def list_api_keys(application_id: str, query_args: PageQuery, principal: Principal) -> dict[str, Any]:
     """The application's API keys, revoked ones included, without the keys themselves."""
     application = await application_for(principal, application_id)
-    page = PageRequest(page=query_args.page, limit=query_args.limit)
+    page = query_args.page_request
     found, total = await services().db.read(store.list_api_keys, application.id, page)
     return envelope([api_key_summary(key) for key in found], page, total)
 

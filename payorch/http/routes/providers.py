@@ -21,7 +21,7 @@ from payorch.engine.errors import (
     ProviderUnavailable,
     UnsupportedPaymentMethod,
 )
-from payorch.engine.pagination import PageRequest, envelope
+from payorch.engine.pagination import envelope
 from payorch.engine.secretbox import key_fingerprint
 from payorch.engine.timefmt import iso
 from payorch.http import openapi_models as api
@@ -110,7 +110,7 @@ async def _register(provider: Provider, api_key: str, application_id: object) ->
 @validate_querystring(PageQuery)
 async def list_catalogue(query_args: PageQuery, principal: Principal) -> dict[str, Any]:
     """The providers this deployment offers."""
-    page = PageRequest(page=query_args.page, limit=query_args.limit)
+    page = query_args.page_request
     entries = [
         {"name": item.name, "displayName": item.display_name, "paymentMethods": sorted(item.payment_methods)}
         for item in services().providers
@@ -170,7 +170,7 @@ async def list_provider_configs(
 ) -> dict[str, Any]:
     """The providers linked to the application."""
     application = await application_for(principal, application_id)
-    page = PageRequest(page=query_args.page, limit=query_args.limit)
+    page = query_args.page_request
     found, total = await services().db.read(store.list_provider_configs, application.id, page)
     return envelope([config_body(item) for item in found], page, total)
 

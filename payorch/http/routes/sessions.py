@@ -19,7 +19,7 @@ from payorch.engine.checkout import Answer, CreateSession, SessionDraft
 from payorch.engine.errors import FieldProblem, InvalidInput, NotFound, NotPermitted
 from payorch.engine.idempotency import MAX_KEY_LENGTH, request_fingerprint
 from payorch.engine.money import Money, TooManyDecimals, UnknownCurrency
-from payorch.engine.pagination import PageRequest, envelope
+from payorch.engine.pagination import envelope
 from payorch.engine.records import session_record
 from payorch.engine.refunding import session_record_with_refunds
 from payorch.engine.refunds import refund_record
@@ -165,7 +165,7 @@ async def may_read(principal: Principal, application_id: uuid.UUID) -> bool:
 async def list_sessions(application_id: str, query_args: PageQuery, principal: Principal) -> dict[str, Any]:
     """The application's checkout sessions, each with its refunds where it can have any."""
     application = await application_for(principal, application_id)
-    page = PageRequest(page=query_args.page, limit=query_args.limit)
+    page = query_args.page_request
     found, total = await services().db.read(store.list_sessions, application.id, page)
     refunds = await services().db.read(refund_store.refunds_of_sessions, [item.id for item in found])
     items = [session_record(item, [refund_record(refund) for refund in refunds[item.id]]) for item in found]

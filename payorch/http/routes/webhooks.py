@@ -16,7 +16,7 @@ from quart_schema import (
 )
 
 from payorch.engine.errors import FieldProblem, InvalidInput, NotFound
-from payorch.engine.pagination import PageRequest, envelope
+from payorch.engine.pagination import envelope
 from payorch.engine.records import event_body, new_event_id
 from payorch.engine.timefmt import iso, utcnow
 from payorch.engine.webhook_signing import key_fingerprint, new_signing_secret
@@ -149,7 +149,7 @@ async def create_webhook(
 async def list_webhooks(application_id: str, query_args: PageQuery, principal: Principal) -> dict[str, Any]:
     """The application's webhook configurations (without their signing secrets)."""
     application = await application_for(principal, application_id)
-    page = PageRequest(page=query_args.page, limit=query_args.limit)
+    page = query_args.page_request
     found, total = await services().db.read(store.list_webhooks, application.id, page)
     return envelope([webhook_body(item) for item in found], page, total)
 
@@ -271,7 +271,7 @@ async def list_deliveries(
     """The delivery log: each event sent to this endpoint, its status and every attempt."""
     application = await application_for(principal, application_id)
     config = await _config(application.id, webhook_id)
-    page = PageRequest(page=query_args.page, limit=query_args.limit)
+    page = query_args.page_request
     found, total = await services().db.read(store.list_deliveries, config.id, page)
     return envelope([delivery_body(item) for item in found], page, total)
 
