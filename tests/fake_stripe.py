@@ -247,6 +247,7 @@ class FakeStripe:
     def pay(self, checkout_id: str) -> dict[str, Any]:
         """The customer pays the checkout: its PaymentIntent succeeds; `checkout.session.completed`."""
         checkout = self._find("checkouts", checkout_id)
+        assert checkout["status"] == "open", f"a {checkout['status']} Checkout Session cannot be paid"
         account = self._account_of("checkouts", checkout_id)
         intent = {
             "id": self._id("pi_"),
@@ -297,6 +298,24 @@ class FakeStripe:
             intent = account.payment_intents[refund["payment_intent"]]
             intent["refunded"] -= refund["amount"]
         return self._event(account, "refund.failed" if status == "failed" else "refund.updated", refund)
+
+    def charge_refunded(self, payment_intent_id: str) -> dict[str, Any]:
+        """`charge.refunded` for the PaymentIntent's charge: its refunded total, not its refunds
+        (Charges no longer list them since API version 2022-11-15)."""
+        intent = self._find("payment_intents", payment_intent_id)
+        charge = {
+            "id": intent["latest_charge"],
+            "object": "charge",
+            "amount": intent["amount"],
+            "amount_captured": intent["amount_received"],
+            "amount_refunded": intent["refunded"],
+            "refunded": intent["refunded"] == intent["amount_received"],
+            "currency": intent["currency"],
+            "payment_intent": payment_intent_id,
+            "status": "succeeded",
+            "metadata": {},
+        }
+        return self._event(self._account_of("payment_intents", payment_intent_id), "charge.refunded", charge)
 
     def refund_created(self, refund_id: str) -> dict[str, Any]:
         """`refund.created` for the refund as it is now."""
@@ -448,8 +467,30 @@ class FakeStripe:
             if parts[3] not in account.checkouts:
                 raise _no_such("checkout.session", parts[3])
             return _public(account.checkouts[parts[3]])
+        if method == "POST" and parts[:3] == ["v1", "checkout", "sessions"] and parts[4:] == ["expire"]:
+            _unknown(form, set())
+            return self._expire_checkout(account, parts[3])
+        if method == "GET" and parts[:2] == ["v1", "payment_intents"] and len(parts) == 3:
+            if parts[2] not in account.payment_intents:
+                raise _no_such("payment_intent", parts[2], "intent")
+            return _public(account.payment_intents[parts[2]])
         if (method, path) == ("POST", "/v1/refunds"):
             return self._create_refund(account, form)
+        if (method, path) == ("GET", "/v1/refunds"):
+            _unknown(query, {"payment_intent", "charge", "limit"})
+            limit = _integer(query.get("limit", "10"), "limit", 1)
+            found = [
+                _public(refund)
+                for refund in reversed(account.refunds.values())  # newest first, as Stripe lists
+                if query.get("payment_intent") in (None, refund["payment_intent"])
+                and query.get("charge") in (None, refund["charge"])
+            ]
+            return {
+                "object": "list",
+                "url": "/v1/refunds",
+                "has_more": len(found) > limit,
+                "data": found[:limit],
+            }
         raise StripeFailure(404, "invalid_request_error", f"Unrecognized request URL ({method}: {path}).")
 
     def _create_endpoint(self, account: _Account, form: dict[str, Any]) -> dict[str, Any]:
@@ -558,6 +599,22 @@ class FakeStripe:
             "_payment_intent_metadata": (form.get("payment_intent_data") or {}).get("metadata", {}),
         }
         account.checkouts[checkout_id] = checkout
+        return _public(checkout)
+
+    def _expire_checkout(self, account: _Account, checkout_id: str) -> dict[str, Any]:
+        """Expire an open Checkout Session now; Stripe sends `checkout.session.expired` for it."""
+        checkout = account.checkouts.get(checkout_id)
+        if checkout is None:
+            raise _no_such("checkout.session", checkout_id, "session")
+        if checkout["status"] != "open":
+            raise StripeFailure(
+                400,
+                "invalid_request_error",
+                'Only Checkout Sessions with a status in ["open"] can be expired. This Checkout Session '
+                f"has a status of `{checkout['status']}`.",
+            )
+        checkout.update(status="expired", url=None)
+        self._event(account, "checkout.session.expired", checkout)
         return _public(checkout)
 
     def _create_refund(self, account: _Account, form: dict[str, Any]) -> dict[str, Any]:

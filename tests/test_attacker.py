@@ -34,9 +34,11 @@ VALID_BODIES: dict[tuple[str, str], Any] = {
     ("POST", "/api/v1/applications/<application_id>/webhooks"): {"url": "https://127.0.0.1/attacker"},
     ("PATCH", "/api/v1/applications/<application_id>/webhooks/<webhook_id>"): {"isActive": False},
 }
-# Routes that take no merchant credential by design: their own checks are tested elsewhere.
+# Routes that take no merchant credential by design: their own checks are tested elsewhere (the
+# customer pages, sandbox/ and checkout/, show the customer their own payment by its unguessable id).
 PUBLIC = re.compile(
-    r"^/(healthz|readyz|metrics|docs.*|sandbox/.*|api/v1/(openapi\.json|merchants/signup|auth/login|provider-events/.*))$"
+    r"^/(healthz|readyz|metrics|docs.*|sandbox/.*|checkout/.*|"
+    r"api/v1/(openapi\.json|merchants/signup|auth/login|provider-events/.*))$"
 )
 
 

@@ -338,20 +338,3 @@ async def apply_session_event(
             ),
         )
     return True
-
-
-@dataclass(frozen=True)
-class ExpireSession:
-    session_id: uuid.UUID
-
-    async def run(self, actor: ApplicationActor, reply: Reply[bool]) -> None:
-        context: PaymentsContext = actor.context
-        reply.send(
-            await context.db.transaction(
-                apply_session_event,
-                application_id=actor.application_id,
-                session_id=self.session_id,
-                event=SessionEvent.EXPIRED,
-                metrics=context.metrics,
-            )
-        )

@@ -4,11 +4,18 @@
     PENDING  --payment succeeded-->            SUCCEEDED        emits session.completed
     PENDING  --payment declined-->             PENDING          the customer may try again
     PENDING  --expired-->                      FAILED/EXPIRED   emits session.expired
+    FAILED   --payment succeeded-->            SUCCEEDED        emits session.completed (a late payment)
     SUCCEEDED | PARTIALLY_REFUNDED --dispute lost--> REVERSED
     SUCCEEDED | PARTIALLY_REFUNDED | REFUNDED  follow the refunded sum (see `status_for_refunded`)
 
 A transition that does not apply to the current state is refused with `TransitionRefused`; callers
 treat a refused provider outcome as already applied (providers deliver events more than once).
+
+A late payment is one the provider took after payorch expired the session: at expiry payorch closes
+the provider's checkout (`engine.expiry`), but a provider that could not be reached then, or a
+delayed payment method, can still report a payment. The money was taken, so the session succeeds
+and the merchant hears `session.completed` (and can refund it); ignoring it would leave a payment
+nobody accounts for.
 """
 
 from __future__ import annotations
@@ -72,6 +79,8 @@ def transition(status: SessionStatus, event: SessionEvent) -> Transition:
             return Transition(SessionStatus.PENDING)
         if event is SessionEvent.EXPIRED:
             return Transition(SessionStatus.FAILED, failure_reason=EXPIRED_REASON, emits="session.expired")
+    if status is SessionStatus.FAILED and event is SessionEvent.PAYMENT_SUCCEEDED:
+        return Transition(SessionStatus.SUCCEEDED, emits="session.completed")
     if status in REFUNDABLE and event is SessionEvent.DISPUTE_LOST:
         return Transition(SessionStatus.REVERSED)
     raise TransitionRefused(status, event)

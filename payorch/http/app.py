@@ -12,6 +12,7 @@ from payorch.http.requestlog import install_request_log
 from payorch.http.routes import (
     accounts,
     applications,
+    checkout_result,
     docs,
     health,
     metrics,
@@ -63,6 +64,7 @@ def create_app(services: Services) -> PayorchApp:
         refunds.blueprint,
         webhooks.blueprint,
         sandbox_pages.blueprint,
+        checkout_result.blueprint,
     ):
         app.register_blueprint(blueprint)
     return app

@@ -510,8 +510,8 @@ PLAIN_RESPONSES: dict[str, dict[str, Any]] = {
         },
     },
 }
-# Outside the merchant API: the sandbox provider's hosted checkout pages (HTML for the customer).
-UNDOCUMENTED_PREFIXES = ("/sandbox/", "/static/")
+# Outside the merchant API: HTML pages for the customer (the sandbox's checkout, payorch's result page).
+UNDOCUMENTED_PREFIXES = ("/sandbox/", "/checkout/", "/static/")
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"  # as in IdempotencyKeyHeader
 RETRY_AFTER: dict[str, Any] = {

@@ -81,6 +81,13 @@ class RefundSubmitted:
     reference: str  # the provider's id of the refund
 
 
+class CheckoutClosed(enum.Enum):
+    """What the provider says when payorch closes its checkout (`Provider.close_checkout`)."""
+
+    CLOSED = "closed"  # nobody can pay it any more, and nobody did
+    PAID = "paid"  # the customer paid before it closed: the payment stands
+
+
 class EventKind(enum.Enum):
     PAYMENT_SUCCEEDED = "payment_succeeded"
     PAYMENT_DECLINED = "payment_declined"
@@ -94,7 +101,9 @@ class EventKind(enum.Enum):
 @dataclass(frozen=True)
 class ProviderEvent:
     """A provider's event, verified and translated. `session_id` and `refund_id` are payorch's ids
-    as the provider echoes them back; `reason` is payorch's failure reason code where one applies."""
+    as the provider echoes them back; `reason` is payorch's failure reason code where one applies.
+    `payment_reference` is the provider's id of the payment, for an event that names only that
+    (`Provider.resolve_event` finds payorch's session from it)."""
 
     id: str
     kind: EventKind
@@ -102,6 +111,14 @@ class ProviderEvent:
     refund_id: uuid.UUID | None = None
     checkout_reference: str | None = None
     reason: str | None = None
+    payment_reference: str | None = None
+
+
+def result_page_url(public_base_url: str, session_id: uuid.UUID, *, cancelled: bool = False) -> str:
+    """payorch's own page for the customer coming back from a provider's checkout, for a session
+    whose merchant gave no `redirectUrls` (`http/routes/checkout_result.py`)."""
+    url = f"{public_base_url.rstrip('/')}/checkout/{session_id}/result"
+    return f"{url}?checkout=cancelled" if cancelled else url
 
 
 @dataclass(frozen=True)
@@ -141,6 +158,16 @@ class Provider(Protocol):
         """Ask the provider to refund; retried with the same key, it refunds only once."""
         ...
 
+    async def close_checkout(self, credentials: Credentials, reference: str) -> CheckoutClosed:
+        """Close the checkout `reference` so the customer can no longer pay it: payorch expired its
+        session. `PAID` when the customer paid it first; calling it again answers the same."""
+        ...
+
     def parse_event(self, headers: Mapping[str, str], body: bytes, secret: str) -> ProviderEvent:
         """Verify and translate an inbound event; `EventRejected` when it is not authentic."""
+        ...
+
+    async def resolve_event(self, credentials: Credentials, event: ProviderEvent) -> ProviderEvent:
+        """`event` with the payorch ids it names only through the provider's objects (looked up
+        with one call); `event` itself when it needs nothing looked up."""
         ...

@@ -205,6 +205,18 @@ async def lock_checkout(conn: Connection, checkout_id: str) -> SandboxCheckout |
     return _checkout(row) if row else None
 
 
+async def close_checkout(conn: Connection, account: str, checkout_id: str) -> SandboxCheckout | None:
+    """Expire the account's checkout now unless it is paid, after any payment of it under way."""
+    row = await conn.fetchrow(
+        f"""UPDATE sandbox_checkouts
+               SET expires_at = CASE WHEN status = 'paid' THEN expires_at ELSE least(expires_at, now()) END
+             WHERE id = $1 AND account = $2 RETURNING {_CHECKOUT_COLUMNS}""",
+        checkout_id,
+        account,
+    )
+    return _checkout(row) if row else None
+
+
 async def mark_checkout_paid(
     conn: Connection, checkout_id: str, *, refund_failure_code: str | None
 ) -> SandboxCheckout:

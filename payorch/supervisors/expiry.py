@@ -1,8 +1,10 @@
-"""Session expiry: a PENDING session past `expiresAt` becomes FAILED with failureReason EXPIRED.
+"""Session expiry: a PENDING session past `expiresAt` becomes FAILED with failureReason EXPIRED,
+once its provider has closed the checkout (`engine.expiry`).
 
 The supervisor sleeps until the earliest expiry (at most `MAX_SLEEP_S`, so sessions created
-meanwhile are not missed), hands each due session to its application's actor, and restarts after
-a failure. Nothing is kept in memory: after a restart the database says what is due.
+meanwhile are not missed), hands the due sessions to their applications' actors, `CONCURRENCY` at
+a time (each may wait on its provider), and restarts after a failure. Nothing is kept in memory:
+after a restart the database says what is due.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import logging
 
 import trio
 
-from payorch.engine.checkout import ExpireSession
+from payorch.engine.expiry import ExpireSession
 from payorch.http.context import Services
 from payorch.storage import sessions
 from payorch.supervisors.restart import supervised
@@ -20,16 +22,25 @@ log = logging.getLogger("payorch.supervisors.expiry")
 
 MAX_SLEEP_S = 0.5
 BATCH = 200
+CONCURRENCY = 32
 
 
 async def expire_due_sessions(services: Services) -> int:
     """Expire every session due now; returns how many changed."""
     expired = 0
-    while True:
-        due = await services.db.read(sessions.sessions_due_for_expiry, BATCH)
-        for item in due:
+    limiter = trio.CapacityLimiter(CONCURRENCY)
+
+    async def expire(item: sessions.DueExpiry) -> None:
+        nonlocal expired
+        async with limiter:
             if await services.actors.ask(item.application_id, ExpireSession(item.session_id)):
                 expired += 1
+
+    while True:
+        due = await services.db.read(sessions.sessions_due_for_expiry, BATCH)
+        async with trio.open_nursery() as expiring:
+            for item in due:
+                expiring.start_soon(expire, item)
         if len(due) < BATCH:
             return expired
 

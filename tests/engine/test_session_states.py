@@ -32,6 +32,15 @@ def test_expiry_fails_a_pending_session_with_reason_expired() -> None:
     )
 
 
+def test_a_payment_reported_after_expiry_succeeds_the_session_and_emits_session_completed() -> None:
+    change = transition(SessionStatus.FAILED, SessionEvent.PAYMENT_SUCCEEDED)
+    assert (change.status, change.failure_reason, change.emits) == (
+        SessionStatus.SUCCEEDED,
+        None,
+        "session.completed",
+    )
+
+
 @pytest.mark.parametrize("status", [SessionStatus.SUCCEEDED, SessionStatus.PARTIALLY_REFUNDED])
 def test_lost_dispute_reverses_a_paid_session(status: SessionStatus) -> None:
     assert transition(status, SessionEvent.DISPUTE_LOST).status is SessionStatus.REVERSED
@@ -42,8 +51,9 @@ def test_lost_dispute_reverses_a_paid_session(status: SessionStatus) -> None:
     [
         (SessionStatus.SUCCEEDED, SessionEvent.PAYMENT_SUCCEEDED),
         (SessionStatus.SUCCEEDED, SessionEvent.EXPIRED),
-        (SessionStatus.FAILED, SessionEvent.PAYMENT_SUCCEEDED),
         (SessionStatus.FAILED, SessionEvent.EXPIRED),
+        (SessionStatus.FAILED, SessionEvent.PAYMENT_DECLINED),
+        (SessionStatus.FAILED, SessionEvent.DISPUTE_LOST),
         (SessionStatus.REFUNDED, SessionEvent.DISPUTE_LOST),
         (SessionStatus.REVERSED, SessionEvent.DISPUTE_LOST),
         (SessionStatus.PENDING, SessionEvent.DISPUTE_LOST),

@@ -10,7 +10,14 @@ import trio
 
 from payorch.config import ProviderSettings, SandboxSettings, Settings
 from payorch.engine.secretbox import SecretBox
-from payorch.providers.base import Credentials, CredentialsRejected, Limits, Provider, ProviderError
+from payorch.providers.base import (
+    CheckoutClosed,
+    Credentials,
+    CredentialsRejected,
+    Limits,
+    Provider,
+    ProviderError,
+)
 from payorch.providers.catalogue import ProviderCatalogue
 from payorch.providers.sandbox import SandboxProvider
 from payorch.runtime import enabled_providers
@@ -233,3 +240,36 @@ async def test_a_checkout_past_its_expiry_reads_as_expired(
     _, checkout_id = await new_checkout(sandbox, credentials, expires_in=timedelta(seconds=-1))
     checkout = await sandbox.checkout(checkout_id)
     assert checkout is not None and checkout.expired
+
+
+# Closing a checkout at expiry
+
+
+async def test_closing_an_open_checkout_makes_it_unpayable(
+    sandbox: SandboxProvider, credentials: Credentials
+) -> None:
+    _, checkout_id = await new_checkout(sandbox, credentials)
+    assert await sandbox.close_checkout(credentials, checkout_id) is CheckoutClosed.CLOSED
+    checkout = await sandbox.checkout(checkout_id)
+    assert checkout is not None and checkout.expired
+    assert await sandbox.close_checkout(credentials, checkout_id) is CheckoutClosed.CLOSED
+
+
+async def test_closing_a_paid_checkout_says_paid_and_leaves_it_paid(
+    sandbox: SandboxProvider, credentials: Credentials
+) -> None:
+    _, checkout_id = await new_checkout(sandbox, credentials)
+    await sandbox.pay(checkout_id, "4242424242424242")
+    assert await sandbox.close_checkout(credentials, checkout_id) is CheckoutClosed.PAID
+    checkout = await sandbox.checkout(checkout_id)
+    assert checkout is not None and checkout.status == "paid" and not checkout.expired
+
+
+async def test_closing_another_accounts_checkout_is_a_provider_error_and_changes_nothing(
+    sandbox: SandboxProvider, credentials: Credentials
+) -> None:
+    _, checkout_id = await new_checkout(sandbox, credentials)
+    with pytest.raises(ProviderError):
+        await sandbox.close_checkout(Credentials(api_key="sk_sandbox_someone_else"), checkout_id)
+    checkout = await sandbox.checkout(checkout_id)
+    assert checkout is not None and not checkout.expired

@@ -25,6 +25,7 @@ from tests.helpers import (
     Client,
     Shop,
     create_session,
+    eventually,
     link_sandbox,
     new_api_key,
     new_application,
@@ -353,6 +354,106 @@ async def test_stripe_expiring_the_checkout_before_payorch_does_changes_nothing(
     (answer,) = await fake_stripe.deliver(event, via=stripe_sender)
     assert answer.json() == {"received": True, "applied": False}
     assert (await _record(client, shop, created["sessionId"]))["status"] == "PENDING"
+
+
+async def test_a_lost_dispute_reverses_the_session_found_through_its_payment_intent(
+    client: Client, shop: Shop, fake_stripe: FakeStripe, stripe_sender: httpx.AsyncClient, db: Database
+) -> None:
+    session_id, payment_intent = await _paid(client, shop, fake_stripe, stripe_sender)
+    (answer,) = await fake_stripe.deliver(fake_stripe.lose_dispute(payment_intent), via=stripe_sender)
+    assert answer.json() == {"received": True, "applied": True}
+    assert (await _record(client, shop, session_id))["status"] == "REVERSED"
+    assert len(fake_stripe.requests_to("GET", f"/v1/payment_intents/{payment_intent}")) == 1
+
+
+async def test_a_lost_dispute_stripe_cannot_be_asked_about_is_502_and_applies_when_sent_again(
+    client: Client, shop: Shop, fake_stripe: FakeStripe, stripe_sender: httpx.AsyncClient, db: Database
+) -> None:
+    session_id, payment_intent = await _paid(client, shop, fake_stripe, stripe_sender)
+    event = fake_stripe.lose_dispute(payment_intent)
+    fake_stripe.fail_next("GET", f"/v1/payment_intents/{payment_intent}", 500, 500, 500)
+    (failed,) = await fake_stripe.deliver(event, via=stripe_sender)
+    assert failed.status_code == 502
+    assert failed.json()["message"] == "could not look the event up with Stripe"
+    assert (await _record(client, shop, session_id))["status"] == "SUCCEEDED"
+    assert await _events_seen(db) == 1  # the payment's event only: Stripe may send the dispute again
+    (again,) = await fake_stripe.deliver(event, via=stripe_sender)
+    assert again.json() == {"received": True, "applied": True}
+    assert (await _record(client, shop, session_id))["status"] == "REVERSED"
+
+
+# --- Expiry --------------------------------------------------------------------------------------------
+
+
+async def _expire_now(db: Database, session_id: str) -> None:
+    """Move the session's expiry into the past: the expiry supervisor takes it within half a second."""
+
+    async def backdate(conn: Connection) -> None:
+        await conn.execute(
+            "UPDATE checkout_sessions SET expires_at = now() - interval '1 second' WHERE id = $1",
+            uuid.UUID(session_id),
+        )
+
+    await db.transaction(backdate)
+
+
+async def _settled(client: Client, shop: Shop, session_id: str) -> dict[str, Any]:
+    async def done() -> dict[str, Any] | None:
+        record = await _record(client, shop, session_id)
+        return record if record["status"] != "PENDING" else None
+
+    return await eventually(done)
+
+
+async def test_payorch_expiring_a_session_expires_its_stripe_checkout_so_nobody_pays_it_after(
+    client: Client, shop: Shop, fake_stripe: FakeStripe, stripe_sender: httpx.AsyncClient, db: Database
+) -> None:
+    created = await _created(client, shop)
+    checkout_id = _checkout_id(fake_stripe, created["sessionId"])
+    await _expire_now(db, created["sessionId"])
+    record = await _settled(client, shop, created["sessionId"])
+    assert (record["status"], record["failureReason"]) == ("FAILED", "EXPIRED")
+    sent = fake_stripe.only("POST", f"/v1/checkout/sessions/{checkout_id}/expire")
+    assert sent.api_key == STRIPE_KEY
+    assert fake_stripe.checkout(checkout_id)["status"] == "expired"
+    # Stripe's own checkout.session.expired follows, and changes nothing more.
+    (answer,) = await fake_stripe.deliver(fake_stripe.events[-1], via=stripe_sender)
+    assert answer.json() == {"received": True, "applied": False}
+    assert [e["type"] for e in await _events(db, created["sessionId"])] == ["session.expired"]
+
+
+async def test_a_checkout_paid_just_before_expiry_succeeds_the_session_instead(
+    client: Client, shop: Shop, fake_stripe: FakeStripe, stripe_sender: httpx.AsyncClient, db: Database
+) -> None:
+    created = await _created(client, shop)
+    checkout_id = _checkout_id(fake_stripe, created["sessionId"])
+    paid = fake_stripe.pay(checkout_id)  # its event is still on the way when payorch's expiry comes
+    await _expire_now(db, created["sessionId"])
+    record = await _settled(client, shop, created["sessionId"])
+    assert (record["status"], record["failureReason"]) == ("SUCCEEDED", None)
+    (answer,) = await fake_stripe.deliver(paid, via=stripe_sender)
+    assert answer.json() == {"received": True, "applied": False}
+    assert [e["type"] for e in await _events(db, created["sessionId"])] == ["session.completed"]
+
+
+async def test_a_session_expires_while_stripe_is_down_and_a_late_payment_still_succeeds_it(
+    client: Client, shop: Shop, fake_stripe: FakeStripe, stripe_sender: httpx.AsyncClient, db: Database
+) -> None:
+    created = await _created(client, shop)
+    checkout_id = _checkout_id(fake_stripe, created["sessionId"])
+    fake_stripe.fail_next("POST", f"/v1/checkout/sessions/{checkout_id}/expire", 500, 500, 500)
+    await _expire_now(db, created["sessionId"])
+    record = await _settled(client, shop, created["sessionId"])
+    assert (record["status"], record["failureReason"]) == ("FAILED", "EXPIRED")
+    # Stripe's page stayed open, and the customer paid: the money is accounted for, and refundable.
+    (answer,) = await fake_stripe.deliver(fake_stripe.pay(checkout_id), via=stripe_sender)
+    assert answer.json() == {"received": True, "applied": True}
+    record = await _record(client, shop, created["sessionId"])
+    assert (record["status"], record["failureReason"]) == ("SUCCEEDED", None)
+    types = [e["type"] for e in await _events(db, created["sessionId"])]
+    assert types == ["session.expired", "session.completed"]
+    refunded = await _refund(client, shop, created["sessionId"], "late")
+    assert refunded.status_code == 201, await refunded.get_data(as_text=True)
 
 
 # --- Refunds -------------------------------------------------------------------------------------------

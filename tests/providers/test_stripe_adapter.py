@@ -17,6 +17,7 @@ import trio
 
 from payorch.engine.money import Money, currency_exponent
 from payorch.providers.base import (
+    CheckoutClosed,
     CheckoutRequest,
     Credentials,
     CredentialsRejected,
@@ -142,16 +143,15 @@ def test_events_are_registered_in_the_sdks_api_version() -> None:
     assert stripe.api_version == EVENTS_API_VERSION
 
 
-async def test_the_success_url_falls_back_to_payorch_and_no_cancel_url_is_sent(
+async def test_without_redirect_urls_stripe_sends_the_customer_to_payorchs_result_page(
     provider: StripeProvider, fake_stripe: FakeStripe
 ) -> None:
     request = _request()
     await provider.create_checkout(KEY, request, idempotency_key="k")
     sent = fake_stripe.only("POST", "/v1/checkout/sessions")
-    assert sent.form["success_url"] == (
-        f"http://payorch.test/?payorch_session_id={request.session_id}&checkout=succeeded"
-    )
-    assert "cancel_url" not in sent.form and "locale" not in sent.form
+    result = f"http://payorch.test/checkout/{request.session_id}/result"
+    assert (sent.form["success_url"], sent.form["cancel_url"]) == (result, f"{result}?checkout=cancelled")
+    assert "locale" not in sent.form
 
 
 async def test_the_same_idempotency_key_gives_the_same_checkout(
@@ -264,6 +264,69 @@ async def test_a_refund_retried_with_its_key_refunds_once(
     assert fake_stripe.requests_to("POST", "/v1/refunds")[-1].answer["id"] == first.reference
 
 
+# --- Closing a checkout, resolving a dispute --------------------------------------------------------
+
+
+async def test_closing_an_open_checkout_expires_it_at_stripe(
+    provider: StripeProvider, fake_stripe: FakeStripe
+) -> None:
+    created = await provider.create_checkout(KEY, _request(), idempotency_key="open")
+    assert await provider.close_checkout(KEY, created.reference) is CheckoutClosed.CLOSED
+    assert fake_stripe.checkout(created.reference)["status"] == "expired"
+    assert fake_stripe.events[-1]["type"] == "checkout.session.expired"
+    assert await provider.close_checkout(KEY, created.reference) is CheckoutClosed.CLOSED
+
+
+async def test_closing_a_checkout_the_customer_paid_says_paid(
+    provider: StripeProvider, fake_stripe: FakeStripe
+) -> None:
+    _, reference = await _paid_checkout(provider, fake_stripe)
+    assert await provider.close_checkout(KEY, reference) is CheckoutClosed.PAID
+    assert fake_stripe.checkout(reference)["status"] == "complete"
+
+
+async def test_closing_fails_as_a_provider_error_while_stripe_fails_or_knows_no_such_checkout(
+    provider: StripeProvider, fake_stripe: FakeStripe
+) -> None:
+    created = await provider.create_checkout(KEY, _request(), idempotency_key="failing")
+    fake_stripe.fail_next("POST", f"/v1/checkout/sessions/{created.reference}/expire", 500, 500)
+    with pytest.raises(ProviderError):
+        await provider.close_checkout(KEY, created.reference)
+    assert fake_stripe.checkout(created.reference)["status"] == "open"
+    with pytest.raises(ProviderError):
+        await provider.close_checkout(KEY, "cs_test_unknown")
+
+
+async def test_a_lost_dispute_is_resolved_to_its_session_through_the_payment_intent(
+    provider: StripeProvider, fake_stripe: FakeStripe
+) -> None:
+    checkout, reference = await _paid_checkout(provider, fake_stripe)
+    intent = fake_stripe.checkout(reference)["payment_intent"]
+    event = _parse("charge.dispute.closed", {"id": "dp_1", "status": "lost", "payment_intent": intent})
+    resolved = await provider.resolve_event(KEY, event)
+    assert (resolved.kind, resolved.session_id) == (EventKind.DISPUTE_LOST, checkout.session_id)
+    assert len(fake_stripe.requests_to("GET", f"/v1/payment_intents/{intent}")) == 1
+
+
+async def test_resolving_leaves_events_that_need_no_lookup_or_name_a_payment_stripe_does_not_know(
+    provider: StripeProvider, fake_stripe: FakeStripe
+) -> None:
+    tagged = _parse("checkout.session.completed", {"id": "cs_1", "client_reference_id": str(SESSION)})
+    unknown = _parse("charge.dispute.closed", {"id": "dp_1", "status": "lost", "payment_intent": "pi_x"})
+    assert await provider.resolve_event(KEY, tagged) == tagged
+    assert await provider.resolve_event(KEY, unknown) == unknown
+    assert [r.path for r in fake_stripe.requests] == ["/v1/payment_intents/pi_x"]
+
+
+async def test_resolving_fails_as_a_provider_error_while_stripe_fails(
+    provider: StripeProvider, fake_stripe: FakeStripe
+) -> None:
+    fake_stripe.fail_next("GET", "/v1/payment_intents/pi_1", 500, 500)
+    event = _parse("charge.dispute.closed", {"id": "dp_1", "status": "lost", "payment_intent": "pi_1"})
+    with pytest.raises(ProviderError):
+        await provider.resolve_event(KEY, event)
+
+
 async def test_registering_survives_a_failure_to_delete_an_older_endpoint(
     provider: StripeProvider, fake_stripe: FakeStripe
 ) -> None:
@@ -371,11 +434,11 @@ def test_refund_outcomes(
             assert (event.refund_id, event.session_id) == (REFUND, SESSION)
 
 
-def test_a_lost_dispute_maps_to_its_session_only_through_its_own_metadata() -> None:
+def test_a_lost_dispute_names_its_payment_intent_for_resolving_later() -> None:
     bare = _parse(
         "charge.dispute.closed", {"id": "dp_1", "status": "lost", "payment_intent": "pi_1", "metadata": {}}
     )
-    assert (bare.kind, bare.session_id) == (EventKind.DISPUTE_LOST, None)
+    assert (bare.kind, bare.session_id, bare.payment_reference) == (EventKind.DISPUTE_LOST, None, "pi_1")
     tagged = {"id": "dp_1", "status": "lost", "metadata": {"payorch_session_id": str(SESSION)}}
     assert _parse("charge.dispute.closed", tagged).session_id == SESSION
     assert _parse("charge.dispute.closed", {"id": "dp_1", "status": "won"}).kind is EventKind.IGNORED

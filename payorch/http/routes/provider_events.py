@@ -1,4 +1,5 @@
-"""Inbound provider events: verified with the provider's own signature, then applied by the
+"""Inbound provider events: verified with the provider's own signature, completed with a lookup at
+the provider where the event names payorch's session only indirectly, then applied by the
 application's actor. No JWT: the signature is the credential."""
 
 from __future__ import annotations
@@ -8,13 +9,14 @@ from typing import Any
 from quart import Blueprint, request
 from quart_schema import document_response, security_scheme, tag_blueprint
 
-from payorch.engine.errors import InvalidInput, NotFound
+from payorch.engine.checkout import credentials_of
+from payorch.engine.errors import InvalidInput, NotFound, ProviderUnavailable
 from payorch.engine.provider_events import ApplyProviderEvent
 from payorch.http import openapi_models as api
 from payorch.http.auth import parse_id
 from payorch.http.context import services
 from payorch.http.requestlog import note_application
-from payorch.providers.base import EventRejected
+from payorch.providers.base import EventRejected, ProviderError
 from payorch.storage import provider_configs
 
 blueprint = Blueprint("provider_events", __name__, url_prefix="/api/v1/provider-events")
@@ -24,7 +26,7 @@ tag_blueprint(blueprint, ["Provider events"])
 @blueprint.post("/<provider_name>/<application_id>")
 @security_scheme(api.NO_CREDENTIALS)
 @document_response(api.ProviderEventReceived, 200)
-@api.errors(400, 404, 413, 500, 503)
+@api.errors(400, 404, 413, 500, 502, 503)
 async def receive_provider_event(provider_name: str, application_id: str) -> dict[str, Any]:
     """Apply a provider's event once; a redelivered event answers 200 and changes nothing."""
     provider = services().providers.get(provider_name)
@@ -43,5 +45,10 @@ async def receive_provider_event(provider_name: str, application_id: str) -> dic
         )
     except EventRejected as error:
         raise InvalidInput(f"event rejected: {error}") from None
+    try:
+        event = await provider.resolve_event(credentials_of(services().secrets, config), event)
+    except ProviderError as error:
+        # Not applied: the provider sends the event again, by when it may answer.
+        raise ProviderUnavailable(f"could not look the event up with {provider.display_name}") from error
     applied = await services().actors.ask(app_id, ApplyProviderEvent(provider.name, event))
     return {"received": True, "applied": applied}

@@ -29,6 +29,7 @@ import asyncpg
 from payorch.engine.money import UnknownCurrency, currency_exponent
 from payorch.engine.secretbox import SecretBox
 from payorch.providers.base import (
+    CheckoutClosed,
     CheckoutCreated,
     CheckoutRequest,
     Credentials,
@@ -205,6 +206,16 @@ class SandboxProvider:
             raise SandboxRefundRefused(f"sandbox refused the refund: {exc}") from None
         return RefundSubmitted(reference=refund.id)
 
+    async def close_checkout(self, credentials: Credentials, reference: str) -> CheckoutClosed:
+        """Expire the checkout now unless it is paid (after a payment of it under way); `ProviderError`
+        for a checkout the account does not have."""
+        account = sandbox_account(credentials)
+        with _unavailable_as_provider_error():
+            checkout = await self._db.transaction(store.close_checkout, account, reference)
+        if checkout is None:
+            raise ProviderError(f"sandbox: no checkout {reference!r} in this account")
+        return CheckoutClosed.PAID if checkout.status == "paid" else CheckoutClosed.CLOSED
+
     def parse_event(self, headers: Mapping[str, str], body: bytes, secret: str) -> ProviderEvent:
         """Verify the `Sandbox-Signature` of `body` (300 s tolerance) and translate the event;
         `EventRejected` when it is not authentic or not a sandbox event."""
@@ -230,6 +241,10 @@ class SandboxProvider:
             )
         except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError and bad UUIDs are ValueErrors
             raise EventRejected(f"not a sandbox event: {exc}") from None
+
+    async def resolve_event(self, credentials: Credentials, event: ProviderEvent) -> ProviderEvent:
+        """Sandbox events carry payorch's ids themselves: nothing to look up."""
+        return event
 
     # The sandbox's own side, for its checkout page
 

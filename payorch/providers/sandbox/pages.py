@@ -14,8 +14,8 @@ from html import escape
 
 from quart import Blueprint, Response, request
 
-from payorch.engine.money import to_major_units
 from payorch.http.context import services
+from payorch.http.html import formatted_amount, html_page, see_other
 from payorch.providers.sandbox import simulator
 from payorch.providers.sandbox.adapter import SandboxProvider
 from payorch.storage.sandbox import SandboxCheckout
@@ -24,17 +24,6 @@ blueprint = Blueprint("sandbox_pages", __name__, url_prefix="/sandbox")
 
 _METHOD_NAMES = {"card": "Card", "apple_pay": "Apple Pay (test card)", "blik": "BLIK"}
 _FIELD_LABELS = {simulator.CARD_FIELD: "Card number", simulator.BLIK_FIELD: "BLIK code"}
-_STYLE = """
-body { font-family: system-ui, sans-serif; max-width: 40rem; margin: 2rem auto; padding: 0 1rem; }
-.badge { background: #ffe08a; padding: .1rem .5rem; border-radius: .3rem; font-size: .85rem; }
-dl { display: grid; grid-template-columns: max-content auto; gap: .3rem 1rem; }
-dt { font-weight: 600; } dd { margin: 0; }
-form { margin: 1.5rem 0; } label { display: block; margin-bottom: .3rem; }
-input { font-size: 1.1rem; padding: .4rem; width: 16rem; } button { font-size: 1.1rem; padding: .4rem 1rem; }
-table { border-collapse: collapse; margin-top: .5rem; }
-td, th { border: 1px solid #ccc; padding: .3rem .6rem; }
-.error { color: #a00; } code { font-size: 1rem; }
-"""
 
 
 def _provider() -> SandboxProvider | None:
@@ -43,30 +32,7 @@ def _provider() -> SandboxProvider | None:
 
 
 def _html(title: str, content: str, status: int) -> Response:
-    page = (
-        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{escape(title)}</title><style>{_STYLE}</style></head>"
-        f'<body><p><span class="badge">Sandbox: test mode, no real money</span></p>'
-        f"<h1>{escape(title)}</h1>{content}</body></html>\n"
-    )
-    response = Response(page, status=status, content_type="text/html; charset=utf-8")
-    response.headers["Cache-Control"] = "no-store"
-    response.headers["Content-Security-Policy"] = "default-src 'none'; style-src 'unsafe-inline'"
-    return response
-
-
-def _see_other(url: str) -> Response:
-    """303: the browser follows with a GET, so reloading the page there does not pay again."""
-    response = Response("", status=303)
-    response.headers["Location"] = url
-    response.headers["Cache-Control"] = "no-store"
-    return response
-
-
-def formatted_amount(minor: int, currency: str) -> str:
-    """`123456` PLN as `1,234.56 PLN`."""
-    return f"{to_major_units(minor, currency):,} {currency}"
+    return html_page(title, content, status, badge="Sandbox: test mode, no real money")
 
 
 def _summary(checkout: SandboxCheckout) -> str:
@@ -153,13 +119,13 @@ async def pay_checkout(checkout_id: str) -> Response:
     checkout = result.checkout
     if status is simulator.PaymentStatus.PAID:
         if checkout.success_url:
-            return _see_other(checkout.success_url)
+            return see_other(checkout.success_url)
         return _html(
             "Payment succeeded", _summary(checkout) + "<p>Thank you: the payment succeeded.</p>", 200
         )
     if status is simulator.PaymentStatus.DECLINED:
         if checkout.failure_url:
-            return _see_other(checkout.failure_url)
+            return see_other(checkout.failure_url)
         reason = escape(str(result.failure_code).upper())
         content = f"{_summary(checkout)}<p>The payment was declined (<code>{reason}</code>). Try again:</p>"
         return _html("Payment declined", content + _form(checkout) + _test_data(), 402)

@@ -5,6 +5,9 @@
   session's total; payorch's ids travel as `client_reference_id` and as metadata on the session and
   on its PaymentIntent, so Stripe's events map back to payorch's session.
 - A refund is a Stripe Refund of the checkout's PaymentIntent, tagged with payorch's refund id.
+- When payorch expires a session it expires the Checkout Session too (Stripe keeps one open for at
+  least 30 minutes), so the customer cannot pay after the merchant was told `session.expired`.
+- A lost dispute names only its PaymentIntent: `resolve_event` reads payorch's session id from it.
 
 Every call carries the idempotency key payorch derives from its own ids; the SDK retries network
 errors, 409 and 5xx with it, and this adapter retries a 429. Stripe's errors become `ProviderError`
@@ -17,6 +20,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Final, Literal, TypeVar, cast
@@ -26,6 +30,7 @@ import tenacity
 import trio
 
 from payorch.providers.base import (
+    CheckoutClosed,
     CheckoutCreated,
     CheckoutRequest,
     Credentials,
@@ -37,9 +42,10 @@ from payorch.providers.base import (
     RefundRequest,
     RefundSubmitted,
     WebhookRegistration,
+    result_page_url,
 )
 from payorch.providers.stripe.amounts import PAYMENT_METHODS, stripe_limits, to_stripe_amount
-from payorch.providers.stripe.events import endpoint_params, parse_stripe_event
+from payorch.providers.stripe.events import endpoint_params, parse_stripe_event, payorch_session_id
 
 if TYPE_CHECKING:
     from stripe.params import RefundCreateParams
@@ -216,10 +222,43 @@ class StripeProvider:
             raise _unavailable("refund", error) from error
         return RefundSubmitted(reference=refund.id)
 
+    async def close_checkout(self, credentials: Credentials, reference: str) -> CheckoutClosed:
+        """Expire the Checkout Session `reference`. Stripe expires only an open one; for any other
+        (paid, or expired already) the session as Stripe has it says whether it was paid.
+        `ProviderError` when Stripe cannot be reached or does not know the session."""
+        client = self._client(credentials)
+        try:
+            checkout = await self._request(lambda: client.v1.checkout.sessions.expire_async(reference))
+        except stripe.InvalidRequestError:  # no longer open
+            try:
+                checkout = await self._request(lambda: client.v1.checkout.sessions.retrieve_async(reference))
+            except stripe.StripeError as error:
+                raise _unavailable("read the checkout it could not expire", error) from error
+        except stripe.StripeError as error:
+            raise _unavailable("expire the checkout", error) from error
+        # `complete` but `unpaid` is a delayed payment under way: its outcome still arrives as an event.
+        return CheckoutClosed.PAID if checkout.payment_status == "paid" else CheckoutClosed.CLOSED
+
     def parse_event(self, headers: Mapping[str, str], body: bytes, secret: str) -> ProviderEvent:
         """Verify the `Stripe-Signature` of `body` with the SDK (300 s tolerance) and translate the
         event (`events`); `EventRejected` when it is not authentic or not a Stripe event."""
         return parse_stripe_event(headers, body, secret)
+
+    async def resolve_event(self, credentials: Credentials, event: ProviderEvent) -> ProviderEvent:
+        """A dispute names only its PaymentIntent: payorch's session id is on that PaymentIntent's
+        metadata. An event that names its session already, or no payment, is returned as it is;
+        `ProviderError` when Stripe cannot be asked (payorch answers 502 and Stripe sends it again)."""
+        reference = event.payment_reference
+        if event.session_id is not None or reference is None:
+            return event
+        client = self._client(credentials)
+        try:
+            intent = await self._request(lambda: client.v1.payment_intents.retrieve_async(reference))
+        except stripe.InvalidRequestError:  # not a payment of this account: nothing of payorch's
+            return event
+        except stripe.StripeError as error:
+            raise _unavailable("read the disputed payment", error) from error
+        return replace(event, session_id=payorch_session_id(intent.metadata.to_dict()))
 
     # Stripe's side
 
@@ -266,13 +305,12 @@ class StripeProvider:
             "client_reference_id": str(request.session_id),
             "metadata": ids,
             "payment_intent_data": {"metadata": ids},
-            # Stripe requires a success_url; payorch has no result page of its own (docs/providers.md).
-            "success_url": request.success_url
-            or f"{self._public_base_url}/?payorch_session_id={request.session_id}&checkout=succeeded",
+            # Stripe requires a success_url: without the merchant's, payorch's own result page.
+            "success_url": request.success_url or result_page_url(self._public_base_url, request.session_id),
+            "cancel_url": request.failure_url
+            or result_page_url(self._public_base_url, request.session_id, cancelled=True),
             "expires_at": checkout_expiry(request.expires_at, time.time()),
         }
-        if request.failure_url:
-            params["cancel_url"] = request.failure_url
         if request.customer_email:
             params["customer_email"] = request.customer_email
         locale = checkout_locale(request.locale)

@@ -139,13 +139,16 @@ def _refund_outcome(event_id: str, refund: dict[str, Any]) -> ProviderEvent:
 
 
 def _dispute_closed(event_id: str, dispute: dict[str, Any]) -> ProviderEvent:
-    # A dispute names its PaymentIntent by id only: the payorch ids on that PaymentIntent's metadata
-    # are one API call away, which parsing (synchronous) cannot make. So a lost dispute maps to its
-    # session only through the dispute's own metadata (docs/providers.md, "Disputes").
+    # A dispute names its PaymentIntent by id only: the payorch ids are on that PaymentIntent's
+    # metadata, one API call away (`StripeProvider.resolve_event` makes it). Metadata a dispute
+    # carries itself is used as it is.
     if dispute.get("status") != "lost":
         return ProviderEvent(id=event_id, kind=EventKind.IGNORED)
     return ProviderEvent(
-        id=event_id, kind=EventKind.DISPUTE_LOST, session_id=_uuid(_metadata(dispute, "payorch_session_id"))
+        id=event_id,
+        kind=EventKind.DISPUTE_LOST,
+        session_id=_uuid(_metadata(dispute, "payorch_session_id")),
+        payment_reference=_text(dispute.get("payment_intent")),
     )
 
 
@@ -166,6 +169,11 @@ _TRANSLATIONS: Final[Mapping[str, Callable[[str, dict[str, Any]], ProviderEvent]
     "refund.failed": _refund_outcome,
     "charge.dispute.closed": _dispute_closed,
 }
+
+
+def payorch_session_id(metadata: Mapping[str, Any] | None) -> uuid.UUID | None:
+    """payorch's session id in a Stripe object's `metadata`; None when it has none."""
+    return _uuid(metadata.get("payorch_session_id")) if metadata else None
 
 
 def _metadata(found: dict[str, Any], key: str) -> Any:
