@@ -93,6 +93,9 @@ class EventKind(enum.Enum):
     PAYMENT_DECLINED = "payment_declined"
     CHECKOUT_EXPIRED = "checkout_expired"
     DISPUTE_LOST = "dispute_lost"
+    REFUNDS_CHANGED = (
+        "refunds_changed"  # some refunds of `payment_reference` moved on: which, resolve_event finds
+    )
     REFUND_SUCCEEDED = "refund_succeeded"
     REFUND_FAILED = "refund_failed"
     IGNORED = "ignored"  # authentic, but nothing payorch acts on
@@ -167,7 +170,9 @@ class Provider(Protocol):
         """Verify and translate an inbound event; `EventRejected` when it is not authentic."""
         ...
 
-    async def resolve_event(self, credentials: Credentials, event: ProviderEvent) -> ProviderEvent:
-        """`event` with the payorch ids it names only through the provider's objects (looked up
-        with one call); `event` itself when it needs nothing looked up."""
+    async def resolve_event(self, credentials: Credentials, event: ProviderEvent) -> list[ProviderEvent]:
+        """The events `event` stands for, with the payorch ids it names only through the provider's
+        objects (looked up with a call to the provider): `[event]` when nothing needs looking up,
+        several when it reports on several objects (each with an id of its own), none when they
+        are nothing of payorch's."""
         ...

@@ -156,6 +156,7 @@ async def test_linking_checks_the_key_and_registers_a_webhook_endpoint(
     )
     assert sorted(registered.form["enabled_events"]) == [
         "charge.dispute.closed",
+        "charge.refunded",
         "checkout.session.async_payment_failed",
         "checkout.session.async_payment_succeeded",
         "checkout.session.completed",
@@ -492,6 +493,31 @@ async def test_partial_then_full_refund_through_stripe_refunds(
     record = await _record(client, shop, session_id)
     assert record["status"] == "REFUNDED"
     assert {r["status"] for r in record["refunds"]} == {"COMPLETED"}
+    types = [event["type"] for event in await _events(db, session_id)]
+    assert types == ["session.completed", "refund.completed", "refund.completed"]
+
+
+async def test_charge_refunded_completes_the_refunds_stripe_settled_once_however_often_it_comes(
+    client: Client, shop: Shop, fake_stripe: FakeStripe, stripe_sender: httpx.AsyncClient, db: Database
+) -> None:
+    session_id, payment_intent = await _paid(client, shop, fake_stripe, stripe_sender)
+    assert (await _refund(client, shop, session_id, "r1", amount=Decimal("40.00"))).status_code == 201
+    assert (await _refund(client, shop, session_id, "r2", amount=Decimal("60.00"))).status_code == 201
+    first, second = [r.answer["id"] for r in fake_stripe.requests_to("POST", "/v1/refunds")]
+    settled = fake_stripe.settle_refund(first)  # its refund.updated is still on the way
+    (answer,) = await fake_stripe.deliver(fake_stripe.charge_refunded(payment_intent), via=stripe_sender)
+    assert answer.json() == {"received": True, "applied": True}
+    record = await _record(client, shop, session_id)
+    assert sorted(r["status"] for r in record["refunds"]) == ["COMPLETED", "PENDING"]
+    assert fake_stripe.only("GET", "/v1/refunds").query == {"payment_intent": payment_intent, "limit": "100"}
+
+    fake_stripe.settle_refund(second)
+    again = fake_stripe.charge_refunded(payment_intent)
+    for event in (again, again, settled):
+        await fake_stripe.deliver(event, via=stripe_sender)
+    record = await _record(client, shop, session_id)
+    assert record["status"] == "REFUNDED"
+    assert [r["status"] for r in record["refunds"]] == ["COMPLETED", "COMPLETED"]
     types = [event["type"] for event in await _events(db, session_id)]
     assert types == ["session.completed", "refund.completed", "refund.completed"]
 

@@ -303,7 +303,7 @@ async def test_a_lost_dispute_is_resolved_to_its_session_through_the_payment_int
     checkout, reference = await _paid_checkout(provider, fake_stripe)
     intent = fake_stripe.checkout(reference)["payment_intent"]
     event = _parse("charge.dispute.closed", {"id": "dp_1", "status": "lost", "payment_intent": intent})
-    resolved = await provider.resolve_event(KEY, event)
+    (resolved,) = await provider.resolve_event(KEY, event)
     assert (resolved.kind, resolved.session_id) == (EventKind.DISPUTE_LOST, checkout.session_id)
     assert len(fake_stripe.requests_to("GET", f"/v1/payment_intents/{intent}")) == 1
 
@@ -313,9 +313,43 @@ async def test_resolving_leaves_events_that_need_no_lookup_or_name_a_payment_str
 ) -> None:
     tagged = _parse("checkout.session.completed", {"id": "cs_1", "client_reference_id": str(SESSION)})
     unknown = _parse("charge.dispute.closed", {"id": "dp_1", "status": "lost", "payment_intent": "pi_x"})
-    assert await provider.resolve_event(KEY, tagged) == tagged
-    assert await provider.resolve_event(KEY, unknown) == unknown
+    assert await provider.resolve_event(KEY, tagged) == [tagged]
+    assert await provider.resolve_event(KEY, unknown) == [unknown]
     assert [r.path for r in fake_stripe.requests] == ["/v1/payment_intents/pi_x"]
+
+
+async def test_charge_refunded_becomes_the_outcomes_of_the_payments_settled_refunds(
+    provider: StripeProvider, fake_stripe: FakeStripe
+) -> None:
+    checkout, reference = await _paid_checkout(provider, fake_stripe)
+    intent = fake_stripe.checkout(reference)["payment_intent"]
+    settled, failed, pending = (_refund_request(checkout, reference, 100) for _ in range(3))
+    for refund in (settled, failed, pending):
+        await provider.submit_refund(KEY, refund, idempotency_key=str(refund.refund_id))
+    settled_id, failed_id, _ = [r.answer["id"] for r in fake_stripe.requests_to("POST", "/v1/refunds")]
+    fake_stripe.settle_refund(settled_id)
+    fake_stripe.settle_refund(failed_id, "failed", "expired_or_canceled_card")
+    event = _parse("charge.refunded", {"id": "ch_1", "object": "charge", "payment_intent": intent})
+    assert (event.kind, event.payment_reference) == (EventKind.REFUNDS_CHANGED, intent)
+    outcomes = sorted(await provider.resolve_event(KEY, event), key=lambda o: o.kind.value)
+    assert [(o.id, o.kind, o.refund_id, o.session_id, o.reason) for o in outcomes] == [
+        (
+            f"{event.id}/{failed_id}",
+            EventKind.REFUND_FAILED,
+            failed.refund_id,
+            checkout.session_id,
+            "EXPIRED_OR_CANCELED_CARD",
+        ),
+        (
+            f"{event.id}/{settled_id}",
+            EventKind.REFUND_SUCCEEDED,
+            settled.refund_id,
+            checkout.session_id,
+            None,
+        ),
+    ]
+    sent = fake_stripe.only("GET", "/v1/refunds")
+    assert sent.query == {"payment_intent": intent, "limit": "100"}
 
 
 async def test_resolving_fails_as_a_provider_error_while_stripe_fails(

@@ -46,9 +46,12 @@ async def receive_provider_event(provider_name: str, application_id: str) -> dic
     except EventRejected as error:
         raise InvalidInput(f"event rejected: {error}") from None
     try:
-        event = await provider.resolve_event(credentials_of(services().secrets, config), event)
+        resolved = await provider.resolve_event(credentials_of(services().secrets, config), event)
     except ProviderError as error:
         # Not applied: the provider sends the event again, by when it may answer.
         raise ProviderUnavailable(f"could not look the event up with {provider.display_name}") from error
-    applied = await services().actors.ask(app_id, ApplyProviderEvent(provider.name, event))
+    applied = False
+    for each in resolved:
+        if await services().actors.ask(app_id, ApplyProviderEvent(provider.name, each)):
+            applied = True
     return {"received": True, "applied": applied}

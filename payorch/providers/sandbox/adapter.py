@@ -242,9 +242,9 @@ class SandboxProvider:
         except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError and bad UUIDs are ValueErrors
             raise EventRejected(f"not a sandbox event: {exc}") from None
 
-    async def resolve_event(self, credentials: Credentials, event: ProviderEvent) -> ProviderEvent:
+    async def resolve_event(self, credentials: Credentials, event: ProviderEvent) -> list[ProviderEvent]:
         """Sandbox events carry payorch's ids themselves: nothing to look up."""
-        return event
+        return [event]
 
     # The sandbox's own side, for its checkout page
 

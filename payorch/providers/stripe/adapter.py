@@ -35,6 +35,7 @@ from payorch.providers.base import (
     CheckoutRequest,
     Credentials,
     CredentialsRejected,
+    EventKind,
     Limits,
     ProviderError,
     ProviderEvent,
@@ -45,7 +46,12 @@ from payorch.providers.base import (
     result_page_url,
 )
 from payorch.providers.stripe.amounts import PAYMENT_METHODS, stripe_limits, to_stripe_amount
-from payorch.providers.stripe.events import endpoint_params, parse_stripe_event, payorch_session_id
+from payorch.providers.stripe.events import (
+    endpoint_params,
+    parse_stripe_event,
+    payorch_session_id,
+    refund_outcome,
+)
 
 if TYPE_CHECKING:
     from stripe.params import RefundCreateParams
@@ -244,21 +250,37 @@ class StripeProvider:
         event (`events`); `EventRejected` when it is not authentic or not a Stripe event."""
         return parse_stripe_event(headers, body, secret)
 
-    async def resolve_event(self, credentials: Credentials, event: ProviderEvent) -> ProviderEvent:
-        """A dispute names only its PaymentIntent: payorch's session id is on that PaymentIntent's
-        metadata. An event that names its session already, or no payment, is returned as it is;
-        `ProviderError` when Stripe cannot be asked (payorch answers 502 and Stripe sends it again)."""
+    async def resolve_event(self, credentials: Credentials, event: ProviderEvent) -> list[ProviderEvent]:
+        """Events that name only a PaymentIntent, completed from Stripe: a dispute gets payorch's
+        session id from the PaymentIntent's metadata; `charge.refunded` becomes the outcomes of the
+        PaymentIntent's settled refunds. Any other event is returned as it is. `ProviderError` when
+        Stripe cannot be asked (payorch answers 502 and Stripe sends the event again)."""
         reference = event.payment_reference
-        if event.session_id is not None or reference is None:
-            return event
+        if reference is None:
+            return [event]
         client = self._client(credentials)
+        if event.kind is EventKind.REFUNDS_CHANGED:
+            try:
+                refunds = await self._request(
+                    lambda: client.v1.refunds.list_async({"payment_intent": reference, "limit": 100})
+                )
+            except stripe.InvalidRequestError:  # not a payment of this account: nothing of payorch's
+                return []
+            except stripe.StripeError as error:
+                raise _unavailable("list the payment's refunds", error) from error
+            # Each refund's outcome is an event of its own id, so each applies once however often
+            # charge.refunded (or refund.updated) reports it.
+            outcomes = [refund_outcome(f"{event.id}/{r.id}", r.to_dict()) for r in refunds.data]
+            return [o for o in outcomes if o.kind is not EventKind.IGNORED and o.refund_id is not None]
+        if event.session_id is not None:
+            return [event]
         try:
             intent = await self._request(lambda: client.v1.payment_intents.retrieve_async(reference))
         except stripe.InvalidRequestError:  # not a payment of this account: nothing of payorch's
-            return event
+            return [event]
         except stripe.StripeError as error:
             raise _unavailable("read the disputed payment", error) from error
-        return replace(event, session_id=payorch_session_id(intent.metadata.to_dict()))
+        return [replace(event, session_id=payorch_session_id(intent.metadata.to_dict()))]
 
     # Stripe's side
 

@@ -59,6 +59,7 @@ def endpoint_params(url: str) -> WebhookEndpointCreateParams:
             "refund.created",
             "refund.updated",
             "refund.failed",
+            "charge.refunded",
             "charge.dispute.closed",
         ],
         "api_version": EVENTS_API_VERSION,
@@ -120,7 +121,8 @@ def _payment_failed(event_id: str, payment_intent: dict[str, Any]) -> ProviderEv
     )
 
 
-def _refund_outcome(event_id: str, refund: dict[str, Any]) -> ProviderEvent:
+def refund_outcome(event_id: str, refund: dict[str, Any]) -> ProviderEvent:
+    """A refund's state as payorch's event `event_id`: its outcome once Stripe settled it."""
     status = refund.get("status")
     if status == "succeeded":
         kind, reason = EventKind.REFUND_SUCCEEDED, None
@@ -135,6 +137,14 @@ def _refund_outcome(event_id: str, refund: dict[str, Any]) -> ProviderEvent:
         session_id=_uuid(_metadata(refund, "payorch_session_id")),
         refund_id=_uuid(_metadata(refund, "payorch_refund_id")),
         reason=reason,
+    )
+
+
+def _charge_refunded(event_id: str, charge: dict[str, Any]) -> ProviderEvent:
+    # A charge has not listed its refunds since API version 2022-11-15: the refunds of its
+    # PaymentIntent are one API call away (`StripeProvider.resolve_event` makes it).
+    return ProviderEvent(
+        id=event_id, kind=EventKind.REFUNDS_CHANGED, payment_reference=_text(charge.get("payment_intent"))
     )
 
 
@@ -164,9 +174,10 @@ _TRANSLATIONS: Final[Mapping[str, Callable[[str, dict[str, Any]], ProviderEvent]
         event_id, EventKind.CHECKOUT_EXPIRED, checkout
     ),
     "payment_intent.payment_failed": _payment_failed,
-    "refund.created": _refund_outcome,
-    "refund.updated": _refund_outcome,
-    "refund.failed": _refund_outcome,
+    "refund.created": refund_outcome,
+    "refund.updated": refund_outcome,
+    "refund.failed": refund_outcome,
+    "charge.refunded": _charge_refunded,
     "charge.dispute.closed": _dispute_closed,
 }
 
