@@ -21,7 +21,7 @@ from payorch.engine.actors import ApplicationActor, Reply
 from payorch.engine.checkout import PaymentsContext, apply_session_event, credentials_of
 from payorch.engine.session_states import SessionEvent, SessionStatus
 from payorch.engine.timefmt import utcnow
-from payorch.providers.base import CheckoutClosed, Credentials, ProviderError
+from payorch.providers.base import CheckoutClosed, Credentials, CredentialsRejected, ProviderError
 from payorch.storage import provider_configs, sessions
 from payorch.storage.database import Connection
 
@@ -67,7 +67,7 @@ class ExpireSession:
             try:
                 with trio.fail_after(context.settings.engine.provider_timeout_s):
                     closed = await provider.close_checkout(closing.credentials, closing.reference)
-            except (ProviderError, trio.TooSlowError) as error:
+            except (ProviderError, CredentialsRejected, trio.TooSlowError) as error:
                 elapsed = trio.current_time() - started
                 context.health.record_failure(closing.provider, elapsed, trio.current_time())
                 failure = "timeout" if isinstance(error, trio.TooSlowError) else "error"
@@ -81,7 +81,7 @@ class ExpireSession:
         async def then(result: outcome.Outcome[CheckoutClosed]) -> None:
             try:
                 closed = result.unwrap()
-            except (ProviderError, trio.TooSlowError) as error:
+            except (ProviderError, CredentialsRejected, trio.TooSlowError) as error:
                 log.warning(
                     "could not close the checkout at the provider; the session expires all the same, "
                     "and a payment the provider reports later still succeeds it",
