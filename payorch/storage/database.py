@@ -54,6 +54,21 @@ class Database:
         result: T = await trio_asyncio.aio_as_trio(on_connection)()
         return result
 
+    async def snapshot(self, unit: Unit[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run `unit(conn, ...)` in a read-only REPEATABLE READ transaction: every statement sees the
+        database as of the first, so a record read in parts (a session and its refunds) is never
+        half before and half after a commit."""
+
+        async def in_snapshot() -> T:
+            async with (
+                self._pool.acquire() as conn,
+                conn.transaction(isolation="repeatable_read", readonly=True),
+            ):
+                return await unit(conn, *args, **kwargs)
+
+        result: T = await trio_asyncio.aio_as_trio(in_snapshot)()
+        return result
+
     async def ping(self) -> bool:
         """Whether the database answers a trivial query within two seconds."""
         with trio.move_on_after(2):

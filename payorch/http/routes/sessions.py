@@ -19,7 +19,7 @@ from payorch.engine.checkout import Answer, CreateSession, SessionDraft
 from payorch.engine.errors import FieldProblem, InvalidInput, NotFound, NotPermitted
 from payorch.engine.idempotency import MAX_KEY_LENGTH, request_fingerprint
 from payorch.engine.money import Money, TooManyDecimals, UnknownCurrency
-from payorch.engine.pagination import envelope
+from payorch.engine.pagination import PageRequest, envelope
 from payorch.engine.records import session_record
 from payorch.engine.refunding import session_record_with_refunds
 from payorch.engine.refunds import refund_record
@@ -31,6 +31,7 @@ from payorch.http.requestlog import note_application
 from payorch.storage import refunds as refund_store
 from payorch.storage import sessions as store
 from payorch.storage.applications import Application
+from payorch.storage.database import Connection
 
 blueprint = Blueprint("sessions", __name__, url_prefix="/api/v1")
 tag_blueprint(blueprint, ["Sessions"])
@@ -141,7 +142,7 @@ async def get_session(session_id: str, principal: Principal) -> dict[str, Any]:
     if found is None or not await may_read(principal, found.application_id):
         raise NotFound("session not found")
     note_application(found.application_id)
-    record = await services().db.read(session_record_with_refunds, found.id)
+    record = await services().db.snapshot(session_record_with_refunds, found.id)
     assert record is not None
     return record
 
@@ -166,7 +167,14 @@ async def list_sessions(application_id: str, query_args: PageQuery, principal: P
     """The application's checkout sessions, each with its refunds where it can have any."""
     application = await application_for(principal, application_id)
     page = query_args.page_request
-    found, total = await services().db.read(store.list_sessions, application.id, page)
-    refunds = await services().db.read(refund_store.refunds_of_sessions, [item.id for item in found])
-    items = [session_record(item, [refund_record(refund) for refund in refunds[item.id]]) for item in found]
+    items, total = await services().db.snapshot(_session_page, application.id, page)
     return envelope(items, page, total)
+
+
+async def _session_page(
+    conn: Connection, application_id: uuid.UUID, page: PageRequest
+) -> tuple[list[dict[str, Any]], int]:
+    """A page of session records with their refunds, read from one snapshot."""
+    found, total = await store.list_sessions(conn, application_id, page)
+    refunds = await refund_store.refunds_of_sessions(conn, [item.id for item in found])
+    return [session_record(item, [refund_record(r) for r in refunds[item.id]]) for item in found], total
