@@ -30,6 +30,7 @@ CONFIG_ENV_VAR = "PAYORCH_CONFIG"
 
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
 
 
 class ConfigError(Exception):
@@ -46,6 +47,7 @@ class ServerSettings(_Section):
     max_body_bytes: PositiveInt = 1_048_576
     graceful_timeout_s: PositiveFloat = 10.0
     state_dir: Path = Path("var")
+    trusted_proxy_hops: NonNegativeInt = 0
 
     @field_validator("bind")
     @classmethod

@@ -20,6 +20,7 @@ from functools import partial
 import trio
 import trio_asyncio
 from hypercorn.config import Config as HypercornConfig
+from hypercorn.middleware import ProxyFixMiddleware
 from hypercorn.trio import serve as hypercorn_serve
 from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
 
@@ -84,6 +85,16 @@ def _finish_responses_uncancelled(app: ASGIFramework) -> ASGIFramework:
     return asgi
 
 
+def client_address_from_proxies(app: ASGIFramework, trusted_hops: int) -> ASGIFramework:
+    """`app`, seeing the client's address (and scheme and host) as the `trusted_hops` proxies in
+    front of it forwarded them in `X-Forwarded-*`; `app` itself when no proxy is trusted, so a
+    forged header changes nothing. Only the rightmost `trusted_hops` entries count: what a client
+    puts in front of them itself is ignored."""
+    if trusted_hops == 0:
+        return app
+    return ProxyFixMiddleware(app, mode="legacy", trusted_hops=trusted_hops)
+
+
 async def run(
     settings: Settings,
     *,
@@ -103,7 +114,9 @@ async def run(
                 addresses: list[str] = await nursery.start(
                     partial(
                         hypercorn_serve,
-                        _finish_responses_uncancelled(runtime.app),
+                        client_address_from_proxies(
+                            _finish_responses_uncancelled(runtime.app), settings.server.trusted_proxy_hops
+                        ),
                         _hypercorn_config(settings),
                         shutdown_trigger=shutdown.wait,
                     )

@@ -55,6 +55,7 @@ async def _finish(response: Response) -> Response:
             "path": request.path,
             "status": response.status_code,
             "durationMs": round(seconds * 1000, 3) if started else None,
+            "remoteAddr": request.remote_addr,
             "requestId": g.get("request_id"),
             "applicationId": g.get("application_id"),
         },

@@ -184,6 +184,7 @@ async def test_json_formatter_renders_an_access_line_as_one_json_object(
     assert rendered["status"] == 200
     assert rendered["requestId"] == response.headers["X-Request-Id"]
     assert isinstance(rendered["durationMs"], float | int)
+    assert rendered["remoteAddr"] == "<local>"  # what the test client reports as its address
 
 
 def test_json_formatter_keeps_a_traceback_on_the_same_line() -> None:
