@@ -7,8 +7,8 @@ address its host resolves to is public. `webhooks.allow_private_networks` lifts 
 tests and local development.
 
 The URL is parsed with httpx, the client that delivers, so the host checked is the host connected to.
-A check is a snapshot: DNS may answer differently at delivery time, so the sender should check again
-(or connect only to the addresses returned by `resolve_public_addresses`).
+A check is a snapshot: DNS may answer differently at delivery time, so the webhook client checks
+again inside each connection and connects only to the addresses it checked (`guarded_transport`).
 """
 
 from __future__ import annotations

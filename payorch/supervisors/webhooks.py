@@ -14,6 +14,7 @@ import contextlib
 import logging
 import ssl
 import time
+from functools import partial
 
 import httpx
 import trio
@@ -23,7 +24,8 @@ from payorch.config import Settings
 from payorch.engine.secretbox import SecretBox
 from payorch.engine.webhook_signing import webhook_headers
 from payorch.http.context import Services
-from payorch.http.ssrf import UnsafeWebhookUrl, resolve_public_addresses, webhook_host_and_port
+from payorch.http.guarded_transport import GuardedTransport
+from payorch.http.ssrf import UnsafeWebhookUrl, check_url_shape, resolve_public_addresses
 from payorch.jsonexact import dumps_exact
 from payorch.storage import webhooks
 from payorch.storage.database import Connection
@@ -39,17 +41,21 @@ DELIVERED, FAILED, PENDING = "DELIVERED", "FAILED", "PENDING"
 
 
 def webhook_client(settings: Settings) -> httpx.AsyncClient:
-    """The one HTTP client for webhooks: TLS verified against the system CAs plus
-    `webhooks.ca_bundle`, `webhooks.timeout_s` per request, no redirects followed."""
+    """The one HTTP client for webhooks: every connection to an address the SSRF guard allowed
+    (`GuardedTransport`), TLS verified against the system CAs plus `webhooks.ca_bundle`,
+    `webhooks.timeout_s` per request, no redirects followed."""
     context = ssl.create_default_context()
     if settings.webhooks.ca_bundle:
         context.load_verify_locations(cafile=str(settings.webhooks.ca_bundle))
-    return httpx.AsyncClient(
-        verify=context,
-        timeout=settings.webhooks.timeout_s,
-        follow_redirects=False,
-        limits=httpx.Limits(max_connections=CONCURRENCY * 2),
+    resolve = partial(
+        resolve_public_addresses,
+        allow_private_networks=settings.webhooks.allow_private_networks,
+        timeout_s=settings.webhooks.timeout_s,
     )
+    transport = GuardedTransport(
+        ssl_context=context, limits=httpx.Limits(max_connections=CONCURRENCY * 2), resolve=resolve
+    )
+    return httpx.AsyncClient(transport=transport, timeout=settings.webhooks.timeout_s, follow_redirects=False)
 
 
 def retry_wait_s(schedule: list[float], attempts_made: int, retry_after_s: float | None) -> float | None:
@@ -78,13 +84,11 @@ async def send_signed(
     body: bytes,
 ) -> tuple[httpx.Response | None, str | None, int]:
     """POST `body` signed with `secrets` to `url`: (response or None, error or None, latency ms).
-    The URL's host is resolved and checked again before sending (DNS may have changed)."""
+    The URL's shape is checked again here, its host's addresses when `client` connects (DNS may
+    have changed since the configuration was saved; see `webhook_client`)."""
     started = time.monotonic()
     try:
-        host, port = webhook_host_and_port(url)
-        await resolve_public_addresses(
-            host, port, allow_private_networks=settings.webhooks.allow_private_networks
-        )
+        check_url_shape(url)
         headers = webhook_headers(secrets, message_id, int(time.time()), body, fingerprint)
         with trio.fail_after(settings.webhooks.timeout_s + 1):
             response = await client.post(url, content=body, headers=headers)
