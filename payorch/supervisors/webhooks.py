@@ -43,7 +43,8 @@ DELIVERED, FAILED, PENDING = "DELIVERED", "FAILED", "PENDING"
 def webhook_client(settings: Settings) -> httpx.AsyncClient:
     """The one HTTP client for webhooks: every connection to an address the SSRF guard allowed
     (`GuardedTransport`), TLS verified against the system CAs plus `webhooks.ca_bundle`,
-    `webhooks.timeout_s` per request, no redirects followed."""
+    `webhooks.timeout_s` per request, no redirects followed, nothing taken from the environment
+    (proxies, .netrc credentials)."""
     context = ssl.create_default_context()
     if settings.webhooks.ca_bundle:
         context.load_verify_locations(cafile=str(settings.webhooks.ca_bundle))
@@ -55,7 +56,9 @@ def webhook_client(settings: Settings) -> httpx.AsyncClient:
     transport = GuardedTransport(
         ssl_context=context, limits=httpx.Limits(max_connections=CONCURRENCY * 2), resolve=resolve
     )
-    return httpx.AsyncClient(transport=transport, timeout=settings.webhooks.timeout_s, follow_redirects=False)
+    return httpx.AsyncClient(
+        transport=transport, timeout=settings.webhooks.timeout_s, follow_redirects=False, trust_env=False
+    )
 
 
 def retry_wait_s(schedule: list[float], attempts_made: int, retry_after_s: float | None) -> float | None:

@@ -82,3 +82,13 @@ async def test_a_host_whose_certificate_does_not_match_fails_tls_wherever_it_res
         with pytest.raises(httpx.ConnectError):
             await client.post(impostor, content=BODY)
     assert webhook_receiver.requests == []
+
+
+async def test_a_proxy_in_the_environment_is_not_used_for_deliveries(
+    settings: Settings, webhook_receiver: WebhookReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("ALL_PROXY", "http://127.0.0.1:9")
+    allowed = _with_receivers_ca(settings, webhook_receiver, allow_private=True)
+    async with webhook_client(allowed) as client:
+        assert (await client.post(webhook_receiver.url, content=BODY)).status_code == 200
