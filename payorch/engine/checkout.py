@@ -1,11 +1,12 @@
-"""Checkout commands, run by an application's actor: create a session, apply a provider's event,
-expire a session. Each state change commits with the event it emits (transactional outbox)."""
+"""Checkout commands, run by an application's actor: create a session, apply a session event.
+Each state change commits with the event it emits (transactional outbox)."""
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -33,7 +34,9 @@ from payorch.providers.base import (
     CheckoutCreated,
     CheckoutRequest,
     Credentials,
+    CredentialsRejected,
     ProviderError,
+    RefundRefused,
 )
 from payorch.providers.catalogue import ProviderCatalogue
 from payorch.storage import idempotency, outbox, provider_configs, sessions
@@ -57,6 +60,28 @@ class PaymentsContext:
     providers: ProviderCatalogue
     health: ProviderHealth
     metrics: Metrics
+
+    @contextmanager
+    def provider_call(self, provider: str, operation: str, timeout_s: float) -> Iterator[None]:
+        """One call to `provider`, cut off after `timeout_s` (`trio.TooSlowError`), counted in the
+        metrics and in routing health by how it ended. A refused refund is an answer, not a
+        failure: counted as `refused`, health untouched."""
+        started = trio.current_time()
+        try:
+            with trio.fail_after(timeout_s):
+                yield
+        except RefundRefused:
+            self.metrics.provider_call(provider, operation, "refused", trio.current_time() - started)
+            raise
+        except (ProviderError, CredentialsRejected, trio.TooSlowError) as error:
+            elapsed = trio.current_time() - started
+            self.health.record_failure(provider, elapsed, trio.current_time())
+            failure = "timeout" if isinstance(error, trio.TooSlowError) else "error"
+            self.metrics.provider_call(provider, operation, failure, elapsed)
+            raise
+        elapsed = trio.current_time() - started
+        self.health.record_success(provider, elapsed, trio.current_time())
+        self.metrics.provider_call(provider, operation, "ok", elapsed)
 
 
 @dataclass(frozen=True)
@@ -269,25 +294,19 @@ async def _create_with_cascade(
     for name, score in ranked:
         provider = context.providers.get(name)
         assert provider is not None
-        started = trio.current_time()
         try:
-            with trio.fail_after(context.settings.engine.provider_timeout_s):
+            with context.provider_call(name, "create_checkout", context.settings.engine.provider_timeout_s):
                 created = await provider.create_checkout(
                     credentials_of(context.secrets, configs[name]),
                     request,
                     idempotency_key=f"payorch-session-{request.session_id}",
                 )
         except (ProviderError, trio.TooSlowError) as error:
-            context.health.record_failure(name, trio.current_time() - started, trio.current_time())
-            failure = "timeout" if isinstance(error, trio.TooSlowError) else "error"
-            context.metrics.provider_call(name, "create_checkout", failure, trio.current_time() - started)
             log.warning(
                 "provider failed to create a checkout; trying the next",
                 extra={"provider": name, "sessionId": str(request.session_id), "error": repr(error)},
             )
             continue
-        context.health.record_success(name, trio.current_time() - started, trio.current_time())
-        context.metrics.provider_call(name, "create_checkout", "ok", trio.current_time() - started)
         return _Routed(provider=name, score=score, created=created)
     raise ProviderUnavailable("every eligible provider failed to create the checkout: retry later")
 

@@ -63,20 +63,9 @@ class ExpireSession:
         async def close() -> CheckoutClosed:
             provider = context.providers.get(closing.provider)
             assert provider is not None  # `_due` found it in the catalogue
-            started = trio.current_time()
-            try:
-                with trio.fail_after(context.settings.engine.provider_timeout_s):
-                    closed = await provider.close_checkout(closing.credentials, closing.reference)
-            except (ProviderError, CredentialsRejected, trio.TooSlowError) as error:
-                elapsed = trio.current_time() - started
-                context.health.record_failure(closing.provider, elapsed, trio.current_time())
-                failure = "timeout" if isinstance(error, trio.TooSlowError) else "error"
-                context.metrics.provider_call(closing.provider, "close_checkout", failure, elapsed)
-                raise
-            elapsed = trio.current_time() - started
-            context.health.record_success(closing.provider, elapsed, trio.current_time())
-            context.metrics.provider_call(closing.provider, "close_checkout", "ok", elapsed)
-            return closed
+            timeout_s = context.settings.engine.provider_timeout_s
+            with context.provider_call(closing.provider, "close_checkout", timeout_s):
+                return await provider.close_checkout(closing.credentials, closing.reference)
 
         async def then(result: outcome.Outcome[CheckoutClosed]) -> None:
             try:

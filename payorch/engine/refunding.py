@@ -145,31 +145,21 @@ async def _submit(
     provider = context.providers.get(submission.config.provider)
     if provider is None:
         return None
-    started = trio.current_time()
     try:
-        with trio.fail_after(timeout_s):
-            submitted = await provider.submit_refund(
+        with context.provider_call(provider.name, "submit_refund", timeout_s):
+            return await provider.submit_refund(
                 credentials_of(context.secrets, submission.config),
                 submission.request,
                 idempotency_key=provider_refund_key(submission.refund.id),
             )
     except RefundRefused:
-        context.metrics.provider_call(
-            provider.name, "submit_refund", "refused", trio.current_time() - started
-        )
         raise
     except (ProviderError, trio.TooSlowError) as error:
-        context.health.record_failure(provider.name, trio.current_time() - started, trio.current_time())
-        failure = "timeout" if isinstance(error, trio.TooSlowError) else "error"
-        context.metrics.provider_call(provider.name, "submit_refund", failure, trio.current_time() - started)
         log.warning(
             "provider did not acknowledge the refund; it will be submitted again",
             extra={"refundId": str(submission.refund.id), "provider": provider.name, "error": repr(error)},
         )
         return None
-    context.health.record_success(provider.name, trio.current_time() - started, trio.current_time())
-    context.metrics.provider_call(provider.name, "submit_refund", "ok", trio.current_time() - started)
-    return submitted
 
 
 async def _fail_refund(
