@@ -376,13 +376,16 @@ async def _record_attempt(
     return True
 
 
-async def session_record_with_refunds(conn: Connection, session_id: uuid.UUID) -> dict[str, Any] | None:
-    """The session read record with its refunds, or None."""
+async def session_with_record(
+    conn: Connection, session_id: uuid.UUID
+) -> tuple[sessions.CheckoutSession, dict[str, Any]] | None:
+    """The session and its read record with its refunds; None when there is no such session.
+    Read it in a snapshot (`Database.snapshot`) so the two reads agree."""
     session = await sessions.get_session(conn, session_id)
     if session is None:
         return None
     found = await refunds.refunds_of_session(conn, session_id) if session.status in WITH_REFUNDS else []
-    return session_record(session, [refund_record(refund) for refund in found])
+    return session, session_record(session, [refund_record(refund) for refund in found])
 
 
 __all__ = [
@@ -392,5 +395,5 @@ __all__ = [
     "SubmitRefund",
     "apply_refund_outcome",
     "refund_scope",
-    "session_record_with_refunds",
+    "session_with_record",
 ]

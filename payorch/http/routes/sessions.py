@@ -21,7 +21,7 @@ from payorch.engine.idempotency import MAX_KEY_LENGTH, request_fingerprint
 from payorch.engine.money import Money, TooManyDecimals, UnknownCurrency
 from payorch.engine.pagination import PageRequest, envelope
 from payorch.engine.records import session_record
-from payorch.engine.refunding import session_record_with_refunds
+from payorch.engine.refunding import session_with_record
 from payorch.engine.refunds import refund_record
 from payorch.http import openapi_models as api
 from payorch.http.auth import Accept, Principal, application_for, authenticated, parse_id
@@ -138,12 +138,11 @@ async def create_session(data: SessionCreateRequest, principal: Principal) -> tu
 @authenticated(Accept.JWT_OR_API_KEY)
 async def get_session(session_id: str, principal: Principal) -> dict[str, Any]:
     """A session's read record. Another merchant's session is 404, as if it did not exist."""
-    found = await services().db.read(store.get_session, parse_id(session_id, "session"))
-    if found is None or not await may_read(principal, found.application_id):
+    found = await services().db.snapshot(session_with_record, parse_id(session_id, "session"))
+    if found is None or not await may_read(principal, found[0].application_id):
         raise NotFound("session not found")
-    note_application(found.application_id)
-    record = await services().db.snapshot(session_record_with_refunds, found.id)
-    assert record is not None
+    session, record = found
+    note_application(session.application_id)
     return record
 
 
