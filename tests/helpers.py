@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -13,7 +14,7 @@ from quart.typing import TestClientProtocol as Client
 from payorch.config import Settings
 from payorch.invites import issue_invite
 from payorch.jsonexact import dumps_exact
-from payorch.storage.database import Database
+from payorch.storage.database import Connection, Database
 
 T = TypeVar("T")
 
@@ -161,3 +162,15 @@ async def eventually(check: Callable[[], Awaitable[T | None]], timeout_s: float 
             if result is not None and result is not False:
                 return result
             await trio.sleep(0.05)
+
+
+async def expire_now(db: Database, session_id: str) -> None:
+    """Move the session's expiry into the past: the expiry supervisor takes it within half a second."""
+
+    async def backdate(conn: Connection) -> None:
+        await conn.execute(
+            "UPDATE checkout_sessions SET expires_at = now() - interval '1 second' WHERE id = $1",
+            uuid.UUID(session_id),
+        )
+
+    await db.transaction(backdate)

@@ -10,8 +10,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from payorch.config import Settings
-from payorch.storage.database import Connection, Database
-from tests.helpers import Client, Shop, create_session, eventually, new_shop, session_body
+from payorch.storage.database import Database
+from tests.helpers import Client, Shop, create_session, eventually, expire_now, new_shop, session_body
 
 
 @pytest.fixture
@@ -80,13 +80,7 @@ async def test_a_paid_session_shows_payment_received_even_when_the_customer_had_
 async def test_an_expired_session_says_nothing_was_taken(client: Client, shop: Shop, db: Database) -> None:
     created = await _session(client, shop)
 
-    async def backdate(conn: Connection) -> None:
-        await conn.execute(
-            "UPDATE checkout_sessions SET expires_at = now() - interval '1 second' WHERE id = $1",
-            uuid.UUID(created["sessionId"]),
-        )
-
-    await db.transaction(backdate)
+    await expire_now(db, created["sessionId"])
 
     async def expired() -> bool:
         return await _status(client, shop, created["sessionId"]) == "FAILED"

@@ -26,6 +26,7 @@ from tests.helpers import (
     Shop,
     create_session,
     eventually,
+    expire_now,
     link_sandbox,
     new_api_key,
     new_application,
@@ -386,18 +387,6 @@ async def test_a_lost_dispute_stripe_cannot_be_asked_about_is_502_and_applies_wh
 # --- Expiry --------------------------------------------------------------------------------------------
 
 
-async def _expire_now(db: Database, session_id: str) -> None:
-    """Move the session's expiry into the past: the expiry supervisor takes it within half a second."""
-
-    async def backdate(conn: Connection) -> None:
-        await conn.execute(
-            "UPDATE checkout_sessions SET expires_at = now() - interval '1 second' WHERE id = $1",
-            uuid.UUID(session_id),
-        )
-
-    await db.transaction(backdate)
-
-
 async def _settled(client: Client, shop: Shop, session_id: str) -> dict[str, Any]:
     async def done() -> dict[str, Any] | None:
         record = await _record(client, shop, session_id)
@@ -411,7 +400,7 @@ async def test_payorch_expiring_a_session_expires_its_stripe_checkout_so_nobody_
 ) -> None:
     created = await _created(client, shop)
     checkout_id = _checkout_id(fake_stripe, created["sessionId"])
-    await _expire_now(db, created["sessionId"])
+    await expire_now(db, created["sessionId"])
     record = await _settled(client, shop, created["sessionId"])
     assert (record["status"], record["failureReason"]) == ("FAILED", "EXPIRED")
     sent = fake_stripe.only("POST", f"/v1/checkout/sessions/{checkout_id}/expire")
@@ -429,7 +418,7 @@ async def test_a_checkout_paid_just_before_expiry_succeeds_the_session_instead(
     created = await _created(client, shop)
     checkout_id = _checkout_id(fake_stripe, created["sessionId"])
     paid = fake_stripe.pay(checkout_id)  # its event is still on the way when payorch's expiry comes
-    await _expire_now(db, created["sessionId"])
+    await expire_now(db, created["sessionId"])
     record = await _settled(client, shop, created["sessionId"])
     assert (record["status"], record["failureReason"]) == ("SUCCEEDED", None)
     (answer,) = await fake_stripe.deliver(paid, via=stripe_sender)
@@ -443,7 +432,7 @@ async def test_a_session_expires_while_stripe_is_down_and_a_late_payment_still_s
     created = await _created(client, shop)
     checkout_id = _checkout_id(fake_stripe, created["sessionId"])
     fake_stripe.fail_next("POST", f"/v1/checkout/sessions/{checkout_id}/expire", 500, 500, 500)
-    await _expire_now(db, created["sessionId"])
+    await expire_now(db, created["sessionId"])
     record = await _settled(client, shop, created["sessionId"])
     assert (record["status"], record["failureReason"]) == ("FAILED", "EXPIRED")
     # Stripe's page stayed open, and the customer paid: the money is accounted for, and refundable.
