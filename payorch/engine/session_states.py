@@ -41,8 +41,8 @@ class SessionEvent(enum.StrEnum):
 
 
 REFUNDABLE = frozenset({SessionStatus.SUCCEEDED, SessionStatus.PARTIALLY_REFUNDED})
-# The states whose read record lists its refunds; `refunds` is null in the others.
-WITH_REFUNDS = frozenset(
+# The states a session reaches only once it was paid.
+PAID = frozenset(
     {
         SessionStatus.SUCCEEDED,
         SessionStatus.PARTIALLY_REFUNDED,
@@ -50,6 +50,8 @@ WITH_REFUNDS = frozenset(
         SessionStatus.REVERSED,
     }
 )
+# The states whose read record lists its refunds (the paid ones); `refunds` is null in the others.
+WITH_REFUNDS = PAID
 
 EXPIRED_REASON = "EXPIRED"
 

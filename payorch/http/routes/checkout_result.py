@@ -16,7 +16,7 @@ from html import escape
 
 from quart import Blueprint, Response, request
 
-from payorch.engine.session_states import SessionStatus
+from payorch.engine.session_states import PAID, SessionStatus
 from payorch.http.context import services
 from payorch.http.html import formatted_amount, html_page
 from payorch.storage import sessions
@@ -24,14 +24,6 @@ from payorch.storage import sessions
 blueprint = Blueprint("checkout_result", __name__, url_prefix="/checkout")
 
 REFRESH_S = 3
-_PAID = frozenset(
-    {
-        SessionStatus.SUCCEEDED,
-        SessionStatus.PARTIALLY_REFUNDED,
-        SessionStatus.REFUNDED,
-        SessionStatus.REVERSED,
-    }
-)
 
 
 @blueprint.get("/<session_id>/result")
@@ -45,7 +37,7 @@ async def show_result(session_id: str) -> Response:
         return html_page("No such payment", "<p>There is no payment here.</p>", 404)
     amount = f"<p>Amount: <strong>{escape(formatted_amount(found.amount_minor, found.currency))}</strong></p>"
     status = SessionStatus(found.status)
-    if status in _PAID:
+    if status in PAID:
         return html_page("Payment received", f"{amount}<p>Thank you. You can close this page.</p>", 200)
     if status is SessionStatus.FAILED:
         return html_page(
