@@ -62,6 +62,19 @@ class ApplyProviderEvent:
         session = await sessions.get_session(conn, event.session_id)
         if session is None or session.provider_name != self.provider:
             return False
+        if event.checkout_reference is not None and event.checkout_reference != session.provider_reference:
+            # Authentic, but about another checkout than the one this session was routed to: a
+            # payment of checkout A must never complete session B.
+            log.warning(
+                "provider event names another checkout than its session's; not applied",
+                extra={
+                    "applicationId": str(application_id),
+                    "sessionId": str(session.id),
+                    "eventId": event.id,
+                    "checkoutReference": event.checkout_reference,
+                },
+            )
+            return False
         if session_event is SessionEvent.PAYMENT_DECLINED:
             log.info(
                 "payment declined; the session stays open for another try",

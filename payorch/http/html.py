@@ -1,5 +1,7 @@
 """Plain HTML pages for customers' browsers (the sandbox's checkout, payorch's payment result):
-inline style only, no script, no outside asset, never cached, and a policy that lets nothing else in."""
+inline style only, no script, no outside asset, never cached, a policy that lets nothing else in,
+and never inside another site's frame (a page that takes payment framed by another site could be
+overlaid to trick the customer into paying: clickjacking)."""
 
 from __future__ import annotations
 
@@ -37,7 +39,12 @@ def html_page(
     )
     response = Response(page, status=status, content_type="text/html; charset=utf-8")
     response.headers["Cache-Control"] = "no-store"
-    response.headers["Content-Security-Policy"] = "default-src 'none'; style-src 'unsafe-inline'"
+    response.headers["Content-Security-Policy"] = (
+        "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'"
+    )
+    response.headers["X-Frame-Options"] = "DENY"  # for browsers that predate frame-ancestors
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "no-referrer"
     return response
 
 

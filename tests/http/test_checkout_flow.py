@@ -15,7 +15,7 @@ import trio
 from payorch.config import SessionSettings, Settings
 from payorch.providers.sandbox.signing import SIGNATURE_HEADER, signature_header
 from payorch.runtime import open_runtime
-from payorch.storage import outbox, provider_configs
+from payorch.storage import outbox, provider_configs, sessions
 from payorch.storage.database import Connection, Database
 from tests.helpers import Client, Shop, create_session, new_shop, session_body
 
@@ -141,11 +141,20 @@ async def test_session_that_expired_while_the_service_was_down_expires_after_res
 
 
 async def _signed_event(
-    db: Database, settings: Settings, shop: Shop, session_id: str, event_id: str
+    db: Database,
+    settings: Settings,
+    shop: Shop,
+    session_id: str,
+    event_id: str,
+    checkout_id: str | None = None,
 ) -> tuple[bytes, str]:
-    """A sandbox event as the sandbox sends it, signed with this application's endpoint secret."""
+    """A `checkout.paid` as the sandbox sends it for the session's checkout (or `checkout_id`),
+    signed with this application's endpoint secret."""
     from payorch.engine.secretbox import SecretBox
 
+    if checkout_id is None:
+        found = await db.read(sessions.get_session, uuid.UUID(session_id))
+        checkout_id = found.provider_reference if found is not None else "cs_sbx_unknown"
     config = await db.read(provider_configs.get_provider_config, uuid.UUID(shop.application_id), "sandbox")
     assert config is not None and config.webhook_secret is not None
     secret = SecretBox(settings.security.encryption_key).open(config.webhook_secret)
@@ -154,7 +163,7 @@ async def _signed_event(
             "id": event_id,
             "type": "checkout.paid",
             "created": int(time.time()),
-            "data": {"checkout_id": "cs_sbx_test", "client_reference": session_id},
+            "data": {"checkout_id": checkout_id, "client_reference": session_id},
         }
     ).encode()
     return body, signature_header(secret, body, int(time.time()))
@@ -180,6 +189,34 @@ async def test_event_with_a_bad_signature_is_400_and_changes_nothing(
     assert response.status_code == 400
     assert (await _record(client, shop, created["sessionId"]))["status"] == "PENDING"
     assert await _events_seen(db) == 0
+
+
+@pytest.mark.parametrize("header", [f"t={'9' * 400},v1=00", "t=\u00b2,v1=00", "v1", "t=1,t=2"])
+async def test_event_with_a_signature_header_that_does_not_parse_is_400_and_changes_nothing(
+    client: Client, shop: Shop, db: Database, settings: Settings, header: str
+) -> None:
+    created = await _created(client, shop)
+    signed = await _signed_event(db, settings, shop, created["sessionId"], "evt_sbx_garbled")
+    response = await _deliver(client, shop, signed, signature=header)
+    assert response.status_code == 400
+    assert (await response.get_json())["code"] == 400
+    assert (await _record(client, shop, created["sessionId"]))["status"] == "PENDING"
+
+
+async def test_event_naming_another_checkout_than_the_sessions_changes_nothing(
+    client: Client, shop: Shop, db: Database, settings: Settings
+) -> None:
+    created = await _created(client, shop)
+    other = await _created(client, shop, key="k2")
+    other_checkout = urlsplit(other["checkoutUrl"]).path.rsplit("/", 1)[1]
+    signed = await _signed_event(
+        db, settings, shop, created["sessionId"], "evt_sbx_crossed", checkout_id=other_checkout
+    )
+    response = await _deliver(client, shop, signed)
+    assert response.status_code == 200
+    assert (await response.get_json())["applied"] is False
+    assert (await _record(client, shop, created["sessionId"]))["status"] == "PENDING"
+    assert (await _record(client, shop, other["sessionId"]))["status"] == "PENDING"
 
 
 async def test_same_provider_event_delivered_twice_is_applied_once(

@@ -47,7 +47,9 @@ async def test_a_session_awaiting_confirmation_shows_its_amount_and_refreshes_it
     assert "1,234.50 PLN" in page
     assert '<meta http-equiv="refresh" content="3">' in page
     assert headers["Cache-Control"] == "no-store"
-    assert headers["Content-Security-Policy"] == "default-src 'none'; style-src 'unsafe-inline'"
+    assert headers["Content-Security-Policy"] == (
+        "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'"
+    )
     # The order and the customer stay between the merchant and payorch.
     for private in ("order-1001", "buyer@example.com", "Kowalski", shop.application_id):
         assert private not in page
@@ -95,3 +97,10 @@ async def test_an_unknown_session_is_a_404_page(client: Client, session_id: str)
     status, page, _ = await _page(client, session_id)
     assert status == 404
     assert "<h1>No such payment</h1>" in page
+
+
+async def test_the_result_page_cannot_be_framed_by_another_site(client: Client, shop: Shop) -> None:
+    created = await _session(client, shop)
+    _, _, headers = await _page(client, created["sessionId"])
+    assert "frame-ancestors 'none'" in headers["Content-Security-Policy"]
+    assert headers["X-Frame-Options"] == "DENY"

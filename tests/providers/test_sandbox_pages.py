@@ -57,6 +57,18 @@ async def test_checkout_url_is_served_by_the_app(
     assert (await client.get(urlsplit(created.url).path)).status_code == 200
 
 
+async def test_the_checkout_page_cannot_be_framed_by_another_site(
+    client: Client, provider: SandboxProvider, credentials: Credentials
+) -> None:
+    path = await _checkout_path(provider, credentials)
+    for response in (
+        await client.get(path),
+        await client.post(path, form={"card_number": "4000000000000002"}),
+    ):
+        assert "frame-ancestors 'none'" in response.headers["Content-Security-Policy"]
+        assert response.headers["X-Frame-Options"] == "DENY"
+
+
 async def test_card_checkout_page_shows_amount_order_and_test_data(
     client: Client, provider: SandboxProvider, credentials: Credentials
 ) -> None:

@@ -514,3 +514,14 @@ def test_a_signed_body_that_is_not_an_event_is_rejected() -> None:
     headers = {"Stripe-Signature": signature_header(SECRET, body, int(time.time()))}
     with pytest.raises(EventRejected, match="not a Stripe event"):
         StripeProvider(public_base_url="http://payorch.test").parse_event(headers, body, SECRET)
+
+
+@pytest.mark.parametrize(
+    "header", [f"t={'9' * 400},v1=00", f"t={'9' * 5000},v1=00", "t=\u00b2,v1=00", "t", ",,,", "v1=00"]
+)
+def test_a_stripe_signature_header_that_does_not_parse_is_rejected(header: str) -> None:
+    _, body = _signed("checkout.session.completed", {"id": "cs_1"})
+    with pytest.raises(EventRejected):
+        StripeProvider(public_base_url="http://payorch.test").parse_event(
+            {"Stripe-Signature": header}, body, SECRET
+        )

@@ -15,6 +15,9 @@ from collections.abc import Mapping
 
 SIGNATURE_HEADER = "Sandbox-Signature"
 TOLERANCE_S = 300
+# Unix seconds have 10 digits until the year 2286: a longer `t=` is malformed, not a time to compare
+# (a 400-digit one would not even convert to float).
+_MAX_TIMESTAMP_DIGITS = 12
 _SECRET_PREFIX = "whsec_sbx_"  # noqa: S105 - a prefix, not a secret
 
 
@@ -58,7 +61,7 @@ def verify_signature(
     candidates: list[str] = []
     for part in value.split(","):
         key, _, item = part.strip().partition("=")
-        if key == "t" and item.isascii() and item.isdigit():
+        if key == "t" and item.isascii() and item.isdigit() and len(item) <= _MAX_TIMESTAMP_DIGITS:
             timestamp = int(item)
         elif key == "v1":
             candidates.append(item)
