@@ -175,6 +175,7 @@ class LimitSettings(_Section):
     requests_per_second: PositiveFloat = 50.0
     burst: PositiveInt = 100
     login_per_minute: PositiveInt = 10
+    failed_logins_per_account_per_hour: PositiveInt = 20
 
 
 class Settings(BaseSettings):

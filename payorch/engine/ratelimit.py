@@ -57,6 +57,11 @@ class TokenBucket:
             return None
         return (1.0 - self.tokens) / self.rate
 
+    def wait(self, now: float) -> float | None:
+        """What `take` would answer at `now`, without taking anything."""
+        self._refill(now)
+        return None if self.tokens >= 1.0 else (1.0 - self.tokens) / self.rate
+
     def is_full(self, now: float) -> bool:
         """Whether the bucket has refilled to `burst` by `now`: it then equals a fresh one."""
         return self.tokens + max(0.0, now - self.updated_at) * self.rate >= self.burst
@@ -90,6 +95,12 @@ class RateLimiter:
         else:
             self._buckets.move_to_end(key)
         return bucket.take(now)
+
+    def wait(self, key: str, now: float) -> float | None:
+        """What `take` would answer for `key` at `now`, without taking a token: None when a
+        request would be allowed, else the seconds until it would be."""
+        bucket = self._buckets.get(key)
+        return bucket.wait(now) if bucket is not None else None
 
     def _forget_idle(self, now: float) -> None:
         # The least recently used bucket has been idle longest; any bucket idle for `burst / rate`

@@ -1,5 +1,6 @@
-"""The request limits of one running service: per credential, and per client address for login and
-signup. Both answer an excess with `RateLimited` (429, `retryAfter`, `Retry-After`).
+"""The request limits of one running service: per credential, per client address for login and
+signup, and per account for failed logins. Each answers an excess with `RateLimited` (429,
+`retryAfter`, `Retry-After`).
 
 Per credential (`limits.requests_per_second`, `limits.burst`): charged by `authenticate` once a
 credential is verified, keyed `apikey:<key id>` or `merchant:<merchant id>` (every JWT of a merchant
@@ -8,8 +9,14 @@ events (their signature is the credential) are not charged.
 
 Per client address (`limits.login_per_minute`, a burst of the same size): charged by login and
 signup before any work, keyed `ip:<remote address>`; the two share one bucket. The address is the
-TCP peer's: `X-Forwarded-For` is not read (a client could forge it), so behind a reverse proxy all
-clients share the proxy's bucket.
+TCP peer's, or behind `server.trusted_proxy_hops` reverse proxies the one they report (never an
+entry a client could have written itself).
+
+Per account (`limits.failed_logins_per_account_per_hour`, a burst of the same size): each failed
+login takes a token from the bucket of the e-mail it tried, keyed `account:<canonical e-mail>`,
+whether or not such an account exists (a 429 must not tell which e-mails are registered). An empty
+bucket refuses every login of that e-mail, right password or not, so guessing spread over many
+addresses is slowed as much as guessing from one.
 
 The buckets live in this process; see `docs/rate-limits.md` for sizing several processes.
 """
@@ -30,6 +37,10 @@ class RequestLimits:
         self.per_credential = RateLimiter(rate=settings.requests_per_second, burst=settings.burst)
         self.per_client_address = RateLimiter(
             rate=settings.login_per_minute / 60.0, burst=settings.login_per_minute
+        )
+        self.failed_logins_per_account = RateLimiter(
+            rate=settings.failed_logins_per_account_per_hour / 3600.0,
+            burst=settings.failed_logins_per_account_per_hour,
         )
 
     def charge_credential(self, key: str) -> None:
@@ -52,3 +63,16 @@ class RequestLimits:
                 f"too many login and signup attempts from this address: retry after {retry_after} s",
                 retry_after,
             )
+
+    def check_account_login(self, email: str) -> None:
+        """`RateLimited` when the account `email` has used up its failed logins; takes nothing."""
+        wait = self.failed_logins_per_account.wait(f"account:{email}", trio.current_time())
+        if wait is not None:
+            retry_after = whole_seconds(wait)
+            raise RateLimited(
+                f"too many failed logins for this account: retry after {retry_after} s", retry_after
+            )
+
+    def count_failed_login(self, email: str) -> None:
+        """Count one failed login of the account `email` (past its limit, nothing more to count)."""
+        self.failed_logins_per_account.take(f"account:{email}", trio.current_time())

@@ -98,3 +98,14 @@ def test_waits_are_whole_seconds_rounded_up_and_at_least_one(wait: float, second
 def test_a_limiter_needs_a_positive_rate_and_burst(rate: float, burst: int) -> None:
     with pytest.raises(ValueError):
         RateLimiter(rate=rate, burst=burst)
+
+
+def test_wait_tells_what_take_would_answer_without_taking() -> None:
+    limiter = RateLimiter(rate=1.0, burst=2)
+    assert limiter.wait("k", 0.0) is None  # a key never seen has a full bucket
+    limiter.take("k", 0.0)
+    assert limiter.wait("k", 0.0) is None
+    limiter.take("k", 0.0)
+    assert limiter.wait("k", 0.25) == pytest.approx(0.75)
+    assert limiter.wait("k", 0.25) == pytest.approx(0.75)  # asking twice took nothing
+    assert limiter.take("k", 1.0) is None

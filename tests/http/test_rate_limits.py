@@ -203,3 +203,53 @@ async def test_signups_spend_the_bucket_that_login_then_finds_empty(
         response, _, _ = await sign_up(limited, db, settings)
         assert response.status_code == 201, await response.get_data(as_text=True)
     await too_many_requests(await log_in(limited, "nobody@merchant.example", PASSWORD))
+
+
+FAILED_LOGINS = 3
+
+
+@pytest.fixture
+async def account_limited(settings: Settings, db: Database) -> AsyncIterator[Client]:
+    """A client of an app that allows 3 failed logins per account and many logins per address."""
+    limits = LimitSettings(login_per_minute=100, failed_logins_per_account_per_hour=FAILED_LOGINS)
+    async with open_runtime(settings.model_copy(update={"limits": limits}), db) as runtime:
+        yield runtime.app.test_client()
+
+
+async def test_failed_logins_from_many_addresses_lock_the_account_even_for_the_right_password(
+    account_limited: Client, client: Client, db: Database, settings: Settings
+) -> None:
+    merchant = await new_merchant(client, db, settings)
+    for number in range(FAILED_LOGINS):
+        response = await log_in(account_limited, merchant.email, PASSWORD + "x", address=f"192.0.2.{number}")
+        assert response.status_code == 401
+    body = await too_many_requests(
+        await log_in(account_limited, merchant.email, PASSWORD, address="198.51.100.7")
+    )
+    assert body["retryAfter"] <= 3600 // FAILED_LOGINS  # one failure is forgotten every 20 minutes
+    # The same e-mail written in other case is the same account.
+    await too_many_requests(await log_in(account_limited, merchant.email.upper(), PASSWORD))
+
+
+async def test_failed_logins_of_one_account_leave_another_account_alone(
+    account_limited: Client, client: Client, db: Database, settings: Settings
+) -> None:
+    target = await new_merchant(client, db, settings)
+    bystander = await new_merchant(client, db, settings)
+    for _ in range(FAILED_LOGINS):
+        await log_in(account_limited, target.email, PASSWORD + "x")
+    assert (await log_in(account_limited, bystander.email, PASSWORD)).status_code == 200
+
+
+async def test_successful_logins_do_not_spend_the_accounts_failure_budget(
+    account_limited: Client, client: Client, db: Database, settings: Settings
+) -> None:
+    merchant = await new_merchant(client, db, settings)
+    for _ in range(FAILED_LOGINS + 2):
+        assert (await log_in(account_limited, merchant.email, PASSWORD)).status_code == 200
+
+
+async def test_an_unknown_email_is_limited_like_a_registered_one(account_limited: Client) -> None:
+    for _ in range(FAILED_LOGINS):
+        assert (await log_in(account_limited, "nobody@merchant.example", PASSWORD)).status_code == 401
+    await too_many_requests(await log_in(account_limited, "nobody@merchant.example", PASSWORD))

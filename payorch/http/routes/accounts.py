@@ -62,9 +62,12 @@ async def log_in(data: LoginRequest) -> dict[str, Any]:
     """Exchange an admin's e-mail and password for an access token (JWT)."""
     # Before the password check, so guessing is limited whether the guesses are right or wrong.
     services().limits.charge_login(request.remote_addr)
+    account = data.email.lower()  # logins compare e-mails without regard to case
+    services().limits.check_account_login(account)
     settings = services().settings
     found = await services().db.read(store.find_login, data.email)
     if not await verify_password(data.password, found.password_hash if found else None) or found is None:
+        services().limits.count_failed_login(account)
         raise InvalidLogin("e-mail or password is incorrect")
     token = issue_access_token(
         AccessClaims(user_id=found.user_id, merchant_id=found.merchant_id),
