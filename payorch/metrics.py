@@ -168,6 +168,14 @@ class Metrics:
             ["outcome"],
             registry=self.registry,
         )
+        self._attempt_failures = Counter(
+            "payorch_webhook_attempt_failures",
+            "Webhook delivery attempts that did not deliver, by reason: http_status (a non-2xx answer), "
+            "timeout, network (connection, TLS or protocol error), refused (the SSRF guard), internal "
+            "(an error inside payorch, logged with the delivery id).",
+            ["reason"],
+            registry=self.registry,
+        )
         self._snapshot = _SnapshotCollector()
         self.registry.register(self._snapshot)
 
@@ -195,6 +203,10 @@ class Metrics:
     def webhook_delivery_attempt(self, outcome: str) -> None:
         """Count one delivery attempt by the delivery's status after it."""
         self._delivery_attempts.labels(outcome).inc()
+
+    def webhook_attempt_failure(self, reason: str) -> None:
+        """Count one delivery attempt that did not deliver, by `reason` (see `outbound.attempt`)."""
+        self._attempt_failures.labels(reason).inc()
 
     def exposition(self, snapshot: RuntimeSnapshot) -> bytes:
         """Every metric in the Prometheus text format, the state gauges read from `snapshot`."""

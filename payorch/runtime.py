@@ -22,6 +22,7 @@ from payorch.http.app import create_app
 from payorch.http.context import PayorchApp, Services
 from payorch.http.ratelimits import RequestLimits
 from payorch.metrics import Metrics
+from payorch.outbound.client import webhook_client
 from payorch.providers.base import Provider
 from payorch.providers.catalogue import ProviderCatalogue
 from payorch.providers.sandbox import SandboxProvider
@@ -32,7 +33,7 @@ from payorch.supervisors.expiry import run_expiry_supervisor
 from payorch.supervisors.idempotency import run_idempotency_supervisor
 from payorch.supervisors.refunds import run_refund_supervisor
 from payorch.supervisors.restart import SupervisorBoard, supervised
-from payorch.supervisors.webhooks import run_webhook_supervisor, webhook_client
+from payorch.supervisors.webhooks import run_webhook_supervisor
 
 
 def enabled_providers(settings: Settings, db: Database, secrets: SecretBox) -> list[Provider]:

@@ -137,12 +137,21 @@ async def test_delivery_fails_after_the_last_attempt_and_can_be_retried_by_hand(
 
 
 async def test_retry_after_from_the_receiver_is_honoured(
-    client: Client, shop: Shop, webhook_receiver: WebhookReceiver
+    db: Database, settings: Settings, webhook_receiver: WebhookReceiver
 ) -> None:
-    await subscribe(client, shop, webhook_receiver)
-    webhook_receiver.script([(503, {"Retry-After": "1"}, b"busy")])
-    await pay(client, shop)
-    first, second = await webhook_receiver.wait_for(2, timeout_s=10)
+    from payorch.runtime import open_runtime
+
+    # A Retry-After is honoured up to the schedule's longest wait: make that longer than 1 s.
+    longer = settings.model_copy(
+        update={"webhooks": settings.webhooks.model_copy(update={"retry_schedule_s": [0, 0.2, 0.2, 30]})}
+    )
+    async with open_runtime(longer, db) as runtime:
+        client = runtime.app.test_client()
+        shop = await new_shop(client, db, longer)
+        await subscribe(client, shop, webhook_receiver)
+        webhook_receiver.script([(503, {"Retry-After": "1"}, b"busy")])
+        await pay(client, shop)
+        first, second = await webhook_receiver.wait_for(2, timeout_s=10)
     assert second.received_at_trio - first.received_at_trio >= 0.95
 
 

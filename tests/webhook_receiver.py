@@ -10,6 +10,11 @@ accepted, and answers from a script the test sets (default 200).
         webhook_receiver.script([500, 500, 200])
         ...  # make payorch deliver to webhook_receiver.url
         first, second, third = await webhook_receiver.wait_for(3, timeout_s=10)
+
+A script may be for one path only (`script([...], path="/hooks/slow")`): requests to that path take
+their answers from it, all others from the shared script. Answers can misbehave on purpose: hang
+until the test releases them (`hold`), stream a body of many megabytes (`streamed_body_bytes`),
+carry any status, header value or body bytes.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -42,12 +47,16 @@ HOOK_PATH = "/hooks"
 
 @dataclass(frozen=True)
 class ScriptedResponse:
-    """One answer of the receiver, given after waiting `delay_s` (for timeout tests)."""
+    """One answer of the receiver, given after waiting `delay_s` (for timeout tests) and, when `hold`
+    is given, not before the test sets it. After `body` come `streamed_body_bytes` more bytes, streamed
+    in chunks (for tests of huge answers); how many were sent is `WebhookReceiver.streamed_bytes`."""
 
     status: int = 200
     headers: Mapping[str, str] = field(default_factory=dict)
     body: bytes = b""
     delay_s: float = 0.0
+    hold: trio.Event | None = None
+    streamed_body_bytes: int = 0
 
 
 DEFAULT_RESPONSE = ScriptedResponse(200, {"content-type": "application/json"}, b'{"received":true}')
@@ -83,7 +92,9 @@ class WebhookReceiver:
         self.requests: list[ReceivedRequest] = []
         self._secrets: list[str] = []
         self._script: deque[ScriptedResponse] = deque()
+        self._path_scripts: dict[str, deque[ScriptedResponse]] = {}
         self._arrived = trio.Event()
+        self.streamed_bytes = 0  # bytes of `streamed_body_bytes` answers actually handed to the server
 
     def accept_secret(self, secret: str) -> None:
         """Count a signature by `secret` as valid, besides the secrets accepted before."""
@@ -94,25 +105,34 @@ class WebhookReceiver:
         self._script.clear()
 
     def script(
-        self, responses: Iterable[ScriptedResponse | tuple[int, Mapping[str, str], bytes] | int]
+        self,
+        responses: Iterable[ScriptedResponse | tuple[int, Mapping[str, str], bytes] | int],
+        path: str | None = None,
     ) -> None:
         """Answer the next requests with `responses`, in order (after those still scripted); then 200.
 
-        Each is a `ScriptedResponse`, a `(status, headers, body)` tuple or a bare status.
+        Each is a `ScriptedResponse`, a `(status, headers, body)` tuple or a bare status. With `path`
+        (e.g. "/hooks/slow"), only requests to that path take these answers, and no others.
         """
+        queue = self._script if path is None else self._path_scripts.setdefault(path, deque())
         for response in responses:
             if isinstance(response, int):
                 response = ScriptedResponse(response)
             elif isinstance(response, tuple):
                 response = ScriptedResponse(*response)
-            self._script.append(response)
+            queue.append(response)
 
-    async def wait_for(self, count: int, timeout_s: float) -> list[ReceivedRequest]:
-        """The first `count` requests, once that many arrived; `trio.TooSlowError` after `timeout_s`."""
+    def requests_to(self, path: str) -> list[ReceivedRequest]:
+        """The requests that arrived for `path` (e.g. "/hooks/slow"), in order."""
+        return [request for request in self.requests if request.path == path]
+
+    async def wait_for(self, count: int, timeout_s: float, path: str | None = None) -> list[ReceivedRequest]:
+        """The first `count` requests (to `path`, when given), once that many arrived;
+        `trio.TooSlowError` after `timeout_s`."""
         with trio.fail_after(timeout_s):
-            while len(self.requests) < count:
+            while len(arrived := self.requests if path is None else self.requests_to(path)) < count:
                 await self._arrived.wait()
-        return self.requests[:count]
+        return arrived[:count]
 
     def _verify(self, body: bytes, headers: dict[str, str]) -> str | None:
         for secret in self._secrets:
@@ -137,7 +157,19 @@ class WebhookReceiver:
         )
         self._arrived.set()
         self._arrived = trio.Event()
-        return self._script.popleft() if self._script else DEFAULT_RESPONSE
+        queue = self._path_scripts.get(path, self._script)
+        return queue.popleft() if queue else DEFAULT_RESPONSE
+
+    async def stream_body(self, response: ScriptedResponse) -> AsyncGenerator[bytes, None]:
+        """`response.body`, then `response.streamed_body_bytes` more bytes in 64 KiB chunks."""
+        yield response.body
+        chunk = b"x" * 65536
+        left = response.streamed_body_bytes
+        while left > 0:
+            piece = chunk[:left]
+            yield piece
+            self.streamed_bytes += len(piece)
+            left -= len(piece)
 
 
 def _receiving_app(receiver: WebhookReceiver) -> QuartTrio:
@@ -145,12 +177,16 @@ def _receiving_app(receiver: WebhookReceiver) -> QuartTrio:
 
     @app.route("/", defaults={"path": ""}, methods=["POST"])
     @app.route("/<path:path>", methods=["POST"])
-    async def receive(path: str) -> tuple[bytes, int, dict[str, str]]:
+    async def receive(path: str) -> tuple[bytes | AsyncGenerator[bytes, None], int, dict[str, str]]:
         body = await request.get_data(as_text=False)
         headers = {name.lower(): value for name, value in request.headers.items()}
         response = receiver._record(request.method, request.path, headers, body)
         if response.delay_s:
             await trio.sleep(response.delay_s)  # the behaviour scripted: a slow receiver
+        if response.hold is not None:
+            await response.hold.wait()  # a receiver that hangs until the test lets it answer
+        if response.streamed_body_bytes:
+            return receiver.stream_body(response), response.status, dict(response.headers)
         return response.body, response.status, dict(response.headers)
 
     return app

@@ -1,4 +1,7 @@
-"""Webhook configurations, and deliveries of outbox events to them."""
+"""Webhook configurations, and the log of deliveries to them that merchants read and retry.
+
+What the delivery supervisor does with deliveries (fan-out, claims, attempts) is in
+`storage.webhook_deliveries`."""
 
 from __future__ import annotations
 
@@ -177,132 +180,7 @@ async def fail_pending_deliveries(conn: Connection, webhook_id: uuid.UUID, reaso
     )
 
 
-# --- Fan-out and delivery ----------------------------------------------------------------------
-
-
-async def fan_out_events(conn: Connection, first_wait_s: float, limit: int = 200) -> int:
-    """Give each new outbox event one delivery per active configuration of its application that
-    subscribes to its type; returns how many events were fanned out."""
-    events = await conn.fetch(
-        """SELECT seq, application_id, session_id, type FROM outbox_events
-           WHERE fanned_out_at IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED""",
-        limit,
-    )
-    for event in events:
-        await conn.execute(
-            """INSERT INTO webhook_deliveries (id, config_id, application_id, event_seq, session_id, status,
-                                               next_attempt_at)
-               SELECT gen_random_uuid(), c.id, c.application_id, $1, $3, 'PENDING',
-                      now() + make_interval(secs => $5)
-               FROM webhook_configs c
-               WHERE c.application_id = $2 AND c.is_active AND c.deleted_at IS NULL
-                 AND $4 = ANY(c.subscribed_events)
-               ON CONFLICT (config_id, event_seq) DO NOTHING""",
-            event["seq"],
-            event["application_id"],
-            event["session_id"],
-            event["type"],
-            float(first_wait_s),
-        )
-    if events:
-        await conn.execute(
-            "UPDATE outbox_events SET fanned_out_at = now() WHERE seq = ANY($1::bigint[])",
-            [event["seq"] for event in events],
-        )
-    return len(events)
-
-
-@dataclass(frozen=True)
-class ClaimedDelivery:
-    id: uuid.UUID
-    config_id: uuid.UUID
-    attempts: int  # including this one
-    url: str
-    secret: bytes
-    previous_secret: bytes | None
-    key_fingerprint: str
-    event_id: str
-    payload: dict[str, Any]
-
-
-async def claim_due_deliveries(conn: Connection, *, limit: int, lease_s: float) -> list[ClaimedDelivery]:
-    """Deliveries due now whose session has no earlier delivery to the same configuration still
-    pending, claimed for `lease_s` (FOR UPDATE SKIP LOCKED; a claim whose process died runs out)."""
-    rows = await conn.fetch(
-        """WITH due AS (
-               SELECT d.id FROM webhook_deliveries d
-               JOIN webhook_configs active ON active.id = d.config_id
-                    AND active.is_active AND active.deleted_at IS NULL
-               WHERE d.status = 'PENDING' AND d.next_attempt_at <= now()
-                 AND NOT EXISTS (
-                     SELECT 1 FROM webhook_deliveries earlier
-                     WHERE earlier.config_id = d.config_id AND earlier.session_id = d.session_id
-                       AND earlier.event_seq < d.event_seq AND earlier.status = 'PENDING')
-               ORDER BY d.next_attempt_at LIMIT $1 FOR UPDATE OF d SKIP LOCKED)
-           UPDATE webhook_deliveries d
-              SET attempts = d.attempts + 1, next_attempt_at = now() + make_interval(secs => $2),
-                  last_attempt_at = now()
-             FROM due, webhook_configs c, outbox_events e
-            WHERE d.id = due.id AND c.id = d.config_id AND e.seq = d.event_seq
-        RETURNING d.id, d.config_id, d.attempts, c.url, c.secret,
-                  CASE WHEN c.previous_secret_expires_at > now() THEN c.previous_secret END
-                      AS previous_secret,
-                  c.key_fingerprint, e.id AS event_id, e.payload""",
-        limit,
-        float(lease_s),
-    )
-    claimed = []
-    for row in rows:
-        values = dict(row.items())
-        values["secret"] = bytes(values["secret"])
-        if values["previous_secret"] is not None:
-            values["previous_secret"] = bytes(values["previous_secret"])
-        claimed.append(ClaimedDelivery(**values))
-    return claimed
-
-
-async def release_claims(conn: Connection, delivery_ids: list[uuid.UUID]) -> None:
-    """Hand claimed deliveries back unattempted: due again now, the claim's attempt not counted."""
-    await conn.execute(
-        """UPDATE webhook_deliveries SET next_attempt_at = now(), attempts = greatest(attempts - 1, 0)
-           WHERE id = ANY($1::uuid[]) AND status = 'PENDING'""",
-        delivery_ids,
-    )
-
-
-async def record_attempt(
-    conn: Connection,
-    delivery_id: uuid.UUID,
-    *,
-    status_code: int | None,
-    error: str | None,
-    latency_ms: int,
-    response_body: str | None,
-    outcome: str,
-    retry_in_s: float | None,
-) -> None:
-    """Log one attempt and move the delivery on: DELIVERED, FAILED, or PENDING again in `retry_in_s`."""
-    await conn.execute(
-        """INSERT INTO webhook_attempts (delivery_id, status_code, error, latency_ms, response_body)
-           VALUES ($1, $2, $3, $4, $5)""",
-        delivery_id,
-        status_code,
-        error,
-        latency_ms,
-        response_body,
-    )
-    await conn.execute(
-        """UPDATE webhook_deliveries
-              SET status = $2, last_status_code = $3, last_error = $4,
-                  next_attempt_at = CASE WHEN $2 = 'PENDING' THEN now() + make_interval(secs => $5) END,
-                  delivered_at = CASE WHEN $2 = 'DELIVERED' THEN now() END
-            WHERE id = $1""",
-        delivery_id,
-        outcome,
-        status_code,
-        error,
-        float(retry_in_s or 0),
-    )
+# --- The delivery log (the supervisor's claims and attempts: `storage.webhook_deliveries`) ------
 
 
 @dataclass(frozen=True)

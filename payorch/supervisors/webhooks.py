@@ -1,214 +1,130 @@
 """Webhook delivery: every outbox event reaches every active configuration subscribed to it, at
 least once, signed per Standard Webhooks.
 
-One loop fans new outbox events out into deliveries, claims the deliveries that are due (never one
-whose session has an earlier delivery to the same endpoint still pending), and sends them
-concurrently. A claim is a lease in the database: if this process dies mid-delivery, the delivery
-is due again when the lease runs out, so nothing is lost. The loop sleeps until PostgreSQL notifies
-it of a new event (LISTEN payorch_outbox) or a retry falls due.
+One loop fans new outbox events out into deliveries and keeps a fixed pool of delivery slots busy:
+whenever a slot frees, PostgreSQL notifies a new event (LISTEN payorch_outbox), or a retry may have
+fallen due, it claims as many due deliveries as there are free slots, and each claimed delivery is
+attempted in a task of its own (`webhook_attempts.attempt_delivery`, which never raises). The claim
+itself keeps things fair (`storage.webhook_deliveries`): at most `IN_FLIGHT_PER_ENDPOINT` attempts
+per endpoint, each endpoint's oldest delivery first, and a session's events in order per endpoint.
+So a receiver that takes the whole timeout holds at most its own share of the slots and delays
+only its own deliveries.
+
+A claim is a lease in the database: if this process dies mid-delivery, the delivery is due again
+when the lease runs out, its attempt counted, so nothing is lost. On shutdown the claims still in
+flight are handed back at once, unattempted.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import ssl
-import time
-from functools import partial
+import uuid
 
-import httpx
 import trio
 import triopg
 
-from payorch.config import Settings
-from payorch.engine.secretbox import SecretBox
-from payorch.engine.webhook_signing import webhook_headers
 from payorch.http.context import Services
-from payorch.http.guarded_transport import GuardedTransport
-from payorch.http.ssrf import UnsafeWebhookUrl, check_url_shape, resolve_public_addresses
-from payorch.jsonexact import dumps_exact
-from payorch.storage import webhooks
-from payorch.storage.database import Connection
+from payorch.storage import webhook_deliveries
+from payorch.storage.webhook_deliveries import ClaimedDelivery
 from payorch.supervisors.restart import supervised
+from payorch.supervisors.webhook_attempts import attempt_delivery
 
 log = logging.getLogger("payorch.supervisors.webhooks")
 
-BATCH = 50
-CONCURRENCY = 16
+# Attempts in flight at once in one process. Each mostly waits on a receiver, so this is cheap; it
+# bounds connections and memory (an attempt keeps at most `outbound.attempt.RESPONSE_EXCERPT` bytes).
+DELIVERY_SLOTS = 32
+# Attempts in flight at once to one endpoint (webhook configuration), across all processes. A slow
+# receiver holds at most this many slots; it still gets that much parallelism across sessions.
+IN_FLIGHT_PER_ENDPOINT = 4
+# How long a claim lasts beyond the attempt's own timeout: time to record the attempt.
+LEASE_MARGIN_S = 5.0
+# Claims are looked for at least this often: retries fall due without a notification.
 IDLE_WAIT_S = 0.5
-RESPONSE_EXCERPT = 1024
-DELIVERED, FAILED, PENDING = "DELIVERED", "FAILED", "PENDING"
+FAN_OUT_BATCH = 200
+HAND_BACK_TIMEOUT_S = 5.0
 
 
-def webhook_client(settings: Settings) -> httpx.AsyncClient:
-    """The one HTTP client for webhooks: every connection to an address the SSRF guard allowed
-    (`GuardedTransport`), TLS verified against the system CAs plus `webhooks.ca_bundle`,
-    `webhooks.timeout_s` per request, no redirects followed, nothing taken from the environment
-    (proxies, .netrc credentials)."""
-    context = ssl.create_default_context()
-    if settings.webhooks.ca_bundle:
-        context.load_verify_locations(cafile=str(settings.webhooks.ca_bundle))
-    resolve = partial(
-        resolve_public_addresses,
-        allow_private_networks=settings.webhooks.allow_private_networks,
-        timeout_s=settings.webhooks.timeout_s,
+class DeliverySlots:
+    """The attempts this process has in flight, and the wake-up the loop waits on (a slot freed,
+    an event notified). Wake-ups coalesce: one pending is enough."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.in_flight: set[uuid.UUID] = set()
+        self._wake_send, self._wake_receive = trio.open_memory_channel[None](1)
+
+    @property
+    def free(self) -> int:
+        return self.size - len(self.in_flight)
+
+    def wake(self) -> None:
+        with contextlib.suppress(trio.WouldBlock):  # a wake-up is already pending
+            self._wake_send.send_nowait(None)
+
+    async def wait_for_wake(self, timeout_s: float) -> None:
+        with trio.move_on_after(timeout_s):
+            await self._wake_receive.receive()
+
+
+async def _attempt_in_slot(services: Services, slots: DeliverySlots, delivery: ClaimedDelivery) -> None:
+    await attempt_delivery(services, delivery)
+    slots.in_flight.discard(delivery.id)
+    slots.wake()  # a slot is free, and the delivery's successors in its session may be due
+
+
+async def _claim_into_free_slots(services: Services, slots: DeliverySlots, nursery: trio.Nursery) -> None:
+    if slots.free <= 0:
+        return
+    claimed = await services.db.transaction(
+        webhook_deliveries.claim_due_deliveries,
+        limit=slots.free,
+        per_endpoint=IN_FLIGHT_PER_ENDPOINT,
+        lease_s=services.settings.webhooks.timeout_s + LEASE_MARGIN_S,
     )
-    transport = GuardedTransport(
-        ssl_context=context, limits=httpx.Limits(max_connections=CONCURRENCY * 2), resolve=resolve
-    )
-    return httpx.AsyncClient(
-        transport=transport, timeout=settings.webhooks.timeout_s, follow_redirects=False, trust_env=False
-    )
+    for delivery in claimed:
+        slots.in_flight.add(delivery.id)
+        nursery.start_soon(_attempt_in_slot, services, slots, delivery)
 
 
-def retry_wait_s(schedule: list[float], attempts_made: int, retry_after_s: float | None) -> float | None:
-    """Seconds until the next attempt after `attempts_made` attempts; None when none is left.
-    A receiver's `Retry-After` (on 429 or 503) is honoured when longer than the schedule's wait."""
-    if attempts_made >= len(schedule):
-        return None
-    wait = schedule[attempts_made]
-    return max(wait, retry_after_s) if retry_after_s is not None else wait
-
-
-def _retry_after_s(response: httpx.Response) -> float | None:
-    if response.status_code not in (429, 503):
-        return None
-    value = response.headers.get("retry-after", "")
-    return float(value) if value.isdigit() else None
-
-
-async def send_signed(
-    client: httpx.AsyncClient,
-    settings: Settings,
-    url: str,
-    secrets: list[str],
-    fingerprint: str,
-    message_id: str,
-    body: bytes,
-) -> tuple[httpx.Response | None, str | None, int]:
-    """POST `body` signed with `secrets` to `url`: (response or None, error or None, latency ms).
-    The URL's shape is checked again here, its host's addresses when `client` connects (DNS may
-    have changed since the configuration was saved; see `webhook_client`)."""
-    started = time.monotonic()
-    try:
-        check_url_shape(url)
-        headers = webhook_headers(secrets, message_id, int(time.time()), body, fingerprint)
-        with trio.fail_after(settings.webhooks.timeout_s + 1):
-            response = await client.post(url, content=body, headers=headers)
-        return response, None, round((time.monotonic() - started) * 1000)
-    except UnsafeWebhookUrl as error:
-        return None, f"refused: {error}", round((time.monotonic() - started) * 1000)
-    except (httpx.HTTPError, trio.TooSlowError, OSError, ssl.SSLError) as error:
-        return None, f"{type(error).__name__}: {error}"[:500], round((time.monotonic() - started) * 1000)
-
-
-async def _deliver(services: Services, client: httpx.AsyncClient, delivery: webhooks.ClaimedDelivery) -> None:
-    box: SecretBox = services.secrets
-    secrets = [box.open(delivery.secret)]
-    if delivery.previous_secret is not None:
-        secrets.append(box.open(delivery.previous_secret))
-    response, error, latency_ms = await send_signed(
-        client,
-        services.settings,
-        delivery.url,
-        secrets,
-        delivery.key_fingerprint,
-        delivery.event_id,
-        dumps_exact(delivery.payload).encode(),
-    )
-    status_code = response.status_code if response is not None else None
-    excerpt = response.text[:RESPONSE_EXCERPT] if response is not None else None
-    gone = status_code == 410
-    if status_code is not None and 200 <= status_code < 300:
-        outcome, retry_in = DELIVERED, None
-    else:
-        retry_in = (
-            None
-            if gone
-            else retry_wait_s(
-                services.settings.webhooks.retry_schedule_s,
-                delivery.attempts,
-                _retry_after_s(response) if response is not None else None,
-            )
-        )
-        outcome = FAILED if retry_in is None else PENDING
-
-    async def record(conn: Connection) -> None:
-        await webhooks.record_attempt(
-            conn,
-            delivery.id,
-            status_code=status_code,
-            error=error,
-            latency_ms=latency_ms,
-            response_body=excerpt,
-            outcome=outcome,
-            retry_in_s=retry_in,
-        )
-        if gone:
-            await webhooks.deactivate(conn, delivery.config_id, "the receiver answered 410 Gone")
-
-    await services.db.transaction(record)
-    services.metrics.webhook_delivery_attempt(outcome)
-    log.info(
-        "webhook delivery attempt",
-        extra={
-            "deliveryId": str(delivery.id),
-            "eventId": delivery.event_id,
-            "attempt": delivery.attempts,
-            "statusCode": status_code,
-            "outcome": outcome,
-            "error": error,
-        },
-    )
-
-
-async def deliver_due(services: Services, client: httpx.AsyncClient) -> int:
-    """Fan out new events, then send every delivery due now; returns how many were attempted."""
-    schedule = services.settings.webhooks.retry_schedule_s
-    await services.db.transaction(webhooks.fan_out_events, schedule[0])
-    lease_s = services.settings.webhooks.timeout_s + 5  # a claim outlives any attempt of it
-    due = await services.db.transaction(webhooks.claim_due_deliveries, limit=BATCH, lease_s=lease_s)
-    limiter = trio.CapacityLimiter(CONCURRENCY)
-    unfinished = {item.id for item in due}
-    try:
-        async with trio.open_nursery() as sending:
-
-            async def send(item: webhooks.ClaimedDelivery) -> None:
-                async with limiter:
-                    await _deliver(services, client, item)
-                unfinished.discard(item.id)
-
-            for item in due:
-                sending.start_soon(send, item)
-    finally:
-        if unfinished:
-            # Shutting down: hand the claims back so another process need not wait out the lease.
-            with trio.CancelScope(shield=True), trio.move_on_after(5):
-                await services.db.transaction(webhooks.release_claims, list(unfinished))
-    return len(due)
-
-
-async def _listen(dsn: str, wake: trio.MemorySendChannel[None]) -> None:
-    """Forward PostgreSQL notifications of new outbox events as wake-ups (coalesced)."""
+async def _listen(dsn: str, slots: DeliverySlots) -> None:
+    """Forward PostgreSQL notifications of new outbox events as wake-ups."""
     async with triopg.connect(dsn) as conn, conn.listen("payorch_outbox", max_buffer_size=1) as notes:
         async for _ in notes:
-            with contextlib.suppress(trio.WouldBlock):  # a wake-up is already pending
-                wake.send_nowait(None)
+            slots.wake()
 
 
-async def _delivery_loop(services: Services, client: httpx.AsyncClient) -> None:
-    wake_send, wake_receive = trio.open_memory_channel[None](1)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(_listen, services.db.dsn, wake_send)
-        while True:
-            if await deliver_due(services, client):
-                continue  # more may be due, and successors of what was just delivered
-            with trio.move_on_after(IDLE_WAIT_S):
-                await wake_receive.receive()
+def _is_cancellation(error: BaseException) -> bool:
+    if isinstance(error, BaseExceptionGroup):
+        return all(_is_cancellation(inner) for inner in error.exceptions)
+    return isinstance(error, trio.Cancelled)
+
+
+async def _delivery_loop(services: Services) -> None:
+    first_wait_s = services.settings.webhooks.retry_schedule_s[0]
+    slots = DeliverySlots(DELIVERY_SLOTS)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_listen, services.db.dsn, slots)
+            while True:
+                fanned_out = await services.db.transaction(
+                    webhook_deliveries.fan_out_events, first_wait_s, FAN_OUT_BATCH
+                )
+                await _claim_into_free_slots(services, slots, nursery)
+                if fanned_out < FAN_OUT_BATCH:  # else more events wait: fan them out at once
+                    await slots.wait_for_wake(IDLE_WAIT_S)
+    except BaseException as stopped:
+        # Shutting down: hand the claims back so another process need not wait out the lease. A
+        # crash leaves them to their leases instead: counted, and not due again at once.
+        if slots.in_flight and _is_cancellation(stopped):
+            with trio.move_on_after(HAND_BACK_TIMEOUT_S, shield=True):
+                await services.db.transaction(webhook_deliveries.release_claims, list(slots.in_flight))
+        raise
 
 
 async def run_webhook_supervisor(
     services: Services, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
     task_status.started()
-    await supervised(services.supervisors, "webhook delivery", _delivery_loop, services, services.webhooks)
+    await supervised(services.supervisors, "webhook delivery", _delivery_loop, services)

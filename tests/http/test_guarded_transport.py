@@ -13,7 +13,8 @@ import pytest
 from payorch.config import Settings
 from payorch.http.guarded_transport import GuardedTransport
 from payorch.http.ssrf import UnsafeWebhookUrl
-from payorch.supervisors.webhooks import send_signed, webhook_client
+from payorch.outbound.attempt import REFUSED, send_signed
+from payorch.outbound.client import webhook_client
 from tests import webhook_receiver as receiving
 from tests.webhook_receiver import WebhookReceiver
 
@@ -35,11 +36,18 @@ async def test_a_strict_client_refuses_a_host_resolving_to_loopback_before_conne
     async with webhook_client(strict) as client:
         with pytest.raises(UnsafeWebhookUrl, match="non-public address"):
             await client.post(webhook_receiver.url, content=BODY)
-        response, error, _ = await send_signed(
-            client, strict, webhook_receiver.url, ["whsec_" + "A" * 32], "fp", "msg_1", BODY
+        result = await send_signed(
+            client,
+            url=webhook_receiver.url,
+            secrets=["whsec_" + "A" * 32],
+            fingerprint="fp",
+            message_id="msg_1",
+            body=BODY,
+            timeout_s=strict.webhooks.timeout_s,
+            log_context={},
         )
-    assert response is None
-    assert error is not None and error.startswith("refused: ")
+    assert (result.status_code, result.failure_reason) == (None, REFUSED)
+    assert result.error is not None and result.error.startswith("refused: ")
     assert webhook_receiver.requests == []
 
 

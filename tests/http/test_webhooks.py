@@ -6,13 +6,14 @@ import uuid
 from typing import Any
 
 import pytest
+import standardwebhooks
 
 from payorch.config import Settings
 from payorch.engine.secretbox import SecretBox
 from payorch.storage.database import Connection, Database
 from tests import webhook_receiver as receiving
 from tests.helpers import Client, Merchant, new_api_key, new_application, new_merchant
-from tests.webhook_receiver import WebhookReceiver
+from tests.webhook_receiver import ScriptedResponse, WebhookReceiver
 
 webhook_receiver = receiving.webhook_receiver
 
@@ -225,6 +226,56 @@ async def test_test_endpoint_reports_a_network_failure_with_null_status_and_body
     path = f"/api/v1/applications/{application}/webhooks/{created['id']}"
     result = await (await client.post(f"{path}/test", headers=merchant.headers)).get_json()
     assert (result["success"], result["httpStatusCode"], result["responseBody"]) == (False, None, None)
+
+
+async def test_test_endpoint_signs_with_both_secrets_during_a_rotation_overlap(
+    client: Client, merchant: Merchant, application: str, webhook_receiver: WebhookReceiver
+) -> None:
+    created = await (await create(client, merchant, application, url=webhook_receiver.url)).get_json()
+    path = f"/api/v1/applications/{application}/webhooks/{created['id']}"
+    rotated = await (await client.patch(f"{path}/secret", headers=merchant.headers)).get_json()
+    result = await (await client.post(f"{path}/test", headers=merchant.headers)).get_json()
+    assert result["success"] is True
+    (request,) = webhook_receiver.requests
+    assert len(request.headers["webhook-signature"].split(" ")) == 2
+    for secret in (created["signingSecret"], rotated["signingSecret"]):
+        standardwebhooks.Webhook(secret).verify(request.body, request.headers)
+    assert request.headers["webhook-key-fingerprint"] == rotated["keyFingerprint"]
+
+
+async def test_test_endpoint_reads_only_the_excerpt_of_a_huge_answer(
+    client: Client, merchant: Merchant, application: str, webhook_receiver: WebhookReceiver
+) -> None:
+    created = await (await create(client, merchant, application, url=webhook_receiver.url)).get_json()
+    huge = 50 * 1024 * 1024
+    webhook_receiver.script([ScriptedResponse(200, {}, b"start:", streamed_body_bytes=huge)])
+    path = f"/api/v1/applications/{application}/webhooks/{created['id']}"
+    result = await (await client.post(f"{path}/test", headers=merchant.headers)).get_json()
+    assert (result["success"], result["httpStatusCode"]) == (True, 200)
+    assert result["responseBody"] == ("start:" + "x" * 1024)[:1024]
+    assert webhook_receiver.streamed_bytes < huge // 2  # payorch hung up after the excerpt
+
+
+@pytest.mark.parametrize(
+    ("body", "shown"),
+    [(b"ok\x00bye", "ok\ufffdbye"), (b"\xff bad \xed\xa0\x80", "\ufffd bad \ufffd\ufffd\ufffd")],
+    ids=["nul_byte", "invalid_utf8"],
+)
+async def test_test_endpoint_shows_any_answer_as_valid_text(
+    client: Client,
+    merchant: Merchant,
+    application: str,
+    webhook_receiver: WebhookReceiver,
+    body: bytes,
+    shown: str,
+) -> None:
+    created = await (await create(client, merchant, application, url=webhook_receiver.url)).get_json()
+    webhook_receiver.script([(500, {"Retry-After": "²"}, body)])
+    path = f"/api/v1/applications/{application}/webhooks/{created['id']}"
+    response = await client.post(f"{path}/test", headers=merchant.headers)
+    assert response.status_code == 200
+    result = await response.get_json()
+    assert (result["success"], result["httpStatusCode"], result["responseBody"]) == (False, 500, shown)
 
 
 async def test_webhooks_need_the_jwt_of_the_owner(

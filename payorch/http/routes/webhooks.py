@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 
@@ -26,9 +25,10 @@ from payorch.http.context import services
 from payorch.http.models import PageQuery, WebhookCreateRequest, WebhookUpdateRequest
 from payorch.http.ssrf import UnsafeWebhookUrl, check_webhook_url
 from payorch.jsonexact import dumps_exact
+from payorch.outbound.attempt import send_signed
+from payorch.outbound.signing import signing_secrets
 from payorch.storage import webhooks as store
 from payorch.storage.webhooks import DeliveryView, WebhookConfig
-from payorch.supervisors.webhooks import RESPONSE_EXCERPT, send_signed
 
 blueprint = Blueprint("webhooks", __name__, url_prefix="/api/v1/applications/<application_id>/webhooks")
 tag_blueprint(blueprint, ["Webhooks"])
@@ -229,32 +229,39 @@ async def rotate_secret(application_id: str, webhook_id: str, principal: Princip
 @api.errors(401, 403, 404, 429, 500)
 @authenticated(Accept.JWT)
 async def test_webhook(application_id: str, webhook_id: str, principal: Principal) -> dict[str, Any]:
-    """Send a signed `webhook.test` event now and report how the endpoint answered."""
+    """Send a signed `webhook.test` event now and report how the endpoint answered. It goes out as a
+    delivery does: the same client and checks, signed with both secrets during a rotation's overlap,
+    at most the first 1024 bytes of the answer read."""
     application = await application_for(principal, application_id)
     config = await _config(application.id, webhook_id)
     event_id = new_event_id()
     delivered_at = utcnow()
     body = event_body(event_id, "webhook.test", delivered_at, application.id, {"webhookId": str(config.id)})
-    started = time.monotonic()
-    response, _, _ = await send_signed(
-        services().webhooks,
-        services().settings,
-        config.url,
-        [services().secrets.open(config.secret)],
-        config.key_fingerprint,
-        event_id,
-        dumps_exact(body).encode(),
+    secrets = signing_secrets(
+        services().secrets,
+        secret=config.secret,
+        previous_secret=config.previous_secret,
+        previous_secret_expires_at=config.previous_secret_expires_at,
+        now=delivered_at,
     )
-    latency_ms = round((time.monotonic() - started) * 1000)
-    success = response is not None and 200 <= response.status_code < 300
+    result = await send_signed(
+        services().webhooks,
+        url=config.url,
+        secrets=secrets,
+        fingerprint=config.key_fingerprint,
+        message_id=event_id,
+        body=dumps_exact(body).encode(),
+        timeout_s=services().settings.webhooks.timeout_s,
+        log_context={"webhookId": str(config.id), "eventId": event_id},
+    )
     await services().db.transaction(
-        store.record_test, config.id, delivered_at, "SUCCEEDED" if success else "FAILED"
+        store.record_test, config.id, delivered_at, "SUCCEEDED" if result.succeeded else "FAILED"
     )
     return {
-        "success": success,
-        "httpStatusCode": response.status_code if response is not None else None,
-        "responseBody": response.text[:RESPONSE_EXCERPT] if response is not None else None,
-        "latencyMs": latency_ms,
+        "success": result.succeeded,
+        "httpStatusCode": result.status_code,
+        "responseBody": result.response_excerpt,
+        "latencyMs": result.latency_ms,
         "deliveredAt": iso(delivered_at),
     }
 

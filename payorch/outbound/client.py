@@ -1,0 +1,37 @@
+"""The one HTTP client for outgoing webhooks."""
+
+from __future__ import annotations
+
+import ssl
+from functools import partial
+
+import httpx
+
+from payorch.config import Settings
+from payorch.http.guarded_transport import GuardedTransport
+from payorch.http.ssrf import resolve_public_addresses
+
+# Room for every delivery slot of the supervisor and test sends beside them; a connection beyond
+# this waits for a free one (within the attempt's timeout).
+MAX_CONNECTIONS = 128
+
+
+def webhook_client(settings: Settings) -> httpx.AsyncClient:
+    """The one HTTP client for webhooks: every connection to an address the SSRF guard allowed
+    (`GuardedTransport`), TLS verified against the system CAs plus `webhooks.ca_bundle`,
+    `webhooks.timeout_s` per request, no redirects followed, nothing taken from the environment
+    (proxies, .netrc credentials)."""
+    context = ssl.create_default_context()
+    if settings.webhooks.ca_bundle:
+        context.load_verify_locations(cafile=str(settings.webhooks.ca_bundle))
+    resolve = partial(
+        resolve_public_addresses,
+        allow_private_networks=settings.webhooks.allow_private_networks,
+        timeout_s=settings.webhooks.timeout_s,
+    )
+    transport = GuardedTransport(
+        ssl_context=context, limits=httpx.Limits(max_connections=MAX_CONNECTIONS), resolve=resolve
+    )
+    return httpx.AsyncClient(
+        transport=transport, timeout=settings.webhooks.timeout_s, follow_redirects=False, trust_env=False
+    )

@@ -1,0 +1,191 @@
+"""The delivery supervisor's work on webhook deliveries: fan-out of outbox events, claims, attempts.
+
+A claim is a lease held in the database: `claimed_until` (and `next_attempt_at`) move to the end of
+the lease and the attempt is counted, so a process that dies mid-attempt loses nothing: the delivery
+is due again when the lease runs out. Two rules shape what is claimed:
+
+- per session, per endpoint, in event order: a delivery is never claimed while an earlier delivery of
+  its session to the same configuration is still PENDING;
+- a fair share per endpoint: at most `per_endpoint` attempts to one configuration are in flight at
+  once, across every process, and each endpoint's oldest due delivery is claimed before any
+  endpoint's second one.
+
+The configuration rows are locked (`FOR NO KEY UPDATE SKIP LOCKED`) for the claim's transaction, so
+two processes never claim for the same endpoint at the same moment and its in-flight count is exact.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from payorch.storage.database import Connection
+
+
+async def fan_out_events(conn: Connection, first_wait_s: float, limit: int = 200) -> int:
+    """Give each new outbox event one delivery per active configuration of its application that
+    subscribes to its type; returns how many events were fanned out."""
+    events = await conn.fetch(
+        """SELECT seq, application_id, session_id, type FROM outbox_events
+           WHERE fanned_out_at IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED""",
+        limit,
+    )
+    for event in events:
+        await conn.execute(
+            """INSERT INTO webhook_deliveries (id, config_id, application_id, event_seq, session_id, status,
+                                               next_attempt_at)
+               SELECT gen_random_uuid(), c.id, c.application_id, $1, $3, 'PENDING',
+                      now() + make_interval(secs => $5)
+               FROM webhook_configs c
+               WHERE c.application_id = $2 AND c.is_active AND c.deleted_at IS NULL
+                 AND $4 = ANY(c.subscribed_events)
+               ON CONFLICT (config_id, event_seq) DO NOTHING""",
+            event["seq"],
+            event["application_id"],
+            event["session_id"],
+            event["type"],
+            float(first_wait_s),
+        )
+    if events:
+        await conn.execute(
+            "UPDATE outbox_events SET fanned_out_at = now() WHERE seq = ANY($1::bigint[])",
+            [event["seq"] for event in events],
+        )
+    return len(events)
+
+
+@dataclass(frozen=True)
+class ClaimedDelivery:
+    id: uuid.UUID
+    config_id: uuid.UUID
+    application_id: uuid.UUID
+    attempts: int  # including this one
+    url: str
+    secret: bytes
+    previous_secret: bytes | None
+    previous_secret_expires_at: datetime | None
+    key_fingerprint: str
+    event_id: str
+    payload: dict[str, Any]
+
+
+# A delivery that may be attempted now: PENDING, due, not claimed by an attempt in flight (a claim
+# by hand, `retry_delivery`, makes a delivery due without ending a lease), and not preceded by a
+# PENDING delivery of its session to the same configuration.
+_CLAIMABLE = """d.status = 'PENDING' AND d.next_attempt_at <= now()
+    AND (d.claimed_until IS NULL OR d.claimed_until <= now())
+    AND NOT EXISTS (
+        SELECT 1 FROM webhook_deliveries earlier
+        WHERE earlier.config_id = d.config_id AND earlier.session_id = d.session_id
+          AND earlier.event_seq < d.event_seq AND earlier.status = 'PENDING')"""
+
+_IN_FLIGHT = "status = 'PENDING' AND claimed_until > now()"
+
+
+async def claim_due_deliveries(
+    conn: Connection, *, limit: int, per_endpoint: int, lease_s: float
+) -> list[ClaimedDelivery]:
+    """Up to `limit` claimable deliveries, claimed for `lease_s` with their attempt counted, never
+    more than `per_endpoint` in flight to one configuration; the endpoints that have waited longest
+    first, and every endpoint's first delivery before any endpoint's second. Run it in a transaction:
+    the configurations it claims for stay locked until the transaction ends."""
+    # First the endpoints: active, with a claimable delivery, below their share, not being claimed
+    # for by another process right now (SKIP LOCKED). Their locks make the count below exact.
+    endpoints = await conn.fetch(
+        f"""SELECT c.id FROM webhook_configs c
+            JOIN (SELECT d.config_id, min(d.next_attempt_at) AS waiting_since
+                  FROM webhook_deliveries d WHERE {_CLAIMABLE} GROUP BY d.config_id) due
+                 ON due.config_id = c.id
+            WHERE c.is_active AND c.deleted_at IS NULL
+              AND (SELECT count(*) FROM webhook_deliveries WHERE config_id = c.id AND {_IN_FLIGHT}) < $2
+            ORDER BY due.waiting_since, c.id LIMIT $1
+            FOR NO KEY UPDATE OF c SKIP LOCKED""",
+        limit,
+        per_endpoint,
+    )
+    if not endpoints:
+        return []
+    rows = await conn.fetch(
+        f"""WITH claimable AS (
+                SELECT d.id, d.config_id, d.next_attempt_at,
+                       row_number() OVER (PARTITION BY d.config_id ORDER BY d.next_attempt_at, d.event_seq)
+                           AS place
+                FROM webhook_deliveries d
+                WHERE d.config_id = ANY($1::uuid[]) AND {_CLAIMABLE}),
+            in_flight AS (
+                SELECT config_id, count(*) AS attempts FROM webhook_deliveries
+                WHERE config_id = ANY($1::uuid[]) AND {_IN_FLIGHT} GROUP BY config_id),
+            picked AS (
+                SELECT claimable.id FROM claimable LEFT JOIN in_flight USING (config_id)
+                WHERE claimable.place <= $2 - coalesce(in_flight.attempts, 0)
+                ORDER BY claimable.place, claimable.next_attempt_at, claimable.id LIMIT $3)
+            UPDATE webhook_deliveries d
+               SET attempts = d.attempts + 1, last_attempt_at = now(),
+                   claimed_until = now() + make_interval(secs => $4),
+                   next_attempt_at = now() + make_interval(secs => $4)
+              FROM picked, webhook_configs c, outbox_events e
+             WHERE d.id = picked.id AND c.id = d.config_id AND e.seq = d.event_seq AND d.status = 'PENDING'
+         RETURNING d.id, d.config_id, d.application_id, d.attempts, c.url, c.secret, c.previous_secret,
+                   c.previous_secret_expires_at, c.key_fingerprint, e.id AS event_id, e.payload""",
+        [row["id"] for row in endpoints],
+        per_endpoint,
+        limit,
+        float(lease_s),
+    )
+    claimed = []
+    for row in rows:
+        values = dict(row.items())
+        values["secret"] = bytes(values["secret"])
+        if values["previous_secret"] is not None:
+            values["previous_secret"] = bytes(values["previous_secret"])
+        claimed.append(ClaimedDelivery(**values))
+    return claimed
+
+
+async def release_claims(conn: Connection, delivery_ids: list[uuid.UUID]) -> None:
+    """Hand claimed deliveries back unattempted (shutdown): due again now, the claim's attempt not
+    counted. A delivery whose attempt was recorded meanwhile is left as it is."""
+    await conn.execute(
+        """UPDATE webhook_deliveries
+              SET next_attempt_at = now(), attempts = greatest(attempts - 1, 0), claimed_until = NULL
+           WHERE id = ANY($1::uuid[]) AND status = 'PENDING' AND claimed_until IS NOT NULL""",
+        delivery_ids,
+    )
+
+
+async def record_attempt(
+    conn: Connection,
+    delivery_id: uuid.UUID,
+    *,
+    status_code: int | None,
+    error: str | None,
+    latency_ms: int,
+    response_body: str | None,
+    outcome: str,
+    retry_in_s: float | None,
+) -> None:
+    """Log one attempt and move the delivery on, its claim ended: DELIVERED, FAILED, or PENDING
+    again in `retry_in_s`. Text must be fit to store (no NUL); see `payorch.outbound.text`."""
+    await conn.execute(
+        """INSERT INTO webhook_attempts (delivery_id, status_code, error, latency_ms, response_body)
+           VALUES ($1, $2, $3, $4, $5)""",
+        delivery_id,
+        status_code,
+        error,
+        latency_ms,
+        response_body,
+    )
+    await conn.execute(
+        """UPDATE webhook_deliveries
+              SET status = $2, last_status_code = $3, last_error = $4, claimed_until = NULL,
+                  next_attempt_at = CASE WHEN $2 = 'PENDING' THEN now() + make_interval(secs => $5) END,
+                  delivered_at = CASE WHEN $2 = 'DELIVERED' THEN now() END
+            WHERE id = $1""",
+        delivery_id,
+        outcome,
+        status_code,
+        error,
+        float(retry_in_s or 0),
+    )

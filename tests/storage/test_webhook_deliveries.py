@@ -1,0 +1,151 @@
+"""Claims of webhook deliveries: a fair share per endpoint, exact across processes, leases that end
+when the attempt is recorded or handed back."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import asyncpg
+import pytest
+
+from payorch.config import Settings
+from payorch.runtime import open_runtime
+from payorch.storage import outbox, webhooks
+from payorch.storage.database import Connection, Database
+from payorch.storage.webhook_deliveries import (
+    ClaimedDelivery,
+    claim_due_deliveries,
+    fan_out_events,
+    record_attempt,
+    release_claims,
+)
+from tests.helpers import new_application, new_merchant
+
+SHARE = 2
+
+
+async def _application(db: Database, settings: Settings) -> uuid.UUID:
+    """An application, made through the API of a runtime that is stopped again: no supervisor claims
+    anything while these tests do."""
+    async with open_runtime(settings, db) as runtime:
+        client = runtime.app.test_client()
+        merchant = await new_merchant(client, db, settings)
+        return uuid.UUID((await new_application(client, merchant))["id"])
+
+
+async def _endpoint(db: Database, application_id: uuid.UUID, name: str) -> uuid.UUID:
+    config = await db.transaction(
+        webhooks.create_webhook,
+        application_id=application_id,
+        url=f"https://{name}.example/hooks",
+        subscribed_events=["session.completed"],
+        secret=b"sealed",
+        key_fingerprint="sha256:0",
+    )
+    return config.id
+
+
+async def _events(db: Database, application_id: uuid.UUID, count: int) -> None:
+    async def add(conn: Connection) -> None:
+        for _ in range(count):
+            await outbox.add_event(
+                conn,
+                event_id=f"evt_{uuid.uuid4().hex}",
+                application_id=application_id,
+                session_id=None,
+                event_type="session.completed",
+                payload={},
+            )
+        await fan_out_events(conn, 0)
+
+    await db.transaction(add)
+
+
+@pytest.fixture
+async def endpoints(db: Database, settings: Settings) -> dict[str, uuid.UUID]:
+    """Endpoints `slow` and `quick` of one application; 5 events due, each to both."""
+    application_id = await _application(db, settings)
+    found = {name: await _endpoint(db, application_id, name) for name in ("slow", "quick")}
+    await _events(db, application_id, 5)
+    return found
+
+
+async def claim(db: Database, limit: int = 10) -> list[ClaimedDelivery]:
+    return await db.transaction(claim_due_deliveries, limit=limit, per_endpoint=SHARE, lease_s=60)
+
+
+def per_endpoint(claimed: list[ClaimedDelivery], endpoints: dict[str, uuid.UUID]) -> dict[str, int]:
+    return {name: sum(1 for item in claimed if item.config_id == id_) for name, id_ in endpoints.items()}
+
+
+async def test_no_endpoint_gets_more_than_its_share_of_attempts_in_flight(
+    db: Database, endpoints: dict[str, uuid.UUID]
+) -> None:
+    assert per_endpoint(await claim(db), endpoints) == {"slow": SHARE, "quick": SHARE}
+    assert await claim(db) == []  # both at their share until an attempt ends
+
+
+async def test_every_endpoints_first_delivery_is_claimed_before_any_second(
+    db: Database, endpoints: dict[str, uuid.UUID]
+) -> None:
+    assert per_endpoint(await claim(db, limit=2), endpoints) == {"slow": 1, "quick": 1}
+
+
+async def test_a_recorded_attempt_frees_its_endpoints_share(
+    db: Database, endpoints: dict[str, uuid.UUID]
+) -> None:
+    first = await claim(db)
+    done = next(item for item in first if item.config_id == endpoints["quick"])
+    await db.transaction(
+        record_attempt,
+        done.id,
+        status_code=200,
+        error=None,
+        latency_ms=1,
+        response_body="",
+        outcome="DELIVERED",
+        retry_in_s=None,
+    )
+    assert per_endpoint(await claim(db), endpoints) == {"slow": 0, "quick": 1}
+
+
+async def test_a_second_process_claiming_meanwhile_skips_the_endpoints_being_claimed_for(
+    db: Database, settings: Settings, endpoints: dict[str, uuid.UUID]
+) -> None:
+    async def both(conn: Connection) -> tuple[list[Any], list[Any]]:
+        mine = await claim_due_deliveries(conn, limit=1, per_endpoint=SHARE, lease_s=60)
+        other = await asyncpg.connect(settings.database.url)  # another process, while this one claims
+        try:
+            async with other.transaction():
+                theirs = await claim_due_deliveries(other, limit=10, per_endpoint=SHARE, lease_s=60)
+        finally:
+            await other.close()
+        return mine, theirs
+
+    mine, theirs = await db.transaction(both)
+    (claimed_here,) = mine
+    assert {item.config_id for item in theirs} == set(endpoints.values()) - {claimed_here.config_id}
+    # Once this claim committed, the count of what is in flight is exact for everyone.
+    assert per_endpoint(await claim(db), endpoints) == {
+        name: SHARE - 1 if id_ == claimed_here.config_id else 0 for name, id_ in endpoints.items()
+    }
+
+
+async def test_a_claim_handed_back_is_due_again_unattempted(
+    db: Database, endpoints: dict[str, uuid.UUID]
+) -> None:
+    claimed = await claim(db)
+    await db.transaction(release_claims, [item.id for item in claimed])
+
+    async def state(conn: Connection) -> list[Any]:
+        return list(
+            await conn.fetch(
+                "SELECT attempts, claimed_until, next_attempt_at <= now() AS due FROM webhook_deliveries"
+            )
+        )
+
+    assert {(row["attempts"], row["claimed_until"], row["due"]) for row in await db.read(state)} == {
+        (0, None, True)
+    }
+    assert len(await claim(db)) == len(claimed)
