@@ -237,10 +237,10 @@ async def test_an_error_inside_payorch_counts_as_an_attempt_and_follows_the_sche
 ) -> None:
     send = webhook_attempts._send
 
-    async def failing_for_a(services: Any, delivery: Any) -> Any:
+    async def failing_for_a(services: Any, client: Any, delivery: Any) -> Any:
         if delivery.url.endswith("/a"):
             raise RuntimeError("a bug that only A's deliveries bring out")
-        return await send(services, delivery)
+        return await send(services, client, delivery)
 
     monkeypatch.setattr(webhook_attempts, "_send", failing_for_a)
     shop_a, config_a, shop_b = await two_merchants(client, db, settings, webhook_receiver)

@@ -11,16 +11,17 @@ from payorch.config import Settings
 from payorch.http.guarded_transport import GuardedTransport
 from payorch.http.ssrf import resolve_public_addresses
 
-# Room for every delivery slot of the supervisor and test sends beside them; a connection beyond
-# this waits for a free one (within the attempt's timeout).
+# Connections open at once by one client; a request beyond this waits for a free one (within the
+# attempt's timeout).
 MAX_CONNECTIONS = 128
 
 
-def webhook_client(settings: Settings) -> httpx.AsyncClient:
-    """The one HTTP client for webhooks: every connection to an address the SSRF guard allowed
+def webhook_client(settings: Settings, max_connections: int = MAX_CONNECTIONS) -> httpx.AsyncClient:
+    """The HTTP client for webhooks: every connection to an address the SSRF guard allowed
     (`GuardedTransport`), TLS verified against the system CAs plus `webhooks.ca_bundle`,
     `webhooks.timeout_s` per request, no redirects followed, nothing taken from the environment
-    (proxies, .netrc credentials)."""
+    (proxies, .netrc credentials). The delivery supervisor has one of its own, so that test sends
+    can never take the connections deliveries need; test sends share the runtime's."""
     context = ssl.create_default_context()
     if settings.webhooks.ca_bundle:
         context.load_verify_locations(cafile=str(settings.webhooks.ca_bundle))
@@ -30,7 +31,7 @@ def webhook_client(settings: Settings) -> httpx.AsyncClient:
         timeout_s=settings.webhooks.timeout_s,
     )
     transport = GuardedTransport(
-        ssl_context=context, limits=httpx.Limits(max_connections=MAX_CONNECTIONS), resolve=resolve
+        ssl_context=context, limits=httpx.Limits(max_connections=max_connections), resolve=resolve
     )
     return httpx.AsyncClient(
         transport=transport, timeout=settings.webhooks.timeout_s, follow_redirects=False, trust_env=False

@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+import httpx
+
 from payorch.engine.timefmt import utcnow
 from payorch.http.context import Services
 from payorch.jsonexact import dumps_exact
@@ -40,13 +42,13 @@ def retry_wait_s(schedule: Sequence[float], attempts_made: int, retry_after_s: f
     return max(wait, min(retry_after_s, max(schedule)))
 
 
-async def attempt_delivery(services: Services, delivery: ClaimedDelivery) -> None:
+async def attempt_delivery(services: Services, client: httpx.AsyncClient, delivery: ClaimedDelivery) -> None:
     """Send `delivery` once and record the attempt: DELIVERED on 2xx, else PENDING for its next
     attempt or FAILED when none is left (or the receiver answered 410, which also deactivates the
     configuration). Never raises except `trio.Cancelled`: an unexpected error is logged with the
     delivery id and recorded as this attempt's failure."""
     try:
-        result = await _send(services, delivery)
+        result = await _send(services, client, delivery)
         outcome, retry_in = await _record(services, delivery, result)
     except Exception as unexpected:
         log.exception("webhook delivery attempt failed inside payorch", extra=_ids(delivery))
@@ -68,7 +70,7 @@ async def attempt_delivery(services: Services, delivery: ClaimedDelivery) -> Non
     )
 
 
-async def _send(services: Services, delivery: ClaimedDelivery) -> AttemptResult:
+async def _send(services: Services, client: httpx.AsyncClient, delivery: ClaimedDelivery) -> AttemptResult:
     secrets = signing_secrets(
         services.secrets,
         secret=delivery.secret,
@@ -77,7 +79,7 @@ async def _send(services: Services, delivery: ClaimedDelivery) -> AttemptResult:
         now=utcnow(),
     )
     return await send_signed(
-        services.webhooks,
+        client,
         url=delivery.url,
         secrets=secrets,
         fingerprint=delivery.key_fingerprint,

@@ -8,7 +8,8 @@ attempted in a task of its own (`webhook_attempts.attempt_delivery`, which never
 itself keeps things fair (`storage.webhook_deliveries`): at most `IN_FLIGHT_PER_ENDPOINT` attempts
 per endpoint, each endpoint's oldest delivery first, and a session's events in order per endpoint.
 So a receiver that takes the whole timeout holds at most its own share of the slots and delays
-only its own deliveries.
+only its own deliveries. The loop has an HTTP client of its own, sized to its slots: test sends
+(`POST .../webhooks/{id}/test`) go through the runtime's and cannot take its connections.
 
 A claim is a lease in the database: if this process dies mid-delivery, the delivery is due again
 when the lease runs out, its attempt counted, so nothing is lost. On shutdown the claims still in
@@ -21,10 +22,12 @@ import contextlib
 import logging
 import uuid
 
+import httpx
 import trio
 import triopg
 
 from payorch.http.context import Services
+from payorch.outbound.client import webhook_client
 from payorch.storage import webhook_deliveries
 from payorch.storage.webhook_deliveries import ClaimedDelivery
 from payorch.supervisors.restart import supervised
@@ -34,7 +37,7 @@ log = logging.getLogger("payorch.supervisors.webhooks")
 
 # Attempts in flight at once in one process. Each mostly waits on a receiver, so this is cheap; it
 # bounds connections and memory (an attempt keeps at most `outbound.attempt.RESPONSE_EXCERPT` bytes).
-DELIVERY_SLOTS = 32
+DELIVERY_SLOTS = 64
 # Attempts in flight at once to one endpoint (webhook configuration), across all processes. A slow
 # receiver holds at most this many slots; it still gets that much parallelism across sessions.
 IN_FLIGHT_PER_ENDPOINT = 4
@@ -68,13 +71,17 @@ class DeliverySlots:
             await self._wake_receive.receive()
 
 
-async def _attempt_in_slot(services: Services, slots: DeliverySlots, delivery: ClaimedDelivery) -> None:
-    await attempt_delivery(services, delivery)
+async def _attempt_in_slot(
+    services: Services, client: httpx.AsyncClient, slots: DeliverySlots, delivery: ClaimedDelivery
+) -> None:
+    await attempt_delivery(services, client, delivery)
     slots.in_flight.discard(delivery.id)
     slots.wake()  # a slot is free, and the delivery's successors in its session may be due
 
 
-async def _claim_into_free_slots(services: Services, slots: DeliverySlots, nursery: trio.Nursery) -> None:
+async def _claim_into_free_slots(
+    services: Services, client: httpx.AsyncClient, slots: DeliverySlots, nursery: trio.Nursery
+) -> None:
     if slots.free <= 0:
         return
     claimed = await services.db.transaction(
@@ -85,7 +92,7 @@ async def _claim_into_free_slots(services: Services, slots: DeliverySlots, nurse
     )
     for delivery in claimed:
         slots.in_flight.add(delivery.id)
-        nursery.start_soon(_attempt_in_slot, services, slots, delivery)
+        nursery.start_soon(_attempt_in_slot, services, client, slots, delivery)
 
 
 async def _listen(dsn: str, slots: DeliverySlots) -> None:
@@ -105,13 +112,17 @@ async def _delivery_loop(services: Services) -> None:
     first_wait_s = services.settings.webhooks.retry_schedule_s[0]
     slots = DeliverySlots(DELIVERY_SLOTS)
     try:
-        async with trio.open_nursery() as nursery:
+        # A client of its own: its connections serve deliveries only (one per slot, and room to spare).
+        async with (
+            webhook_client(services.settings, 2 * DELIVERY_SLOTS) as client,
+            trio.open_nursery() as nursery,
+        ):
             nursery.start_soon(_listen, services.db.dsn, slots)
             while True:
                 fanned_out = await services.db.transaction(
                     webhook_deliveries.fan_out_events, first_wait_s, FAN_OUT_BATCH
                 )
-                await _claim_into_free_slots(services, slots, nursery)
+                await _claim_into_free_slots(services, client, slots, nursery)
                 if fanned_out < FAN_OUT_BATCH:  # else more events wait: fan them out at once
                     await slots.wait_for_wake(IDLE_WAIT_S)
     except BaseException as stopped:
