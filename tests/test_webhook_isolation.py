@@ -23,6 +23,7 @@ from payorch.supervisors import webhook_attempts
 from payorch.supervisors.webhooks import IN_FLIGHT_PER_ENDPOINT
 from tests import webhook_receiver as receiving
 from tests.helpers import Client, Shop, eventually, new_shop
+from tests.test_metrics import scrape, value
 from tests.test_webhook_delivery import pay, subscribe
 from tests.webhook_receiver import ScriptedResponse, WebhookReceiver
 
@@ -95,6 +96,14 @@ async def one_merchant(
     return shop_a, await subscribe(client, shop_a, receiver, path="/a")
 
 
+def failures_counted(client: Client, reason: str, at_least: int) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        _, samples = await scrape(client)
+        return value(samples, "payorch_webhook_attempt_failures_total", reason=reason) >= at_least
+
+    return check
+
+
 async def assert_others_unaffected(client: Client, runtime: Runtime) -> None:
     assert (await client.get("/readyz")).status_code == 200
     assert runtime.services.supervisors.restarts[SUPERVISOR] == 0
@@ -105,27 +114,27 @@ INVALID_UTF8 = b"\xff\xfe bad \xed\xa0\x80 end"  # \xed\xa0\x80 would encode a l
 MISBEHAVIOURS = {
     "nul_byte_in_the_body": (
         ScriptedResponse(200, {}, b"ok\x00bye"),
-        (200, "ok\ufffdbye", None, "DELIVERED"),
+        (200, "ok\ufffdbye", None, None),
     ),
     "invalid_utf8_body": (
         ScriptedResponse(500, {}, INVALID_UTF8),
-        (500, INVALID_UTF8.decode("utf-8", "replace"), None, "PENDING"),
+        (500, INVALID_UTF8.decode("utf-8", "replace"), None, "http_status"),
     ),
     "retry_after_of_17_digits": (
         ScriptedResponse(503, {"Retry-After": "99999999999999999"}),
-        (503, "", None, "PENDING"),
+        (503, "", None, "http_status"),
     ),
     "retry_after_of_a_superscript_digit": (
         ScriptedResponse(503, {"Retry-After": "²"}),
-        (503, "", None, "PENDING"),
+        (503, "", None, "http_status"),
     ),
     "body_of_50_mb": (
         ScriptedResponse(200, streamed_body_bytes=FIFTY_MB),
-        (200, "x" * RESPONSE_EXCERPT, None, "DELIVERED"),
+        (200, "x" * RESPONSE_EXCERPT, None, None),
     ),
     "hanging_past_the_timeout": (
         ScriptedResponse(200, delay_s=30),
-        (None, None, f"timed out after {TIMEOUT_S:g} s", "PENDING"),
+        (None, None, f"timed out after {TIMEOUT_S:g} s", "timeout"),
     ),
 }
 
@@ -138,7 +147,7 @@ async def test_a_misbehaving_receiver_fails_only_its_own_attempt(
     runtime: Runtime,
     webhook_receiver: WebhookReceiver,
     answer: ScriptedResponse,
-    expected: tuple[int | None, str | None, str | None, str],
+    expected: tuple[int | None, str | None, str | None, str | None],
 ) -> None:
     shop_a, config_a, shop_b = await two_merchants(client, db, settings, webhook_receiver)
     webhook_receiver.script([answer], path=A)
@@ -149,8 +158,15 @@ async def test_a_misbehaving_receiver_fails_only_its_own_attempt(
     (delivered,) = await webhook_receiver.wait_for(1, timeout_s=10, path=B)
     assert delivered.verified and delivered.json()["data"]["id"] == session_b
 
+    status_code, response_body, error, failure_reason = expected
     first = (await eventually(recorded(db, config_a)))[0]
-    assert (first["status_code"], first["response_body"], first["error"], first["status"]) == expected
+    assert (first["status_code"], first["response_body"], first["error"]) == (
+        status_code,
+        response_body,
+        error,
+    )
+    if failure_reason is not None:  # counted just after the attempt is recorded
+        await eventually(failures_counted(client, failure_reason, at_least=1))
     await assert_others_unaffected(client, runtime)
 
 
@@ -252,6 +268,7 @@ async def test_an_error_inside_payorch_counts_as_an_attempt_and_follows_the_sche
     last = attempts[-1]
     assert (last["status"], last["attempts"]) == ("PENDING", len(schedule) - 1)
     assert last["next_attempt_at"] - last["last_attempt_at"] >= timedelta(seconds=LONGEST_WAIT_S)
+    await eventually(failures_counted(client, "internal", at_least=len(attempts)))
 
     await pay(client, shop_b)
     await webhook_receiver.wait_for(1, timeout_s=10, path=B)
