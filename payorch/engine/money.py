@@ -3,22 +3,29 @@
 A currency's minor-unit exponent (JPY 0, USD 2, KWD 3) comes from Babel's copy of the CLDR currency
 data rather than from a hand-typed table, except for the few currencies where CLDR's digits (how
 amounts are usually written) differ from the ISO 4217 minor unit: those are listed below.
+
+Conversions are exact or refused: an amount is never rounded to fit its currency.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Context, Decimal
+from decimal import Decimal
 
 from babel.numbers import get_currency_precision, is_currency
 
 
 class UnknownCurrency(ValueError):
-    """Not an ISO 4217 alphabetic currency code."""
+    """Not the ISO 4217 code of a currency: unknown, or one of the X-codes that name no currency
+    (precious metals, testing, funds and units of account, "no currency")."""
 
 
 class TooManyDecimals(ValueError):
     """The amount has more decimals than its currency's minor unit allows."""
+
+
+class AmountOutOfRange(ValueError):
+    """The amount has more digits than any payment could (no caller should get this far)."""
 
 
 # ISO 4217 minor units where CLDR records fewer digits (CLDR says how amounts are usually shown).
@@ -38,9 +45,27 @@ _ISO_EXPONENT_WHERE_CLDR_DIFFERS = {
     "YER": 2,
 }
 
+# ISO 4217 gives the X- prefix to codes of no single country. Only these few are currencies people
+# pay with; the other X-codes name precious metals (XAU, XAG, XPT, XPD), bond-market and fund units
+# (XBA..XBD, XDR, XSU, XUA), the testing code XTS, "no currency" XXX, and withdrawn units (XEU, XFO,
+# XFU, XRE). Money in them cannot be charged or refunded.
+_X_CODES_THAT_ARE_CURRENCIES = frozenset(
+    {
+        "XAF",  # Central African CFA franc
+        "XCD",  # East Caribbean dollar
+        "XCG",  # Caribbean guilder (Curaçao and Sint Maarten, since 2025)
+        "XOF",  # West African CFA franc
+        "XPF",  # CFP franc
+    }
+)
 
-def currency_exponent(currency: str) -> int:
-    """The ISO 4217 minor-unit exponent of `currency`; `UnknownCurrency` for anything else."""
+# More minor-unit digits than any amount could have: a bound on the integers built below, so that
+# an exponent like 1E+999999999 is refused instead of building a gigantic number.
+_MAX_MINOR_DIGITS = 64
+
+
+def _iso_exponent(currency: str) -> int:
+    """The minor-unit exponent of any ISO 4217 code CLDR knows, currencies or not."""
     if len(currency) != 3 or not currency.isalpha() or not currency.isupper() or not is_currency(currency):
         raise UnknownCurrency(f"{currency!r} is not an ISO 4217 currency code")
     if currency in _ISO_EXPONENT_WHERE_CLDR_DIFFERS:
@@ -48,19 +73,48 @@ def currency_exponent(currency: str) -> int:
     return int(get_currency_precision(currency))
 
 
+def currency_exponent(currency: str) -> int:
+    """The ISO 4217 minor-unit exponent of `currency`; `UnknownCurrency` for anything that is not
+    the code of a currency, X-codes for metals, funds, testing and "no currency" included."""
+    exponent = _iso_exponent(currency)
+    if currency.startswith("X") and currency not in _X_CODES_THAT_ARE_CURRENCIES:
+        raise UnknownCurrency(
+            f"{currency!r} is an ISO 4217 code for something other than a currency "
+            "(a precious metal, a fund or unit of account, testing, or no currency)"
+        )
+    return exponent
+
+
 def to_minor_units(amount: Decimal, currency: str) -> int:
-    """`amount` (major units) as an exact integer count of the currency's minor units."""
+    """`amount` (major units) as an exact integer count of the currency's minor units.
+
+    Nothing is rounded: `TooManyDecimals` when the amount has a non-zero digit below the currency's
+    minor unit, however far below (`1E-999999999` included); `UnknownCurrency` as
+    `currency_exponent`; `AmountOutOfRange` for more than 64 digits of minor units."""
     exponent = currency_exponent(currency)
-    # Enough precision for every digit of `amount`: the default 28 would round 1.000...0001 to 1.
-    scaled = amount.scaleb(exponent, Context(prec=len(amount.as_tuple().digits) + 1))
-    if scaled != scaled.to_integral_value():
+    sign, digits, power = amount.as_tuple()
+    if not isinstance(power, int):
+        raise AmountOutOfRange(f"{amount} is not a finite amount")
+    # Integer arithmetic on the coefficient and the exponent: Decimal arithmetic would go through a
+    # context whose precision and exponent range (Emin) can round the amount, even to zero.
+    coefficient = "".join(map(str, digits)).lstrip("0")
+    if not coefficient:
+        return 0
+    significant = coefficient.rstrip("0")  # trailing zeros (10.50) do not make an amount inexact
+    shift = power + (len(coefficient) - len(significant)) + exponent
+    if shift < 0:
         raise TooManyDecimals(f"{currency} amounts have at most {exponent} decimal places")
-    return int(scaled)
+    if len(significant) + shift > _MAX_MINOR_DIGITS:
+        raise AmountOutOfRange(f"{amount} {currency} is out of range")
+    minor = int(significant + "0" * shift)
+    return -minor if sign else minor
 
 
 def to_major_units(minor: int, currency: str) -> Decimal:
-    """The major-unit `Decimal` of `minor` units, with exactly the currency's decimal places."""
-    exponent = currency_exponent(currency)
+    """The major-unit `Decimal` of `minor` units, with exactly the currency's decimal places.
+
+    Accepts any ISO 4217 code, also those `currency_exponent` refuses: it shows what was stored."""
+    exponent = _iso_exponent(currency)
     return Decimal(minor).scaleb(-exponent).quantize(Decimal(1).scaleb(-exponent))
 
 
@@ -73,7 +127,7 @@ class Money:
 
     @classmethod
     def from_major(cls, amount: Decimal, currency: str) -> Money:
-        """Parse a major-unit amount; `UnknownCurrency` or `TooManyDecimals` when it cannot be exact."""
+        """Parse a major-unit amount exactly; the errors of `to_minor_units` when it cannot be exact."""
         return cls(to_minor_units(amount, currency), currency)
 
     @property

@@ -9,6 +9,7 @@ import pytest
 from quart import jsonify, request
 
 from payorch.engine.money import (
+    AmountOutOfRange,
     TooManyDecimals,
     UnknownCurrency,
     currency_exponent,
@@ -61,6 +62,44 @@ def test_long_amount_is_converted_without_rounding() -> None:
 
 def test_amount_in_exponent_notation_is_converted() -> None:
     assert to_minor_units(Decimal("1E+3"), "JPY") == 1000
+
+
+def test_amount_far_below_the_minor_unit_is_too_many_decimals_not_zero() -> None:
+    # Decimal arithmetic in a context with an exponent floor would round this to 0 cents.
+    with pytest.raises(TooManyDecimals):
+        to_minor_units(Decimal("1E-999999999"), "USD")
+
+
+def test_amount_far_above_any_payment_is_out_of_range() -> None:
+    with pytest.raises(AmountOutOfRange):
+        to_minor_units(Decimal("1E+999999999"), "USD")
+
+
+@pytest.mark.parametrize(("amount", "minor"), [("10.500000", 1050), ("1.00E+2", 10000), ("-1.25", -125)])
+def test_exact_amount_in_any_spelling_is_converted(amount: str, minor: int) -> None:
+    assert to_minor_units(Decimal(amount), "USD") == minor
+
+
+def test_zero_with_a_deep_exponent_is_zero() -> None:
+    assert to_minor_units(Decimal("0E-999999999"), "USD") == 0
+
+
+@pytest.mark.parametrize(
+    "code",
+    ["XXX", "XTS", "XAU", "XAG", "XPT", "XPD", "XDR", "XBA", "XBB", "XBC", "XBD", "XSU", "XUA", "XEU", "XFU"],
+)
+def test_x_code_that_names_no_currency_is_unknown(code: str) -> None:
+    with pytest.raises(UnknownCurrency):
+        currency_exponent(code)
+
+
+@pytest.mark.parametrize(("code", "exponent"), [("XAF", 0), ("XOF", 0), ("XPF", 0), ("XCD", 2), ("XCG", 2)])
+def test_x_code_that_is_a_currency_is_accepted(code: str, exponent: int) -> None:
+    assert currency_exponent(code) == exponent
+
+
+def test_amount_stored_in_a_code_now_refused_can_still_be_shown() -> None:
+    assert str(to_major_units(1050, "XTS")) == "10.50"
 
 
 @pytest.mark.parametrize("code", ["ABC", "usd", "US", "USDX", "U$D", ""])
