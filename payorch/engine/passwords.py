@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 import trio
 from passlib.hash import argon2
 
@@ -11,6 +13,25 @@ _DUMMY_HASH = _hasher.hash("payorch-no-such-account-password")
 
 PASSWORD_MIN_LENGTH = 16
 PASSWORD_MAX_LENGTH = 32
+
+
+def _blank(character: str) -> bool:
+    # White space, and characters that show nothing at all (controls, zero-width and other format
+    # characters): a password of these alone is as good as empty.
+    return character.isspace() or unicodedata.category(character) in ("Cc", "Cf")
+
+
+def password_weakness(password: str) -> str | None:
+    """Why `password` is refused whatever its length, or None when it is not.
+
+    Refused: one character repeated (`aaaa...`), and nothing but blanks (white space, control or
+    invisible format characters). The length limits are checked apart, where the password arrives.
+    """
+    if all(_blank(character) for character in password):
+        return "must not consist only of white space or invisible characters"
+    if len(set(password)) == 1:
+        return "must not be one character repeated"
+    return None
 
 
 async def hash_password(password: str) -> str:
