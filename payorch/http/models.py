@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import re
 import uuid
-from decimal import Decimal
-from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
+from collections.abc import Callable
+from decimal import Context, Decimal, Inexact, InvalidOperation
+from typing import Annotated, Any, Literal, Self
 
 from babel import Locale
 from pydantic import (
@@ -22,26 +22,37 @@ from pydantic import (
     Field,
     GetJsonSchemaHandler,
     StringConstraints,
+    ValidationError,
     field_validator,
+    model_validator,
 )
 from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import CoreSchema
+from pydantic_core import CoreSchema, InitErrorDetails, PydanticCustomError
 
+from payorch.engine.identifiers import canonical_identifier
 from payorch.engine.pagination import DEFAULT_LIMIT, DEFAULT_PAGE, MAX_LIMIT, PageRequest
-from payorch.engine.passwords import PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH
+from payorch.engine.passwords import PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH, password_weakness
+from payorch.engine.web_urls import redirect_url_problem, website_url_problem
 
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=255)]
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100)]
 
 
-def _web_url(value: str) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError("must be an http or https URL")
-    return value
+def _url_check(problem_of: Callable[[str], str | None]) -> AfterValidator:
+    def check(value: str) -> str:
+        problem = problem_of(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    return AfterValidator(check)
 
 
-WebUrl = Annotated[Text, AfterValidator(_web_url)]
+# URLs are not trimmed: the URL checked is the URL stored, and later sent in a Location header.
+WebUrl = Annotated[str, StringConstraints(min_length=1, max_length=2048), _url_check(website_url_problem)]
+RedirectUrl = Annotated[
+    str, StringConstraints(min_length=1, max_length=2048), _url_check(redirect_url_problem)
+]
 
 
 def _refuse_nul(value: object) -> object:
@@ -86,9 +97,31 @@ class RegisteredAddress(Body):
     country: Text
 
 
+def _canonical_text(value: object) -> object:
+    return canonical_identifier(value) if isinstance(value, str) else value
+
+
+# Identifiers that must be unique are kept in canonical form (no invisible characters, NFKC), so
+# the database's unique indexes compare what a reader sees: `REG\u200b-1` is `REG-1`.
+Identifier = Annotated[str, BeforeValidator(_canonical_text), StringConstraints(min_length=1, max_length=100)]
+IdentifierEmail = Annotated[EmailStr, BeforeValidator(_canonical_text)]
+
+
+def _not_weak(password: str) -> str:
+    weakness = password_weakness(password)
+    if weakness is not None:
+        raise ValueError(weakness)
+    return password
+
+
+NewPassword = Annotated[
+    str, Field(min_length=PASSWORD_MIN_LENGTH, max_length=PASSWORD_MAX_LENGTH), AfterValidator(_not_weak)
+]
+
+
 class Organization(Body):
     legalBusinessName: Text
-    companyRegistrationNumber: Name
+    companyRegistrationNumber: Identifier
     registeredAddress: RegisteredAddress
     companyWebsite: WebUrl
     industry: Text
@@ -99,8 +132,8 @@ class Organization(Body):
 
 
 class Admin(Body):
-    email: EmailStr
-    password: Annotated[str, Field(min_length=PASSWORD_MIN_LENGTH, max_length=PASSWORD_MAX_LENGTH)]
+    email: IdentifierEmail
+    password: NewPassword
     firstName: Text
     lastName: Text
 
@@ -115,7 +148,7 @@ class SignupQuery(Query):
 
 
 class LoginRequest(Body):
-    email: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=320)]
+    email: Annotated[str, BeforeValidator(_canonical_text), StringConstraints(min_length=1, max_length=320)]
     password: Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
 
@@ -220,10 +253,40 @@ CountryCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{2}$"), AfterVali
 OptionalText = Annotated[str, StringConstraints(strip_whitespace=True, max_length=255)] | None
 
 
+# Exact sums of amounts any currency can hold (at most 19 digits); anything longer is inexact here.
+_EXACT_SUMS = Context(prec=40, traps=[Inexact, InvalidOperation])
+
+
 class SessionAmount(Body):
     total: Annotated[Amount, Field(gt=0), JSON_NUMBER]
     shipping: NonNegativeAmount = Decimal(0)
     tax: NonNegativeAmount = Decimal(0)
+
+    @model_validator(mode="after")
+    def _total_covers_shipping_and_tax(self) -> Self:
+        """The total is what the customer pays, shipping and tax included: it cannot be less."""
+        try:
+            included = _EXACT_SUMS.add(self.shipping, self.tax)
+        except Inexact:
+            return self  # more digits than any currency has: refused by the currency's decimals
+        if self.total < included:
+            # Raised as a ValidationError of its own, the error keeps this location: `details`
+            # names `amount.total`, not the whole `amount`.
+            raise ValidationError.from_exception_data(
+                type(self).__name__,
+                [
+                    InitErrorDetails(
+                        type=PydanticCustomError(
+                            "total_below_shipping_and_tax",
+                            "must be at least shipping + tax ({included})",
+                            {"included": str(included)},
+                        ),
+                        loc=("total",),
+                        input=self.total,
+                    )
+                ],
+            )
+        return self
 
 
 class Address(Body):
@@ -257,8 +320,8 @@ class ShippingInfo(Body):
 
 
 class RedirectUrls(Body):
-    success: WebUrl | None = None
-    failure: WebUrl | None = None
+    success: RedirectUrl | None = None
+    failure: RedirectUrl | None = None
 
 
 class SessionCreateRequest(Body):

@@ -15,6 +15,10 @@ from payorch.storage.database import Connection
 
 @dataclass(frozen=True)
 class NewAccount:
+    """A merchant and its admin user to create. `admin_email` and the organization's
+    `companyRegistrationNumber` are in canonical form (`engine/identifiers.py`): the unique indexes
+    on `lower(...)` of both then refuse every spelling of a registered identifier."""
+
     organization: dict[str, Any]
     admin_email: str
     admin_password_hash: str
@@ -96,6 +100,7 @@ async def sign_up(conn: Connection, *, token_hash: bytes, account: NewAccount) -
 
 
 async def find_login(conn: Connection, email: str) -> LoginRecord | None:
+    """The user whose e-mail is `email` (canonical form, as stored), whatever its letter case."""
     row = await conn.fetchrow(
         "SELECT id, merchant_id, password_hash FROM users WHERE lower(email) = lower($1)", email
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jwt
+import pytest
 
 from payorch.config import Settings
 from tests.helpers import PASSWORD, Client, Merchant
@@ -58,3 +59,21 @@ async def test_two_logins_give_distinct_tokens(client: Client, merchant: Merchan
         )
         tokens.add((await response.get_json())["accessToken"])
     assert len(tokens) == 2
+
+
+@pytest.mark.parametrize("invisible", ["\u200b", "\u200d", "\ufeff", "\u2060"])
+async def test_login_email_with_an_invisible_character_finds_the_account(
+    client: Client, merchant: Merchant, invisible: str
+) -> None:
+    local, _, domain = merchant.email.partition("@")
+    email = f"{local[:2]}{invisible}{local[2:]}@{domain}"
+    response = await client.post("/api/v1/auth/login", json={"email": email, "password": PASSWORD})
+    assert response.status_code == 200
+
+
+async def test_login_email_in_full_width_letters_finds_the_account(
+    client: Client, merchant: Merchant
+) -> None:
+    full_width = "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in merchant.email)
+    response = await client.post("/api/v1/auth/login", json={"email": full_width, "password": PASSWORD})
+    assert response.status_code == 200

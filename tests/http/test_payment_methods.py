@@ -169,6 +169,17 @@ async def test_unknown_currency_code_is_400(client: Client, shop: Shop) -> None:
     assert await _fields(response) == ["currency"]
 
 
+@pytest.mark.parametrize("currency", ["XXX", "XTS", "XAU", "XPT", "XDR"])
+async def test_x_code_that_is_not_a_currency_is_400(client: Client, shop: Shop, currency: str) -> None:
+    response = await _lookup(client, shop.headers, f"currency={currency}&amount=100.00")
+    assert response.status_code == 400
+    assert await _fields(response) == ["currency"]
+
+
+async def test_x_code_that_is_a_currency_is_looked_up(client: Client, shop: Shop) -> None:
+    assert (await _methods(client, shop, "XOF", "5000"))["paymentMethods"] == ["card"]
+
+
 @pytest.mark.parametrize(("currency", "amount"), [("JPY", "1.5"), ("PLN", "1.001"), ("KWD", "1.0001")])
 async def test_more_decimals_than_the_currency_has_is_400(
     client: Client, shop: Shop, currency: str, amount: str

@@ -313,3 +313,154 @@ async def test_actor_crash_is_500_with_request_id_and_the_next_request_works(
     assert body["requestId"] == crashed.headers["X-Request-Id"]
     assert "simulated" not in await crashed.get_data(as_text=True)
     assert (await create_session(client, shop, "k2")).status_code == 201
+
+
+# --- Redirect URLs --------------------------------------------------------------------------------
+
+
+async def _redirect_urls_stored(db: Database) -> Any:
+    async def read(conn: Connection) -> Any:
+        return await conn.fetchval("SELECT redirect_urls FROM checkout_sessions")
+
+    return await db.read(read)
+
+
+async def test_redirect_url_with_crlf_is_400(client: Client, shop: Shop, db: Database) -> None:
+    urls = {"success": "https://shop.example/ok\r\nSet-Cookie: session=stolen"}
+    response = await create_session(client, shop, "k", session_body(redirectUrls=urls))
+    assert response.status_code == 400
+    assert [item["field"] for item in (await response.get_json())["details"]] == ["redirectUrls.success"]
+    assert await db.read(_count_sessions) == 0
+
+
+async def test_redirect_url_ending_in_crlf_is_400_not_trimmed(client: Client, shop: Shop) -> None:
+    urls = {"failure": "https://shop.example/ko\r\n"}
+    response = await create_session(client, shop, "k", session_body(redirectUrls=urls))
+    assert response.status_code == 400
+    assert [item["field"] for item in (await response.get_json())["details"]] == ["redirectUrls.failure"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://shop.example/\tok",
+        "https://shop.example/o k",
+        " https://shop.example/ok",
+        "https://shop.example/\x1bok",
+        "https://shop.example/\x7fok",
+        "https://shop.example/\u200bok",
+        "https://shop.example/\u2028ok",
+    ],
+)
+async def test_redirect_url_with_control_characters_or_white_space_is_400(
+    client: Client, shop: Shop, url: str
+) -> None:
+    response = await create_session(client, shop, "k", session_body(redirectUrls={"success": url}))
+    assert response.status_code == 400
+    assert [item["field"] for item in (await response.get_json())["details"]] == ["redirectUrls.success"]
+
+
+@pytest.mark.parametrize(
+    "url", ["/ok", "shop.example/ok", "https:///ok", "javascript:alert(1)", "https://shop.example/caf\u00e9"]
+)
+async def test_redirect_url_that_is_not_an_absolute_https_url_is_400(
+    client: Client, shop: Shop, url: str
+) -> None:
+    response = await create_session(client, shop, "k", session_body(redirectUrls={"success": url}))
+    assert response.status_code == 400
+
+
+async def test_http_redirect_url_to_a_public_host_is_400(client: Client, shop: Shop) -> None:
+    urls = {"success": "http://shop.example/ok"}
+    response = await create_session(client, shop, "k", session_body(redirectUrls=urls))
+    assert response.status_code == 400
+    assert [item["field"] for item in (await response.get_json())["details"]] == ["redirectUrls.success"]
+
+
+async def test_http_redirect_url_to_localhost_is_accepted_for_local_development(
+    client: Client, shop: Shop, db: Database
+) -> None:
+    urls = {"success": "http://localhost:3000/ok", "failure": "http://127.0.0.1:3000/ko"}
+    response = await create_session(client, shop, "k", session_body(redirectUrls=urls))
+    assert response.status_code == 201
+    assert await _redirect_urls_stored(db) == urls
+
+
+async def test_redirect_url_is_stored_exactly_as_validated(client: Client, shop: Shop, db: Database) -> None:
+    urls = {"success": "https://shop.example/return?order=1001&s=%C3%A9#done"}
+    response = await create_session(client, shop, "k", session_body(redirectUrls=urls))
+    assert response.status_code == 201
+    assert await _redirect_urls_stored(db) == urls
+
+
+# --- Amounts and currencies -----------------------------------------------------------------------
+
+
+async def test_total_below_shipping_plus_tax_is_400(client: Client, shop: Shop, db: Database) -> None:
+    amount = {"total": Decimal("10.00"), "shipping": Decimal("6.00"), "tax": Decimal("4.01")}
+    response = await create_session(client, shop, "k", session_body(amount=amount))
+    assert response.status_code == 400
+    body = await response.get_json()
+    assert body["code"] == 400
+    assert [item["field"] for item in body["details"]] == ["amount.total"]
+    assert await db.read(_count_sessions) == 0
+
+
+async def test_total_equal_to_shipping_plus_tax_is_accepted(client: Client, shop: Shop) -> None:
+    amount = {"total": Decimal("10.00"), "shipping": Decimal("6.00"), "tax": Decimal("4.00")}
+    assert (await create_session(client, shop, "k", session_body(amount=amount))).status_code == 201
+
+
+async def _post_raw_session(client: Client, shop: Shop, amount_json: str) -> Any:
+    """A session body whose amount is written as given: numbers no Decimal helper would spell."""
+    return await client.post(
+        "/api/v1/sessions",
+        data='{"orderReference":"o","paymentMethod":"card","currency":"PLN",'
+        f'"amount":{amount_json},"customer":{{"email":"b@example.com"}}}}',
+        headers={**shop.headers, "Idempotency-Key": "k", "Content-Type": "application/json"},
+    )
+
+
+@pytest.mark.parametrize("total", ["1e-999", "0.001", "1E-3", "0.009999999999999999999999999999999"])
+async def test_total_below_one_minor_unit_is_400_not_rounded(
+    client: Client, shop: Shop, db: Database, total: str
+) -> None:
+    response = await _post_raw_session(client, shop, f'{{"total":{total}}}')
+    assert response.status_code == 400
+    assert [item["field"] for item in (await response.get_json())["details"]] == ["amount.total"]
+    assert await db.read(_count_sessions) == 0
+
+
+async def test_total_with_an_extreme_negative_exponent_is_400(
+    client: Client, shop: Shop, db: Database
+) -> None:
+    # Refused before it is a number at all or by its decimals; never rounded to 0 minor units.
+    response = await _post_raw_session(client, shop, '{"total":1e-999999999}')
+    assert response.status_code == 400
+    assert await db.read(_count_sessions) == 0
+
+
+async def test_shipping_far_below_one_minor_unit_is_400(client: Client, shop: Shop) -> None:
+    response = await _post_raw_session(client, shop, '{"total":10,"shipping":1e-999}')
+    assert response.status_code == 400
+    assert [item["field"] for item in (await response.get_json())["details"]] == ["amount.shipping"]
+
+
+@pytest.mark.parametrize("currency", ["XXX", "XTS", "XAU", "XAG", "XDR", "XSU", "XUA", "XBA"])
+async def test_x_code_that_is_not_a_currency_is_400(
+    client: Client, shop: Shop, db: Database, currency: str
+) -> None:
+    response = await create_session(client, shop, "k", session_body(currency=currency))
+    assert response.status_code == 400
+    assert [item["field"] for item in (await response.get_json())["details"]] == ["currency"]
+    assert await db.read(_count_sessions) == 0
+
+
+@pytest.mark.parametrize(
+    ("currency", "total"), [("XOF", "5000"), ("XAF", "5000"), ("XPF", "1000"), ("XCD", "10.50")]
+)
+async def test_x_code_that_is_a_currency_is_accepted(
+    client: Client, shop: Shop, currency: str, total: str
+) -> None:
+    response = await create_session(client, shop, "k", session_body(total=total, currency=currency))
+    assert response.status_code == 201, await response.get_data(as_text=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from payorch.config import Settings
 from payorch.engine.secrets import token_hash
 from payorch.engine.timefmt import utcnow
@@ -146,7 +148,8 @@ async def test_password_of_16_and_32_characters_is_accepted(
 ) -> None:
     for number, length in enumerate((16, 32)):
         invite = await issue_invite(db, settings, "a@acme.example")
-        body = signup_body(f"a{number}@acme.example", f"REG-{number}", password="p" * length)
+        password = ("pass-word" * 4)[:length]
+        body = signup_body(f"a{number}@acme.example", f"REG-{number}", password=password)
         assert (await _signup(client, invite.token, body)).status_code == 201
 
 
@@ -173,4 +176,117 @@ async def test_address_line2_is_optional(client: Client, db: Database, settings:
     invite = await issue_invite(db, settings, "a@acme.example")
     body = signup_body("a@acme.example", "REG-1")
     del body["organization"]["registeredAddress"]["line2"]
+    assert (await _signup(client, invite.token, body)).status_code == 201
+
+
+async def _fields(response: Any) -> list[str]:
+    return [item["field"] for item in (await response.get_json())["details"]]
+
+
+# --- Passwords ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("password", ["a" * 16, "0" * 32, " " * 16, " \t" * 8, "\u3000" * 16, " \u200b" * 8])
+async def test_password_of_one_repeated_character_or_only_white_space_is_400(
+    client: Client, db: Database, settings: Settings, password: str
+) -> None:
+    invite = await issue_invite(db, settings, "a@acme.example")
+    response = await _signup(client, invite.token, signup_body("a@acme.example", "REG-1", password=password))
+    assert response.status_code == 400
+    assert await _fields(response) == ["admin.password"]
+    assert await db.read(_count, "users") == 0
+
+
+# --- Registration numbers and e-mails: compared as a reader sees them ----------------------------
+
+
+async def _stored(conn: Connection) -> tuple[str, str]:
+    row = await conn.fetchrow(
+        "SELECT m.company_registration_number, u.email FROM merchants m JOIN users u ON u.merchant_id = m.id"
+    )
+    return row["company_registration_number"], row["email"]
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    ["REG\u200b-1", "\ufeffREG-1", "R\u2060EG-1", "RE\u200dG-1", "\uff32\uff25\uff27\uff0d\uff11"],
+)
+async def test_registration_number_differing_by_invisible_or_full_width_characters_is_409(
+    client: Client, db: Database, settings: Settings, spelling: str
+) -> None:
+    first = await issue_invite(db, settings, "a@acme.example")
+    assert (await _signup(client, first.token, signup_body("one@acme.example", "REG-1"))).status_code == 201
+    second = await issue_invite(db, settings, "b@acme.example")
+    duplicate = await _signup(client, second.token, signup_body("two@acme.example", spelling))
+    assert duplicate.status_code == 409
+    assert await db.read(_count, "merchants") == 1
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    ["own\u200ber@acme.example", "owner\ufeff@acme.example", "\uff4f\uff57\uff4e\uff45\uff52@acme.example"],
+)
+async def test_admin_email_differing_by_invisible_or_full_width_characters_is_409(
+    client: Client, db: Database, settings: Settings, spelling: str
+) -> None:
+    first = await issue_invite(db, settings, "a@acme.example")
+    assert (await _signup(client, first.token, signup_body("owner@acme.example", "REG-1"))).status_code == 201
+    second = await issue_invite(db, settings, "b@acme.example")
+    duplicate = await _signup(client, second.token, signup_body(spelling, "REG-2"))
+    assert duplicate.status_code == 409
+    assert await db.read(_count, "users") == 1
+
+
+async def test_registration_number_and_email_are_stored_and_echoed_in_canonical_form(
+    client: Client, db: Database, settings: Settings
+) -> None:
+    invite = await issue_invite(db, settings, "a@acme.example")
+    body = signup_body("own\u200ber@acme.example", "\uff32\uff25\uff27\u200b-1")
+    response = await _signup(client, invite.token, body)
+    assert response.status_code == 201
+    answer = await response.get_json()
+    assert answer["organization"]["companyRegistrationNumber"] == "REG-1"
+    assert answer["admin"]["email"] == "owner@acme.example"
+    assert await db.read(_stored) == ("REG-1", "owner@acme.example")
+
+
+async def test_registration_number_of_only_invisible_characters_is_400(
+    client: Client, db: Database, settings: Settings
+) -> None:
+    invite = await issue_invite(db, settings, "a@acme.example")
+    response = await _signup(client, invite.token, signup_body("a@acme.example", "\u200b\ufeff"))
+    assert response.status_code == 400
+    assert await _fields(response) == ["organization.companyRegistrationNumber"]
+
+
+# --- Company website ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "website",
+    [
+        "https://acme.example\r\n",
+        " https://acme.example",
+        "https://acme.example/a b",
+        "https://acme\u200b.example",
+        "ftp://acme.example",
+    ],
+)
+async def test_company_website_with_control_characters_white_space_or_another_scheme_is_400(
+    client: Client, db: Database, settings: Settings, website: str
+) -> None:
+    invite = await issue_invite(db, settings, "a@acme.example")
+    body = signup_body("a@acme.example", "REG-1")
+    body["organization"]["companyWebsite"] = website
+    response = await _signup(client, invite.token, body)
+    assert response.status_code == 400
+    assert await _fields(response) == ["organization.companyWebsite"]
+
+
+async def test_plain_http_company_website_is_accepted(
+    client: Client, db: Database, settings: Settings
+) -> None:
+    invite = await issue_invite(db, settings, "a@acme.example")
+    body = signup_body("a@acme.example", "REG-1")
+    body["organization"]["companyWebsite"] = "http://acme.example"
     assert (await _signup(client, invite.token, body)).status_code == 201
