@@ -19,7 +19,6 @@ flight are handed back at once, unattempted.
 from __future__ import annotations
 
 import contextlib
-import logging
 import uuid
 
 import httpx
@@ -32,8 +31,6 @@ from payorch.storage import webhook_deliveries
 from payorch.storage.webhook_deliveries import ClaimedDelivery
 from payorch.supervisors.restart import supervised
 from payorch.supervisors.webhook_attempts import attempt_delivery
-
-log = logging.getLogger("payorch.supervisors.webhooks")
 
 # Attempts in flight at once in one process. Each mostly waits on a receiver, so this is cheap; it
 # bounds connections and memory (an attempt keeps at most `outbound.attempt.RESPONSE_EXCERPT` bytes).
