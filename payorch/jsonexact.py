@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import datetime
 import uuid
+from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 import simplejson
@@ -25,8 +27,19 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def loads_exact(data: str | bytes) -> Any:
-    return simplejson.loads(data, use_decimal=True, parse_constant=_refuse_constant)
+def loads_exact(
+    data: str | bytes,
+    *,
+    parse_int: Callable[[str], int] | None = None,
+    parse_float: Callable[[str], Decimal] = Decimal,
+) -> Any:
+    """The JSON `data` as values: whole numbers as `int`, others as `Decimal`, never `float`.
+
+    `parse_int` and `parse_float` receive each number's text, so a caller can bound numbers before
+    they are built (request bodies do, see `payorch.http.jsonio`); by default every number is kept."""
+    return simplejson.loads(
+        data, parse_int=parse_int, parse_float=parse_float, parse_constant=_refuse_constant
+    )
 
 
 def dumps_exact(value: Any) -> str:

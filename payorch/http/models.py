@@ -33,6 +33,8 @@ from payorch.engine.identifiers import canonical_identifier
 from payorch.engine.pagination import DEFAULT_LIMIT, DEFAULT_PAGE, MAX_LIMIT, PageRequest
 from payorch.engine.passwords import PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH, password_weakness
 from payorch.engine.web_urls import redirect_url_problem, website_url_problem
+from payorch.http.jsonio import first_unstorable_text
+from payorch.jsonexact import dumps_exact
 
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=255)]
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100)]
@@ -55,28 +57,48 @@ RedirectUrl = Annotated[
 ]
 
 
-def _refuse_nul(value: object) -> object:
-    """PostgreSQL text and jsonb cannot hold U+0000: refuse it here (400), not in the database (500)."""
-    if isinstance(value, str):
-        if "\x00" in value:
-            raise ValueError("must not contain the NUL character (U+0000)")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _refuse_nul(key)
-            _refuse_nul(item)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            _refuse_nul(item)
+def _refuse_unstorable_text(value: object) -> object:
+    """PostgreSQL text and jsonb cannot hold NUL (U+0000) or lone surrogates: refuse them here (400),
+    not in the database (500). Bodies are checked as they are parsed (`http/jsonio.py`); this is the
+    same check for query strings, which are not JSON."""
+    problem = first_unstorable_text(value)
+    if problem is not None:
+        raise ValueError(problem.message)
     return value
 
 
-class Body(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+FREE_FORM_MAX_BYTES = 16 * 1024  # serialized as compact JSON, UTF-8
+FREE_FORM_MAX_ENTRIES = 1000  # object members and array items, at every depth
 
-    @field_validator("*", mode="after")
-    @classmethod
-    def _no_nul(cls, value: object) -> object:
-        return _refuse_nul(value)
+
+def _bounded_free_form(value: object) -> object:
+    """An object of any JSON a merchant keeps with us (an application's `description`) is bounded:
+    entries are counted first, stopping at the bound, so that a huge one costs little to refuse."""
+    if not isinstance(value, dict):
+        return value  # not an object: the type's own validation refuses it
+    entries = 0
+    pending: list[object] = [value]
+    while pending:
+        item = pending.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        for child in children:
+            entries += 1
+            if entries > FREE_FORM_MAX_ENTRIES:
+                raise ValueError(f"must hold at most {FREE_FORM_MAX_ENTRIES} members and items in all")
+            pending.append(child)
+    if len(dumps_exact(value).encode()) > FREE_FORM_MAX_BYTES:
+        raise ValueError(f"must take at most {FREE_FORM_MAX_BYTES} bytes as JSON")
+    return value
+
+
+FreeFormObject = Annotated[dict[str, Any], BeforeValidator(_bounded_free_form)]
+
+
+class Body(BaseModel):
+    """A JSON request body. Its text was checked as it was parsed (`http/jsonio.py`): no NUL, no lone
+    surrogate, bounded depth and numbers."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
 
 
 class Query(BaseModel):
@@ -84,8 +106,8 @@ class Query(BaseModel):
 
     @field_validator("*", mode="after")
     @classmethod
-    def _no_nul(cls, value: object) -> object:
-        return _refuse_nul(value)
+    def _storable_text(cls, value: object) -> object:
+        return _refuse_unstorable_text(value)
 
 
 class RegisteredAddress(Body):
@@ -154,7 +176,7 @@ class LoginRequest(Body):
 
 class ApplicationCreateRequest(Body):
     name: Name
-    description: dict[str, Any] | None = None
+    description: FreeFormObject | None = None
 
 
 class ApplicationStatusRequest(Body):
