@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+
+from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
 from quart_schema import QuartSchema
 
 from payorch.http import openapi_models
@@ -23,11 +26,30 @@ from payorch.http.routes import (
     sessions,
     webhooks,
 )
+from payorch.http.validation import LimitedRequest
 from payorch.providers.sandbox import pages as sandbox_pages
+
+
+def _decodable_query_string(query_string: bytes) -> bytes:
+    """`query_string` with every byte that is not UTF-8 percent-encoded: Quart decodes the query as
+    UTF-8 before any handler runs (a 500 it cannot turn into shape A), and werkzeug leaves the
+    percent-encoded bytes as they are, so such a value reaches validation as plain text."""
+    try:
+        query_string.decode("utf-8")
+    except UnicodeDecodeError:
+        return re.sub(rb"[\x80-\xff]", lambda byte: b"%%%02X" % byte.group()[0], query_string)
+    return query_string
 
 
 class _App(PayorchApp):
     json_provider_class = ExactJsonProvider
+    request_class = LimitedRequest  # a route may lower its body limit below MAX_CONTENT_LENGTH
+
+    async def asgi_app(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+        # HTTP/1.1 (h11) refuses such bytes in a request target; HTTP/2 passes them on.
+        if scope["type"] == "http":
+            scope = {**scope, "query_string": _decodable_query_string(scope["query_string"])}
+        await super().asgi_app(scope, receive, send)
 
 
 def create_app(services: Services) -> PayorchApp:

@@ -16,6 +16,7 @@ from quart_schema import RequestSchemaValidationError
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from payorch.engine import errors as domain
+from payorch.http.validation import LimitedBody
 
 log = logging.getLogger("payorch.http")
 
@@ -118,6 +119,11 @@ async def _schema_error(error: RequestSchemaValidationError) -> Response:
     )
 
 
+def _too_large() -> str:
+    limit = request.body.max_bytes if isinstance(request.body, LimitedBody) else None
+    return f"request body too large: at most {limit} bytes here" if limit else "request body too large"
+
+
 async def _http_error(error: HTTPException) -> Response:
     status = error.code or 500
     message = {
@@ -126,7 +132,7 @@ async def _http_error(error: HTTPException) -> Response:
         else "malformed request",
         404: "no such route",
         405: f"method {request.method} is not allowed here",
-        413: "request body too large",
+        413: _too_large(),
     }.get(status, error.description or HTTPStatus(status).phrase)
     response = shape_a(status, message)
     if isinstance(error, MethodNotAllowed) and error.valid_methods:

@@ -1,4 +1,12 @@
-"""Request validation helpers beyond quart-schema's."""
+"""Request validation helpers beyond quart-schema's: bodies that may be absent, and per-route body limits.
+
+Quart bounds every request body by the app's `MAX_CONTENT_LENGTH` (`server.max_body_bytes`), fixed
+when the request object is made: `Request.max_content_length`, though settable, only bounds form
+parsing, not the body a JSON route awaits. `LimitedBody` lets a route lower its body's limit once the
+request has started, with the same effect as the app-wide one: a `Content-Length` beyond it, or
+bytes arriving beyond it, make the body raise `RequestEntityTooLarge` (413 in shape A), and nothing
+further is kept.
+"""
 
 from __future__ import annotations
 
@@ -9,17 +17,72 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 from quart import request
 from quart_schema import validate_request
+from quart_trio.wrappers.request import TrioBody, TrioRequest
+from werkzeug.exceptions import RequestEntityTooLarge
 
 R = TypeVar("R")
+View = Callable[..., Awaitable[R]]
 
 
-def validate_optional_request(
-    model: type[BaseModel],
-) -> Callable[[Callable[..., Awaitable[R]]], Callable[..., Awaitable[R]]]:
+class LimitedBody(TrioBody):
+    """quart-trio's request body, whose size limit a route can lower while the body arrives."""
+
+    def __init__(self, expected_content_length: int | None, max_content_length: int | None) -> None:
+        super().__init__(expected_content_length, max_content_length)
+        self._expected_content_length = expected_content_length
+
+    @property
+    def max_bytes(self) -> int | None:
+        """The most bytes this body may hold (None: no limit)."""
+        limit: int | None = self._max_content_length
+        return limit
+
+    def lower_limit(self, max_bytes: int) -> None:
+        """From now on the body holds at most `max_bytes` (never more than it was allowed before)."""
+        if self._max_content_length is not None and self._max_content_length <= max_bytes:
+            return
+        self._max_content_length = max_bytes
+        announced = self._expected_content_length or 0
+        if self._must_raise is None and max(announced, len(self._data)) > max_bytes:
+            # As quart's own limit does when it is passed: refuse, drop what came, keep nothing more.
+            self._must_raise = RequestEntityTooLarge()
+            self._data.clear()
+            self.set_complete()
+
+
+class LimitedRequest(TrioRequest):
+    body_class = LimitedBody
+
+
+def limit_request_body(max_bytes: int) -> None:
+    """The current request's body is refused (413) past `max_bytes`, or past the app-wide limit if
+    that is lower; whatever already awaits or will await the body sees the refusal."""
+    body = request.body
+    if not isinstance(body, LimitedBody):
+        raise TypeError("the app's request_class must be LimitedRequest")
+    body.lower_limit(max_bytes)
+
+
+def body_limit(max_bytes: int) -> Callable[[View[R]], View[R]]:
+    """A route whose request body is refused (413) past `max_bytes`: place it above
+    `validate_request`, so that the limit is set before the body is read."""
+
+    def decorator(view: View[R]) -> View[R]:
+        @functools.wraps(view)
+        async def limited(*args: Any, **kwargs: Any) -> R:
+            limit_request_body(max_bytes)
+            return await view(*args, **kwargs)
+
+        return limited
+
+    return decorator
+
+
+def validate_optional_request(model: type[BaseModel]) -> Callable[[View[R]], View[R]]:
     """`validate_request` for a body whose fields are all optional: a request with no body at all
     counts as `{}` (a merchant's `POST .../refunds` with nothing in it refunds the whole balance)."""
 
-    def decorator(view: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+    def decorator(view: View[R]) -> View[R]:
         validated = validate_request(model)(view)
 
         @functools.wraps(validated)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from quart import Blueprint, request
@@ -21,22 +22,39 @@ from payorch.engine.timefmt import utcnow
 from payorch.http import openapi_models as api
 from payorch.http.context import services
 from payorch.http.models import LoginRequest, SignupQuery, SignupRequest
+from payorch.http.validation import View, body_limit
 from payorch.storage import accounts as store
 
 blueprint = Blueprint("accounts", __name__, url_prefix="/api/v1")
 tag_blueprint(blueprint, ["Accounts"])
+
+# Room for every valid body even with each character sent as a \u escape, and not much more.
+LOGIN_MAX_BODY_BYTES = 8 * 1024
+SIGNUP_MAX_BODY_BYTES = 64 * 1024
+
+
+def _charged_per_address(view: View[Any]) -> View[Any]:
+    """A login or signup: the client address's bucket is charged before anything else, the body's
+    reading above all, so that bodies refused as too large, too deep or malformed count too."""
+
+    @functools.wraps(view)
+    async def charged(*args: Any, **kwargs: Any) -> Any:
+        services().limits.charge_login(request.remote_addr)
+        return await view(*args, **kwargs)
+
+    return charged
 
 
 @blueprint.post("/merchants/signup")
 @security_scheme(api.NO_CREDENTIALS)
 @document_response(api.SignupResponse, 201)
 @api.errors(400, 409, 410, 413, 429, 500)
+@_charged_per_address  # signup and login share one bucket per address
+@body_limit(SIGNUP_MAX_BODY_BYTES)
 @validate_querystring(SignupQuery)
 @validate_request(SignupRequest)
 async def sign_up(data: SignupRequest, query_args: SignupQuery) -> tuple[dict[str, Any], int]:
     """Create a merchant and its admin user with a one-time invite token."""
-    # Before anything else, password hashing above all: signup and login share one bucket per address.
-    services().limits.charge_login(request.remote_addr)
     if not query_args.token:
         raise InviteInvalid("query parameter 'token' (the invite token of the signup link) is required")
     account = store.NewAccount(
@@ -57,11 +75,11 @@ async def sign_up(data: SignupRequest, query_args: SignupQuery) -> tuple[dict[st
 @security_scheme(api.NO_CREDENTIALS)
 @document_response(api.LoginResponse, 200)
 @api.errors(400, 401, 413, 429, 500)
+@_charged_per_address  # before the password check too, so guessing is limited, right or wrong
+@body_limit(LOGIN_MAX_BODY_BYTES)
 @validate_request(LoginRequest)
 async def log_in(data: LoginRequest) -> dict[str, Any]:
     """Exchange an admin's e-mail and password for an access token (JWT)."""
-    # Before the password check, so guessing is limited whether the guesses are right or wrong.
-    services().limits.charge_login(request.remote_addr)
     account = data.email.lower()  # logins compare e-mails without regard to case
     services().limits.check_account_login(account)
     settings = services().settings
