@@ -19,6 +19,7 @@ from payorch.config import LimitSettings, Settings
 from payorch.http.jsonio import MAX_NESTING_DEPTH
 from payorch.http.models import FREE_FORM_MAX_BYTES, FREE_FORM_MAX_ENTRIES
 from payorch.http.routes.accounts import LOGIN_MAX_BODY_BYTES, SIGNUP_MAX_BODY_BYTES
+from payorch.http.routes.applications import APPLICATION_MAX_BODY_BYTES
 from payorch.invites import issue_invite
 from payorch.runtime import open_runtime
 from payorch.storage.database import Connection, Database
@@ -131,7 +132,7 @@ async def test_nesting_far_past_the_parsers_recursion_is_400(
 ) -> None:
     before = await application_count(db)
     response = await create_application(
-        client, merchant, f'{{"name": "Shop", "description": {nested(200_000)}}}'
+        client, merchant, f'{{"name": "Shop", "description": {nested(40_000)}}}'
     )
     await refused(response)
     assert await application_count(db) == before
@@ -358,14 +359,27 @@ async def test_description_with_too_many_entries_is_400_naming_it(client: Client
     assert fields_named(body) == ["description"]
 
 
-async def test_megabyte_description_is_400(client: Client, merchant: Merchant, db: Database) -> None:
+async def test_megabyte_description_is_413_before_it_is_parsed(
+    client: Client, merchant: Merchant, db: Database
+) -> None:
     before = await application_count(db)
     description = {f"k{index}": index for index in range(50_000)}  # about 800 KB, within the ceiling
     response = await client.post(
         "/api/v1/applications", json={"name": "Shop", "description": description}, headers=merchant.headers
     )
-    await refused(response)
+    body = await refused(response, 413)
+    assert str(APPLICATION_MAX_BODY_BYTES) in body["message"]
     assert await application_count(db) == before
+
+
+async def test_largest_valid_description_fits_the_application_body_limit_even_all_escaped(
+    client: Client, merchant: Merchant
+) -> None:
+    description = {"notes": "x" * (FREE_FORM_MAX_BYTES - 20)}
+    text = json.dumps({"name": "Shop", "description": description}).replace("x", "\\u0078")
+    assert len(text) <= APPLICATION_MAX_BODY_BYTES
+    response = await create_application(client, merchant, text)
+    assert response.status_code == 201, await response.get_data(as_text=True)
 
 
 async def test_description_at_its_bounds_is_accepted(client: Client, merchant: Merchant) -> None:

@@ -20,18 +20,23 @@ from payorch.http import openapi_models as api
 from payorch.http.auth import Accept, Principal, application_for, authenticated, parse_id
 from payorch.http.context import services
 from payorch.http.models import (
+    FREE_FORM_MAX_BYTES,
     ApiKeyCreateRequest,
     ApplicationCreateRequest,
     ApplicationListQuery,
     ApplicationStatusRequest,
     PageQuery,
 )
-from payorch.http.validation import validate_optional_request
+from payorch.http.validation import body_limit, validate_optional_request
 from payorch.storage import applications as store
 from payorch.storage.applications import ApiKey, Application
 
 blueprint = Blueprint("applications", __name__, url_prefix="/api/v1/applications")
 tag_blueprint(blueprint, ["Applications and API keys"])
+
+# Room for the largest valid body (a description of FREE_FORM_MAX_BYTES) even with every character
+# sent as a \u escape, and not much more: a bigger body is refused before it is read, let alone parsed.
+APPLICATION_MAX_BODY_BYTES = 6 * FREE_FORM_MAX_BYTES + 4 * 1024
 
 
 def application_body(application: Application, api_keys: list[ApiKey] | None = None) -> dict[str, Any]:
@@ -62,6 +67,7 @@ def api_key_summary(key: ApiKey) -> dict[str, Any]:
 @document_response(api.Application, 201)
 @api.errors(400, 401, 413, 429, 500)
 @authenticated(Accept.JWT)
+@body_limit(APPLICATION_MAX_BODY_BYTES)
 @validate_request(ApplicationCreateRequest)
 async def create_application(
     data: ApplicationCreateRequest, principal: Principal
