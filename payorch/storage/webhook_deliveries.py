@@ -8,10 +8,15 @@ is due again when the lease runs out. Two rules shape what is claimed:
   its session to the same configuration is still PENDING;
 - a fair share per endpoint: at most `per_endpoint` attempts to one configuration are in flight at
   once, across every process, and each endpoint's oldest due delivery is claimed before any
-  endpoint's second one.
+  endpoint's second one;
+- a fair share per merchant: at most `per_merchant` attempts to all the endpoints of one merchant's
+  applications are in flight at once, so a merchant cannot take more slots by registering more
+  endpoints.
 
 The configuration rows are locked (`FOR NO KEY UPDATE SKIP LOCKED`) for the claim's transaction, so
 two processes never claim for the same endpoint at the same moment and its in-flight count is exact.
+The per-merchant count is exact within a process; two processes claiming for two endpoints of one
+merchant at the same moment may together pass it by what one claim adds.
 """
 
 from __future__ import annotations
@@ -83,27 +88,37 @@ _CLAIMABLE = """d.status = 'PENDING' AND d.next_attempt_at <= now()
 
 _IN_FLIGHT = "status = 'PENDING' AND claimed_until > now()"
 
+# Attempts in flight to every endpoint of the merchant `a.merchant_id` (of the application `a`).
+_MERCHANT_IN_FLIGHT = """(SELECT count(*) FROM webhook_deliveries f
+    JOIN applications fa ON fa.id = f.application_id
+    WHERE fa.merchant_id = a.merchant_id AND f.status = 'PENDING' AND f.claimed_until > now())"""
+
 
 async def claim_due_deliveries(
-    conn: Connection, *, limit: int, per_endpoint: int, lease_s: float
+    conn: Connection, *, limit: int, per_endpoint: int, per_merchant: int, lease_s: float
 ) -> list[ClaimedDelivery]:
     """Up to `limit` claimable deliveries, claimed for `lease_s` with their attempt counted, never
-    more than `per_endpoint` in flight to one configuration; the endpoints that have waited longest
-    first, and every endpoint's first delivery before any endpoint's second. Run it in a transaction:
-    the configurations it claims for stay locked until the transaction ends."""
-    # First the endpoints: active, with a claimable delivery, below their share, not being claimed
-    # for by another process right now (SKIP LOCKED). Their locks make the count below exact.
+    more than `per_endpoint` in flight to one configuration nor `per_merchant` to one merchant's;
+    the endpoints that have waited longest first, and every endpoint's first delivery before any
+    endpoint's second. Run it in a transaction: the configurations it claims for stay locked until
+    the transaction ends."""
+    # First the endpoints: active, with a claimable delivery, below their share and their merchant's,
+    # not being claimed for by another process right now (SKIP LOCKED). Their locks make the
+    # per-endpoint count below exact.
     endpoints = await conn.fetch(
         f"""SELECT c.id FROM webhook_configs c
+            JOIN applications a ON a.id = c.application_id
             JOIN (SELECT d.config_id, min(d.next_attempt_at) AS waiting_since
                   FROM webhook_deliveries d WHERE {_CLAIMABLE} GROUP BY d.config_id) due
                  ON due.config_id = c.id
             WHERE c.is_active AND c.deleted_at IS NULL
               AND (SELECT count(*) FROM webhook_deliveries WHERE config_id = c.id AND {_IN_FLIGHT}) < $2
+              AND {_MERCHANT_IN_FLIGHT} < $3
             ORDER BY due.waiting_since, c.id LIMIT $1
             FOR NO KEY UPDATE OF c SKIP LOCKED""",
         limit,
         per_endpoint,
+        per_merchant,
     )
     if not endpoints:
         return []
@@ -117,10 +132,21 @@ async def claim_due_deliveries(
             in_flight AS (
                 SELECT config_id, count(*) AS attempts FROM webhook_deliveries
                 WHERE config_id = ANY($1::uuid[]) AND {_IN_FLIGHT} GROUP BY config_id),
+            within_endpoint AS (
+                SELECT claimable.id, claimable.place, claimable.next_attempt_at, a.merchant_id,
+                       {_MERCHANT_IN_FLIGHT} AS merchant_attempts
+                FROM claimable LEFT JOIN in_flight USING (config_id)
+                JOIN webhook_configs ec ON ec.id = claimable.config_id
+                JOIN applications a ON a.id = ec.application_id
+                WHERE claimable.place <= $2 - coalesce(in_flight.attempts, 0)),
             picked AS (
-                SELECT claimable.id FROM claimable LEFT JOIN in_flight USING (config_id)
-                WHERE claimable.place <= $2 - coalesce(in_flight.attempts, 0)
-                ORDER BY claimable.place, claimable.next_attempt_at, claimable.id LIMIT $3)
+                SELECT ranked.id FROM (
+                    SELECT w.*, row_number() OVER (
+                        PARTITION BY w.merchant_id ORDER BY w.place, w.next_attempt_at, w.id
+                    ) AS merchant_place
+                    FROM within_endpoint w) ranked
+                WHERE ranked.merchant_place <= $5 - ranked.merchant_attempts
+                ORDER BY ranked.place, ranked.next_attempt_at, ranked.id LIMIT $3)
             UPDATE webhook_deliveries d
                SET attempts = d.attempts + 1, last_attempt_at = now(),
                    claimed_until = now() + make_interval(secs => $4),
@@ -133,6 +159,7 @@ async def claim_due_deliveries(
         per_endpoint,
         limit,
         float(lease_s),
+        per_merchant,
     )
     claimed = []
     for row in rows:

@@ -6,10 +6,11 @@ whenever a slot frees, PostgreSQL notifies a new event (LISTEN payorch_outbox), 
 fallen due, it claims as many due deliveries as there are free slots, and each claimed delivery is
 attempted in a task of its own (`webhook_attempts.attempt_delivery`, which never raises). The claim
 itself keeps things fair (`storage.webhook_deliveries`): at most `IN_FLIGHT_PER_ENDPOINT` attempts
-per endpoint, each endpoint's oldest delivery first, and a session's events in order per endpoint.
-So a receiver that takes the whole timeout holds at most its own share of the slots and delays
-only its own deliveries. The loop has an HTTP client of its own, sized to its slots: test sends
-(`POST .../webhooks/{id}/test`) go through the runtime's and cannot take its connections.
+per endpoint and `IN_FLIGHT_PER_MERCHANT` per merchant, each endpoint's oldest delivery first, and a
+session's events in order per endpoint. So a receiver that takes the whole timeout holds at most its
+own share of the slots and delays only its own deliveries. The loop has an HTTP client of its own,
+sized to its slots: test sends (`POST .../webhooks/{id}/test`) go through the runtime's and cannot
+take its connections.
 
 A claim is a lease in the database: if this process dies mid-delivery, the delivery is due again
 when the lease runs out, its attempt counted, so nothing is lost. On shutdown the claims still in
@@ -34,10 +35,14 @@ from payorch.supervisors.webhook_attempts import attempt_delivery
 
 # Attempts in flight at once in one process. Each mostly waits on a receiver, so this is cheap; it
 # bounds connections and memory (an attempt keeps at most `outbound.attempt.RESPONSE_EXCERPT` bytes).
-DELIVERY_SLOTS = 64
+DELIVERY_SLOTS = 128
 # Attempts in flight at once to one endpoint (webhook configuration), across all processes. A slow
 # receiver holds at most this many slots; it still gets that much parallelism across sessions.
 IN_FLIGHT_PER_ENDPOINT = 4
+# Attempts in flight at once to all the endpoints of one merchant, however many applications and
+# endpoints it registers. Receivers that all take the whole timeout hold every slot of a process
+# only once DELIVERY_SLOTS / IN_FLIGHT_PER_MERCHANT (8) merchants' receivers do so at once.
+IN_FLIGHT_PER_MERCHANT = 16
 # How long a claim lasts beyond the attempt's own timeout: time to record the attempt.
 LEASE_MARGIN_S = 5.0
 # Claims are looked for at least this often: retries fall due without a notification.
@@ -85,6 +90,7 @@ async def _claim_into_free_slots(
         webhook_deliveries.claim_due_deliveries,
         limit=slots.free,
         per_endpoint=IN_FLIGHT_PER_ENDPOINT,
+        per_merchant=IN_FLIGHT_PER_MERCHANT,
         lease_s=services.settings.webhooks.timeout_s + LEASE_MARGIN_S,
     )
     for delivery in claimed:

@@ -23,6 +23,7 @@ from payorch.storage.webhook_deliveries import (
 from tests.helpers import new_application, new_merchant
 
 SHARE = 2
+MERCHANT_SHARE = 3  # beyond one endpoint's share, below two endpoints' shares
 
 
 async def _application(db: Database, settings: Settings) -> uuid.UUID:
@@ -71,8 +72,10 @@ async def endpoints(db: Database, settings: Settings) -> dict[str, uuid.UUID]:
     return found
 
 
-async def claim(db: Database, limit: int = 10) -> list[ClaimedDelivery]:
-    return await db.transaction(claim_due_deliveries, limit=limit, per_endpoint=SHARE, lease_s=60)
+async def claim(db: Database, limit: int = 10, per_merchant: int = 100) -> list[ClaimedDelivery]:
+    return await db.transaction(
+        claim_due_deliveries, limit=limit, per_endpoint=SHARE, per_merchant=per_merchant, lease_s=60
+    )
 
 
 def per_endpoint(claimed: list[ClaimedDelivery], endpoints: dict[str, uuid.UUID]) -> dict[str, int]:
@@ -90,6 +93,30 @@ async def test_every_endpoints_first_delivery_is_claimed_before_any_second(
     db: Database, endpoints: dict[str, uuid.UUID]
 ) -> None:
     assert per_endpoint(await claim(db, limit=2), endpoints) == {"slow": 1, "quick": 1}
+
+
+async def test_no_merchant_gets_more_than_its_share_however_many_endpoints_it_registers(
+    db: Database, settings: Settings, endpoints: dict[str, uuid.UUID]
+) -> None:
+    # The merchant of `slow` and `quick` registers a third endpoint; another merchant has one.
+    first_application = await db.read(_application_of, endpoints["slow"])
+    endpoints["third"] = await _endpoint(db, first_application, "third")
+    other_application = await _application(db, settings)
+    endpoints["other"] = await _endpoint(db, other_application, "other")
+    await _events(db, first_application, 5)
+    await _events(db, other_application, 5)
+
+    claimed = per_endpoint(await claim(db, per_merchant=MERCHANT_SHARE), endpoints)
+    assert sum(claimed[name] for name in ("slow", "quick", "third")) == MERCHANT_SHARE
+    assert claimed["other"] == SHARE  # the other merchant's endpoint is served all the same
+    assert await claim(db, per_merchant=MERCHANT_SHARE) == []
+
+
+async def _application_of(conn: Connection, config_id: uuid.UUID) -> uuid.UUID:
+    application_id: uuid.UUID = await conn.fetchval(
+        "SELECT application_id FROM webhook_configs WHERE id = $1", config_id
+    )
+    return application_id
 
 
 async def test_a_recorded_attempt_frees_its_endpoints_share(
@@ -114,11 +141,13 @@ async def test_a_second_process_claiming_meanwhile_skips_the_endpoints_being_cla
     db: Database, settings: Settings, endpoints: dict[str, uuid.UUID]
 ) -> None:
     async def both(conn: Connection) -> tuple[list[Any], list[Any]]:
-        mine = await claim_due_deliveries(conn, limit=1, per_endpoint=SHARE, lease_s=60)
+        mine = await claim_due_deliveries(conn, limit=1, per_endpoint=SHARE, per_merchant=100, lease_s=60)
         other = await asyncpg.connect(settings.database.url)  # another process, while this one claims
         try:
             async with other.transaction():
-                theirs = await claim_due_deliveries(other, limit=10, per_endpoint=SHARE, lease_s=60)
+                theirs = await claim_due_deliveries(
+                    other, limit=10, per_endpoint=SHARE, per_merchant=100, lease_s=60
+                )
         finally:
             await other.close()
         return mine, theirs
