@@ -116,3 +116,34 @@ def whole_seconds(wait: float) -> int:
     """`wait` rounded up to whole seconds, at least 1: what a `Retry-After` header can say."""
     # A hair of float error (1.0000000001 after refill arithmetic) must not become a second more.
     return max(1, math.ceil(wait - 1e-9))
+
+
+class InFlightLimit:
+    """At most `per_key` operations of one key at once. Only keys with an operation in flight are
+    held, so memory follows what is in flight, not how many keys were ever seen."""
+
+    def __init__(self, per_key: int) -> None:
+        if per_key < 1:
+            raise ValueError("an in-flight limit needs per_key >= 1")
+        self.per_key = per_key
+        self._in_flight: dict[str, int] = {}
+
+    def try_enter(self, key: str) -> bool:
+        """Start an operation of `key`: False (and nothing started) when `per_key` are in flight."""
+        count = self._in_flight.get(key, 0)
+        if count >= self.per_key:
+            return False
+        self._in_flight[key] = count + 1
+        return True
+
+    def leave(self, key: str) -> None:
+        """End an operation of `key` that `try_enter` started."""
+        count = self._in_flight[key] - 1
+        if count:
+            self._in_flight[key] = count
+        else:
+            del self._in_flight[key]
+
+    def __len__(self) -> int:
+        """How many keys have an operation in flight."""
+        return len(self._in_flight)

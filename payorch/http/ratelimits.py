@@ -23,15 +23,24 @@ The buckets live in this process; see `docs/rate-limits.md` for sizing several p
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import trio
 
 from payorch.config import LimitSettings
 from payorch.engine.errors import RateLimited
-from payorch.engine.ratelimit import RateLimiter, whole_seconds
+from payorch.engine.ratelimit import InFlightLimit, RateLimiter, whole_seconds
+
+# Test sends (`POST .../webhooks/{id}/test`) in flight at once per merchant. Each may wait on a
+# receiver for the whole `webhooks.timeout_s` while holding a connection of the shared client: this
+# keeps one merchant from holding them all.
+TEST_SENDS_PER_MERCHANT = 2
 
 
 class RequestLimits:
-    """The two rate limiters of one service, on trio's clock."""
+    """The rate limiters of one service, on trio's clock, and its limit on test sends in flight."""
 
     def __init__(self, settings: LimitSettings) -> None:
         self.per_credential = RateLimiter(rate=settings.requests_per_second, burst=settings.burst)
@@ -42,6 +51,7 @@ class RequestLimits:
             rate=settings.failed_logins_per_account_per_hour / 3600.0,
             burst=settings.failed_logins_per_account_per_hour,
         )
+        self.test_sends = InFlightLimit(TEST_SENDS_PER_MERCHANT)
 
     def charge_credential(self, key: str) -> None:
         """Count one request of the credential `key`; `RateLimited` when its bucket is empty."""
@@ -76,3 +86,19 @@ class RequestLimits:
     def count_failed_login(self, email: str) -> None:
         """Count one failed login of the account `email` (past its limit, nothing more to count)."""
         self.failed_logins_per_account.take(f"account:{email}", trio.current_time())
+
+    @contextmanager
+    def test_send(self, merchant_id: uuid.UUID, *, retry_after: int) -> Iterator[None]:
+        """Hold one of the merchant's test sends for the block; `RateLimited` (told to come back
+        in `retry_after` seconds) while `TEST_SENDS_PER_MERCHANT` are already in flight."""
+        key = str(merchant_id)
+        if not self.test_sends.try_enter(key):
+            raise RateLimited(
+                f"at most {TEST_SENDS_PER_MERCHANT} webhook test sends of a merchant run at once: "
+                f"retry after {retry_after} s",
+                retry_after,
+            )
+        try:
+            yield
+        finally:
+            self.test_sends.leave(key)

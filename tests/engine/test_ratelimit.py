@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from payorch.engine.ratelimit import RateLimiter, TokenBucket, whole_seconds
+from payorch.engine.ratelimit import InFlightLimit, RateLimiter, TokenBucket, whole_seconds
 
 
 def test_a_burst_is_allowed_then_the_next_request_waits_one_interval() -> None:
@@ -109,3 +109,15 @@ def test_wait_tells_what_take_would_answer_without_taking() -> None:
     assert limiter.wait("k", 0.25) == pytest.approx(0.75)
     assert limiter.wait("k", 0.25) == pytest.approx(0.75)  # asking twice took nothing
     assert limiter.take("k", 1.0) is None
+
+
+def test_an_in_flight_limit_refuses_past_its_share_per_key_and_forgets_idle_keys() -> None:
+    limit = InFlightLimit(per_key=2)
+    assert limit.try_enter("a") and limit.try_enter("a")
+    assert not limit.try_enter("a")
+    assert limit.try_enter("b")  # another key has its own share
+    limit.leave("a")
+    assert limit.try_enter("a")
+    for key in ("a", "a", "b"):
+        limit.leave(key)
+    assert len(limit) == 0

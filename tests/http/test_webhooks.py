@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable
 from typing import Any
 
 import pytest
 import standardwebhooks
+import trio
 
 from payorch.config import Settings
 from payorch.engine.secretbox import SecretBox
+from payorch.http.ratelimits import TEST_SENDS_PER_MERCHANT
 from payorch.storage.database import Connection, Database
 from tests import webhook_receiver as receiving
 from tests.helpers import Client, Merchant, new_api_key, new_application, new_merchant
@@ -294,3 +297,45 @@ async def test_webhooks_need_the_jwt_of_the_owner(
     created = await (await create(client, merchant, application, url=webhook_receiver.url)).get_json()
     assert (await client.delete(f"{path}/{created['id']}", headers=stranger.headers)).status_code == 403
     assert (await client.get(f"{path}/{uuid.uuid4()}", headers=merchant.headers)).status_code == 404
+
+
+async def test_a_merchant_gets_at_most_its_share_of_test_sends_while_others_test_freely(
+    client: Client, db: Database, settings: Settings, merchant: Merchant, webhook_receiver: WebhookReceiver
+) -> None:
+    application = str((await new_application(client, merchant))["id"])
+    created = await (
+        await create(client, merchant, application, url=webhook_receiver.url + "/slow")
+    ).get_json()
+    released = trio.Event()
+    webhook_receiver.script(
+        [ScriptedResponse(200, hold=released)] * TEST_SENDS_PER_MERCHANT, path="/hooks/slow"
+    )
+    path = f"/api/v1/applications/{application}/webhooks/{created['id']}/test"
+    answers: list[Any] = []
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(TEST_SENDS_PER_MERCHANT):
+            nursery.start_soon(lambda: _collect(answers, client.post(path, headers=merchant.headers)))
+        await webhook_receiver.wait_for(TEST_SENDS_PER_MERCHANT, timeout_s=10, path="/hooks/slow")
+
+        # One more of this merchant's test sends is 429 while its endpoint hangs ...
+        refused = await client.post(path, headers=merchant.headers)
+        assert refused.status_code == 429
+        assert (await refused.get_json())["retryAfter"] >= 1
+        # ... and another merchant's test send goes out and comes back all the same.
+        other = await new_merchant(client, db, settings)
+        other_application = str((await new_application(client, other))["id"])
+        other_created = await (
+            await create(client, other, other_application, url=webhook_receiver.url + "/quick")
+        ).get_json()
+        other_path = f"/api/v1/applications/{other_application}/webhooks/{other_created['id']}/test"
+        assert (await (await client.post(other_path, headers=other.headers)).get_json())["success"] is True
+        released.set()
+
+    assert [response.status_code for response in answers] == [200] * TEST_SENDS_PER_MERCHANT
+    # Once they ended, the merchant may test again.
+    assert (await client.post(path, headers=merchant.headers)).status_code == 200
+
+
+async def _collect(answers: list[Any], request: Awaitable[Any]) -> None:
+    answers.append(await request)

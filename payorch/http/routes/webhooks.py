@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import uuid
 from typing import Any
 
@@ -244,16 +245,18 @@ async def test_webhook(application_id: str, webhook_id: str, principal: Principa
         previous_secret_expires_at=config.previous_secret_expires_at,
         now=delivered_at,
     )
-    result = await send_signed(
-        services().webhooks,
-        url=config.url,
-        secrets=secrets,
-        fingerprint=config.key_fingerprint,
-        message_id=event_id,
-        body=dumps_exact(body).encode(),
-        timeout_s=services().settings.webhooks.timeout_s,
-        log_context={"webhookId": str(config.id), "eventId": event_id},
-    )
+    timeout_s = services().settings.webhooks.timeout_s
+    with services().limits.test_send(principal.merchant_id, retry_after=math.ceil(timeout_s)):
+        result = await send_signed(
+            services().webhooks,
+            url=config.url,
+            secrets=secrets,
+            fingerprint=config.key_fingerprint,
+            message_id=event_id,
+            body=dumps_exact(body).encode(),
+            timeout_s=timeout_s,
+            log_context={"webhookId": str(config.id), "eventId": event_id},
+        )
     await services().db.transaction(
         store.record_test, config.id, delivered_at, "SUCCEEDED" if result.succeeded else "FAILED"
     )
