@@ -29,7 +29,7 @@ class Services:
     health: ProviderHealth
     actors: ActorRegistry
     supervisors: SupervisorBoard
-    webhooks: httpx.AsyncClient  # the one client for outgoing webhooks (TLS verified)
+    webhooks: httpx.AsyncClient  # for webhook test sends (deliveries have a client of their own)
     metrics: Metrics
     limits: RequestLimits  # per-credential and per-address token buckets of this process
 
