@@ -232,3 +232,14 @@ async def webhook_receiver(tmp_path: Path) -> AsyncIterator[WebhookReceiver]:
     """A running HTTPS receiver for this test; its CA is at `webhook_receiver.ca_path`."""
     async with open_webhook_receiver(tmp_path / "webhook-receiver") as receiver:
         yield receiver
+
+
+def assert_signed_during_overlap(
+    request: ReceivedRequest, old_secret: str, new_secret: str, fingerprint: str
+) -> None:
+    """`request` carries two signatures, each verified by one of the secrets as a merchant would,
+    and names the new key (`fingerprint`): a delivery during a rotation's overlap."""
+    assert len(request.headers["webhook-signature"].split(" ")) == 2
+    for secret in (old_secret, new_secret):
+        Webhook(secret).verify(request.body, request.headers)
+    assert request.headers["webhook-key-fingerprint"] == fingerprint
