@@ -22,8 +22,8 @@ import httpx
 import trio
 
 from payorch.engine.webhook_signing import webhook_headers
-from payorch.http.ssrf import UnsafeWebhookUrl, check_url_shape
 from payorch.outbound.retry_after import retry_after_s
+from payorch.outbound.ssrf import UnsafeWebhookUrl, check_url_shape
 from payorch.outbound.text import storable_excerpt, storable_text
 
 log = logging.getLogger("payorch.outbound")

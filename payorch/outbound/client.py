@@ -8,8 +8,8 @@ from functools import partial
 import httpx
 
 from payorch.config import Settings
-from payorch.http.guarded_transport import GuardedTransport
-from payorch.http.ssrf import resolve_public_addresses
+from payorch.outbound.guarded_transport import GuardedTransport
+from payorch.outbound.ssrf import resolve_public_addresses
 
 # Connections open at once by one client; a request beyond this waits for a free one (within the
 # attempt's timeout).

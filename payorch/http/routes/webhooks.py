@@ -24,10 +24,10 @@ from payorch.http import openapi_models as api
 from payorch.http.auth import Accept, Principal, application_for, authenticated, parse_id
 from payorch.http.context import services
 from payorch.http.models import PageQuery, WebhookCreateRequest, WebhookUpdateRequest
-from payorch.http.ssrf import UnsafeWebhookUrl, check_webhook_url
 from payorch.jsonexact import dumps_exact
 from payorch.outbound.attempt import send_signed
 from payorch.outbound.signing import signing_secrets
+from payorch.outbound.ssrf import UnsafeWebhookUrl, check_webhook_url
 from payorch.storage import webhooks as store
 from payorch.storage.webhooks import DeliveryView, WebhookConfig
 

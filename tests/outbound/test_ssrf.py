@@ -7,7 +7,7 @@ import ipaddress
 
 import pytest
 
-from payorch.http.ssrf import (
+from payorch.outbound.ssrf import (
     UnsafeWebhookUrl,
     check_url_shape,
     check_webhook_url,

@@ -11,10 +11,10 @@ import httpx
 import pytest
 
 from payorch.config import Settings
-from payorch.http.guarded_transport import GuardedTransport
-from payorch.http.ssrf import UnsafeWebhookUrl
 from payorch.outbound.attempt import REFUSED, send_signed
 from payorch.outbound.client import webhook_client
+from payorch.outbound.guarded_transport import GuardedTransport
+from payorch.outbound.ssrf import UnsafeWebhookUrl
 from tests import webhook_receiver as receiving
 from tests.webhook_receiver import WebhookReceiver
 
