@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import outcome
 import trio
@@ -44,6 +44,8 @@ from payorch.storage.database import Connection, Database
 from payorch.storage.provider_configs import ProviderConfig
 
 log = logging.getLogger("payorch.checkout")
+
+T = TypeVar("T")
 
 SESSION_CREATE_SCOPE = "POST /api/v1/sessions"
 # An in-progress claim older than this was abandoned by a process that died; a retry takes it over.
@@ -118,10 +120,26 @@ class _Routed:
     created: CheckoutCreated
 
 
+@dataclass(frozen=True)
+class Fresh(Generic[T]):
+    """A fresh claim of an Idempotency-Key, and what was done under it in the same transaction."""
+
+    claim: idempotency.Claimed
+    value: T
+
+
 async def claim_idempotency_key(
-    actor: ApplicationActor, reply: Reply[Answer], *, scope: str, key: str, fingerprint: bytes
-) -> idempotency.Claimed | None:
-    """Claim `key` (in `scope`) for this request, in the database so other processes see it too.
+    actor: ApplicationActor,
+    reply: Reply[Answer],
+    *,
+    scope: str,
+    key: str,
+    fingerprint: bytes,
+    then: Callable[[Connection, idempotency.Claimed], Awaitable[T]],
+) -> Fresh[T] | None:
+    """Claim `key` (in `scope`) for this request, in the database so other processes see it too,
+    and for a fresh claim run `then(conn, claim)` in the same transaction: one round trip, and if
+    `then` raises, the claim is undone with it (the key stays free for a retry).
 
     None when the key's first request already answered: that answer was replayed to `reply`.
     `IdempotencyKeyMismatch` when the key came with other parameters; `IdempotencyKeyInProgress`
@@ -129,23 +147,32 @@ async def claim_idempotency_key(
     context: PaymentsContext = actor.context
     if f"{scope}:{key}" in actor.in_flight:
         raise IdempotencyKeyInProgress("a request with this Idempotency-Key is in progress", retry_after=1)
-    claim = await context.db.transaction(
-        idempotency.claim_idempotency_key,
-        application_id=actor.application_id,
-        scope=scope,
-        key=key,
-        fingerprint=fingerprint,
-        lease_s=CLAIM_LEASE_S,
-        retention_s=context.settings.idempotency.retention_s,
-    )
-    if isinstance(claim, idempotency.Replay):
-        reply.send(Answer(claim.status, claim.body, replayed=True))
+
+    async def claim_then(
+        conn: Connection,
+    ) -> idempotency.Replay | idempotency.Mismatch | idempotency.InProgress | Fresh[T]:
+        claim = await idempotency.claim_idempotency_key(
+            conn,
+            application_id=actor.application_id,
+            scope=scope,
+            key=key,
+            fingerprint=fingerprint,
+            lease_s=CLAIM_LEASE_S,
+            retention_s=context.settings.idempotency.retention_s,
+        )
+        if isinstance(claim, idempotency.Claimed):
+            return Fresh(claim, await then(conn, claim))
+        return claim
+
+    claimed = await context.db.transaction(claim_then)
+    if isinstance(claimed, idempotency.Replay):
+        reply.send(Answer(claimed.status, claimed.body, replayed=True))
         return None
-    if isinstance(claim, idempotency.Mismatch):
+    if isinstance(claimed, idempotency.Mismatch):
         raise IdempotencyKeyMismatch("this Idempotency-Key was used with different parameters")
-    if isinstance(claim, idempotency.InProgress):
+    if isinstance(claimed, idempotency.InProgress):
         raise IdempotencyKeyInProgress("a request with this Idempotency-Key is in progress", retry_after=1)
-    return claim
+    return claimed
 
 
 def credentials_of(secrets: SecretBox, config: ProviderConfig) -> Credentials:
@@ -161,17 +188,24 @@ class CreateSession:
     async def run(self, actor: ApplicationActor, reply: Reply[Answer]) -> None:
         context: PaymentsContext = actor.context
         draft = self.draft
-        claim = await claim_idempotency_key(
-            actor, reply, scope=SESSION_CREATE_SCOPE, key=self.idempotency_key, fingerprint=self.fingerprint
+
+        async def active_configs(conn: Connection, _: idempotency.Claimed) -> list[ProviderConfig]:
+            return await provider_configs.active_provider_configs(conn, draft.application_id)
+
+        fresh = await claim_idempotency_key(
+            actor,
+            reply,
+            scope=SESSION_CREATE_SCOPE,
+            key=self.idempotency_key,
+            fingerprint=self.fingerprint,
+            then=active_configs,
         )
-        if claim is None:
+        if fresh is None:
             return
 
         configs = {
             config.provider: config
-            for config in await context.db.read(
-                provider_configs.active_provider_configs, draft.application_id
-            )
+            for config in fresh.value
             if context.providers.get(config.provider) is not None
         }
         candidates = eligible_providers(
@@ -186,7 +220,7 @@ class CreateSession:
             await self._release(context)
             raise
 
-        session_id = claim.resource_id
+        session_id = fresh.claim.resource_id
         expires_at = utcnow() + timedelta(seconds=context.settings.sessions.ttl_s)
         request = CheckoutRequest(
             session_id=session_id,

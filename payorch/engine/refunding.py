@@ -21,7 +21,6 @@ import trio
 from payorch.engine.actors import ApplicationActor, Reply
 from payorch.engine.checkout import Answer, PaymentsContext, claim_idempotency_key, credentials_of
 from payorch.engine.errors import (
-    DomainError,
     NotFound,
 )
 from payorch.engine.money import Money
@@ -233,27 +232,23 @@ class CreateRefund:
         context: PaymentsContext = actor.context
         scope = refund_scope(self.draft.session_id)
         in_flight_key = f"{scope}:{self.idempotency_key}"
-        claim = await claim_idempotency_key(
-            actor, reply, scope=scope, key=self.idempotency_key, fingerprint=self.fingerprint
-        )
-        if claim is None:
-            return
-        try:
-            submission = await context.db.transaction(
-                _reserve,
+
+        async def reserve(conn: Connection, claim: idempotency.Claimed) -> _Submission:
+            # A refund the rules refuse (DomainError) rolls the claim back with it: the key stays free.
+            return await _reserve(
+                conn,
                 application_id=actor.application_id,
                 refund_id=claim.resource_id,
                 draft=self.draft,
                 metrics=context.metrics,
             )
-        except DomainError:
-            await context.db.transaction(
-                idempotency.release_idempotency_key,
-                application_id=actor.application_id,
-                scope=scope,
-                key=self.idempotency_key,
-            )
-            raise
+
+        fresh = await claim_idempotency_key(
+            actor, reply, scope=scope, key=self.idempotency_key, fingerprint=self.fingerprint, then=reserve
+        )
+        if fresh is None:
+            return
+        submission = fresh.value
         actor.in_flight[in_flight_key] = reply
         timeout_s = context.settings.refunds.submit_timeout_s
 

@@ -193,6 +193,21 @@ async def test_24_concurrent_refunds_of_10_on_100_accept_exactly_10(client: Clie
     assert sum(item["amount"] for item in record["refunds"]) == Decimal("100.00")
 
 
+async def test_a_refund_the_rules_refuse_leaves_its_key_free_for_a_corrected_retry(
+    client: Client, shop: Shop, db: Database
+) -> None:
+    session_id = await paid_session(client, shop)
+    refused = await refund(client, shop, session_id, "fix-me", amount=Decimal("100.01"))
+    assert (await refused.get_json())["code"] == "REFUND_EXCEEDS_BALANCE"
+
+    async def keys(conn: Connection) -> int:
+        return int(await conn.fetchval("SELECT count(*) FROM idempotency_keys WHERE key = 'fix-me'"))
+
+    assert await db.read(keys) == 0  # the claim went with the refused refund
+    retried = await refund(client, shop, session_id, "fix-me", amount=Decimal("100.00"))
+    assert retried.status_code == 201, await retried.get_data(as_text=True)
+
+
 async def test_same_key_sent_12_times_at_once_makes_one_refund(client: Client, shop: Shop) -> None:
     session_id = await paid_session(client, shop)
     answers: list[Any] = []
