@@ -42,6 +42,15 @@ async def supervised(
             await loop(*args)
         except Exception:
             log.exception("supervisor crashed; restarting", extra={"supervisor": name, "restartInS": backoff})
+        except BaseExceptionGroup as group:
+            # A crash and the shutdown's cancellation at once (a nursery in the loop gathered both):
+            # the crash is logged, the cancellation goes on, so shutdown is not mistaken for a crash.
+            cancelled, crashed = group.split(trio.Cancelled)
+            if crashed is not None:
+                log.error("supervisor crashed while stopping", exc_info=crashed, extra={"supervisor": name})
+            if cancelled is not None:
+                raise cancelled from None
+            raise
         board.running[name] = False
         board.restarts[name] += 1
         if trio.current_time() - started > MAX_BACKOFF_S:
