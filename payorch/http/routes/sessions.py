@@ -30,7 +30,6 @@ from payorch.http.models import PageQuery, SessionCreateRequest
 from payorch.http.requestlog import note_application
 from payorch.storage import refunds as refund_store
 from payorch.storage import sessions as store
-from payorch.storage.applications import Application
 from payorch.storage.database import Connection
 
 blueprint = Blueprint("sessions", __name__, url_prefix="/api/v1")
@@ -67,11 +66,14 @@ def money_of(amount: Any, currency: str, field: str) -> Money:
         raise InvalidInput("amount has too many decimals", [FieldProblem(field, str(error))]) from None
 
 
-async def _target_application(principal: Principal, requested: uuid.UUID | None) -> Application:
+async def _target_application(principal: Principal, requested: uuid.UUID | None) -> uuid.UUID:
+    """The application a session is created for. An API key's own application needs no read: the
+    key's authentication just found it, enabled, with the merchant it belongs to."""
     if principal.is_api_key:
+        assert principal.application_id is not None
         if requested is not None and requested != principal.application_id:
             raise NotPermitted("this API key belongs to another application")
-        return await application_for(principal, str(principal.application_id))
+        return principal.application_id
     if requested is None:
         raise InvalidInput(
             "applicationId is required with an access token",
@@ -80,7 +82,7 @@ async def _target_application(principal: Principal, requested: uuid.UUID | None)
     application = await application_for(principal, str(requested))
     if not application.is_enabled:
         raise NotPermitted("the application is disabled")
-    return application
+    return application.id
 
 
 @blueprint.post("/sessions")
@@ -94,7 +96,7 @@ async def _target_application(principal: Principal, requested: uuid.UUID | None)
 async def create_session(data: SessionCreateRequest, principal: Principal) -> tuple[Response, int]:
     """Create a checkout session, routed to the best eligible provider. Needs `Idempotency-Key`."""
     key = idempotency_key()
-    application = await _target_application(principal, data.applicationId)
+    application_id = await _target_application(principal, data.applicationId)
     catalogue_methods = services().providers.all_payment_methods()
     if data.paymentMethod not in catalogue_methods:
         raise InvalidInput(
@@ -112,7 +114,7 @@ async def create_session(data: SessionCreateRequest, principal: Principal) -> tu
         money_of(item.unitPrice, data.currency, f"orderItems.{index}.unitPrice")
     dumped = data.model_dump(mode="python", exclude_none=True)
     draft = SessionDraft(
-        application_id=application.id,
+        application_id=application_id,
         order_reference=data.orderReference,
         amount=total,
         shipping_minor=shipping.minor,
@@ -126,8 +128,8 @@ async def create_session(data: SessionCreateRequest, principal: Principal) -> tu
         redirect_urls=dumped.get("redirectUrls"),
     )
     body = await request.get_json()
-    fingerprint = request_fingerprint({**body, "applicationId": str(application.id)}, "POST /api/v1/sessions")
-    answer = await services().actors.ask(application.id, CreateSession(key, fingerprint, draft))
+    fingerprint = request_fingerprint({**body, "applicationId": str(application_id)}, "POST /api/v1/sessions")
+    answer = await services().actors.ask(application_id, CreateSession(key, fingerprint, draft))
     return answer_response(answer)
 
 
