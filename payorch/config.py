@@ -31,6 +31,7 @@ CONFIG_ENV_VAR = "PAYORCH_CONFIG"
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
+NonNegativeFloat = Annotated[float, Field(ge=0)]
 
 
 class ConfigError(Exception):
@@ -82,6 +83,7 @@ class DatabaseSettings(_Section):
 class AuthSettings(_Section):
     jwt_secret: str = ""
     jwt_ttl_s: PositiveInt = 3600
+    api_key_cache_s: NonNegativeFloat = 5.0
 
     @field_validator("jwt_secret")
     @classmethod

@@ -18,6 +18,7 @@ from payorch.engine.actors import ActorRegistry
 from payorch.engine.checkout import PaymentsContext
 from payorch.engine.routing import ProviderHealth, RoutingPolicy
 from payorch.engine.secretbox import SecretBox
+from payorch.http.api_key_cache import ApiKeyCache, keep_fresh
 from payorch.http.app import create_app
 from payorch.http.context import PayorchApp, Services
 from payorch.http.ratelimits import RequestLimits
@@ -94,8 +95,12 @@ async def open_runtime(settings: Settings, db: Database) -> AsyncIterator[Runtim
             webhooks=webhooks,
             metrics=metrics,
             limits=RequestLimits(settings.limits),
+            api_keys=ApiKeyCache(settings.auth.api_key_cache_s),
         )
         app = create_app(services)
+        nursery.start_soon(
+            supervised, services.supervisors, "API key cache", keep_fresh, db.dsn, services.api_keys
+        )
         await nursery.start(run_expiry_supervisor, services)
         await nursery.start(run_refund_supervisor, services)
         await nursery.start(run_idempotency_supervisor, services)

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import trio
 from quart import request
 
 from payorch.engine.access_tokens import verify_access_token
@@ -86,7 +87,14 @@ async def _api_key_principal(api_key: str) -> Principal:
     if not looks_like_api_key(api_key):
         raise AuthenticationRequired("invalid API key")
     # The key is looked up by its SHA-256: the stored hash is compared, never the key itself.
-    owner = await services().db.read(store.find_api_key_owner, token_hash(api_key))
+    key_hash = token_hash(api_key)
+    cache = services().api_keys
+    owner = cache.get(key_hash, trio.current_time())
+    if owner is None:
+        generation = cache.generation
+        owner = await services().db.read(store.find_api_key_owner, key_hash)
+        if owner is not None:
+            cache.put(key_hash, owner, trio.current_time(), generation)
     if owner is None:
         raise AuthenticationRequired("invalid or revoked API key")
     note_application(owner.application_id)

@@ -13,6 +13,7 @@ from payorch.config import Settings
 from payorch.engine.actors import ActorRegistry
 from payorch.engine.routing import ProviderHealth
 from payorch.engine.secretbox import SecretBox
+from payorch.http.api_key_cache import ApiKeyCache
 from payorch.http.ratelimits import RequestLimits
 from payorch.metrics import Metrics
 from payorch.providers.catalogue import ProviderCatalogue
@@ -32,6 +33,7 @@ class Services:
     webhooks: httpx.AsyncClient  # for webhook test sends (deliveries have a client of their own)
     metrics: Metrics
     limits: RequestLimits  # per-credential and per-address token buckets of this process
+    api_keys: ApiKeyCache  # active API keys recently seen, forgotten on revocation
 
 
 class PayorchApp(QuartTrio):

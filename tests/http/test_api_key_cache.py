@@ -1,0 +1,192 @@
+"""API keys remembered between requests: no database read once a key was seen, and a revoked key
+(or a key of a disabled application) refused on its very next request here, and in another process
+as soon as PostgreSQL's notification reaches it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from payorch.config import AuthSettings, Settings
+from payorch.http.api_key_cache import ApiKeyCache
+from payorch.runtime import Runtime, open_runtime
+from payorch.storage import applications
+from payorch.storage.applications import ApiKeyOwner
+from payorch.storage.database import Database
+from tests.helpers import Client, Shop, eventually, new_shop
+
+# Long enough that only a notification, never the time limit, can make another process forget.
+LONG_CACHE_S = 600.0
+
+
+def owner(application_id: uuid.UUID | None = None) -> ApiKeyOwner:
+    return ApiKeyOwner(
+        key_id=uuid.uuid4(),
+        application_id=application_id or uuid.uuid4(),
+        merchant_id=uuid.uuid4(),
+        application_enabled=True,
+    )
+
+
+def listening_cache(ttl_s: float = 5.0, max_entries: int = 100) -> ApiKeyCache:
+    cache = ApiKeyCache(ttl_s, max_entries)
+    cache.listening = True
+    return cache
+
+
+# --- The cache itself ---------------------------------------------------------------------------
+
+
+def test_a_remembered_key_is_answered_until_its_time_is_up() -> None:
+    cache = listening_cache(ttl_s=5.0)
+    cache.put(b"k", found := owner(), now=100.0, generation=cache.generation)
+    assert cache.get(b"k", now=104.9) == found
+    assert cache.get(b"k", now=105.0) is None
+    assert len(cache) == 0
+
+
+def test_a_lookup_older_than_a_forget_is_not_remembered() -> None:
+    cache = listening_cache()
+    found = owner()
+    generation = cache.generation  # the lookup starts ...
+    cache.forget_application(found.application_id)  # ... a revocation commits meanwhile ...
+    cache.put(b"k", found, now=0.0, generation=generation)  # ... and its (stale) answer arrives
+    assert cache.get(b"k", now=0.0) is None
+
+
+def test_forgetting_an_application_drops_its_keys_only() -> None:
+    cache = listening_cache()
+    mine, theirs = owner(), owner()
+    cache.put(b"mine", mine, now=0.0, generation=cache.generation)
+    cache.put(b"theirs", theirs, now=0.0, generation=cache.generation)
+    cache.forget_application(mine.application_id)
+    assert (cache.get(b"mine", now=0.0), cache.get(b"theirs", now=0.0)) == (None, theirs)
+
+
+def test_a_cache_that_is_not_listening_answers_nothing() -> None:
+    cache = ApiKeyCache(5.0)
+    cache.put(b"k", owner(), now=0.0, generation=cache.generation)
+    cache.listening = True
+    assert cache.get(b"k", now=0.0) is None
+
+
+def test_the_least_recently_used_key_goes_first_past_the_bound() -> None:
+    cache = listening_cache(max_entries=2)
+    for name in (b"a", b"b"):
+        cache.put(name, owner(), now=0.0, generation=cache.generation)
+    cache.get(b"a", now=0.0)
+    cache.put(b"c", owner(), now=0.0, generation=cache.generation)
+    assert [cache.get(name, now=0.0) is not None for name in (b"a", b"b", b"c")] == [True, False, True]
+
+
+def test_a_time_of_zero_remembers_nothing() -> None:
+    cache = listening_cache(ttl_s=0)
+    cache.put(b"k", owner(), now=0.0, generation=cache.generation)
+    assert cache.get(b"k", now=0.0) is None
+
+
+# --- Through the service ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    return settings.model_copy(
+        update={"auth": AuthSettings(**{**settings.auth.model_dump(), "api_key_cache_s": LONG_CACHE_S})}
+    )
+
+
+@pytest.fixture
+async def shop(client: Client, db: Database, settings: Settings, runtime: Runtime) -> Shop:
+    await eventually(lambda: _listening(runtime))
+    return await new_shop(client, db, settings)
+
+
+async def _listening(runtime: Runtime) -> bool:
+    return runtime.services.api_keys.listening
+
+
+@pytest.fixture
+async def other_process(db: Database, settings: Settings) -> AsyncIterator[Runtime]:
+    """A second runtime on the same database, as another payorch process would be."""
+    async with open_runtime(settings, db) as other:
+        await eventually(lambda: _listening(other))
+        yield other
+
+
+async def status_of(client: Client, shop: Shop) -> int:
+    response = await client.get("/api/v1/payment-methods?currency=PLN&amount=10.00", headers=shop.headers)
+    return int(response.status_code)
+
+
+async def test_a_key_seen_once_needs_no_database_read(
+    client: Client, shop: Shop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert await status_of(client, shop) == 200
+    reads: list[Any] = []
+    find = applications.find_api_key_owner
+
+    async def counted(*args: Any) -> Any:
+        reads.append(args)
+        return await find(*args)
+
+    monkeypatch.setattr(applications, "find_api_key_owner", counted)
+    assert [await status_of(client, shop) for _ in range(3)] == [200] * 3
+    assert reads == []
+
+
+async def test_a_revoked_key_is_401_on_its_very_next_request(client: Client, shop: Shop) -> None:
+    assert await status_of(client, shop) == 200  # remembered now
+    await _revoke_every_key(client, shop)
+    assert await status_of(client, shop) == 401
+
+
+async def test_a_key_of_a_disabled_application_is_403_on_its_very_next_request(
+    client: Client, shop: Shop
+) -> None:
+    assert await status_of(client, shop) == 200
+    await _set_enabled(client, shop, enabled=False)
+    assert await status_of(client, shop) == 403
+    await _set_enabled(client, shop, enabled=True)
+    assert await status_of(client, shop) == 200
+
+
+async def test_a_key_revoked_in_another_process_is_refused_here_once_postgresql_notifies_it(
+    client: Client, shop: Shop, other_process: Runtime
+) -> None:
+    other = other_process.app.test_client()
+    assert await status_of(other, shop) == 200  # the other process remembers the key
+    await _revoke_every_key(client, shop)
+    await eventually(lambda: _refused(other, shop, 401), timeout_s=5)
+
+
+async def test_an_application_disabled_in_another_process_is_refused_here_once_postgresql_notifies_it(
+    client: Client, shop: Shop, other_process: Runtime
+) -> None:
+    other = other_process.app.test_client()
+    assert await status_of(other, shop) == 200
+    await _set_enabled(client, shop, enabled=False)
+    await eventually(lambda: _refused(other, shop, 403), timeout_s=5)
+
+
+async def _refused(client: Client, shop: Shop, status: int) -> bool:
+    return await status_of(client, shop) == status
+
+
+async def _revoke_every_key(client: Client, shop: Shop) -> None:
+    path = f"/api/v1/applications/{shop.application_id}/api-keys"
+    keys = (await (await client.get(path, headers=shop.merchant.headers)).get_json())["items"]
+    for key in keys:
+        response = await client.delete(f"{path}/{key['id']}", headers=shop.merchant.headers)
+        assert response.status_code == 200
+
+
+async def _set_enabled(client: Client, shop: Shop, *, enabled: bool) -> None:
+    response = await client.patch(
+        f"/api/v1/applications/{shop.application_id}/status",
+        json={"isEnabled": enabled},
+        headers=shop.merchant.headers,
+    )
+    assert response.status_code == 200, await response.get_data(as_text=True)
