@@ -374,13 +374,14 @@ async def _record_attempt(
 async def session_with_record(
     conn: Connection, session_id: uuid.UUID
 ) -> tuple[sessions.CheckoutSession, dict[str, Any]] | None:
-    """The session and its read record with its refunds; None when there is no such session.
-    Read it in a snapshot (`Database.snapshot`) so the two reads agree."""
-    session = await sessions.get_session(conn, session_id)
-    if session is None:
+    """The session and its read record with its refunds (one statement: `Database.read` is enough
+    for the two to agree); None when there is no such session."""
+    read = await refunds.session_with_refunds(conn, session_id)
+    if read is None:
         return None
-    found = await refunds.refunds_of_session(conn, session_id) if session.status in WITH_REFUNDS else []
-    return session, session_record(session, [refund_record(refund) for refund in found])
+    session, found = read
+    shown = found if session.status in WITH_REFUNDS else []
+    return session, session_record(session, [refund_record(refund) for refund in shown])
 
 
 __all__ = [

@@ -10,6 +10,7 @@ from typing import Any
 import asyncpg
 
 from payorch.storage.database import Connection
+from payorch.storage.sessions import CheckoutSession
 
 
 @dataclass(frozen=True)
@@ -90,11 +91,34 @@ async def lock_refund(conn: Connection, refund_id: uuid.UUID) -> Refund | None:
     return _refund(row) if row else None
 
 
-async def refunds_of_session(conn: Connection, session_id: uuid.UUID) -> list[Refund]:
+# A session's columns and its refunds' (prefixed `r_`), for one statement that reads both.
+_SESSION_THEN_REFUND_COLUMNS = ", ".join(
+    [f"s.{name}" for name in CheckoutSession.__dataclass_fields__]
+    + [f"r.{name} AS r_{name}" for name in Refund.__dataclass_fields__]
+)
+
+
+async def session_with_refunds(
+    conn: Connection, session_id: uuid.UUID
+) -> tuple[CheckoutSession, list[Refund]] | None:
+    """The session and its refunds, oldest first, in one statement: one round trip, and one
+    snapshot, so the refunds are never from before or after the session's status. None when
+    there is no such session."""
     rows = await conn.fetch(
-        f"SELECT {_COLUMNS} FROM refunds WHERE session_id = $1 ORDER BY created_at, id", session_id
+        f"""SELECT {_SESSION_THEN_REFUND_COLUMNS}
+            FROM checkout_sessions s LEFT JOIN refunds r ON r.session_id = s.id
+            WHERE s.id = $1 ORDER BY r.created_at, r.id""",
+        session_id,
     )
-    return [_refund(row) for row in rows]
+    if not rows:
+        return None
+    session = CheckoutSession(**{name: rows[0][name] for name in CheckoutSession.__dataclass_fields__})
+    found = [
+        Refund(**{name: row[f"r_{name}"] for name in Refund.__dataclass_fields__})
+        for row in rows
+        if row["r_id"] is not None
+    ]
+    return session, found
 
 
 async def refunds_of_sessions(

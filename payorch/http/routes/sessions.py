@@ -140,7 +140,7 @@ async def create_session(data: SessionCreateRequest, principal: Principal) -> tu
 @authenticated(Accept.JWT_OR_API_KEY)
 async def get_session(session_id: str, principal: Principal) -> dict[str, Any]:
     """A session's read record. Another merchant's session is 404, as if it did not exist."""
-    found = await services().db.snapshot(session_with_record, parse_id(session_id, "session"))
+    found = await services().db.read(session_with_record, parse_id(session_id, "session"))
     if found is None or not await may_read(principal, found[0].application_id):
         raise NotFound("session not found")
     session, record = found
