@@ -1,9 +1,11 @@
-"""`python -m bench` (`make bench`): session creates per second and latency, against a bare baseline.
+"""`python -m bench` (`make bench`): session creates and reads per second and their latency, each
+against a bare baseline, next to payorch's goals.
 
-Two targets are measured one after the other, the same way, in the same run:
-1. payorch (`payorch.service.run` in this process, on a fresh embedded PostgreSQL): every request is
-   `POST /api/v1/sessions` with an API key, its own Idempotency-Key and a valid card session body;
-2. a bare Quart-Trio app answering the same requests with a small JSON 201 (`bench/bare.py`).
+Two servers are measured one after the other, the same way, in the same run, each with two requests:
+1. payorch (`payorch.service.run` in this process, on a fresh embedded PostgreSQL): `POST
+   /api/v1/sessions` with an API key, its own Idempotency-Key and a valid card session body; then
+   `GET /api/v1/sessions/{id}` of one session, with the same key;
+2. a bare Quart-Trio app answering the same requests with a small JSON 201 or 200 (`bench/bare.py`).
 
 The load comes from a separate process (`bench/load.py`), so that server and load generator each get
 a core of a two-core machine instead of sharing one; PostgreSQL takes what is left. Everything goes
@@ -34,13 +36,21 @@ import trio
 
 from bench.bare import serve_bare
 from bench.load import LoadResult, LoadSpec
-from bench.payorch_target import SESSION_BODY, SESSIONS_PATH, Target, bench_settings, running_payorch
+from bench.payorch_target import (
+    SESSIONS_PATH,
+    Target,
+    Targets,
+    bench_settings,
+    read_target,
+    running_payorch,
+)
 
-IDEMPOTENCY_HEADER = "Idempotency-Key"
 # Cores found busy before the run beyond which the figures are flagged: other work shares the machine.
 BUSY_MACHINE_CORES = 0.2
-PAYORCH_LABEL = "POST /api/v1/sessions"
-BARE_LABEL = "bare Quart-Trio POST"
+CREATE_LABEL, BARE_CREATE_LABEL = "POST /api/v1/sessions", "bare Quart-Trio POST"
+READ_LABEL, BARE_READ_LABEL = "GET /api/v1/sessions/{id}", "bare Quart-Trio GET"
+# payorch's goals (issue "Speed"): throughput as a share of the bare endpoint's, and create latency.
+CREATE_RATIO_GOAL, CREATE_P99_GOAL_MS, READ_RATIO_GOAL = 0.5, 50.0, 0.8
 
 
 @dataclass(frozen=True)
@@ -130,12 +140,11 @@ async def _lines(stream: trio.abc.ReceiveStream) -> AsyncIterator[str]:
 
 async def _probe(target: Target) -> None:
     """One request before the load: a target that refuses it would only measure its errors."""
+    headers = {**target.headers, "Content-Type": "application/json"}
+    if target.unique_header:
+        headers[target.unique_header] = "bench-probe"
     async with httpx.AsyncClient(timeout=30) as http:
-        response = await http.post(
-            target.url,
-            content=SESSION_BODY,
-            headers={**target.headers, "Content-Type": "application/json", IDEMPOTENCY_HEADER: "bench-probe"},
-        )
+        response = await http.request(target.method, target.url, content=target.body, headers=headers)
     if not response.is_success:
         raise RuntimeError(f"probe request to {target.url}: {response.status_code} {response.text[:500]}")
 
@@ -145,9 +154,10 @@ async def measure(label: str, target: Target, args: argparse.Namespace) -> Measu
     await _probe(target)
     spec = LoadSpec(
         url=target.url,
-        body=SESSION_BODY,
+        body=target.body,
         headers=target.headers,
-        unique_header=IDEMPOTENCY_HEADER,
+        unique_header=target.unique_header,
+        method=target.method,
         connections=args.connections,
         warmup_s=args.warmup,
         measured_s=args.seconds,
@@ -184,13 +194,17 @@ async def measure(label: str, target: Target, args: argparse.Namespace) -> Measu
 
 
 @asynccontextmanager
-async def running_bare(work_dir: Path) -> AsyncIterator[Target]:
+async def running_bare(work_dir: Path) -> AsyncIterator[Targets]:
     """The bare app on loopback, port 0, until the block ends."""
     settings = bench_settings(work_dir)
     shutdown = trio.Event()
     async with trio.open_nursery() as nursery:
         addresses: list[str] = await nursery.start(partial(serve_bare, settings, shutdown=shutdown))
-        yield Target(url=addresses[0] + SESSIONS_PATH, headers={"X-API-Key": "sk_bench_unused"})
+        headers = {"X-API-Key": "sk_bench_unused"}
+        yield Targets(
+            create=Target(url=addresses[0] + SESSIONS_PATH, headers=headers),
+            read=read_target(addresses[0], "00000000-0000-0000-0000-000000000000", headers),
+        )
         shutdown.set()
 
 
@@ -203,27 +217,51 @@ def _ratio(value: float) -> str:
     return f"{value:.2f}x" if value >= 0.1 else f"{value:.3f}x"
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """One request measured on payorch and on the bare app, and payorch's goals for it."""
+
+    payorch: Measurement
+    bare: Measurement
+    ratio_goal: float
+    p99_goal_ms: float | None = None
+
+    @property
+    def ratio(self) -> float:
+        bare = self.bare.result.requests_per_s
+        return self.payorch.result.requests_per_s / bare if bare else 0.0
+
+
+def _goal(met: bool, text: str) -> str:
+    return f"goal {text}: {'met' if met else 'not yet'}"
+
+
 def report(
-    payorch: Measurement, bare: Measurement, args: argparse.Namespace, background: float | None
+    comparisons: list[Comparison], args: argparse.Namespace, background: float | None
 ) -> Iterator[str]:
-    """The lines printed: the table, the ratio, and where the machine's cores went."""
+    """The lines printed: a table per request with its ratio and goals, and where the cores went."""
     yield (
         f"payorch benchmark: {args.connections} connections, {args.seconds:g} s measured after "
         f"{args.warmup:g} s warm-up, {_cpu_count()} cores"
     )
     yield f"{'target':<28}{'requests/s':>12}{'p50 ms':>9}{'p99 ms':>9}{'errors':>9}"
-    for m in (payorch, bare):
-        r = m.result
-        errors = sum(r.errors.values())
-        yield f"{m.label:<28}{r.requests_per_s:>12.1f}{r.p50_ms:>9.1f}{r.p99_ms:>9.1f}{errors:>9}"
-    ratio = payorch.result.requests_per_s / bare.result.requests_per_s if bare.result.requests_per_s else 0.0
-    yield f"{'payorch / bare':<28}{_ratio(ratio):>12}"
+    for comparison in comparisons:
+        for m in (comparison.payorch, comparison.bare):
+            r = m.result
+            errors = sum(r.errors.values())
+            yield f"{m.label:<28}{r.requests_per_s:>12.1f}{r.p50_ms:>9.1f}{r.p99_ms:>9.1f}{errors:>9}"
+        goals = [_goal(comparison.ratio >= comparison.ratio_goal, f">= {comparison.ratio_goal:g}x")]
+        if comparison.p99_goal_ms is not None:
+            p99 = comparison.payorch.result.p99_ms
+            goals.append(_goal(p99 <= comparison.p99_goal_ms, f"p99 <= {comparison.p99_goal_ms:g} ms"))
+        yield f"{'payorch / bare':<28}{_ratio(comparison.ratio):>12}   {'; '.join(goals)}"
+    measurements = [m for comparison in comparisons for m in (comparison.payorch, comparison.bare)]
     yield ""
     yield f"{'cores busy (measured phase)':<28}{'server':>12}{'load gen':>9}{'other':>9}"
-    for m in (payorch, bare):
+    for m in measurements:
         other = "n/a" if m.cores.other is None else f"{m.cores.other:.2f}"
         yield f"{m.label:<28}{m.cores.server:>12.2f}{m.cores.load:>9.2f}{other:>9}"
-    for m in (payorch, bare):
+    for m in measurements:
         if m.result.errors:
             shown = ", ".join(f"{kind}: {count}" for kind, count in sorted(m.result.errors.items()))
             yield f"errors of {m.label}: {shown}"
@@ -244,8 +282,9 @@ async def main(args: argparse.Namespace) -> None:
         work_dir = Path(temporary)
         _progress("starting payorch on a fresh embedded PostgreSQL")
         try:
-            async with running_payorch(work_dir) as target:
-                payorch = await measure(PAYORCH_LABEL, target, args)
+            async with running_payorch(work_dir) as targets:
+                create = await measure(CREATE_LABEL, targets.create, args)
+                read = await measure(READ_LABEL, targets.read, args)
                 _progress("stopping payorch")
         finally:
             # payorch's own log goes to the (temporary) work directory: show what went wrong.
@@ -253,9 +292,14 @@ async def main(args: argparse.Namespace) -> None:
             for line in problems[:5]:
                 _progress(f"payorch logged: {line}")
         _progress("starting the bare Quart-Trio app")
-        async with running_bare(work_dir) as target:
-            bare = await measure(BARE_LABEL, target, args)
-    for line in report(payorch, bare, args, background):
+        async with running_bare(work_dir) as targets:
+            bare_create = await measure(BARE_CREATE_LABEL, targets.create, args)
+            bare_read = await measure(BARE_READ_LABEL, targets.read, args)
+    comparisons = [
+        Comparison(create, bare_create, CREATE_RATIO_GOAL, CREATE_P99_GOAL_MS),
+        Comparison(read, bare_read, READ_RATIO_GOAL),
+    ]
+    for line in report(comparisons, args, background):
         print(line)
     if problems:
         print(f"payorch logged {len(problems)} warnings or errors (the first on stderr above)")

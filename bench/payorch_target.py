@@ -83,12 +83,38 @@ def bench_settings(work_dir: Path) -> Settings:
     )
 
 
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+
 @dataclass(frozen=True)
 class Target:
-    """Where to send the benchmark's requests, and the headers they need."""
+    """Where to send the benchmark's requests, how, and the headers they need. Requests with a
+    `unique_header` each get a value of their own (an Idempotency-Key for creates)."""
 
     url: str
     headers: dict[str, str]
+    method: str = "POST"
+    body: str = SESSION_BODY
+    unique_header: str | None = IDEMPOTENCY_HEADER
+
+
+@dataclass(frozen=True)
+class Targets:
+    """The two measured requests of one server: create a session, and read one."""
+
+    create: Target
+    read: Target
+
+
+def read_target(base_url: str, session_id: str, headers: dict[str, str]) -> Target:
+    """`GET /api/v1/sessions/{session_id}`, the same request every time."""
+    return Target(
+        url=f"{base_url}{SESSIONS_PATH}/{session_id}",
+        headers=headers,
+        method="GET",
+        body="",
+        unique_header=None,
+    )
 
 
 @contextmanager
@@ -184,6 +210,20 @@ async def _api_key_of_new_shop(base_url: str, invite_token: str) -> str:
     return str(key["key"])
 
 
+async def _new_session(base_url: str, headers: dict[str, str]) -> str:
+    """A session of the merchant, for the read benchmark."""
+    async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+        created = await _expect(
+            await http.post(
+                SESSIONS_PATH,
+                content=SESSION_BODY,
+                headers={**headers, "Content-Type": "application/json", IDEMPOTENCY_HEADER: "bench-read"},
+            ),
+            201,
+        )
+    return str(created["sessionId"])
+
+
 @asynccontextmanager
 async def temporary_postgres(data_dir: Path) -> AsyncIterator[None]:
     """The embedded PostgreSQL under `data_dir`, stopped and deleted when the block ends.
@@ -204,8 +244,9 @@ async def temporary_postgres(data_dir: Path) -> AsyncIterator[None]:
 
 
 @asynccontextmanager
-async def running_payorch(work_dir: Path) -> AsyncIterator[Target]:
-    """payorch serving on loopback with a merchant ready, until the block ends; then shut down."""
+async def running_payorch(work_dir: Path) -> AsyncIterator[Targets]:
+    """payorch serving on loopback with a merchant ready, and one session of it to read, until the
+    block ends; then shut down."""
     settings = bench_settings(work_dir)
     shutdown = trio.Event()
     with json_log_file(work_dir / "payorch.log"):
@@ -213,5 +254,10 @@ async def running_payorch(work_dir: Path) -> AsyncIterator[Target]:
             service: RunningService = await nursery.start(partial(run, settings, shutdown=shutdown))
             base_url = service.addresses[0]
             api_key = await _api_key_of_new_shop(base_url, await _invite_token(service, settings))
-            yield Target(url=base_url + SESSIONS_PATH, headers={"X-API-Key": api_key})
+            headers = {"X-API-Key": api_key}
+            session_id = await _new_session(base_url, headers)
+            yield Targets(
+                create=Target(url=base_url + SESSIONS_PATH, headers=headers),
+                read=read_target(base_url, session_id, headers),
+            )
             shutdown.set()
