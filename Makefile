@@ -1,5 +1,5 @@
 # payorch: `make run` serves on an embedded PostgreSQL, `make test` runs lint, types and the tests,
-# `make bench` prints session creates/s and latency next to a bare Quart-Trio endpoint.
+# `make bench` prints session creates/s and reads/s with latency, each next to a bare Quart-Trio endpoint.
 # Each creates .venv and installs what it needs on a machine that has only Python 3.11.
 
 PYTHON ?= python3
