@@ -59,10 +59,11 @@ async def test_the_same_idempotency_key_replays_and_other_parameters_are_an_idem
     fake_stripe: FakeStripe,
 ) -> None:
     fake_stripe.accept_key(KEY)
-    first = await _post(fake_stripe, "/v1/checkout/sessions", _checkout_form(), **{"Idempotency-Key": "k"})
-    replay = await _post(fake_stripe, "/v1/checkout/sessions", _checkout_form(), **{"Idempotency-Key": "k"})
+    form = _checkout_form()  # once: `expires_at` is read off the clock, and a replay must be identical
+    first = await _post(fake_stripe, "/v1/checkout/sessions", form, **{"Idempotency-Key": "k"})
+    replay = await _post(fake_stripe, "/v1/checkout/sessions", form, **{"Idempotency-Key": "k"})
     other = await _post(
-        fake_stripe, "/v1/checkout/sessions", _checkout_form(mode="setup"), **{"Idempotency-Key": "k"}
+        fake_stripe, "/v1/checkout/sessions", form | {"mode": "setup"}, **{"Idempotency-Key": "k"}
     )
     assert first.status_code == replay.status_code == 200
     assert replay.json() == first.json()
