@@ -87,6 +87,14 @@ async def _exact_json_codecs(conn: Connection) -> None:
         )
 
 
+async def _keep_session_state(conn: Connection) -> None:
+    """What the pool does to a connection given back, beyond rolling back an open transaction
+    (which asyncpg always does): nothing. asyncpg's default sends `RESET ALL; UNLISTEN *; CLOSE ALL;
+    pg_advisory_unlock_all()`, one more round trip per unit of work, for session state payorch never
+    sets on pooled connections (its settings and advisory locks are transaction-scoped, its LISTEN
+    connections are its own)."""
+
+
 async def _select_one(conn: Connection) -> Any:
     return await conn.fetchval("SELECT 1")
 
@@ -95,7 +103,12 @@ async def _select_one(conn: Connection) -> Any:
 async def open_database(dsn: str, *, min_size: int, max_size: int) -> AsyncIterator[Database]:
     """Open a pool on the running trio_asyncio loop; closed (shielded) on exit."""
     pool = await trio_asyncio.aio_as_trio(asyncpg.create_pool)(
-        dsn, min_size=min_size, max_size=max_size, command_timeout=60, init=_exact_json_codecs
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        command_timeout=60,
+        init=_exact_json_codecs,
+        reset=_keep_session_state,
     )
     try:
         yield Database(pool, dsn)
