@@ -1,4 +1,5 @@
-"""The load generator: N connections, one worker task each, sending one request after another.
+"""The load generator: N connections, one worker task each, sending one request after another, or
+requests due at a fixed rate.
 
 Run as its own process (`python -m bench.load`), so that it gets a core of its own instead of
 competing with the server it measures. It reads one JSON `LoadSpec` on stdin and writes JSON lines
@@ -10,10 +11,21 @@ closes it): a full client such as httpx costs several times more CPU per request
 two-core machine the client's cost would show up in the figures of the server it measures.
 
 Every request of the run is the same (method, path, headers, body) except for `unique_header`, which
-gets a value never used before in the run (each session create needs its own Idempotency-Key).
+gets a value never used before in the run (each session create needs its own Idempotency-Key), and,
+when `header_sets` are given, the set of headers it adds: each request takes the next set in turn,
+so N sets share the load evenly (one API key per application, for many applications).
+
+Without `rate_per_s` each connection sends its next request as soon as the last one is answered (the
+most the server can take over that many connections). With it, request k is due `k / rate_per_s`
+seconds after the start; a connection takes the next request due and sends it when it is due, or at
+once when it is already late (all connections were busy), and its latency is counted from when it
+was due: a server that falls behind shows in the latency, not only in fewer requests.
+
 A request counts when its response ends inside the measured window; a 2xx response is a success, any
 other status or a broken connection an error. The run is bounded in time (warm-up + measured window,
-plus a hard deadline for a server that stops answering) and in count (`max_requests`).
+plus a hard deadline for a server that stops answering) and in count (`max_requests`: the run ends
+early once that many were sent and answered, so `max_requests` = len(`header_sets`) sends one request
+with each set).
 """
 
 from __future__ import annotations
@@ -51,11 +63,14 @@ class LoadSpec:
     warmup_s: float = 2.0
     measured_s: float = 10.0
     max_requests: int = 1_000_000
+    header_sets: list[dict[str, str]] = field(default_factory=list)
+    rate_per_s: float = 0.0  # 0: as fast as the connections go
 
 
 @dataclass(frozen=True)
 class LoadResult:
-    """What the measured window saw. Latencies are of successful requests only."""
+    """What the measured window saw. Latencies are of successful requests only. `measured_s` is the
+    window's real length: shorter than asked when the run ended at `max_requests`."""
 
     successes: int
     errors: dict[str, int]
@@ -131,9 +146,21 @@ class _Tally:
     window_start: float
     window_end: float
     max_requests: int
+    interval_s: float  # between two requests' due times; 0 without a rate
+    started: float
     sent: int = 0
     latencies_s: list[float] = field(default_factory=list)
     errors: Counter[str] = field(default_factory=Counter)
+
+    def take(self) -> tuple[int, float] | None:
+        """The next request to send: its number in the run and when it is due (0.0: now), or None
+        when the run sends no more."""
+        number = self.sent
+        due = self.started + number * self.interval_s if self.interval_s else 0.0
+        if number >= self.max_requests or max(due, trio.current_time()) >= self.window_end:
+            return None
+        self.sent += 1
+        return number, due
 
     def record(self, started: float, ended: float, outcome: str | None) -> None:
         if not self.window_start <= ended <= self.window_end:
@@ -154,16 +181,21 @@ async def _worker(spec: LoadSpec, tally: _Tally, number: int, run_id: str) -> No
         ("Content-Length", str(len(body))),
         *spec.headers.items(),
     ]
+    header_sets = [list(headers.items()) for headers in spec.header_sets]
     connection = Http11Connection(url.hostname or "127.0.0.1", url.port or 80)
     sequence = 0
     try:
-        while trio.current_time() < tally.window_end and tally.sent < tally.max_requests:
-            tally.sent += 1
+        while (taken := tally.take()) is not None:
+            request_number, due = taken
             sequence += 1
             headers = fixed
+            if header_sets:
+                headers = [*headers, *header_sets[request_number % len(header_sets)]]
             if spec.unique_header:
-                headers = [*fixed, (spec.unique_header, f"bench-{run_id}-{number}-{sequence}")]
-            started = trio.current_time()
+                headers = [*headers, (spec.unique_header, f"bench-{run_id}-{number}-{sequence}")]
+            if due:
+                await trio.sleep_until(due)
+            started = due or trio.current_time()
             try:
                 status = await connection.request(spec.method, target, headers, body)
             except ConnectionBroken as error:
@@ -182,32 +214,45 @@ def _cpu_s() -> float:
 
 
 async def run_load(spec: LoadSpec, on_measuring: Callable[[], None] | None = None) -> LoadResult:
-    """Run `spec` to the end of its measured window and return what the window saw; `on_measuring`
-    is called when the window opens."""
+    """Run `spec` to the end of its measured window (or until `max_requests` were answered) and
+    return what the window saw; `on_measuring` is called when the window opens."""
     started = trio.current_time()
     tally = _Tally(
         window_start=started + spec.warmup_s,
         window_end=started + spec.warmup_s + spec.measured_s,
         max_requests=spec.max_requests,
+        interval_s=1 / spec.rate_per_s if spec.rate_per_s > 0 else 0.0,
+        started=started,
     )
     run_id = secrets.token_hex(4)
-    with trio.fail_after(spec.warmup_s + spec.measured_s + STRAGGLER_DEADLINE_S):
+    workers_done = trio.Event()
+
+    async def workers() -> None:
         async with trio.open_nursery() as nursery:
             for number in range(spec.connections):
                 nursery.start_soon(_worker, spec, tally, number, run_id)
-            await trio.sleep_until(tally.window_start)
+        workers_done.set()
+
+    with trio.fail_after(spec.warmup_s + spec.measured_s + STRAGGLER_DEADLINE_S):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(workers)
+            with trio.move_on_at(tally.window_start):
+                await workers_done.wait()
             cpu_at_window_start = _cpu_s()
             if on_measuring is not None:
                 on_measuring()
-            await trio.sleep_until(tally.window_end)
+            with trio.move_on_at(tally.window_end):
+                await workers_done.wait()
+            window_s = min(trio.current_time(), tally.window_end) - tally.window_start
             client_cpu_s = _cpu_s() - cpu_at_window_start
             # The workers send nothing more; the nursery waits for their last responses.
     latencies = sorted(tally.latencies_s)
+    measured_s = window_s if window_s > 0 else spec.measured_s
     return LoadResult(
         successes=len(latencies),
         errors=dict(tally.errors),
-        measured_s=spec.measured_s,
-        requests_per_s=len(latencies) / spec.measured_s,
+        measured_s=measured_s,
+        requests_per_s=len(latencies) / measured_s,
         p50_ms=percentile(latencies, 50) * 1000 if latencies else float("nan"),
         p99_ms=percentile(latencies, 99) * 1000 if latencies else float("nan"),
         client_cpu_s=client_cpu_s,
