@@ -8,6 +8,10 @@ authentication, validation, database or actor behind it.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -15,6 +19,7 @@ from hypercorn.trio import serve as hypercorn_serve
 from quart import request
 from quart_trio import QuartTrio
 
+from bench.payorch_target import SESSIONS_PATH, bench_settings
 from payorch.config import Settings
 from payorch.service import _finish_responses_uncancelled, _hypercorn_config
 
@@ -22,12 +27,12 @@ from payorch.service import _finish_responses_uncancelled, _hypercorn_config
 def create_bare_app() -> QuartTrio:
     app = QuartTrio(__name__)
 
-    @app.post("/api/v1/sessions")
+    @app.post(SESSIONS_PATH)
     async def create_session() -> tuple[dict[str, Any], int]:
         body = await request.get_json()
         return {"orderReference": body["orderReference"], "status": "PENDING"}, 201
 
-    @app.get("/api/v1/sessions/<session_id>")
+    @app.get(SESSIONS_PATH + "/<session_id>")
     async def read_session(session_id: str) -> dict[str, Any]:
         return {"id": session_id, "status": "PENDING"}
 
@@ -48,3 +53,14 @@ async def serve_bare(
         shutdown_trigger=shutdown.wait,
         task_status=task_status,
     )
+
+
+@asynccontextmanager
+async def running_bare(work_dir: Path) -> AsyncIterator[str]:
+    """The bare app on loopback, port 0, until the block ends: its base URL."""
+    settings = bench_settings(work_dir)
+    shutdown = trio.Event()
+    async with trio.open_nursery() as nursery:
+        addresses: list[str] = await nursery.start(partial(serve_bare, settings, shutdown=shutdown))
+        yield addresses[0]
+        shutdown.set()

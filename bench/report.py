@@ -1,0 +1,216 @@
+"""What `make bench` prints: a table per scenario, where the cores went, and every figure that has a
+goal beside its goal, marked PASS or MISS."""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from bench.idle import IdleResult
+from bench.load import LoadResult
+from bench.measure import Measurement, cpu_count
+
+# Cores found busy before the run beyond which the figures are flagged: other work shares the machine.
+BUSY_MACHINE_CORES = 0.2
+# payorch's goals (issue "Speed"): throughput as a share of the bare endpoint's, and create latency;
+# the other applications' creates/s beside a slow provider; memory once idle.
+CREATE_RATIO_GOAL, CREATE_P99_GOAL_MS, READ_RATIO_GOAL = 0.5, 50.0, 0.8
+ISOLATION_CHANGE_GOAL = 0.10
+IDLE_RSS_GROWTH_GOAL = 0.10
+MIB = 1024 * 1024
+LABEL_WIDTH = 44
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """The normal applications' creates alone and beside a slow application, and the slow one's."""
+
+    alone: Measurement
+    beside: Measurement
+    slow: LoadResult
+    slow_connections: int
+    slow_delay_s: float
+    applications: int
+
+    @property
+    def change(self) -> float:
+        alone = self.alone.result.requests_per_s
+        return self.beside.result.requests_per_s / alone - 1 if alone else 0.0
+
+
+@dataclass
+class Results:
+    """Everything one `make bench` measured; None where a scenario was not run."""
+
+    connections: int
+    seconds: float
+    warmup: float
+    applications: int
+    create_one: Measurement | None = None
+    create_many: Measurement | None = None
+    read: Measurement | None = None
+    bare_create: Measurement | None = None
+    bare_read: Measurement | None = None
+    isolation: Isolation | None = None
+    idle: IdleResult | None = None
+    webhooks_not_measured: str | None = None  # why webhook latency is missing
+    problems: list[str] = field(default_factory=list)  # warnings and errors payorch logged
+
+    def measurements(self) -> list[Measurement]:
+        found = [self.create_one, self.create_many, self.bare_create, self.read, self.bare_read]
+        if self.isolation:
+            if self.isolation.alone is not self.create_many:
+                found.append(self.isolation.alone)
+            found.append(self.isolation.beside)
+        return [m for m in found if m is not None]
+
+
+def _row(label: str, r: LoadResult) -> str:
+    errors = sum(r.errors.values())
+    return f"{label:<{LABEL_WIDTH}}{r.requests_per_s:>11.1f}{r.p50_ms:>9.1f}{r.p99_ms:>9.1f}{errors:>8}"
+
+
+def _header(title: str) -> str:
+    return f"{title:<{LABEL_WIDTH}}{'req/s':>11}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}"
+
+
+def _ratio(value: float) -> str:
+    return f"{value:.2f}x" if value >= 0.1 else f"{value:.3f}x"
+
+
+def _mib(value: int) -> str:
+    return f"{value / MIB:.1f}"
+
+
+def goal_line(name: str, figure: str, goal: str, met: bool) -> str:
+    return f"{name:<{LABEL_WIDTH}}{figure:>11}   {goal:<16}{'PASS' if met else 'MISS'}"
+
+
+def _requests(results: Results) -> Iterator[str]:
+    rows = [results.create_one, results.create_many, results.bare_create, results.read, results.bare_read]
+    if not any(rows):
+        return
+    yield _header("request")
+    for m in rows:
+        if m is not None:
+            yield _row(m.label, m.result)
+    yield ""
+
+
+def _isolation(iso: Isolation) -> Iterator[str]:
+    yield (
+        f"isolation: {iso.alone.result.measured_s:g} s of creates on {iso.applications} applications, "
+        f"alone, then beside {iso.slow_connections} connections"
+    )
+    yield f"on one more application whose provider (Stripe, on loopback) answers after {iso.slow_delay_s:g} s"
+    yield _header("")
+    yield _row(f"{iso.applications} applications alone", iso.alone.result)
+    yield _row(f"{iso.applications} applications, slow one beside", iso.beside.result)
+    yield _row("the slow application", iso.slow)
+    yield ""
+
+
+def _idle(idle: IdleResult) -> Iterator[str]:
+    touch = idle.touch
+    errors = sum(touch.errors.values())
+    yield (
+        f"idle: {idle.applications} applications, one create each ({touch.successes} answered 2xx, "
+        f"{errors} errors, {touch.measured_s:.1f} s), engine.actor_idle_s = {idle.actor_idle_s:g} s"
+    )
+    yield f"{'':<{LABEL_WIDTH}}{'actors':>11}{'RSS MiB':>9}"
+    rows = [
+        (f"after a warm-up of {idle.warmup.successes} (baseline)", idle.actors_baseline, idle.rss_baseline),
+        ("while the creates ran (peak)", idle.actors_peak, idle.rss_peak),
+        (f"idle, {idle.waited_s:.1f} s after the last create", idle.actors_after, idle.rss_after),
+    ]
+    for label, actors, rss in rows:
+        yield f"{label:<{LABEL_WIDTH}}{actors:>11}{_mib(rss):>9}"
+    yield f"(when the last create was answered: {idle.actors_at_end} actors)"
+    yield ""
+
+
+def _cores(measurements: list[Measurement]) -> Iterator[str]:
+    if not measurements:
+        return
+    yield f"{'cores busy (measured phase)':<{LABEL_WIDTH}}{'server':>11}{'load gen':>9}{'other':>9}"
+    for m in measurements:
+        other = "n/a" if m.cores.other is None else f"{m.cores.other:.2f}"
+        yield f"{m.label:<{LABEL_WIDTH}}{m.cores.server:>11.2f}{m.cores.load:>9.2f}{other:>9}"
+    yield ""
+
+
+def _throughput_goals(name: str, payorch: Measurement, bare: Measurement, goal: float) -> Iterator[str]:
+    rate = bare.result.requests_per_s
+    ratio = payorch.result.requests_per_s / rate if rate else 0.0
+    yield goal_line(f"{name}: payorch / bare", _ratio(ratio), f">= {goal:g}x", ratio >= goal)
+
+
+def _goals(results: Results) -> Iterator[str]:
+    yield f"{'goal':<{LABEL_WIDTH}}{'figure':>11}   goal"
+    creates = [
+        ("create, 1 application", results.create_one),
+        (f"create, {results.applications} applications", results.create_many),
+    ]
+    for name, create in creates:
+        if create is not None and results.bare_create is not None:
+            yield from _throughput_goals(name, create, results.bare_create, CREATE_RATIO_GOAL)
+        if create is not None:
+            p99 = create.result.p99_ms
+            yield goal_line(
+                f"{name}: p99", f"{p99:.1f} ms", f"<= {CREATE_P99_GOAL_MS:g} ms", p99 <= CREATE_P99_GOAL_MS
+            )
+    if results.read is not None and results.bare_read is not None:
+        yield from _throughput_goals("read", results.read, results.bare_read, READ_RATIO_GOAL)
+    if results.isolation is not None:
+        change = results.isolation.change
+        yield goal_line(
+            "isolation: creates/s beside the slow one",
+            f"{change:+.1%}",
+            f"within {ISOLATION_CHANGE_GOAL:.0%}",
+            abs(change) <= ISOLATION_CHANGE_GOAL,
+        )
+    if results.idle is not None:
+        idle = results.idle
+        yield goal_line("idle: actors left after idle", f"{idle.actors_after}", "0", idle.actors_after == 0)
+        yield goal_line(
+            "idle: RSS after idle against the baseline",
+            f"{idle.rss_change:+.1%}",
+            f"within {IDLE_RSS_GROWTH_GOAL:.0%}",
+            idle.rss_change <= IDLE_RSS_GROWTH_GOAL,
+        )
+    if results.webhooks_not_measured:
+        reason = results.webhooks_not_measured
+        yield f"{'webhooks: latency p50 / p99':<{LABEL_WIDTH}}{'-':>11}   not measured: {reason}"
+
+
+def report(results: Results, background: float | None) -> Iterator[str]:
+    """The lines printed."""
+    yield (
+        f"payorch benchmark: {results.connections} connections, {results.seconds:g} s measured after "
+        f"{results.warmup:g} s warm-up, {cpu_count()} cores"
+    )
+    yield ""
+    yield from _requests(results)
+    if results.isolation is not None:
+        yield from _isolation(results.isolation)
+    if results.idle is not None:
+        yield from _idle(results.idle)
+    yield from _cores(results.measurements())
+    yield from _goals(results)
+    for m in results.measurements():
+        if m.result.errors:
+            shown = ", ".join(f"{kind}: {count}" for kind, count in sorted(m.result.errors.items()))
+            yield f"errors of {m.label}: {shown}"
+        if m.result.capped:
+            yield f"{m.label}: stopped at the request cap before the measured phase ended"
+    if results.problems:
+        yield f"payorch logged {len(results.problems)} warnings or errors (the first on stderr above)"
+    if background is not None and background > BUSY_MACHINE_CORES:
+        yield f"before the run, other work kept {background:.2f} cores busy: these figures are not clean"
+    yield ""
+    yield (
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, Python {platform.python_version()}, "
+        f"{platform.system()} {platform.machine()}"
+    )

@@ -1,0 +1,137 @@
+"""The benchmark's merchant, set up as a real one is: invited (straight into the database, as
+`payorch invite` does), then signup, login, applications, a provider linked to each, an API key
+each, all over HTTP. Many applications at once (thousands, for the idle benchmark) are copied from
+one made this way, in the database (`bench.many_applications`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import trio_asyncio
+
+from bench.payorch_target import IDEMPOTENCY_HEADER, SESSION_BODY, SESSIONS_PATH, Payorch
+from payorch.invites import issue_invite
+from payorch.storage.database import open_database
+
+MERCHANT_EMAIL = "bench@merchant.example"
+# A throwaway merchant in a temporary database.
+PASSWORD = "correct-horse-battery"  # noqa: S105
+SANDBOX_API_KEY = "sk_sandbox_bench_0123456789"
+STRIPE_API_KEY = "sk_test_bench_0123456789abcdef"
+
+
+def sandbox_link() -> dict[str, Any]:
+    """The body linking the sandbox provider for card payments."""
+    return {"name": "sandbox", "paymentMethods": ["card"], "credentials": {"apiKey": SANDBOX_API_KEY}}
+
+
+def stripe_link() -> dict[str, Any]:
+    """The body linking Stripe (at `providers.stripe.api_base`) for card payments."""
+    return {"name": "stripe", "paymentMethods": ["card"], "credentials": {"apiKey": STRIPE_API_KEY}}
+
+
+@dataclass(frozen=True)
+class Application:
+    id: str
+    api_key: str
+
+
+async def expect(response: httpx.Response, status: int) -> Any:
+    """The JSON body of `response`, which must have `status`."""
+    if response.status_code != status:
+        raise RuntimeError(
+            f"{response.request.method} {response.request.url.path}: expected {status}, "
+            f"got {response.status_code}: {response.text[:500]}"
+        )
+    return response.json()
+
+
+async def _invite_token(payorch: Payorch) -> str:
+    # `service.db` belongs to run()'s trio_asyncio loop, which only run()'s own tasks can reach (the
+    # loop is a context variable of that task tree), so the invite goes through a small pool of ours.
+    async with (
+        trio_asyncio.open_loop(),
+        open_database(payorch.service.db.dsn, min_size=1, max_size=1) as db,
+    ):
+        invite = await issue_invite(db, payorch.settings, MERCHANT_EMAIL)
+    return invite.token
+
+
+def _signup_body() -> dict[str, Any]:
+    return {
+        "organization": {
+            "legalBusinessName": "Bench Widgets Ltd",
+            "companyRegistrationNumber": "BENCH-000001",
+            "registeredAddress": {
+                "line1": "1 Market Street",
+                "city": "Warsaw",
+                "state": "Mazowieckie",
+                "postalCode": "00-001",
+                "country": "PL",
+            },
+            "companyWebsite": "https://bench.example",
+            "industry": "Retail",
+            "sector": "E-commerce",
+            "contactPersonFirstName": "Ada",
+            "contactPersonLastName": "Lovelace",
+            "contactPersonEmail": "ada@bench.example",
+        },
+        "admin": {"email": MERCHANT_EMAIL, "password": PASSWORD, "firstName": "Ada", "lastName": "Lovelace"},
+    }
+
+
+class Merchant:
+    """The signed-up merchant, logged in: makes applications."""
+
+    def __init__(self, http: httpx.AsyncClient, access_token: str) -> None:
+        self._http = http
+        self._jwt = {"Authorization": f"Bearer {access_token}"}
+
+    async def new_application(self, name: str, link: dict[str, Any]) -> Application:
+        """An application with the provider of `link` linked, and an API key for it."""
+        http, jwt = self._http, self._jwt
+        created = await expect(await http.post("/api/v1/applications", json={"name": name}, headers=jwt), 201)
+        path = f"/api/v1/applications/{created['id']}"
+        await expect(await http.post(f"{path}/providers", json=link, headers=jwt), 201)
+        key = await expect(
+            await http.post(f"{path}/api-keys", json={"description": "bench"}, headers=jwt), 201
+        )
+        return Application(id=str(created["id"]), api_key=str(key["key"]))
+
+    async def new_applications(self, count: int, link: dict[str, Any]) -> list[Application]:
+        return [await self.new_application(f"Bench {number}", link) for number in range(1, count + 1)]
+
+
+@asynccontextmanager
+async def signed_up_merchant(payorch: Payorch) -> AsyncIterator[Merchant]:
+    """The merchant, invited, signed up and logged in, for the length of the block."""
+    token = await _invite_token(payorch)
+    async with httpx.AsyncClient(base_url=payorch.base_url, timeout=30) as http:
+        await expect(await http.post(f"/api/v1/merchants/signup?token={token}", json=_signup_body()), 201)
+        login = await expect(
+            await http.post("/api/v1/auth/login", json={"email": MERCHANT_EMAIL, "password": PASSWORD}), 200
+        )
+        yield Merchant(http, login["accessToken"])
+
+
+async def new_session(base_url: str, api_key: str) -> str:
+    """A session of the application of `api_key`, for the read benchmark."""
+    async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+        created = await expect(
+            await http.post(
+                SESSIONS_PATH,
+                content=SESSION_BODY,
+                headers={
+                    "X-API-Key": api_key,
+                    "Content-Type": "application/json",
+                    IDEMPOTENCY_HEADER: "bench-read",
+                },
+            ),
+            201,
+        )
+    return str(created["sessionId"])
