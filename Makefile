@@ -1,5 +1,7 @@
 # payorch: `make run` serves on an embedded PostgreSQL, `make test` runs lint, types and the tests,
-# `make bench` prints session creates/s and reads/s with latency, each next to a bare Quart-Trio endpoint.
+# `make bench` prints payorch's speed scenarios, each figure next to its goal (PASS or MISS): session
+# creates/s and reads/s with latency against a bare Quart-Trio endpoint, creates beside a slow provider,
+# 10,000 applications touched once then idle, webhook latency; `make soak` loads payorch for 10 minutes.
 # Each creates .venv and installs what it needs on a machine that has only Python 3.11.
 
 PYTHON ?= python3
@@ -7,7 +9,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit migrate bench clean
+.PHONY: run test lint typecheck unit migrate bench soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +37,9 @@ test: lint typecheck unit
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+soak: $(STAMP)
+	$(BIN)/python -m bench.soak
 
 clean:
 	rm -rf $(VENV) var .mypy_cache .ruff_cache .pytest_cache *.egg-info
