@@ -95,6 +95,10 @@ class ServiceBusy(DomainError):
         self.retry_after = retry_after
 
 
+class StorageUnavailable(ServiceBusy):
+    """The database could not serve this request (unreachable, or asked for a retry): 503."""
+
+
 class CodedError(DomainError):
     """An error answered in shape B, with a machine-readable string `code`."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -97,6 +98,47 @@ async def claim_idempotency_key(
     return InProgress()
 
 
+@dataclass(frozen=True)
+class NewClaim:
+    key: str
+    fingerprint: bytes
+
+
+async def claim_new_idempotency_keys(
+    conn: Connection,
+    *,
+    application_id: uuid.UUID,
+    scope: str,
+    claims: Sequence[NewClaim],
+    lease_s: float,
+    retention_s: float,
+) -> dict[str, uuid.UUID]:
+    """Claim every key of `claims` (distinct keys) that is new or expired, in one statement: the
+    resource id of each key claimed. A key left out was seen before: `claim_idempotency_key` says
+    what became of its first request."""
+    rows = await conn.fetch(
+        """INSERT INTO idempotency_keys AS k
+               (application_id, scope, key, fingerprint, resource_id, locked_until, expires_at)
+           SELECT $1, $2, claim.key, claim.fingerprint, claim.resource_id,
+                  now() + make_interval(secs => $6), now() + make_interval(secs => $7)
+           FROM unnest($3::text[], $4::bytea[], $5::uuid[]) AS claim(key, fingerprint, resource_id)
+           ON CONFLICT (application_id, scope, key) DO UPDATE
+               SET fingerprint = EXCLUDED.fingerprint, resource_id = EXCLUDED.resource_id,
+                   response_status = NULL, response_body = NULL, locked_until = EXCLUDED.locked_until,
+                   created_at = now(), expires_at = EXCLUDED.expires_at
+               WHERE k.expires_at <= now()
+           RETURNING key, resource_id""",
+        application_id,
+        scope,
+        [claim.key for claim in claims],
+        [claim.fingerprint for claim in claims],
+        [uuid.uuid4() for _ in claims],
+        float(lease_s),
+        float(retention_s),
+    )
+    return {row["key"]: row["resource_id"] for row in rows}
+
+
 async def complete_idempotency_key(
     conn: Connection, *, application_id: uuid.UUID, scope: str, key: str, status: int, body: dict[str, Any]
 ) -> None:
@@ -116,12 +158,19 @@ async def release_idempotency_key(
     conn: Connection, *, application_id: uuid.UUID, scope: str, key: str
 ) -> None:
     """Forget an in-progress claim whose request changed nothing, so the caller may retry."""
+    await release_idempotency_keys(conn, application_id=application_id, scope=scope, keys=[key])
+
+
+async def release_idempotency_keys(
+    conn: Connection, *, application_id: uuid.UUID, scope: str, keys: Sequence[str]
+) -> None:
+    """`release_idempotency_key` for each of `keys`, in one statement."""
     await conn.execute(
         """DELETE FROM idempotency_keys
-           WHERE application_id = $1 AND scope = $2 AND key = $3 AND response_status IS NULL""",
+           WHERE application_id = $1 AND scope = $2 AND key = ANY($3::text[]) AND response_status IS NULL""",
         application_id,
         scope,
-        key,
+        list(keys),
     )
 
 

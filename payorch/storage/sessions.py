@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -72,6 +73,50 @@ async def insert_session(conn: Connection, session: NewSession) -> CheckoutSessi
         *(getattr(session, name) for name in fields),
     )
     return _session(row)
+
+
+@dataclass(frozen=True)
+class AnsweredSession:
+    """A new session, and the answer its Idempotency-Key replays from the moment it is stored."""
+
+    session: NewSession
+    created_at: datetime
+    scope: str
+    key: str
+    status: int
+    body: dict[str, Any]
+
+
+_NEW_FIELDS = list(NewSession.__dataclass_fields__)
+_CREATED, _SCOPE, _KEY, _STATUS, _BODY = range(len(_NEW_FIELDS) + 1, len(_NEW_FIELDS) + 6)
+_INSERT_ANSWERED = f"""
+    WITH stored AS (
+        INSERT INTO checkout_sessions ({", ".join(_NEW_FIELDS)}, status, created_at, updated_at)
+        VALUES ({", ".join(f"${index}" for index in range(1, len(_NEW_FIELDS) + 1))},
+                'PENDING', ${_CREATED}, ${_CREATED})
+    )
+    UPDATE idempotency_keys SET response_status = ${_STATUS}, response_body = ${_BODY}
+    WHERE application_id = ${_NEW_FIELDS.index("application_id") + 1}
+      AND scope = ${_SCOPE} AND key = ${_KEY}"""
+
+
+async def insert_answered_sessions(conn: Connection, answered: Sequence[AnsweredSession]) -> None:
+    """Store new PENDING sessions, each with the answer of the Idempotency-Key that created it: one
+    round trip for them all, and all or none (asyncpg runs the batch as one implicit transaction)."""
+    await conn.executemany(
+        _INSERT_ANSWERED,
+        [
+            (
+                *(getattr(item.session, name) for name in _NEW_FIELDS),
+                item.created_at,
+                item.scope,
+                item.key,
+                item.status,
+                item.body,
+            )
+            for item in answered
+        ],
+    )
 
 
 async def get_session(conn: Connection, session_id: uuid.UUID) -> CheckoutSession | None:
