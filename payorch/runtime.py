@@ -18,7 +18,7 @@ from payorch.engine.actors import ActorRegistry
 from payorch.engine.checkout import PaymentsContext
 from payorch.engine.routing import ProviderHealth, RoutingPolicy
 from payorch.engine.secretbox import SecretBox
-from payorch.http.api_key_cache import ApiKeyCache, keep_fresh
+from payorch.http.api_key_cache import ApiKeyCache
 from payorch.http.app import create_app
 from payorch.http.context import PayorchApp, Services
 from payorch.http.ratelimits import RequestLimits
@@ -29,6 +29,7 @@ from payorch.providers.catalogue import ProviderCatalogue
 from payorch.providers.sandbox import SandboxProvider
 from payorch.providers.sandbox.sender import run_event_sender
 from payorch.providers.stripe import StripeProvider
+from payorch.storage.application_changes import keep_fresh
 from payorch.storage.database import Database
 from payorch.supervisors.expiry import run_expiry_supervisor
 from payorch.supervisors.idempotency import run_idempotency_supervisor
@@ -99,7 +100,12 @@ async def open_runtime(settings: Settings, db: Database) -> AsyncIterator[Runtim
         )
         app = create_app(services)
         nursery.start_soon(
-            supervised, services.supervisors, "API key cache", keep_fresh, db.dsn, services.api_keys
+            supervised,
+            services.supervisors,
+            "application changes",
+            keep_fresh,
+            db.dsn,
+            [services.api_keys, actors],
         )
         await nursery.start(run_expiry_supervisor, services)
         await nursery.start(run_refund_supervisor, services)

@@ -4,13 +4,20 @@ refunds, in the order its mailbox received them.
 `ActorRegistry.ask(application_id, command)` puts the command in the application's bounded mailbox
 (starting the actor on first use) and waits for the answer. A full mailbox is `ServiceBusy` (503).
 
-An actor runs one command at a time. A command that must wait on a provider does not wait in the
-actor: it calls `actor.spawn(io, then)`, which runs the I/O in a child task and queues `then(result)`
-back into the mailbox, where it runs in turn like any other message. So a slow provider delays only
-the commands that need it, and the order of state changes is the order the actor applied them.
+An actor takes everything waiting in its mailbox as one batch. Commands of a kind that can run
+together (`BatchCommand`: creating sessions, storing what their providers answered) and that waited
+side by side run as one `run_batch` call, so one database unit serves them all; every other command
+runs on its own. Either way, one step at a time, in mailbox order.
 
-An actor that crashes is dropped: the requests it was serving get `ActorCrashed` (answered 500),
-and the next message starts a fresh actor, which knows only what the database knows.
+A command that must wait on a provider does not wait in the actor: it calls `actor.spawn(io, then)`,
+which runs the I/O in a child task and queues `then(result)` back into the mailbox, where it runs in
+turn like any other message. So a slow provider delays only the commands that need it, and the order
+of state changes is the order the actor applied them.
+
+A step that fails on the database fails the requests it touched (`StorageUnavailable`, 503, when
+the database is unreachable or asks for a retry; 500 otherwise) and the actor goes on with the next.
+An actor that fails in any other way is dropped: the requests it was serving get `ActorCrashed`
+(answered 500), and the next message starts a fresh actor, which knows only what the database knows.
 """
 
 from __future__ import annotations
@@ -18,18 +25,21 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import outcome
 import trio
 
 from payorch import logcontext
-from payorch.engine.errors import DomainError, ServiceBusy
+from payorch.engine.errors import DomainError, ServiceBusy, StorageUnavailable
+from payorch.engine.hot_state import HotState
+from payorch.storage.failures import StorageFailure, storage_failure
 
 log = logging.getLogger("payorch.actors")
 
+C = TypeVar("C")  # what commands need, shared by every actor of a registry
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -38,10 +48,20 @@ class ActorCrashed(Exception):
     """The actor serving this request failed; the request's outcome is unknown to it."""
 
 
-class Command(Protocol[T]):
+class Command(Protocol[C, T]):
     """A message for an application actor. `run` executes inside the actor, one at a time."""
 
-    async def run(self, actor: ApplicationActor, reply: Reply[T]) -> None: ...
+    async def run(self, actor: ApplicationActor[C], reply: Reply[T]) -> None: ...
+
+
+class BatchCommand(Command[C, T], Protocol[C, T]):
+    """A command that runs together with the commands of its class that waited beside it in the
+    mailbox: `run_batch` gets them all, in mailbox order, and answers each one's reply."""
+
+    batched: ClassVar[bool]
+
+    @classmethod
+    async def run_batch(cls, actor: ApplicationActor[C], batch: Sequence[tuple[Any, Reply[Any]]]) -> None: ...
 
 
 @dataclass(eq=False)
@@ -73,25 +93,29 @@ class Reply(Generic[T]):
 
 
 @dataclass(eq=False)
-class _Envelope:
-    command: Command[Any]
+class _Envelope(Generic[C]):
+    command: Command[C, Any]
     reply: Reply[Any]
+    resumes: bool = False  # the result of a child's I/O, which the actor was waiting for
+
+
+@dataclass(frozen=True)
+class _Resume(Generic[C, R]):
+    """Applies the outcome of a child's I/O inside the actor."""
+
+    then: Callable[[outcome.Outcome[R]], Awaitable[None]]
+    result: outcome.Outcome[R]
+
+    async def run(self, actor: ApplicationActor[C], reply: Reply[Any]) -> None:
+        await self.then(self.result)
 
 
 @dataclass(eq=False)
-class _Continuation:
-    """The result of a child's I/O, to be applied by the actor."""
-
-    then: Callable[[outcome.Outcome[Any]], Awaitable[None]]
-    result: outcome.Outcome[Any]
-    reply: Reply[Any]
-
-
-@dataclass(eq=False)
-class ApplicationActor:
+class ApplicationActor(Generic[C]):
     application_id: uuid.UUID
-    context: Any  # what commands need (database, providers, settings): the registry's `context`
-    _inbox: trio.MemorySendChannel[_Envelope | _Continuation]
+    context: C  # what commands need (database, providers, settings): the registry's `context`
+    hot: HotState  # the application's state kept between messages
+    _inbox: trio.MemorySendChannel[_Envelope[C]]
     _nursery: trio.Nursery
     _waiting: set[Reply[Any]] = field(default_factory=set)
     in_flight: dict[str, Reply[Any]] = field(default_factory=dict)  # idempotency keys being processed
@@ -103,12 +127,22 @@ class ApplicationActor:
         reply: Reply[Any],
     ) -> None:
         """Run `io` in a child task; when it ends, `then(its outcome)` runs inside the actor."""
+        self.spawn_command(io, lambda result: _Resume(then, result), reply)
+
+    def spawn_command(
+        self,
+        io: Callable[[], Awaitable[R]],
+        then: Callable[[outcome.Outcome[R]], Command[C, Any]],
+        reply: Reply[Any],
+    ) -> None:
+        """Run `io` in a child task; when it ends, the command `then(its outcome)` goes to the
+        mailbox, where it runs in turn (with others of its kind, if it is a `BatchCommand`)."""
         self._waiting.add(reply)
 
         async def child() -> None:
             result = await outcome.acapture(io)
             # Waits for room in the mailbox rather than failing: this result must not be lost.
-            await self._inbox.send(_Continuation(then, result, reply))
+            await self._inbox.send(_Envelope(then(result), reply, resumes=True))
 
         self._nursery.start_soon(child)
 
@@ -119,18 +153,25 @@ class ApplicationActor:
         return set(self._waiting)
 
 
-class ActorRegistry:
-    """Starts an actor per application on its first message, stops it after `idle_s` without one."""
+class ActorRegistry(Generic[C]):
+    """Starts an actor per application on its first message, stops it after `idle_s` without one.
 
-    def __init__(self, nursery: trio.Nursery, context: Any, *, mailbox_size: int, idle_s: float) -> None:
+    `forget_application` (and `forget_all`) drop what actors hold of an application's state; they
+    are called in this process right after a change commits, and by the listener that hears other
+    processes' changes. While nothing listens (`listening` False), actors hold nothing: they
+    could not hear about a change."""
+
+    def __init__(self, nursery: trio.Nursery, context: C, *, mailbox_size: int, idle_s: float) -> None:
         self._nursery = nursery
         self._context = context
         self._mailbox_size = mailbox_size
         self._idle_s = idle_s
-        self._mailboxes: dict[uuid.UUID, trio.MemorySendChannel[_Envelope | _Continuation]] = {}
+        self._mailboxes: dict[uuid.UUID, trio.MemorySendChannel[_Envelope[C]]] = {}
+        self._actors: dict[uuid.UUID, ApplicationActor[C]] = {}
+        self.listening = False
         self.crashes = 0
 
-    async def ask(self, application_id: uuid.UUID, command: Command[T]) -> T:
+    async def ask(self, application_id: uuid.UUID, command: Command[C, T]) -> T:
         """Send `command` to the application's actor and wait for its answer."""
         answer_send, answer_receive = trio.open_memory_channel[outcome.Outcome[T]](1)
         reply: Reply[T] = Reply(answer_send, request_id=logcontext.request_id.get())
@@ -149,8 +190,22 @@ class ActorRegistry:
     def mailbox_depths(self) -> dict[uuid.UUID, int]:
         return {key: channel.statistics().current_buffer_used for key, channel in self._mailboxes.items()}
 
-    def _start(self, application_id: uuid.UUID) -> trio.MemorySendChannel[_Envelope | _Continuation]:
-        send, receive = trio.open_memory_channel[_Envelope | _Continuation](self._mailbox_size)
+    def __len__(self) -> int:
+        """Actors running now."""
+        return len(self._mailboxes)
+
+    def forget_application(self, application_id: uuid.UUID) -> None:
+        """The application's state changed: its actor reads it afresh when next needed."""
+        actor = self._actors.get(application_id)
+        if actor is not None:
+            actor.hot.forget()
+
+    def forget_all(self) -> None:
+        for actor in self._actors.values():
+            actor.hot.forget()
+
+    def _start(self, application_id: uuid.UUID) -> trio.MemorySendChannel[_Envelope[C]]:
+        send, receive = trio.open_memory_channel[_Envelope[C]](self._mailbox_size)
         self._mailboxes[application_id] = send
         self._nursery.start_soon(self._supervise, application_id, send, receive)
         return send
@@ -158,14 +213,16 @@ class ActorRegistry:
     async def _supervise(
         self,
         application_id: uuid.UUID,
-        send: trio.MemorySendChannel[_Envelope | _Continuation],
-        receive: trio.MemoryReceiveChannel[_Envelope | _Continuation],
+        send: trio.MemorySendChannel[_Envelope[C]],
+        receive: trio.MemoryReceiveChannel[_Envelope[C]],
     ) -> None:
-        actor: ApplicationActor | None = None
+        actor: ApplicationActor[C] | None = None
         logcontext.application_id.set(str(application_id))  # this task's (and its children's) lines
         try:
             async with trio.open_nursery() as children:
-                actor = ApplicationActor(application_id, self._context, send, children)
+                hot = HotState(trusted=lambda: self.listening)
+                actor = ApplicationActor(application_id, self._context, hot, send, children)
+                self._actors[application_id] = actor
                 await self._serve(actor, receive)
                 children.cancel_scope.cancel()
         except Exception:
@@ -174,6 +231,8 @@ class ActorRegistry:
         finally:
             if self._mailboxes.get(application_id) is send:
                 del self._mailboxes[application_id]
+            if actor is not None and self._actors.get(application_id) is actor:
+                del self._actors[application_id]
             # Whoever still waits on this actor learns it failed: close their answer channels.
             stranded = actor.pending_replies() if actor else set()
             while True:
@@ -187,35 +246,80 @@ class ActorRegistry:
             receive.close()
 
     async def _serve(
-        self, actor: ApplicationActor, receive: trio.MemoryReceiveChannel[_Envelope | _Continuation]
+        self, actor: ApplicationActor[C], receive: trio.MemoryReceiveChannel[_Envelope[C]]
     ) -> None:
         while True:
-            message = None
+            first = None
             with trio.move_on_after(self._idle_s):
-                message = await receive.receive()
-            if message is None:
+                first = await receive.receive()
+            if first is None:
                 if not actor.pending_replies() and receive.statistics().current_buffer_used == 0:
                     # No await between this check and the removal: no message can slip in between.
                     del self._mailboxes[actor.application_id]
+                    del self._actors[actor.application_id]
                     return
                 continue
-            if isinstance(message, _Continuation):
-                actor._settled(message.reply)
-                await _run_guarded(message.reply, message.then(message.result))
-            else:
-                await _run_guarded(message.reply, message.command.run(actor, message.reply))
+            batch = [first]
+            while len(batch) < self._mailbox_size:
+                try:
+                    batch.append(receive.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            for run in _runs(batch):
+                for message in run:
+                    if message.resumes:
+                        actor._settled(message.reply)
+                await _run_guarded(actor, run)
 
 
-async def _run_guarded(reply: Reply[Any], step: Awaitable[None]) -> None:
+def _runs(batch: list[_Envelope[C]]) -> Iterator[list[_Envelope[C]]]:
+    """The batch cut into steps, in order: messages of one `BatchCommand` class that follow one
+    another make one step; any other message is a step of its own."""
+    run: list[_Envelope[C]] = []
+    for message in batch:
+        kind = type(message.command)
+        if run and getattr(kind, "batched", False) and type(run[0].command) is kind:
+            run.append(message)
+            continue
+        if run:
+            yield run
+        run = [message]
+    if run:
+        yield run
+
+
+async def _run_guarded(actor: ApplicationActor[C], run: list[_Envelope[C]]) -> None:
     """Run one step; a domain error (or any error that is the request's own fault) becomes the
-    request's answer. Anything else crashes the actor, after failing the request."""
-    token = logcontext.request_id.set(reply.request_id)
+    answer of every request of the step not answered yet, and so does a failure of the database
+    (which the actor outlives). Anything else crashes the actor, after failing the requests."""
+    replies = [message.reply for message in run]
+    token = logcontext.request_id.set(replies[0].request_id)
     try:
-        await step
+        kind = type(run[0].command)
+        if getattr(kind, "batched", False):
+            await kind.run_batch(actor, [(message.command, message.reply) for message in run])  # type: ignore[attr-defined]
+        else:
+            await run[0].command.run(actor, replies[0])
     except DomainError as error:
-        reply.fail(error)
-    except Exception:
-        reply.fail(ActorCrashed("the application actor failed while handling this request"))
-        raise
+        _fail(replies, error)
+    except Exception as error:
+        failure = storage_failure(error)
+        if failure is None:
+            _fail(replies, ActorCrashed("the application actor failed while handling this request"))
+            raise
+        log.error(
+            "a database unit failed: its requests are answered with the failure",
+            exc_info=failure is StorageFailure.INTERNAL,
+            extra={"applicationId": str(actor.application_id), "requests": len(run), "error": repr(error)},
+        )
+        if failure is StorageFailure.UNAVAILABLE:
+            _fail(replies, StorageUnavailable("the database is unavailable: retry shortly"))
+        else:
+            _fail(replies, ActorCrashed("a database statement failed while handling this request"))
     finally:
         logcontext.request_id.reset(token)
+
+
+def _fail(replies: list[Reply[Any]], error: BaseException) -> None:
+    for reply in replies:
+        reply.fail(error)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import outcome
 import trio
@@ -129,7 +129,7 @@ class Fresh(Generic[T]):
 
 
 async def claim_idempotency_key(
-    actor: ApplicationActor,
+    actor: ApplicationActor[PaymentsContext],
     reply: Reply[Answer],
     *,
     scope: str,
@@ -144,9 +144,9 @@ async def claim_idempotency_key(
     None when the key's first request already answered: that answer was replayed to `reply`.
     `IdempotencyKeyMismatch` when the key came with other parameters; `IdempotencyKeyInProgress`
     while its first request is still running, here or in another process."""
-    context: PaymentsContext = actor.context
+    context = actor.context
     if f"{scope}:{key}" in actor.in_flight:
-        raise IdempotencyKeyInProgress("a request with this Idempotency-Key is in progress", retry_after=1)
+        raise _in_progress()
 
     async def claim_then(
         conn: Connection,
@@ -171,7 +171,7 @@ async def claim_idempotency_key(
     if isinstance(claimed, idempotency.Mismatch):
         raise IdempotencyKeyMismatch("this Idempotency-Key was used with different parameters")
     if isinstance(claimed, idempotency.InProgress):
-        raise IdempotencyKeyInProgress("a request with this Idempotency-Key is in progress", retry_after=1)
+        raise _in_progress()
     return claimed
 
 
@@ -181,46 +181,72 @@ def credentials_of(secrets: SecretBox, config: ProviderConfig) -> Credentials:
 
 @dataclass(frozen=True)
 class CreateSession:
+    """Create a checkout session. Runs in batches: the commands that waited together in the mailbox
+    claim their Idempotency-Keys in one statement, route on the provider configurations the actor
+    holds, and call their providers side by side; what comes back together is stored together
+    (`_StoreSession`)."""
+
+    batched: ClassVar[bool] = True
     idempotency_key: str
     fingerprint: bytes
     draft: SessionDraft
 
-    async def run(self, actor: ApplicationActor, reply: Reply[Answer]) -> None:
-        context: PaymentsContext = actor.context
-        draft = self.draft
+    async def run(self, actor: ApplicationActor[PaymentsContext], reply: Reply[Answer]) -> None:
+        await self.run_batch(actor, [(self, reply)])
 
-        async def active_configs(conn: Connection, _: idempotency.Claimed) -> list[ProviderConfig]:
-            return await provider_configs.active_provider_configs(conn, draft.application_id)
-
-        fresh = await claim_idempotency_key(
-            actor,
-            reply,
-            scope=SESSION_CREATE_SCOPE,
-            key=self.idempotency_key,
-            fingerprint=self.fingerprint,
-            then=active_configs,
-        )
-        if fresh is None:
+    @classmethod
+    async def run_batch(
+        cls,
+        actor: ApplicationActor[PaymentsContext],
+        batch: Sequence[tuple[CreateSession, Reply[Answer]]],
+    ) -> None:
+        context = actor.context
+        waiting: dict[str, tuple[CreateSession, Reply[Answer]]] = {}
+        for command, reply in batch:
+            key = command.idempotency_key
+            if key in waiting or f"{SESSION_CREATE_SCOPE}:{key}" in actor.in_flight:
+                reply.fail(_in_progress())
+            else:
+                waiting[key] = (command, reply)
+        if not waiting:
             return
-
         configs = {
             config.provider: config
-            for config in fresh.value
+            for config in await active_provider_configs(actor)
             if context.providers.get(config.provider) is not None
         }
-        candidates = eligible_providers(
-            configs.values(),
-            _accepts(context.providers),
-            draft.payment_method,
-            draft.amount,
-        )
-        try:
-            ranked = plan_route(candidates, context.health, trio.current_time())
-        except (NoProviderAvailable, ProviderUnavailable):
-            await self._release(context)
-            raise
+        claimed = await _claim_keys(actor, waiting)
+        unclaimed: list[str] = []
+        for key, session_id in claimed.items():
+            command, reply = waiting[key]
+            try:
+                command._start(actor, reply, session_id, configs)
+            except (NoProviderAvailable, ProviderUnavailable) as error:
+                unclaimed.append(key)
+                reply.fail(error)
+        if unclaimed:
+            await context.db.read(
+                idempotency.release_idempotency_keys,
+                application_id=actor.application_id,
+                scope=SESSION_CREATE_SCOPE,
+                keys=unclaimed,
+            )
 
-        session_id = fresh.claim.resource_id
+    def _start(
+        self,
+        actor: ApplicationActor[PaymentsContext],
+        reply: Reply[Answer],
+        session_id: uuid.UUID,
+        configs: dict[str, ProviderConfig],
+    ) -> None:
+        """Route the session and ask its providers in a child; the result comes back as a
+        `_StoreSession`. `NoProviderAvailable` or `ProviderUnavailable` when no route exists."""
+        context = actor.context
+        draft = self.draft
+        candidates = eligible_providers(
+            configs.values(), _accepts(context.providers), draft.payment_method, draft.amount
+        )
+        ranked = plan_route(candidates, context.health, trio.current_time())
         expires_at = utcnow() + timedelta(seconds=context.settings.sessions.ttl_s)
         request = CheckoutRequest(
             session_id=session_id,
@@ -240,71 +266,163 @@ class CreateSession:
         async def create() -> _Routed:
             return await _create_with_cascade(context, ranked, configs, request)
 
-        async def persist(result: outcome.Outcome[_Routed]) -> None:
-            actor.in_flight.pop(f"{SESSION_CREATE_SCOPE}:{self.idempotency_key}", None)
-            try:
-                routed = result.unwrap()
-            except ProviderUnavailable:
-                await self._release(context)
-                raise
-            answer = await context.db.transaction(self._store, routed, session_id, expires_at)
-            reply.send(answer)
+        actor.spawn_command(create, lambda routed: _StoreSession(self, session_id, expires_at, routed), reply)
 
-        actor.spawn(create, persist, reply)
-
-    async def _release(self, context: PaymentsContext) -> None:
-        await context.db.transaction(
-            idempotency.release_idempotency_key,
-            application_id=self.draft.application_id,
-            scope=SESSION_CREATE_SCOPE,
-            key=self.idempotency_key,
-        )
-
-    async def _store(
-        self, conn: Connection, routed: _Routed, session_id: uuid.UUID, expires_at: datetime
-    ) -> Answer:
+    def new_session(
+        self, session_id: uuid.UUID, expires_at: datetime, routed: _Routed
+    ) -> sessions.NewSession:
         draft = self.draft
-        stored = await sessions.insert_session(
-            conn,
-            sessions.NewSession(
-                id=session_id,
-                application_id=draft.application_id,
-                order_reference=draft.order_reference,
-                amount_minor=draft.amount.minor,
-                shipping_minor=draft.shipping_minor,
-                tax_minor=draft.tax_minor,
-                currency=draft.amount.currency,
-                payment_method=draft.payment_method,
-                locale=draft.locale,
-                customer=draft.customer,
-                order_items=draft.order_items,
-                shipping=draft.shipping,
-                additional_information=draft.additional_information,
-                redirect_urls=draft.redirect_urls,
-                expires_at=expires_at,
-                provider_name=routed.provider,
-                provider_reference=routed.created.reference,
-                checkout_url=routed.created.url,
-                routing_score=Decimal(str(routed.score)),
-            ),
-        )
-        body = {
-            "sessionId": str(stored.id),
-            "checkoutUrl": stored.checkout_url,
-            "status": stored.status,
-            "routing": {"selectedProvider": routed.provider, "score": Decimal(str(routed.score))},
-            "expiresAt": iso(stored.expires_at),
-            "createdAt": iso(stored.created_at),
-        }
-        await idempotency.complete_idempotency_key(
-            conn,
+        return sessions.NewSession(
+            id=session_id,
             application_id=draft.application_id,
+            order_reference=draft.order_reference,
+            amount_minor=draft.amount.minor,
+            shipping_minor=draft.shipping_minor,
+            tax_minor=draft.tax_minor,
+            currency=draft.amount.currency,
+            payment_method=draft.payment_method,
+            locale=draft.locale,
+            customer=draft.customer,
+            order_items=draft.order_items,
+            shipping=draft.shipping,
+            additional_information=draft.additional_information,
+            redirect_urls=draft.redirect_urls,
+            expires_at=expires_at,
+            provider_name=routed.provider,
+            provider_reference=routed.created.reference,
+            checkout_url=routed.created.url,
+            routing_score=Decimal(str(routed.score)),
+        )
+
+
+@dataclass(frozen=True)
+class _StoreSession:
+    """What a session's providers answered, back in the actor. The ones that came back together
+    are stored in one round trip (group commit): each session with its Idempotency-Key's answer."""
+
+    batched: ClassVar[bool] = True
+    command: CreateSession
+    session_id: uuid.UUID
+    expires_at: datetime
+    routed: outcome.Outcome[_Routed]
+
+    async def run(self, actor: ApplicationActor[PaymentsContext], reply: Reply[Answer]) -> None:
+        await self.run_batch(actor, [(self, reply)])
+
+    @classmethod
+    async def run_batch(
+        cls,
+        actor: ApplicationActor[PaymentsContext],
+        batch: Sequence[tuple[_StoreSession, Reply[Answer]]],
+    ) -> None:
+        stored: list[tuple[sessions.AnsweredSession, Reply[Answer]]] = []
+        unavailable: list[str] = []
+        for store, reply in batch:
+            key = store.command.idempotency_key
+            actor.in_flight.pop(f"{SESSION_CREATE_SCOPE}:{key}", None)
+            try:
+                routed = store.routed.unwrap()
+            except ProviderUnavailable as error:
+                unavailable.append(key)
+                reply.fail(error)
+                continue
+            stored.append((store._answered(routed), reply))
+        db = actor.context.db
+        if unavailable:
+            await db.read(
+                idempotency.release_idempotency_keys,
+                application_id=actor.application_id,
+                scope=SESSION_CREATE_SCOPE,
+                keys=unavailable,
+            )
+        if stored:
+            await db.read(sessions.insert_answered_sessions, [answered for answered, _ in stored])
+        for answered, reply in stored:
+            reply.send(Answer(answered.status, answered.body))
+
+    def _answered(self, routed: _Routed) -> sessions.AnsweredSession:
+        created_at = utcnow()
+        new = self.command.new_session(self.session_id, self.expires_at, routed)
+        body = {
+            "sessionId": str(new.id),
+            "checkoutUrl": new.checkout_url,
+            "status": SessionStatus.PENDING.value,
+            "routing": {"selectedProvider": routed.provider, "score": Decimal(str(routed.score))},
+            "expiresAt": iso(new.expires_at),
+            "createdAt": iso(created_at),
+        }
+        return sessions.AnsweredSession(
+            session=new,
+            created_at=created_at,
             scope=SESSION_CREATE_SCOPE,
-            key=self.idempotency_key,
+            key=self.command.idempotency_key,
             status=201,
             body=body,
         )
-        return Answer(201, body)
+
+
+def _in_progress() -> IdempotencyKeyInProgress:
+    return IdempotencyKeyInProgress("a request with this Idempotency-Key is in progress", retry_after=1)
+
+
+async def active_provider_configs(actor: ApplicationActor[PaymentsContext]) -> tuple[ProviderConfig, ...]:
+    """The application's active provider configurations, as its actor holds them (read if not)."""
+    hot = actor.hot
+    configs = hot.provider_configs()
+    if configs is None:
+        generation = hot.generation
+        configs = tuple(
+            await actor.context.db.read(provider_configs.active_provider_configs, actor.application_id)
+        )
+        hot.keep_provider_configs(configs, generation)
+    return configs
+
+
+async def _claim_keys(
+    actor: ApplicationActor[PaymentsContext], waiting: dict[str, tuple[CreateSession, Reply[Answer]]]
+) -> dict[str, uuid.UUID]:
+    """Claim the Idempotency-Keys of `waiting`: new keys in one statement, and the few seen before
+    in one transaction, which answers each of those (replay, mismatch, in progress) or takes its
+    abandoned claim over. The session id of each key claimed."""
+    context = actor.context
+    claims = [idempotency.NewClaim(key, command.fingerprint) for key, (command, _) in waiting.items()]
+    claimed = await context.db.read(
+        idempotency.claim_new_idempotency_keys,
+        application_id=actor.application_id,
+        scope=SESSION_CREATE_SCOPE,
+        claims=claims,
+        lease_s=CLAIM_LEASE_S,
+        retention_s=context.settings.idempotency.retention_s,
+    )
+    seen = [claim for claim in claims if claim.key not in claimed]
+    if not seen:
+        return claimed
+
+    async def claim_each(conn: Connection) -> list[idempotency.ClaimResult]:
+        return [
+            await idempotency.claim_idempotency_key(
+                conn,
+                application_id=actor.application_id,
+                scope=SESSION_CREATE_SCOPE,
+                key=claim.key,
+                fingerprint=claim.fingerprint,
+                lease_s=CLAIM_LEASE_S,
+                retention_s=context.settings.idempotency.retention_s,
+            )
+            for claim in seen
+        ]
+
+    for claim, result in zip(seen, await context.db.transaction(claim_each), strict=True):
+        reply = waiting[claim.key][1]
+        if isinstance(result, idempotency.Claimed):
+            claimed[claim.key] = result.resource_id
+        elif isinstance(result, idempotency.Replay):
+            reply.send(Answer(result.status, result.body, replayed=True))
+        elif isinstance(result, idempotency.Mismatch):
+            reply.fail(IdempotencyKeyMismatch("this Idempotency-Key was used with different parameters"))
+        else:
+            reply.fail(_in_progress())
+    return claimed
 
 
 def _accepts(providers: ProviderCatalogue) -> Callable[[str, str, Money], bool]:

@@ -49,7 +49,7 @@ class ExpireSession:
 
     session_id: uuid.UUID
 
-    async def run(self, actor: ApplicationActor, reply: Reply[bool]) -> None:
+    async def run(self, actor: ApplicationActor[PaymentsContext], reply: Reply[bool]) -> None:
         context: PaymentsContext = actor.context
         due = await context.db.read(_due, context, actor.application_id, self.session_id)
         if due is None:

@@ -33,7 +33,7 @@ class ApplyProviderEvent:
     provider: str
     event: ProviderEvent
 
-    async def run(self, actor: ApplicationActor, reply: Reply[bool]) -> None:
+    async def run(self, actor: ApplicationActor[PaymentsContext], reply: Reply[bool]) -> None:
         context: PaymentsContext = actor.context
         reply.send(await context.db.transaction(self._apply, actor.application_id, context.metrics))
 

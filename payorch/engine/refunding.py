@@ -228,7 +228,7 @@ class CreateRefund:
     fingerprint: bytes
     draft: RefundDraft
 
-    async def run(self, actor: ApplicationActor, reply: Reply[Answer]) -> None:
+    async def run(self, actor: ApplicationActor[PaymentsContext], reply: Reply[Answer]) -> None:
         context: PaymentsContext = actor.context
         scope = refund_scope(self.draft.session_id)
         in_flight_key = f"{scope}:{self.idempotency_key}"
@@ -271,7 +271,7 @@ class CreateRefund:
         result: outcome.Outcome[RefundSubmitted | None],
         context: PaymentsContext,
         scope: str,
-        actor: ApplicationActor,
+        actor: ApplicationActor[PaymentsContext],
     ) -> Answer:
         try:
             submitted = result.unwrap()
@@ -310,7 +310,7 @@ class SubmitRefund:
 
     refund_id: uuid.UUID
 
-    async def run(self, actor: ApplicationActor, reply: Reply[bool]) -> None:
+    async def run(self, actor: ApplicationActor[PaymentsContext], reply: Reply[bool]) -> None:
         context: PaymentsContext = actor.context
         submission = await context.db.read(_pending_submission, actor.application_id, self.refund_id)
         if submission is None:

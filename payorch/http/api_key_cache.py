@@ -6,7 +6,7 @@ go away:
 - in this process, at once: the routes that revoke a key or change an application's status call
   `forget_application` after their transaction commits;
 - in every process, as soon as PostgreSQL delivers the notification those transactions send on
-  commit (`payorch_api_keys`, payload the application id; `keep_fresh` listens for it);
+  commit (`storage.application_changes`, whose `keep_fresh` listens for it);
 - after `ttl_s` at the latest, a last resort should a notification ever be lost.
 
 While `keep_fresh` is not listening (starting, or its connection lost), the cache answers nothing
@@ -20,10 +20,7 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 
-import trio
-import triopg
-
-from payorch.storage.applications import API_KEYS_CHANNEL, ApiKeyOwner
+from payorch.storage.applications import ApiKeyOwner
 
 DEFAULT_MAX_ENTRIES = 10_000
 
@@ -82,24 +79,3 @@ class ApiKeyCache:
     def forget_all(self) -> None:
         self.generation += 1
         self._entries.clear()
-
-
-async def keep_fresh(
-    dsn: str, cache: ApiKeyCache, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-) -> None:
-    """Listen for changes of API keys and applications made by any process and drop what they
-    touch; the cache is used only while this listens. Runs until cancelled or its connection fails."""
-    try:
-        async with triopg.connect(dsn) as conn, conn.listen(API_KEYS_CHANNEL, max_buffer_size=1000) as notes:
-            cache.forget_all()  # whatever happened while nobody listened
-            cache.listening = True
-            task_status.started()
-            async for note in notes:
-                # An application id; anything else (triopg's overflow marker) may hide a change.
-                try:
-                    cache.forget_application(uuid.UUID(note))
-                except (TypeError, ValueError, AttributeError):
-                    cache.forget_all()
-    finally:
-        cache.listening = False
-        cache.forget_all()

@@ -11,6 +11,7 @@ from quart_trio import QuartTrio
 
 from payorch.config import Settings
 from payorch.engine.actors import ActorRegistry
+from payorch.engine.checkout import PaymentsContext
 from payorch.engine.routing import ProviderHealth
 from payorch.engine.secretbox import SecretBox
 from payorch.http.api_key_cache import ApiKeyCache
@@ -28,7 +29,7 @@ class Services:
     secrets: SecretBox
     providers: ProviderCatalogue
     health: ProviderHealth
-    actors: ActorRegistry
+    actors: ActorRegistry[PaymentsContext]
     supervisors: SupervisorBoard
     webhooks: httpx.AsyncClient  # for webhook test sends (deliveries have a client of their own)
     metrics: Metrics

@@ -11,6 +11,7 @@ import asyncpg
 
 from payorch.engine.errors import NotFound, StatusUnchanged
 from payorch.engine.pagination import PageRequest
+from payorch.storage.application_changes import notify_application_changed
 from payorch.storage.database import Connection
 
 
@@ -95,14 +96,6 @@ async def list_applications(
     return [_application(row) for row in rows], int(total)
 
 
-# Notified (payload: the application id) when an application's API keys or status change, on commit.
-API_KEYS_CHANNEL = "payorch_api_keys"
-
-
-async def _notify_api_keys_changed(conn: Connection, application_id: uuid.UUID) -> None:
-    await conn.execute("SELECT pg_notify($1, $2)", API_KEYS_CHANNEL, str(application_id))
-
-
 async def set_application_enabled(
     conn: Connection, application_id: uuid.UUID, is_enabled: bool
 ) -> Application:
@@ -121,7 +114,7 @@ async def set_application_enabled(
         application_id,
         is_enabled,
     )
-    await _notify_api_keys_changed(conn, application_id)
+    await notify_application_changed(conn, application_id)
     return _application(row)
 
 
@@ -179,7 +172,7 @@ async def revoke_api_key(conn: Connection, application_id: uuid.UUID, key_id: uu
     )
     if found is None:
         raise NotFound("API key not found")
-    await _notify_api_keys_changed(conn, application_id)
+    await notify_application_changed(conn, application_id)
 
 
 async def find_api_key_owner(conn: Connection, key_hash: bytes) -> ApiKeyOwner | None:

@@ -300,13 +300,13 @@ async def test_list_sessions_of_an_application_newest_first(client: Client, shop
 async def test_actor_crash_is_500_with_request_id_and_the_next_request_works(
     client: Client, shop: Shop, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    original = CreateSession.run
+    original = CreateSession.__dict__["run_batch"]
 
-    async def crash_once(self: CreateSession, actor: Any, reply: Any) -> None:
-        monkeypatch.setattr(CreateSession, "run", original)
+    async def crash_once(cls: type[CreateSession], actor: Any, batch: Any) -> None:
+        monkeypatch.setattr(CreateSession, "run_batch", original)
         raise RuntimeError("simulated bug inside the actor")
 
-    monkeypatch.setattr(CreateSession, "run", crash_once)
+    monkeypatch.setattr(CreateSession, "run_batch", classmethod(crash_once))
     crashed = await create_session(client, shop, "k")
     assert crashed.status_code == 500
     body = await crashed.get_json()

@@ -156,6 +156,7 @@ async def link_provider(
         webhook_reference=registration.reference,
         webhook_secret=secrets.seal(registration.secret),
     )
+    services().actors.forget_application(application.id)  # the next session routes with it
     return config_body(linked), 201
 
 
@@ -213,6 +214,7 @@ async def replace_api_key(
         webhook_reference=registration.reference,
         webhook_secret=secrets.seal(registration.secret),
     )
+    services().actors.forget_application(application.id)  # the next session uses the new key
     return {}
 
 
@@ -232,4 +234,5 @@ async def set_payment_methods(
     updated = await services().db.transaction(
         store.set_payment_methods, application.id, provider.name, methods
     )
+    services().actors.forget_application(application.id)  # the next session routes with them
     return config_body(updated)
