@@ -161,12 +161,17 @@ async def insert_checkout(conn: Connection, new: NewCheckout) -> tuple[SandboxCh
     """Store `new`, unless the account already used its idempotency key: then the checkout made with
     that key. The flag says whether this call created it."""
     row = await conn.fetchrow(
-        f"""INSERT INTO sandbox_checkouts (id, account, idempotency_key, amount_minor, currency,
-                payment_method, order_reference, customer_email, client_reference, application_id,
-                success_url, failure_url, expires_at)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
-            ON CONFLICT (account, idempotency_key) DO NOTHING
-            RETURNING {_CHECKOUT_COLUMNS}""",
+        f"""WITH created AS (
+                INSERT INTO sandbox_checkouts (id, account, idempotency_key, amount_minor, currency,
+                    payment_method, order_reference, customer_email, client_reference, application_id,
+                    success_url, failure_url, expires_at)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+                ON CONFLICT (account, idempotency_key) DO NOTHING
+                RETURNING {_CHECKOUT_COLUMNS})
+            SELECT {_CHECKOUT_COLUMNS}, TRUE AS created FROM created
+            UNION ALL
+            SELECT {_CHECKOUT_COLUMNS}, FALSE FROM sandbox_checkouts
+            WHERE account = $2 AND idempotency_key = $3 AND NOT EXISTS (SELECT FROM created)""",
         new.id,
         new.account,
         new.idempotency_key,
@@ -182,8 +187,11 @@ async def insert_checkout(conn: Connection, new: NewCheckout) -> tuple[SandboxCh
         new.expires_at,
     )
     if row is not None:
-        return _checkout(row), True
-    # The conflicting insert has committed (ON CONFLICT waited for it), so this statement sees it.
+        values = dict(row.items())
+        created = bool(values.pop("created"))
+        return SandboxCheckout(**values), created
+    # The conflicting insert committed after this statement began (ON CONFLICT waited for it, the
+    # SELECT could not see it): a new statement does.
     row = await conn.fetchrow(
         f"SELECT {_CHECKOUT_COLUMNS} FROM sandbox_checkouts WHERE account = $1 AND idempotency_key = $2",
         new.account,

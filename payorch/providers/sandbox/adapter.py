@@ -173,7 +173,7 @@ class SandboxProvider:
             expires_at=request.expires_at,
         )
         with _unavailable_as_provider_error():
-            checkout, _ = await self._db.transaction(store.insert_checkout, new)
+            checkout, _ = await self._db.read(store.insert_checkout, new)  # one statement
         if (checkout.client_reference, checkout.amount_minor, checkout.currency) != (
             new.client_reference,
             new.amount_minor,
