@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
+import asyncpg
 import outcome
 import pytest
 import trio
 import trio.lowlevel
 
 from payorch.engine.actors import ActorCrashed, ActorRegistry, ApplicationActor, Reply
-from payorch.engine.errors import NotFound, ServiceBusy
+from payorch.engine.errors import NotFound, ServiceBusy, StorageUnavailable
 
 
 @dataclass
 class Log:
     applied: list[int] = field(default_factory=list)
+    batches: list[list[int]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -180,3 +184,75 @@ async def test_idle_actor_stops_and_restarts_on_the_next_message(nursery: trio.N
         while application in registry.mailbox_depths():  # noqa: ASYNC110 - polled, with a deadline
             await trio.sleep(0.01)
     assert await registry.ask(application, Append(2)) == 2
+
+
+@dataclass(frozen=True)
+class Gather:
+    """A batched command: the commands that waited together run as one `run_batch` call."""
+
+    batched: ClassVar[bool] = True
+    number: int
+
+    async def run(self, actor: ApplicationActor, reply: Reply[int]) -> None:
+        await self.run_batch(actor, [(self, reply)])
+
+    @classmethod
+    async def run_batch(cls, actor: ApplicationActor, batch: Sequence[tuple[Gather, Reply[int]]]) -> None:
+        log: Log = actor.context
+        log.batches.append([command.number for command, _ in batch])
+        for command, reply in batch:
+            reply.send(command.number)
+
+
+@dataclass(frozen=True)
+class LoseTheDatabase:
+    async def run(self, actor: ApplicationActor, reply: Reply[None]) -> None:
+        raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation")
+
+
+@dataclass(frozen=True)
+class BreakAStatement:
+    async def run(self, actor: ApplicationActor, reply: Reply[None]) -> None:
+        raise asyncpg.UndefinedColumnError('column "nope" does not exist')
+
+
+async def test_batched_commands_that_waited_together_run_as_one_batch_in_mailbox_order(
+    registry: ActorRegistry,
+) -> None:
+    application = uuid.uuid4()
+    gate = trio.Event()
+    async with trio.open_nursery() as tasks:
+        tasks.start_soon(registry.ask, application, Block(gate))  # holds the actor
+        await trio.testing.wait_all_tasks_blocked()
+        for number in range(5):
+            tasks.start_soon(registry.ask, application, Gather(number))
+            await trio.testing.wait_all_tasks_blocked()
+        tasks.start_soon(registry.ask, application, Append(99))  # not batched: a step of its own
+        await trio.testing.wait_all_tasks_blocked()
+        tasks.start_soon(registry.ask, application, Gather(5))
+        await trio.testing.wait_all_tasks_blocked()
+        gate.set()
+    assert registry._context.batches == [[0, 1, 2, 3, 4], [5]]
+    assert registry._context.applied == [99]
+
+
+async def test_a_lost_database_fails_the_request_with_503_and_the_actor_lives_on(
+    registry: ActorRegistry,
+) -> None:
+    application = uuid.uuid4()
+    assert await registry.ask(application, Append(1)) == 1
+    with pytest.raises(StorageUnavailable):
+        await registry.ask(application, LoseTheDatabase())
+    assert await registry.ask(application, Append(2)) == 2
+    assert registry.crashes == 0
+    assert registry._context.applied == [1, 2]
+
+
+async def test_a_failed_statement_fails_the_request_with_500_and_the_actor_lives_on(
+    registry: ActorRegistry,
+) -> None:
+    application = uuid.uuid4()
+    with pytest.raises(ActorCrashed):
+        await registry.ask(application, BreakAStatement())
+    assert await registry.ask(application, Append(3)) == 3
+    assert registry.crashes == 0

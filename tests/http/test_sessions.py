@@ -13,7 +13,16 @@ from payorch.config import Settings
 from payorch.engine.checkout import CreateSession
 from payorch.storage import idempotency
 from payorch.storage.database import Connection, Database
-from tests.helpers import Client, Shop, create_session, new_merchant, new_shop, post_json, session_body
+from tests.helpers import (
+    Client,
+    Shop,
+    create_session,
+    eventually,
+    new_merchant,
+    new_shop,
+    post_json,
+    session_body,
+)
 
 
 @pytest.fixture
@@ -464,3 +473,43 @@ async def test_x_code_that_is_a_currency_is_accepted(
 ) -> None:
     response = await create_session(client, shop, "k", session_body(total=total, currency=currency))
     assert response.status_code == 201, await response.get_data(as_text=True)
+
+
+# --- Provider configurations held by the actor -----------------------------------------------------
+
+
+async def test_a_method_removed_from_the_provider_is_refused_on_the_very_next_session(
+    client: Client, shop: Shop
+) -> None:
+    assert (await create_session(client, shop, "before")).status_code == 201  # the actor holds them now
+    response = await client.patch(
+        f"/api/v1/applications/{shop.application_id}/providers/sandbox/payment-methods",
+        json={"paymentMethods": ["blik"]},
+        headers=shop.merchant.headers,
+    )
+    assert response.status_code == 200
+    refused = await create_session(client, shop, "after")
+    assert refused.status_code == 422
+    assert (await refused.get_json())["code"] == "NO_PROVIDER_AVAILABLE"
+
+
+async def test_a_configuration_changed_by_another_process_routes_as_soon_as_its_notification_arrives(
+    client: Client, shop: Shop, db: Database
+) -> None:
+    assert (await create_session(client, shop, "before")).status_code == 201
+
+    async def change_elsewhere(conn: Connection) -> None:
+        # Another payorch process writes the table: its trigger notifies every process on commit.
+        await conn.execute(
+            "UPDATE provider_configs SET payment_methods = '{blik}' WHERE application_id = $1",
+            uuid.UUID(shop.application_id),
+        )
+
+    await db.transaction(change_elsewhere)
+    attempts = iter(range(1000))
+
+    async def refused() -> bool:
+        response = await create_session(client, shop, f"after-{next(attempts)}")
+        return response.status_code == 422
+
+    await eventually(refused)
