@@ -9,6 +9,7 @@ Conversions are exact or refused: an amount is never rounded to fit its currency
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -64,6 +65,7 @@ _X_CODES_THAT_ARE_CURRENCIES = frozenset(
 _MAX_MINOR_DIGITS = 64
 
 
+@functools.lru_cache(maxsize=512)
 def _iso_exponent(currency: str) -> int:
     """The minor-unit exponent of any ISO 4217 code CLDR knows, currencies or not."""
     if len(currency) != 3 or not currency.isalpha() or not currency.isupper() or not is_currency(currency):

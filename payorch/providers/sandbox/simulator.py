@@ -35,8 +35,14 @@ _BASE62 = string.digits + string.ascii_letters
 
 
 def new_id(prefix: str) -> str:
-    """A provider-side id: `prefix` + 24 random base62 characters (about 143 bits)."""
-    return prefix + "".join(secrets.choice(_BASE62) for _ in range(24))
+    """A provider-side id: `prefix` + 24 random base62 characters (about 143 bits), from one read
+    of 256 random bits (bias of the reduction below 2**-113)."""
+    number = int.from_bytes(secrets.token_bytes(32)) % 62**24
+    characters = []
+    for _ in range(24):
+        number, digit = divmod(number, 62)
+        characters.append(_BASE62[digit])
+    return prefix + "".join(characters)
 
 
 # Failure codes on the sandbox's wire.
