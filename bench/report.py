@@ -127,7 +127,11 @@ def _idle(idle: IdleResult) -> Iterator[str]:
     ]
     for label, actors, rss in rows:
         yield f"{label:<{LABEL_WIDTH}}{actors:>11}{_mib(rss):>9}"
-    yield f"(when the last create was answered: {idle.actors_at_end} actors)"
+    kept = (idle.rss_after - idle.rss_baseline) / idle.applications
+    yield (
+        f"(when the last create was answered: {idle.actors_at_end} actors; RSS kept per application "
+        f"touched: {kept / 1024:.1f} KiB)"
+    )
     yield ""
 
 
