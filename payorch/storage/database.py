@@ -17,6 +17,7 @@ import trio_asyncio
 from asyncpg import Connection
 
 from payorch.jsonexact import dumps_exact, loads_exact
+from payorch.storage.outbox import OutboxDoorbell, OutboxWrites
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -32,16 +33,22 @@ class Database:
     def __init__(self, pool: asyncpg.Pool, dsn: str) -> None:
         self._pool = pool
         self.dsn = dsn
+        # Rung after each commit that wrote outbox events: the webhook supervisor waits on it.
+        self.outbox_doorbell = OutboxDoorbell()
 
     async def transaction(self, unit: Unit[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run `unit(conn, ...)` in one transaction: it commits when the unit returns, and rolls
         back when it raises (the exception propagates) or when the caller is cancelled."""
 
+        writes = OutboxWrites(self.outbox_doorbell)
+
         async def in_transaction() -> T:
+            writes.track()
             async with self._pool.acquire() as conn, conn.transaction():
                 return await unit(conn, *args, **kwargs)
 
         result: T = await trio_asyncio.aio_as_trio(in_transaction)()
+        writes.ring_if_written()  # committed: new outbox events are delivered without waiting for a poll
         return result
 
     async def read(self, unit: Unit[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

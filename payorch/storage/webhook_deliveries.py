@@ -31,34 +31,28 @@ from payorch.storage.database import Connection
 
 async def fan_out_events(conn: Connection, first_wait_s: float, limit: int = 200) -> int:
     """Give each new outbox event one delivery per active configuration of its application that
-    subscribes to its type; returns how many events were fanned out."""
-    events = await conn.fetch(
-        """SELECT seq, application_id, session_id, type FROM outbox_events
-           WHERE fanned_out_at IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED""",
-        limit,
-    )
-    for event in events:
-        await conn.execute(
-            """INSERT INTO webhook_deliveries (id, config_id, application_id, event_seq, session_id, status,
+    subscribes to its type; returns how many events were fanned out. One statement: the events taken
+    (oldest first, those another process is fanning out skipped), their deliveries, and their mark."""
+    fanned_out: int = await conn.fetchval(
+        """WITH events AS (
+               SELECT seq, application_id, session_id, type FROM outbox_events
+               WHERE fanned_out_at IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED),
+           deliveries AS (
+               INSERT INTO webhook_deliveries (id, config_id, application_id, event_seq, session_id, status,
                                                next_attempt_at)
-               SELECT gen_random_uuid(), c.id, c.application_id, $1, $3, 'PENDING',
-                      now() + make_interval(secs => $5)
-               FROM webhook_configs c
-               WHERE c.application_id = $2 AND c.is_active AND c.deleted_at IS NULL
-                 AND $4 = ANY(c.subscribed_events)
-               ON CONFLICT (config_id, event_seq) DO NOTHING""",
-            event["seq"],
-            event["application_id"],
-            event["session_id"],
-            event["type"],
-            float(first_wait_s),
-        )
-    if events:
-        await conn.execute(
-            "UPDATE outbox_events SET fanned_out_at = now() WHERE seq = ANY($1::bigint[])",
-            [event["seq"] for event in events],
-        )
-    return len(events)
+               SELECT gen_random_uuid(), c.id, c.application_id, e.seq, e.session_id, 'PENDING',
+                      now() + make_interval(secs => $2)
+               FROM events e JOIN webhook_configs c ON c.application_id = e.application_id
+               WHERE c.is_active AND c.deleted_at IS NULL AND e.type = ANY(c.subscribed_events)
+               ORDER BY e.seq
+               ON CONFLICT (config_id, event_seq) DO NOTHING),
+           marked AS (
+               UPDATE outbox_events o SET fanned_out_at = now() FROM events e WHERE o.seq = e.seq)
+           SELECT count(*) FROM events""",
+        limit,
+        float(first_wait_s),
+    )
+    return fanned_out
 
 
 @dataclass(frozen=True)
@@ -169,6 +163,43 @@ async def claim_due_deliveries(
             values["previous_secret"] = bytes(values["previous_secret"])
         claimed.append(ClaimedDelivery(**values))
     return claimed
+
+
+@dataclass(frozen=True)
+class Round:
+    """What one round of the delivery supervisor did: events fanned out, deliveries claimed."""
+
+    fanned_out: int
+    claimed: list[ClaimedDelivery]
+
+
+async def fan_out_and_claim(
+    conn: Connection,
+    *,
+    first_wait_s: float,
+    fan_out_limit: int,
+    limit: int,
+    per_endpoint: int,
+    per_merchant: int,
+    lease_s: float,
+) -> Round:
+    """One round of the delivery supervisor in one transaction: fan new events out
+    (`fan_out_events`), then claim up to `limit` due deliveries (`claim_due_deliveries`; none when
+    `limit` is 0). An event that commits just before is delivered in this same round when its
+    first attempt is due at once, and a round that finds nothing costs one short transaction.
+
+    The round commits without waiting for its WAL to reach the disk: a crash of PostgreSQL may lose
+    the last rounds (never half of one), and what they did is then done again: their events are
+    fanned out again, their deliveries due again, and delivery is at least once anyway. The attempt
+    recorded after each delivery commits durably, and with it every round before."""
+    await conn.execute("SET LOCAL synchronous_commit = off")
+    fanned_out = await fan_out_events(conn, first_wait_s, fan_out_limit)
+    claimed: list[ClaimedDelivery] = []
+    if limit > 0:
+        claimed = await claim_due_deliveries(
+            conn, limit=limit, per_endpoint=per_endpoint, per_merchant=per_merchant, lease_s=lease_s
+        )
+    return Round(fanned_out=fanned_out, claimed=claimed)
 
 
 async def release_claims(conn: Connection, delivery_ids: list[uuid.UUID]) -> None:

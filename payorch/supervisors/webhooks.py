@@ -1,16 +1,23 @@
 """Webhook delivery: every outbox event reaches every active configuration subscribed to it, at
 least once, signed per Standard Webhooks.
 
-One loop fans new outbox events out into deliveries and keeps a fixed pool of delivery slots busy:
-whenever a slot frees, PostgreSQL notifies a new event (LISTEN payorch_outbox), or a retry may have
-fallen due, it claims as many due deliveries as there are free slots, and each claimed delivery is
-attempted in a task of its own (`webhook_attempts.attempt_delivery`, which never raises). The claim
-itself keeps things fair (`storage.webhook_deliveries`): at most `IN_FLIGHT_PER_ENDPOINT` attempts
-per endpoint and `IN_FLIGHT_PER_MERCHANT` per merchant, each endpoint's oldest delivery first, and a
-session's events in order per endpoint. So a receiver that takes the whole timeout holds at most its
-own share of the slots and delays only its own deliveries. The loop has an HTTP client of its own,
-sized to its slots: test sends (`POST .../webhooks/{id}/test`) go through the runtime's and cannot
-take its connections.
+One loop fans new outbox events out into deliveries and keeps a fixed pool of delivery slots busy.
+It looks for work (one round: one transaction that fans new events out and claims as many due
+deliveries as there are free slots) as soon as an event commits, and whenever a slot frees or a retry
+may have fallen due; each claimed delivery is attempted in a task of its own
+(`webhook_attempts.attempt_delivery`, which never raises). An event committed by this process rings
+the database's outbox doorbell right after its commit; one committed by another process arrives as
+a notification (LISTEN payorch_outbox). Wake-ups coalesce: however many come during a round, one
+more round follows, so a busy loop makes one round per batch of commits, not one per commit, and a
+wake-up that finds nothing costs one short transaction.
+
+The claim itself keeps things fair (`storage.webhook_deliveries`): at most `IN_FLIGHT_PER_ENDPOINT`
+attempts per endpoint and `IN_FLIGHT_PER_MERCHANT` per merchant, each endpoint's oldest delivery
+first, and a session's events in order per endpoint. So a receiver that takes the whole timeout
+holds at most its own share of the slots and delays only its own deliveries. The loop has an HTTP
+client of its own, sized to its slots, whose connections stay open between deliveries (one TLS
+handshake per receiver, not per delivery): test sends (`POST .../webhooks/{id}/test`) go through
+the runtime's and cannot take its connections.
 
 A claim is a lease in the database: if this process dies mid-delivery, the delivery is due again
 when the lease runs out, its attempt counted, so nothing is lost. On shutdown the claims still in
@@ -19,7 +26,6 @@ flight are handed back at once, unattempted.
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 
 import httpx
@@ -29,6 +35,7 @@ import triopg
 from payorch.http.context import Services
 from payorch.outbound.client import webhook_client
 from payorch.storage import webhook_deliveries
+from payorch.storage.outbox import OutboxDoorbell
 from payorch.storage.webhook_deliveries import ClaimedDelivery
 from payorch.supervisors.restart import supervised
 from payorch.supervisors.webhook_attempts import attempt_delivery
@@ -52,25 +59,25 @@ HAND_BACK_TIMEOUT_S = 5.0
 
 
 class DeliverySlots:
-    """The attempts this process has in flight, and the wake-up the loop waits on (a slot freed,
-    an event notified). Wake-ups coalesce: one pending is enough."""
+    """The attempts this process has in flight, and the wake-up the loop waits on: the database's
+    outbox doorbell, which a commit of new events rings, and so do a freed slot and a notification
+    from another process. Wake-ups coalesce: one pending is enough."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, doorbell: OutboxDoorbell) -> None:
         self.size = size
         self.in_flight: set[uuid.UUID] = set()
-        self._wake_send, self._wake_receive = trio.open_memory_channel[None](1)
+        self._doorbell = doorbell
 
     @property
     def free(self) -> int:
         return self.size - len(self.in_flight)
 
     def wake(self) -> None:
-        with contextlib.suppress(trio.WouldBlock):  # a wake-up is already pending
-            self._wake_send.send_nowait(None)
+        self._doorbell.ring()
 
     async def wait_for_wake(self, timeout_s: float) -> None:
         with trio.move_on_after(timeout_s):
-            await self._wake_receive.receive()
+            await self._doorbell.wait()
 
 
 async def _attempt_in_slot(
@@ -81,28 +88,35 @@ async def _attempt_in_slot(
     slots.wake()  # a slot is free, and the delivery's successors in its session may be due
 
 
-async def _claim_into_free_slots(
+async def _round(
     services: Services, client: httpx.AsyncClient, slots: DeliverySlots, nursery: trio.Nursery
-) -> None:
-    if slots.free <= 0:
-        return
-    claimed = await services.db.transaction(
-        webhook_deliveries.claim_due_deliveries,
-        limit=slots.free,
+) -> int:
+    """Fan new events out and claim due deliveries into the free slots, in one transaction; start
+    an attempt for each claim. Returns how many events were fanned out."""
+    done = await services.db.transaction(
+        webhook_deliveries.fan_out_and_claim,
+        first_wait_s=services.settings.webhooks.retry_schedule_s[0],
+        fan_out_limit=FAN_OUT_BATCH,
+        limit=max(slots.free, 0),
         per_endpoint=IN_FLIGHT_PER_ENDPOINT,
         per_merchant=IN_FLIGHT_PER_MERCHANT,
         lease_s=services.settings.webhooks.timeout_s + LEASE_MARGIN_S,
     )
-    for delivery in claimed:
+    for delivery in done.claimed:
         slots.in_flight.add(delivery.id)
         nursery.start_soon(_attempt_in_slot, services, client, slots, delivery)
+    return done.fanned_out
 
 
-async def _listen(dsn: str, slots: DeliverySlots) -> None:
-    """Forward PostgreSQL notifications of new outbox events as wake-ups."""
+async def _listen(dsn: str, own_origin: str, slots: DeliverySlots) -> None:
+    """Forward PostgreSQL notifications of new outbox events as wake-ups, but for those of this
+    process's own database, whose doorbell has rung for them already. One notification waiting is
+    enough: the loop looks for every new event in each round, and triopg adds an overflow marker
+    (a wake-up too) when more arrive."""
     async with triopg.connect(dsn) as conn, conn.listen("payorch_outbox", max_buffer_size=1) as notes:
-        async for _ in notes:
-            slots.wake()
+        async for origin in notes:
+            if origin != own_origin:
+                slots.wake()
 
 
 def _is_cancellation(error: BaseException) -> bool:
@@ -112,20 +126,17 @@ def _is_cancellation(error: BaseException) -> bool:
 
 
 async def _delivery_loop(services: Services) -> None:
-    first_wait_s = services.settings.webhooks.retry_schedule_s[0]
-    slots = DeliverySlots(DELIVERY_SLOTS)
+    doorbell = services.db.outbox_doorbell
+    slots = DeliverySlots(DELIVERY_SLOTS, doorbell)
     try:
         # A client of its own: its connections serve deliveries only (one per slot, and room to spare).
         async with (
             webhook_client(services.settings, 2 * DELIVERY_SLOTS) as client,
             trio.open_nursery() as nursery,
         ):
-            nursery.start_soon(_listen, services.db.dsn, slots)
+            nursery.start_soon(_listen, services.db.dsn, doorbell.origin, slots)
             while True:
-                fanned_out = await services.db.transaction(
-                    webhook_deliveries.fan_out_events, first_wait_s, FAN_OUT_BATCH
-                )
-                await _claim_into_free_slots(services, client, slots, nursery)
+                fanned_out = await _round(services, client, slots, nursery)
                 if fanned_out < FAN_OUT_BATCH:  # else more events wait: fan them out at once
                     await slots.wait_for_wake(IDLE_WAIT_S)
     except BaseException as stopped:
