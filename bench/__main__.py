@@ -49,6 +49,7 @@ from bench.payorch_target import (
 from bench.report import Isolation, Results, report
 from bench.shop import Merchant, new_session, sandbox_link, signed_up_merchant, stripe_link
 from bench.slow_stripe import open_slow_stripe
+from bench.webhooks import measure_webhook_latency
 
 SCENARIOS = ("create", "read", "isolation", "idle", "webhooks")
 BARE_CREATE_LABEL, BARE_READ_LABEL = "bare Quart-Trio POST", "bare Quart-Trio GET"
@@ -179,10 +180,11 @@ async def _bare_scenarios(work_dir: Path, args: argparse.Namespace, results: Res
 
 
 async def _webhooks(work_dir: Path, results: Results) -> None:
-    # TO WIRE: webhook delivery latency to a real HTTPS receiver on loopback comes from
-    # bench/webhooks.py, which is written separately; measure it here once it is in the repository.
-    # Until then the report says it was not measured.
-    results.webhooks_not_measured = "bench/webhooks.py is not wired in yet"
+    progress("webhooks: starting payorch and an HTTPS receiver on loopback")
+    try:
+        results.webhooks = await measure_webhook_latency(work_dir)
+    finally:
+        results.problems += problems_logged(work_dir / "payorch.log")
 
 
 async def main(args: argparse.Namespace) -> None:

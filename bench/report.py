@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from bench.idle import IdleResult
 from bench.load import LoadResult
 from bench.measure import Measurement, cpu_count
+from bench.webhooks import WebhookLatency
 
 # Cores found busy before the run beyond which the figures are flagged: other work shares the machine.
 BUSY_MACHINE_CORES = 0.2
@@ -55,7 +56,7 @@ class Results:
     bare_read: Measurement | None = None
     isolation: Isolation | None = None
     idle: IdleResult | None = None
-    webhooks_not_measured: str | None = None  # why webhook latency is missing
+    webhooks: WebhookLatency | None = None
     problems: list[str] = field(default_factory=list)  # warnings and errors payorch logged
 
     def measurements(self) -> list[Measurement]:
@@ -135,6 +136,20 @@ def _idle(idle: IdleResult) -> Iterator[str]:
     yield ""
 
 
+def _webhooks(latency: WebhookLatency) -> Iterator[str]:
+    yield (
+        f"webhooks: session.completed, from its commit to a real HTTPS receiver on loopback, "
+        f"{latency.rate_per_s:g} payments/s"
+    )
+    yield f"{'':<{LABEL_WIDTH}}{'events':>11}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'max ms':>9}"
+    yield (
+        f"{'delivered':<{LABEL_WIDTH}}{latency.count:>11}{latency.p50_ms:>9.1f}{latency.p95_ms:>9.1f}"
+        f"{latency.p99_ms:>9.1f}{latency.max_ms:>9.1f}"
+    )
+    yield f"{'not delivered':<{LABEL_WIDTH}}{latency.missing:>11}"
+    yield ""
+
+
 def _cores(measurements: list[Measurement]) -> Iterator[str]:
     if not measurements:
         return
@@ -184,9 +199,11 @@ def _goals(results: Results) -> Iterator[str]:
             f"within {IDLE_RSS_GROWTH_GOAL:.0%}",
             idle.rss_change <= IDLE_RSS_GROWTH_GOAL,
         )
-    if results.webhooks_not_measured:
-        reason = results.webhooks_not_measured
-        yield f"{'webhooks: latency p50 / p99':<{LABEL_WIDTH}}{'-':>11}   not measured: {reason}"
+    if results.webhooks is not None:
+        latency = results.webhooks
+        figure = f"{latency.p50_ms:.0f}/{latency.p99_ms:.0f} ms"
+        yield f"{'webhooks: latency p50 / p99':<{LABEL_WIDTH}}{figure:>11}   no goal set yet"
+        yield goal_line("webhooks: events not delivered", f"{latency.missing}", "0", latency.missing == 0)
 
 
 def report(results: Results, background: float | None) -> Iterator[str]:
@@ -201,6 +218,8 @@ def report(results: Results, background: float | None) -> Iterator[str]:
         yield from _isolation(results.isolation)
     if results.idle is not None:
         yield from _idle(results.idle)
+    if results.webhooks is not None:
+        yield from _webhooks(results.webhooks)
     yield from _cores(results.measurements())
     yield from _goals(results)
     for m in results.measurements():
