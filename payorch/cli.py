@@ -8,7 +8,6 @@ import logging
 import sys
 
 import trio
-import trio_asyncio
 from pydantic import EmailStr, TypeAdapter, ValidationError
 
 from payorch.config import ConfigError, Settings, config_path_from, load_settings
@@ -33,19 +32,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _migrate(settings: Settings) -> None:
-    async with (
-        trio_asyncio.open_loop(),
-        open_database(await database_url(settings), min_size=1, max_size=1) as db,
-    ):
+    async with open_database(await database_url(settings), min_size=1, max_size=1) as db:
         applied = await migrate(db)
     print("applied: " + ", ".join(applied) if applied else "database is up to date")
 
 
 async def _invite(settings: Settings, email: str, as_json: bool) -> None:
-    async with (
-        trio_asyncio.open_loop(),
-        open_database(await database_url(settings), min_size=1, max_size=1) as db,
-    ):
+    async with open_database(await database_url(settings), min_size=1, max_size=1) as db:
         await migrate(db)
         invite = await issue_invite(db, settings, email)
     if as_json:

@@ -1,7 +1,8 @@
 """run(): the whole service as one Trio nursery tree.
 
-    trio_asyncio loop          asyncpg runs under it
-    ├── database pool          embedded PostgreSQL when database.url is empty
+    trio_asyncio loop          triopg's LISTEN connections run under it
+    ├── database pool          asyncpg on an event loop in a thread of its own (storage/database.py);
+    │                          embedded PostgreSQL when database.url is empty
     └── hypercorn (trio)       the HTTP app, started with nursery.start
 
 Cancellation is the shutdown: `shutdown` set (by SIGTERM/SIGINT in `serve_until_signalled`) makes
