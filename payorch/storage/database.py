@@ -3,8 +3,8 @@
 asyncpg runs on an asyncio event loop (uvloop's where it is installed) in a thread of its own, which
 `open_database` starts with the pool and stops with it. Storage functions are asyncio coroutines that
 take a connection and do a whole unit of work; `Database.transaction`, `Database.read` and
-`Database.snapshot` hand each unit to that thread once and are woken once when it ends. That costs
-this process a quarter to a half of the CPU per unit of the trio_asyncio bridge it replaced
+`Database.snapshot` hand each unit to that thread once and are woken once when it ends. On uvloop that
+costs this process a fifth to a half of the CPU per unit of the trio_asyncio bridge it replaced
 (docs/bridge.md, `python -m bench.bridge`).
 """
 
