@@ -60,6 +60,7 @@ DEFAULT_RATE = 20.0  # payments per second
 WARMUP_EVENTS = 10  # delivered but not measured: the first connection, the first claim plans
 DRAIN_TIMEOUT_S = 30.0  # after the last payment, for the last webhooks to arrive
 HOOK_PATH = "/hooks"
+RECEIVER_KEEP_ALIVE_S = 75.0
 
 # Notes, at commit, when each outbox event committed (see the module docstring). Benchmark only.
 _COMMIT_CLOCK_SQL = """
@@ -166,6 +167,9 @@ async def _https_receiver(directory: Path) -> AsyncIterator[_Receiver]:
     config.certfile, config.keyfile = str(cert_path), str(key_path)
     config.accesslog = None
     config.errorlog = logging.getLogger("bench.webhooks.receiver")
+    # Idle connections kept as long as nginx keeps them by default (hypercorn's own default is 5 s):
+    # whether payorch reuses its connection between deliveries then depends on payorch alone.
+    config.keep_alive_timeout = RECEIVER_KEEP_ALIVE_S
     receiver = _Receiver(ca_path=ca_path)
     async with trio.open_nursery() as nursery:
         binds: list[str] = await nursery.start(partial(hypercorn_serve, _receiving_app(receiver), config))
