@@ -32,6 +32,7 @@ from payorch.providers.stripe import StripeProvider
 from payorch.storage.application_changes import keep_fresh
 from payorch.storage.database import Database
 from payorch.supervisors.expiry import run_expiry_supervisor
+from payorch.supervisors.housekeeping import forget_idle_state
 from payorch.supervisors.idempotency import run_idempotency_supervisor
 from payorch.supervisors.refunds import run_refund_supervisor
 from payorch.supervisors.restart import SupervisorBoard, supervised
@@ -107,6 +108,7 @@ async def open_runtime(settings: Settings, db: Database) -> AsyncIterator[Runtim
             db.dsn,
             [services.api_keys, actors],
         )
+        nursery.start_soon(supervised, services.supervisors, "idle state", forget_idle_state, services)
         await nursery.start(run_expiry_supervisor, services)
         await nursery.start(run_refund_supervisor, services)
         await nursery.start(run_idempotency_supervisor, services)

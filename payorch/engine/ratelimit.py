@@ -85,7 +85,7 @@ class RateLimiter:
     def take(self, key: str, now: float) -> float | None:
         """Take one token from `key`'s bucket: None when allowed, else the seconds until a token
         is available."""
-        self._forget_idle(now)
+        self.forget_idle(now)
         bucket = self._buckets.get(key)
         if bucket is None:
             bucket = TokenBucket.full(self.rate, self.burst, now)
@@ -102,7 +102,8 @@ class RateLimiter:
         bucket = self._buckets.get(key)
         return bucket.wait(now) if bucket is not None else None
 
-    def _forget_idle(self, now: float) -> None:
+    def forget_idle(self, now: float) -> None:
+        """Drop the buckets that refilled: a full bucket is what a new key would get anyway."""
         # The least recently used bucket has been idle longest; any bucket idle for `burst / rate`
         # seconds is full. Stop at the first one that is not: the rest were used more recently.
         while self._buckets:

@@ -68,6 +68,12 @@ class ApiKeyCache:
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
 
+    def forget_expired(self, now: float) -> None:
+        """Drop every entry older than `ttl_s` (they are dropped when looked up too; this is for
+        keys nobody uses any more)."""
+        for key_hash in [h for h, entry in self._entries.items() if now - entry.cached_at >= self.ttl_s]:
+            del self._entries[key_hash]
+
     def forget_application(self, application_id: uuid.UUID) -> None:
         """Drop every key of the application: one was revoked, or its status changed."""
         self.generation += 1

@@ -53,6 +53,13 @@ class RequestLimits:
         )
         self.test_sends = InFlightLimit(TEST_SENDS_PER_MERCHANT)
 
+    def forget_idle(self) -> None:
+        """Drop every bucket that refilled (they are dropped as requests come too; this is for
+        when none come)."""
+        now = trio.current_time()
+        for limiter in (self.per_credential, self.per_client_address, self.failed_logins_per_account):
+            limiter.forget_idle(now)
+
     def charge_credential(self, key: str) -> None:
         """Count one request of the credential `key`; `RateLimited` when its bucket is empty."""
         wait = self.per_credential.take(key, trio.current_time())

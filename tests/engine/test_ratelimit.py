@@ -121,3 +121,11 @@ def test_an_in_flight_limit_refuses_past_its_share_per_key_and_forgets_idle_keys
     for key in ("a", "a", "b"):
         limit.leave(key)
     assert len(limit) == 0
+
+
+def test_refilled_buckets_are_dropped_without_any_request() -> None:
+    limiter = RateLimiter(rate=1.0, burst=2)
+    limiter.take("idle", now=0.0)
+    limiter.take("busy", now=9.5)
+    limiter.forget_idle(now=10.0)
+    assert len(limiter) == 1

@@ -48,6 +48,15 @@ def test_a_remembered_key_is_answered_until_its_time_is_up() -> None:
     assert len(cache) == 0
 
 
+def test_keys_nobody_looks_up_are_dropped_once_their_time_is_up() -> None:
+    cache = listening_cache(ttl_s=5.0)
+    cache.put(b"old", owner(), now=100.0, generation=cache.generation)
+    cache.put(b"new", fresh := owner(), now=103.0, generation=cache.generation)
+    cache.forget_expired(now=105.0)
+    assert len(cache) == 1
+    assert cache.get(b"new", now=105.0) == fresh
+
+
 def test_a_lookup_older_than_a_forget_is_not_remembered() -> None:
     cache = listening_cache()
     found = owner()
