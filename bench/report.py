@@ -100,7 +100,14 @@ def goal_line(name: str, figure: str, goal: str, met: bool) -> str:
 
 
 def _requests(results: Results) -> Iterator[str]:
-    rows = [results.create_one, results.create_many, results.bare_create, results.read, results.bare_read]
+    rows = [
+        results.create_one,
+        results.create_paced,
+        results.create_many,
+        results.bare_create,
+        results.read,
+        results.bare_read,
+    ]
     if not any(rows):
         return
     yield _header("request")
