@@ -28,30 +28,33 @@ from typing import Any
 
 from payorch.storage.database import Connection
 
+# Each new outbox event (oldest first, those another process is fanning out skipped) gets one
+# delivery per active configuration of its application that subscribes to its type, and is marked
+# fanned out. `{also}` adds to the one row of the answer (how many events were fanned out).
+_FAN_OUT = """WITH events AS (
+        SELECT seq, application_id, session_id, type FROM outbox_events
+        WHERE fanned_out_at IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED),
+    deliveries AS (
+        INSERT INTO webhook_deliveries (id, config_id, application_id, event_seq, session_id, status,
+                                        next_attempt_at)
+        SELECT gen_random_uuid(), c.id, c.application_id, e.seq, e.session_id, 'PENDING',
+               now() + make_interval(secs => $2)
+        FROM events e JOIN webhook_configs c ON c.application_id = e.application_id
+        WHERE c.is_active AND c.deleted_at IS NULL AND e.type = ANY(c.subscribed_events)
+        ORDER BY e.seq
+        ON CONFLICT (config_id, event_seq) DO NOTHING),
+    marked AS (
+        UPDATE outbox_events o SET fanned_out_at = now() FROM events e WHERE o.seq = e.seq)
+    SELECT (SELECT count(*) FROM events){also}"""
+
+# Also: the transaction commits without waiting for its WAL to reach the disk (see `fan_out_and_claim`).
+_ASYNCHRONOUS_COMMIT = ", set_config('synchronous_commit', 'off', true)"
+
 
 async def fan_out_events(conn: Connection, first_wait_s: float, limit: int = 200) -> int:
     """Give each new outbox event one delivery per active configuration of its application that
-    subscribes to its type; returns how many events were fanned out. One statement: the events taken
-    (oldest first, those another process is fanning out skipped), their deliveries, and their mark."""
-    fanned_out: int = await conn.fetchval(
-        """WITH events AS (
-               SELECT seq, application_id, session_id, type FROM outbox_events
-               WHERE fanned_out_at IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED),
-           deliveries AS (
-               INSERT INTO webhook_deliveries (id, config_id, application_id, event_seq, session_id, status,
-                                               next_attempt_at)
-               SELECT gen_random_uuid(), c.id, c.application_id, e.seq, e.session_id, 'PENDING',
-                      now() + make_interval(secs => $2)
-               FROM events e JOIN webhook_configs c ON c.application_id = e.application_id
-               WHERE c.is_active AND c.deleted_at IS NULL AND e.type = ANY(c.subscribed_events)
-               ORDER BY e.seq
-               ON CONFLICT (config_id, event_seq) DO NOTHING),
-           marked AS (
-               UPDATE outbox_events o SET fanned_out_at = now() FROM events e WHERE o.seq = e.seq)
-           SELECT count(*) FROM events""",
-        limit,
-        float(first_wait_s),
-    )
+    subscribes to its type; returns how many events were fanned out (one statement)."""
+    fanned_out: int = await conn.fetchval(_FAN_OUT.format(also=""), limit, float(first_wait_s))
     return fanned_out
 
 
@@ -188,12 +191,14 @@ async def fan_out_and_claim(
     `limit` is 0). An event that commits just before is delivered in this same round when its
     first attempt is due at once, and a round that finds nothing costs one short transaction.
 
-    The round commits without waiting for its WAL to reach the disk: a crash of PostgreSQL may lose
-    the last rounds (never half of one), and what they did is then done again: their events are
-    fanned out again, their deliveries due again, and delivery is at least once anyway. The attempt
-    recorded after each delivery commits durably, and with it every round before."""
-    await conn.execute("SET LOCAL synchronous_commit = off")
-    fanned_out = await fan_out_events(conn, first_wait_s, fan_out_limit)
+    The round commits without waiting for its WAL to reach the disk (set in the fan-out statement,
+    not a round trip of its own): a crash of PostgreSQL may lose the last rounds (never half of one),
+    and what they did is then done again: their events are fanned out again, their deliveries due
+    again, and delivery is at least once anyway. The attempt recorded after each delivery commits
+    durably, and with it every round before."""
+    fanned_out: int = await conn.fetchval(
+        _FAN_OUT.format(also=_ASYNCHRONOUS_COMMIT), fan_out_limit, float(first_wait_s)
+    )
     claimed: list[ClaimedDelivery] = []
     if limit > 0:
         claimed = await claim_due_deliveries(

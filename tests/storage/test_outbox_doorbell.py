@@ -154,3 +154,19 @@ async def test_a_round_without_free_slots_fans_out_and_claims_nothing(
         lease_s=60,
     )
     assert (done.fanned_out, done.claimed) == (1, [])
+
+
+async def test_a_round_commits_without_waiting_for_the_disk_and_nothing_else_does(
+    db: Database, application_id: uuid.UUID
+) -> None:
+    async def round_then_setting(conn: Connection) -> str:
+        await fan_out_and_claim(
+            conn, first_wait_s=0, fan_out_limit=200, limit=10, per_endpoint=4, per_merchant=16, lease_s=60
+        )
+        return str(await conn.fetchval("SHOW synchronous_commit"))
+
+    async def setting(conn: Connection) -> str:
+        return str(await conn.fetchval("SHOW synchronous_commit"))
+
+    assert await db.transaction(round_then_setting) == "off"
+    assert await db.transaction(setting) == "on"  # the setting ended with the round's transaction
