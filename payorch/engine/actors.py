@@ -27,7 +27,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import outcome
 import trio
@@ -54,14 +54,17 @@ class Command(Protocol[C, T]):
     async def run(self, actor: ApplicationActor[C], reply: Reply[T]) -> None: ...
 
 
-class BatchCommand(Command[C, T], Protocol[C, T]):
+class BatchCommand(Generic[C, T]):
     """A command that runs together with the commands of its class that waited beside it in the
-    mailbox: `run_batch` gets them all, in mailbox order, and answers each one's reply."""
+    mailbox: `run_batch` gets them all, in mailbox order, and answers each one's reply. Subclasses
+    define `run_batch`; a command alone is a batch of one."""
 
-    batched: ClassVar[bool]
+    async def run(self, actor: ApplicationActor[C], reply: Reply[T]) -> None:
+        await self.run_batch(actor, [(self, reply)])
 
     @classmethod
-    async def run_batch(cls, actor: ApplicationActor[C], batch: Sequence[tuple[Any, Reply[Any]]]) -> None: ...
+    async def run_batch(cls, actor: ApplicationActor[C], batch: Sequence[tuple[Any, Reply[T]]]) -> None:
+        raise NotImplementedError
 
 
 @dataclass(eq=False)
@@ -278,7 +281,7 @@ def _runs(batch: list[_Envelope[C]]) -> Iterator[list[_Envelope[C]]]:
     run: list[_Envelope[C]] = []
     for message in batch:
         kind = type(message.command)
-        if run and getattr(kind, "batched", False) and type(run[0].command) is kind:
+        if run and issubclass(kind, BatchCommand) and type(run[0].command) is kind:
             run.append(message)
             continue
         if run:
@@ -295,11 +298,11 @@ async def _run_guarded(actor: ApplicationActor[C], run: list[_Envelope[C]]) -> N
     replies = [message.reply for message in run]
     token = logcontext.request_id.set(replies[0].request_id)
     try:
-        kind = type(run[0].command)
-        if getattr(kind, "batched", False):
-            await kind.run_batch(actor, [(message.command, message.reply) for message in run])  # type: ignore[attr-defined]
+        first = run[0].command
+        if isinstance(first, BatchCommand):
+            await first.run_batch(actor, [(message.command, message.reply) for message in run])
         else:
-            await run[0].command.run(actor, replies[0])
+            await first.run(actor, replies[0])
     except DomainError as error:
         _fail(replies, error)
     except Exception as error:

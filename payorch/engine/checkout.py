@@ -10,13 +10,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import outcome
 import trio
 
 from payorch.config import Settings
-from payorch.engine.actors import ApplicationActor, Reply
+from payorch.engine.actors import ApplicationActor, BatchCommand, Reply
 from payorch.engine.errors import (
     IdempotencyKeyInProgress,
     IdempotencyKeyMismatch,
@@ -180,19 +180,15 @@ def credentials_of(secrets: SecretBox, config: ProviderConfig) -> Credentials:
 
 
 @dataclass(frozen=True)
-class CreateSession:
+class CreateSession(BatchCommand[PaymentsContext, Answer]):
     """Create a checkout session. Runs in batches: the commands that waited together in the mailbox
     claim their Idempotency-Keys in one statement, route on the provider configurations the actor
     holds, and call their providers side by side; what comes back together is stored together
     (`_StoreSession`)."""
 
-    batched: ClassVar[bool] = True
     idempotency_key: str
     fingerprint: bytes
     draft: SessionDraft
-
-    async def run(self, actor: ApplicationActor[PaymentsContext], reply: Reply[Answer]) -> None:
-        await self.run_batch(actor, [(self, reply)])
 
     @classmethod
     async def run_batch(
@@ -296,18 +292,14 @@ class CreateSession:
 
 
 @dataclass(frozen=True)
-class _StoreSession:
+class _StoreSession(BatchCommand[PaymentsContext, Answer]):
     """What a session's providers answered, back in the actor. The ones that came back together
     are stored in one round trip (group commit): each session with its Idempotency-Key's answer."""
 
-    batched: ClassVar[bool] = True
     command: CreateSession
     session_id: uuid.UUID
     expires_at: datetime
     routed: outcome.Outcome[_Routed]
-
-    async def run(self, actor: ApplicationActor[PaymentsContext], reply: Reply[Answer]) -> None:
-        await self.run_batch(actor, [(self, reply)])
 
     @classmethod
     async def run_batch(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 import asyncpg
 import outcome
@@ -13,7 +12,7 @@ import pytest
 import trio
 import trio.lowlevel
 
-from payorch.engine.actors import ActorCrashed, ActorRegistry, ApplicationActor, Reply
+from payorch.engine.actors import ActorCrashed, ActorRegistry, ApplicationActor, BatchCommand, Reply
 from payorch.engine.errors import NotFound, ServiceBusy, StorageUnavailable
 
 
@@ -187,14 +186,10 @@ async def test_idle_actor_stops_and_restarts_on_the_next_message(nursery: trio.N
 
 
 @dataclass(frozen=True)
-class Gather:
+class Gather(BatchCommand[Log, int]):
     """A batched command: the commands that waited together run as one `run_batch` call."""
 
-    batched: ClassVar[bool] = True
     number: int
-
-    async def run(self, actor: ApplicationActor, reply: Reply[int]) -> None:
-        await self.run_batch(actor, [(self, reply)])
 
     @classmethod
     async def run_batch(cls, actor: ApplicationActor, batch: Sequence[tuple[Gather, Reply[int]]]) -> None:

@@ -309,7 +309,7 @@ async def test_list_sessions_of_an_application_newest_first(client: Client, shop
 async def test_actor_crash_is_500_with_request_id_and_the_next_request_works(
     client: Client, shop: Shop, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    original = CreateSession.__dict__["run_batch"]
+    original = CreateSession.__dict__["run_batch"]  # the classmethod itself
 
     async def crash_once(cls: type[CreateSession], actor: Any, batch: Any) -> None:
         monkeypatch.setattr(CreateSession, "run_batch", original)
