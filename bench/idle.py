@@ -30,6 +30,7 @@ from bench.payorch_target import Payorch, bench_settings, create_target, running
 from bench.shop import Application, sandbox_link, signed_up_merchant
 from payorch.engine.secrets import api_key_prefix, new_api_key, token_hash
 from payorch.storage.database import Connection, open_database
+from payorch.supervisors.housekeeping import SWEEP_EVERY_S
 
 WARMUP_APPLICATIONS = 200
 SAMPLE_EVERY_S = 0.5
@@ -54,6 +55,7 @@ class IdleResult:
     actors_at_end: int  # when the last create was answered
     actors_after: int  # at the end of the wait: 0 unless some never stopped
     waited_s: float  # from the last create until no actor ran (or the wait gave up)
+    idle_s: float  # from the last create until RSS was read the last time
 
     @property
     def rss_change(self) -> float:
@@ -173,8 +175,12 @@ async def measure_idle(
             samples.append((rss_bytes(), actors_at_end))
             progress(f"idle: waiting for the actors to stop (engine.actor_idle_s = {actor_idle_s:g} s)")
             actors_after, waited_s = await _wait_until_no_actor(http, eviction_deadline_s)
-            await trio.sleep(SETTLE_S)
+            # Idle means also past what payorch forgets by time: remembered API keys are dropped
+            # `auth.api_key_cache_s` after their last use, by a sweep every SWEEP_EVERY_S.
+            forgotten_s = settings.auth.api_key_cache_s + SWEEP_EVERY_S
+            await trio.sleep(max(0.0, forgotten_s - waited_s) + SETTLE_S)
             rss_after = rss_bytes()
+            idle_s = max(waited_s, forgotten_s) + SETTLE_S
     return IdleResult(
         applications=applications,
         actor_idle_s=actor_idle_s,
@@ -188,4 +194,5 @@ async def measure_idle(
         actors_at_end=actors_at_end,
         actors_after=actors_after,
         waited_s=waited_s,
+        idle_s=idle_s,
     )

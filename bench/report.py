@@ -141,13 +141,14 @@ def _idle(idle: IdleResult) -> Iterator[str]:
     rows = [
         (f"after a warm-up of {idle.warmup.successes} (baseline)", idle.actors_baseline, idle.rss_baseline),
         ("while the creates ran (peak)", idle.actors_peak, idle.rss_peak),
-        (f"idle, {idle.waited_s:.1f} s after the last create", idle.actors_after, idle.rss_after),
+        (f"idle, {idle.idle_s:.1f} s after the last create", idle.actors_after, idle.rss_after),
     ]
     for label, actors, rss in rows:
         yield f"{label:<{LABEL_WIDTH}}{actors:>11}{_mib(rss):>9}"
     kept = (idle.rss_after - idle.rss_baseline) / idle.applications
     yield (
-        f"(when the last create was answered: {idle.actors_at_end} actors; RSS kept per application "
+        f"(all actors stopped {idle.waited_s:.1f} s after the last create; "
+        f"when it was answered: {idle.actors_at_end} actors; RSS kept per application "
         f"touched: {kept / 1024:.1f} KiB)"
     )
     yield ""
