@@ -16,7 +16,7 @@ import outcome
 import trio
 
 from payorch.config import Settings
-from payorch.engine.actors import ApplicationActor, BatchCommand, Reply
+from payorch.engine.actors import ActorCrashed, ApplicationActor, BatchCommand, Reply
 from payorch.engine.errors import (
     IdempotencyKeyInProgress,
     IdempotencyKeyMismatch,
@@ -41,6 +41,7 @@ from payorch.providers.base import (
 from payorch.providers.catalogue import ProviderCatalogue
 from payorch.storage import idempotency, outbox, provider_configs, sessions
 from payorch.storage.database import Connection, Database
+from payorch.storage.failures import StorageFailure, storage_failure
 from payorch.storage.provider_configs import ProviderConfig
 
 log = logging.getLogger("payorch.checkout")
@@ -327,8 +328,19 @@ class _StoreSession(BatchCommand[PaymentsContext, Answer]):
                 scope=SESSION_CREATE_SCOPE,
                 keys=unavailable,
             )
-        if stored:
-            await db.read(sessions.insert_answered_sessions, [answered for answered, _ in stored])
+        if len(stored) > 1:
+            try:
+                await db.read(sessions.insert_answered_sessions, [answered for answered, _ in stored])
+            except Exception as error:
+                if storage_failure(error) is not StorageFailure.INTERNAL:
+                    raise
+                # One session the database refused fails the whole group: store each on its own,
+                # so that only the requests it refuses fail.
+                log.warning("a group of sessions failed to store; storing each alone", exc_info=True)
+                await _store_each(db, stored)
+                return
+        elif stored:
+            await db.read(sessions.insert_answered_sessions, [stored[0][0]])
         for answered, reply in stored:
             reply.send(Answer(answered.status, answered.body))
 
@@ -351,6 +363,19 @@ class _StoreSession(BatchCommand[PaymentsContext, Answer]):
             status=201,
             body=body,
         )
+
+
+async def _store_each(db: Database, stored: list[tuple[sessions.AnsweredSession, Reply[Answer]]]) -> None:
+    for answered, reply in stored:
+        try:
+            await db.read(sessions.insert_answered_sessions, [answered])
+        except Exception as error:
+            if storage_failure(error) is not StorageFailure.INTERNAL:
+                raise
+            log.exception("a session failed to store", extra={"sessionId": str(answered.session.id)})
+            reply.fail(ActorCrashed("a database statement failed while storing this session"))
+        else:
+            reply.send(Answer(answered.status, answered.body))
 
 
 def _in_progress() -> IdempotencyKeyInProgress:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from decimal import Decimal
 from typing import Any
@@ -513,3 +514,32 @@ async def test_a_configuration_changed_by_another_process_routes_as_soon_as_its_
         return response.status_code == 422
 
     await eventually(refused)
+
+
+async def test_a_session_the_database_refuses_fails_alone_and_the_others_stored_with_it_are_created(
+    client: Client, shop: Shop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = CreateSession.new_session
+
+    def refused_for_one_key(self: CreateSession, *args: Any) -> Any:
+        new = original(self, *args)
+        # A row the table's CHECK refuses: a bug of payorch's, as any refused statement would be.
+        return dataclasses.replace(new, amount_minor=-1) if self.idempotency_key == "refused" else new
+
+    monkeypatch.setattr(CreateSession, "new_session", refused_for_one_key)
+    keys = ["refused", *(f"fine-{number}" for number in range(7))]
+    answers: dict[str, Any] = {}
+
+    async def create(key: str) -> None:
+        answers[key] = await create_session(client, shop, key)
+
+    async with trio.open_nursery() as nursery:
+        for key in keys:
+            nursery.start_soon(create, key)
+    assert answers["refused"].status_code == 500
+    assert (await answers["refused"].get_json())["requestId"]
+    for key in keys[1:]:
+        assert answers[key].status_code == 201, key
+        created = await answers[key].get_json()
+        read = await client.get(f"/api/v1/sessions/{created['sessionId']}", headers=shop.headers)
+        assert read.status_code == 200
