@@ -142,12 +142,14 @@ async def claim_idempotency_key(
     and for a fresh claim run `then(conn, claim)` in the same transaction: one round trip, and if
     `then` raises, the claim is undone with it (the key stays free for a retry).
 
-    None when the key's first request already answered: that answer was replayed to `reply`.
-    `IdempotencyKeyMismatch` when the key came with other parameters; `IdempotencyKeyInProgress`
-    while its first request is still running, here or in another process."""
+    None when the key was seen before, and `reply` has its answer: the first request's answer
+    again, `IdempotencyKeyMismatch` when the key came with other parameters, or
+    `IdempotencyKeyInProgress` while its first request is still running, here or in another
+    process."""
     context = actor.context
     if f"{scope}:{key}" in actor.in_flight:
-        raise _in_progress()
+        reply.fail(_in_progress())
+        return None
 
     async def claim_then(
         conn: Connection,
@@ -166,14 +168,23 @@ async def claim_idempotency_key(
         return claim
 
     claimed = await context.db.transaction(claim_then)
-    if isinstance(claimed, idempotency.Replay):
-        reply.send(Answer(claimed.status, claimed.body, replayed=True))
-        return None
-    if isinstance(claimed, idempotency.Mismatch):
-        raise IdempotencyKeyMismatch("this Idempotency-Key was used with different parameters")
-    if isinstance(claimed, idempotency.InProgress):
-        raise _in_progress()
-    return claimed
+    if isinstance(claimed, Fresh):
+        return claimed
+    _answer_seen_key(claimed, reply)
+    return None
+
+
+def _answer_seen_key(
+    result: idempotency.Replay | idempotency.Mismatch | idempotency.InProgress, reply: Reply[Answer]
+) -> None:
+    """Answer a request whose Idempotency-Key was seen before: the first request's answer again,
+    or why it cannot be (used with other parameters, or still in progress)."""
+    if isinstance(result, idempotency.Replay):
+        reply.send(Answer(result.status, result.body, replayed=True))
+    elif isinstance(result, idempotency.Mismatch):
+        reply.fail(IdempotencyKeyMismatch("this Idempotency-Key was used with different parameters"))
+    else:
+        reply.fail(_in_progress())
 
 
 def credentials_of(secrets: SecretBox, config: ProviderConfig) -> Credentials:
@@ -328,19 +339,18 @@ class _StoreSession(BatchCommand[PaymentsContext, Answer]):
                 scope=SESSION_CREATE_SCOPE,
                 keys=unavailable,
             )
-        if len(stored) > 1:
-            try:
-                await db.read(sessions.insert_answered_sessions, [answered for answered, _ in stored])
-            except Exception as error:
-                if storage_failure(error) is not StorageFailure.INTERNAL:
-                    raise
-                # One session the database refused fails the whole group: store each on its own,
-                # so that only the requests it refuses fail.
-                log.warning("a group of sessions failed to store; storing each alone", exc_info=True)
-                await _store_each(db, stored)
-                return
-        elif stored:
-            await db.read(sessions.insert_answered_sessions, [stored[0][0]])
+        if not stored:
+            return
+        try:
+            await db.read(sessions.insert_answered_sessions, [answered for answered, _ in stored])
+        except Exception as error:
+            if len(stored) == 1 or storage_failure(error) is not StorageFailure.INTERNAL:
+                raise
+            # One session the database refused fails the whole group: store each on its own, so
+            # that only the requests it refuses fail.
+            log.warning("a group of sessions failed to store; storing each alone", exc_info=True)
+            await _store_each(db, stored)
+            return
         for answered, reply in stored:
             reply.send(Answer(answered.status, answered.body))
 
@@ -430,15 +440,10 @@ async def _claim_keys(
         ]
 
     for claim, result in zip(seen, await context.db.transaction(claim_each), strict=True):
-        reply = waiting[claim.key][1]
         if isinstance(result, idempotency.Claimed):
             claimed[claim.key] = result.resource_id
-        elif isinstance(result, idempotency.Replay):
-            reply.send(Answer(result.status, result.body, replayed=True))
-        elif isinstance(result, idempotency.Mismatch):
-            reply.fail(IdempotencyKeyMismatch("this Idempotency-Key was used with different parameters"))
         else:
-            reply.fail(_in_progress())
+            _answer_seen_key(result, waiting[claim.key][1])
     return claimed
 
 
