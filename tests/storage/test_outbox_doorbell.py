@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 import trio
@@ -44,6 +45,18 @@ async def rings_during(db: Database, *units: Callable[[Connection], Awaitable[No
             await trio.testing.wait_all_tasks_blocked()  # the waiter has seen a ring, if any
         nursery.cancel_scope.cancel()
     return rings.count
+
+
+async def _subscribe(db: Database, application_id: uuid.UUID) -> Any:
+    """A webhook configuration of the application, subscribed to `session.completed`."""
+    return await db.transaction(
+        webhooks.create_webhook,
+        application_id=application_id,
+        url="https://receiver.example/hooks",
+        subscribed_events=["session.completed"],
+        secret=b"sealed",
+        key_fingerprint="sha256:0",
+    )
 
 
 async def _add(conn: Connection, application_id: uuid.UUID) -> None:
@@ -112,14 +125,7 @@ async def test_rings_while_no_one_waits_are_kept_as_one(autojump_clock: trio.abc
 async def test_one_round_fans_a_committed_event_out_and_claims_its_delivery(
     db: Database, application_id: uuid.UUID
 ) -> None:
-    config = await db.transaction(
-        webhooks.create_webhook,
-        application_id=application_id,
-        url="https://receiver.example/hooks",
-        subscribed_events=["session.completed"],
-        secret=b"sealed",
-        key_fingerprint="sha256:0",
-    )
+    config = await _subscribe(db, application_id)
     await db.transaction(_add, application_id)
 
     async def round_(conn: Connection, limit: int = 10) -> tuple[int, list[uuid.UUID]]:
@@ -135,14 +141,7 @@ async def test_one_round_fans_a_committed_event_out_and_claims_its_delivery(
 async def test_a_round_without_free_slots_fans_out_and_claims_nothing(
     db: Database, application_id: uuid.UUID
 ) -> None:
-    await db.transaction(
-        webhooks.create_webhook,
-        application_id=application_id,
-        url="https://receiver.example/hooks",
-        subscribed_events=["session.completed"],
-        secret=b"sealed",
-        key_fingerprint="sha256:0",
-    )
+    await _subscribe(db, application_id)
     await db.transaction(_add, application_id)
     done = await db.transaction(
         fan_out_and_claim,
