@@ -31,6 +31,8 @@ from payorch.providers.sandbox.sender import run_event_sender
 from payorch.providers.stripe import StripeProvider
 from payorch.storage.application_changes import keep_fresh
 from payorch.storage.database import Database
+from payorch.storage.nodes import NodeIdentity, hold_node_identity
+from payorch.supervisors.claim_takeover import run_claim_takeover
 from payorch.supervisors.expiry import run_expiry_supervisor
 from payorch.supervisors.housekeeping import forget_idle_state
 from payorch.supervisors.idempotency import run_idempotency_supervisor
@@ -79,10 +81,19 @@ async def open_runtime(settings: Settings, db: Database) -> AsyncIterator[Runtim
     providers = ProviderCatalogue(enabled_providers(settings, db, secrets))
     health = ProviderHealth(RoutingPolicy())
     metrics = Metrics()
+    node = NodeIdentity()
     context = PaymentsContext(
-        settings=settings, db=db, secrets=secrets, providers=providers, health=health, metrics=metrics
+        settings=settings,
+        db=db,
+        secrets=secrets,
+        providers=providers,
+        health=health,
+        metrics=metrics,
+        node=node,
     )
     async with webhook_client(settings) as webhooks, trio.open_nursery() as nursery:
+        # Held before anything is claimed, so every claim names a live node (`storage.nodes`).
+        await nursery.start(hold_node_identity, db.dsn, node)
         actors = ActorRegistry(
             nursery, context, mailbox_size=settings.engine.mailbox_size, idle_s=settings.engine.actor_idle_s
         )
@@ -98,6 +109,7 @@ async def open_runtime(settings: Settings, db: Database) -> AsyncIterator[Runtim
             metrics=metrics,
             limits=RequestLimits(settings.limits),
             api_keys=ApiKeyCache(settings.auth.api_key_cache_s),
+            node=node,
         )
         app = create_app(services)
         nursery.start_soon(
@@ -109,6 +121,7 @@ async def open_runtime(settings: Settings, db: Database) -> AsyncIterator[Runtim
             [services.api_keys, actors],
         )
         nursery.start_soon(supervised, services.supervisors, "idle state", forget_idle_state, services)
+        await nursery.start(run_claim_takeover, services)
         await nursery.start(run_expiry_supervisor, services)
         await nursery.start(run_refund_supervisor, services)
         await nursery.start(run_idempotency_supervisor, services)
@@ -132,6 +145,7 @@ async def open_runtime(settings: Settings, db: Database) -> AsyncIterator[Runtim
                 db,
                 secrets,
                 sandbox_client,
+                node,
             )
         yield Runtime(services=services, app=app)
         nursery.cancel_scope.cancel()

@@ -42,6 +42,7 @@ from payorch.providers.catalogue import ProviderCatalogue
 from payorch.storage import idempotency, outbox, provider_configs, sessions
 from payorch.storage.database import Connection, Database
 from payorch.storage.failures import StorageFailure, storage_failure
+from payorch.storage.nodes import NodeIdentity
 from payorch.storage.provider_configs import ProviderConfig
 
 log = logging.getLogger("payorch.checkout")
@@ -49,7 +50,10 @@ log = logging.getLogger("payorch.checkout")
 T = TypeVar("T")
 
 SESSION_CREATE_SCOPE = "POST /api/v1/sessions"
-# An in-progress claim older than this was abandoned by a process that died; a retry takes it over.
+# An in-progress claim is taken over by a retry as soon as the node that made it is gone
+# (`storage.nodes`). The lease is the last resort, for a node alive but wedged: it must outlast the
+# longest a live request holds its claim (the provider call's `engine.provider_timeout_s`, 10 s by
+# default, plus storing the answer), so a live owner's claim is never taken.
 CLAIM_LEASE_S = 60.0
 
 
@@ -63,6 +67,7 @@ class PaymentsContext:
     providers: ProviderCatalogue
     health: ProviderHealth
     metrics: Metrics
+    node: NodeIdentity  # what this process's claims are named by
 
     @contextmanager
     def provider_call(self, provider: str, operation: str, timeout_s: float) -> Iterator[None]:
@@ -162,6 +167,7 @@ async def claim_idempotency_key(
             fingerprint=fingerprint,
             lease_s=CLAIM_LEASE_S,
             retention_s=context.settings.idempotency.retention_s,
+            owner=context.node.id,
         )
         if isinstance(claim, idempotency.Claimed):
             return Fresh(claim, await then(conn, claim))
@@ -420,6 +426,7 @@ async def _claim_keys(
         claims=claims,
         lease_s=CLAIM_LEASE_S,
         retention_s=context.settings.idempotency.retention_s,
+        owner=context.node.id,
     )
     seen = [claim for claim in claims if claim.key not in claimed]
     if not seen:
@@ -435,6 +442,7 @@ async def _claim_keys(
                 fingerprint=claim.fingerprint,
                 lease_s=CLAIM_LEASE_S,
                 retention_s=context.settings.idempotency.retention_s,
+                owner=context.node.id,
             )
             for claim in seen
         ]

@@ -83,8 +83,10 @@ async def _reserve(
     refund_id: uuid.UUID,
     draft: RefundDraft,
     metrics: Metrics,
+    owner: int | None,
 ) -> _Submission:
-    """Lock the session, check the balance, insert the refund and move the session's status."""
+    """Lock the session, check the balance, insert the refund (its first submission claimed by the
+    node `owner`) and move the session's status."""
     existing = await refunds.get_refund(conn, refund_id)
     session = await sessions.lock_session(conn, draft.session_id)
     if session is None or session.application_id != application_id:
@@ -105,6 +107,7 @@ async def _reserve(
             line_items=draft.line_items,
             provider_name=session.provider_name,
             first_submission_grace_s=FIRST_SUBMISSION_GRACE_S,
+            owner=owner,
         )
         metrics.refund_transition(RefundStatus.PENDING)
         await _settle_session_status(conn, session.id, metrics)
@@ -241,6 +244,7 @@ class CreateRefund:
                 refund_id=claim.resource_id,
                 draft=self.draft,
                 metrics=context.metrics,
+                owner=context.node.id,
             )
 
         fresh = await claim_idempotency_key(

@@ -19,6 +19,7 @@ from payorch.http.ratelimits import RequestLimits
 from payorch.metrics import Metrics
 from payorch.providers.catalogue import ProviderCatalogue
 from payorch.storage.database import Database
+from payorch.storage.nodes import NodeIdentity
 from payorch.supervisors.restart import SupervisorBoard
 
 
@@ -35,6 +36,7 @@ class Services:
     metrics: Metrics
     limits: RequestLimits  # per-credential and per-address token buckets of this process
     api_keys: ApiKeyCache  # active API keys recently seen, forgotten on revocation
+    node: NodeIdentity  # what this process's claims are named by
 
 
 class PayorchApp(QuartTrio):

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from payorch.storage.database import Connection
+from payorch.storage.nodes import LIVE_NODES
 
 
 @dataclass(frozen=True)
@@ -47,21 +48,24 @@ async def claim_idempotency_key(
     fingerprint: bytes,
     lease_s: float,
     retention_s: float,
+    owner: int | None,
 ) -> ClaimResult:
-    """Claim `key` for a new request, or say what became of the request that claimed it first.
+    """Claim `key` for a new request, made by the node `owner`, or say what became of the request
+    that claimed it first.
 
-    An expired key is claimed afresh; an in-progress claim whose lease ran out (its process died) is
-    taken over by a request with the same fingerprint.
+    An expired key is claimed afresh. An in-progress claim is taken over by a request with the same
+    fingerprint as soon as its owner is gone (`storage.nodes`: its process died), or, for a claim of
+    no known owner or of a node alive but wedged, once its lease ran out.
     """
     row = await conn.fetchrow(
         """INSERT INTO idempotency_keys AS k
-               (application_id, scope, key, fingerprint, resource_id, locked_until, expires_at)
+               (application_id, scope, key, fingerprint, resource_id, locked_until, expires_at, owner_node)
            VALUES ($1, $2, $3, $4, $5,
-                   now() + make_interval(secs => $6), now() + make_interval(secs => $7))
+                   now() + make_interval(secs => $6), now() + make_interval(secs => $7), $8)
            ON CONFLICT (application_id, scope, key) DO UPDATE
                SET fingerprint = EXCLUDED.fingerprint, resource_id = EXCLUDED.resource_id,
                    response_status = NULL, response_body = NULL, locked_until = EXCLUDED.locked_until,
-                   created_at = now(), expires_at = EXCLUDED.expires_at
+                   created_at = now(), expires_at = EXCLUDED.expires_at, owner_node = EXCLUDED.owner_node
                WHERE k.expires_at <= now()
            RETURNING resource_id""",
         application_id,
@@ -71,12 +75,14 @@ async def claim_idempotency_key(
         uuid.uuid4(),
         float(lease_s),
         float(retention_s),
+        owner,
     )
     if row is not None:
         return Claimed(row["resource_id"])
     existing = await conn.fetchrow(
-        """SELECT fingerprint, resource_id, response_status, response_body, locked_until <= now() AS abandoned
-           FROM idempotency_keys WHERE application_id = $1 AND scope = $2 AND key = $3 FOR UPDATE""",
+        f"""SELECT fingerprint, resource_id, response_status, response_body,
+                   locked_until <= now() OR coalesce(owner_node <> ALL({LIVE_NODES}), false) AS abandoned
+            FROM idempotency_keys WHERE application_id = $1 AND scope = $2 AND key = $3 FOR UPDATE""",
         application_id,
         scope,
         key,
@@ -87,12 +93,13 @@ async def claim_idempotency_key(
         return Replay(existing["response_status"], existing["response_body"])
     if existing["abandoned"]:
         await conn.execute(
-            """UPDATE idempotency_keys SET locked_until = now() + make_interval(secs => $4)
+            """UPDATE idempotency_keys SET locked_until = now() + make_interval(secs => $4), owner_node = $5
                WHERE application_id = $1 AND scope = $2 AND key = $3""",
             application_id,
             scope,
             key,
             float(lease_s),
+            owner,
         )
         return Claimed(existing["resource_id"])
     return InProgress()
@@ -112,20 +119,21 @@ async def claim_new_idempotency_keys(
     claims: Sequence[NewClaim],
     lease_s: float,
     retention_s: float,
+    owner: int | None,
 ) -> dict[str, uuid.UUID]:
-    """Claim every key of `claims` (distinct keys) that is new or expired, in one statement: the
-    resource id of each key claimed. A key left out was seen before: `claim_idempotency_key` says
-    what became of its first request."""
+    """Claim every key of `claims` (distinct keys) that is new or expired, in one statement, for the
+    node `owner`: the resource id of each key claimed. A key left out was seen before:
+    `claim_idempotency_key` says what became of its first request."""
     rows = await conn.fetch(
         """INSERT INTO idempotency_keys AS k
-               (application_id, scope, key, fingerprint, resource_id, locked_until, expires_at)
+               (application_id, scope, key, fingerprint, resource_id, locked_until, expires_at, owner_node)
            SELECT $1, $2, claim.key, claim.fingerprint, claim.resource_id,
-                  now() + make_interval(secs => $6), now() + make_interval(secs => $7)
+                  now() + make_interval(secs => $6), now() + make_interval(secs => $7), $8
            FROM unnest($3::text[], $4::bytea[], $5::uuid[]) AS claim(key, fingerprint, resource_id)
            ON CONFLICT (application_id, scope, key) DO UPDATE
                SET fingerprint = EXCLUDED.fingerprint, resource_id = EXCLUDED.resource_id,
                    response_status = NULL, response_body = NULL, locked_until = EXCLUDED.locked_until,
-                   created_at = now(), expires_at = EXCLUDED.expires_at
+                   created_at = now(), expires_at = EXCLUDED.expires_at, owner_node = EXCLUDED.owner_node
                WHERE k.expires_at <= now()
            RETURNING key, resource_id""",
         application_id,
@@ -135,6 +143,7 @@ async def claim_new_idempotency_keys(
         [uuid.uuid4() for _ in claims],
         float(lease_s),
         float(retention_s),
+        owner,
     )
     return {row["key"]: row["resource_id"] for row in rows}
 

@@ -11,6 +11,7 @@ import asyncpg
 from payorch.engine.errors import ChangeInProgress, NotFound, ProviderAlreadyLinked
 from payorch.engine.pagination import PageRequest
 from payorch.storage.database import Connection
+from payorch.storage.nodes import LIVE_NODES
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,12 @@ def _config(row: asyncpg.Record) -> ProviderConfig:
     return ProviderConfig(**values)
 
 
-BUSY_S = 60  # longest a link or key change may talk to the provider before another may start
+# A link or key change claims its configuration while it talks to the provider. Another may start
+# as soon as the node that claimed it is gone (`storage.nodes`), or, as the last resort for a node
+# alive but wedged, after this long: more than a link's provider calls take (each bounded by its
+# provider's timeout), so a live change's claim is never taken.
+BUSY_S = 60
+_ABANDONED = f"(busy_until < now() OR coalesce(busy_owner <> ALL({LIVE_NODES}), false))"
 
 
 async def begin_link(
@@ -49,28 +55,31 @@ async def begin_link(
     payment_methods: list[str],
     credentials: bytes,
     key_fingerprint: str,
+    owner: int | None,
 ) -> None:
-    """Claim the link before talking to the provider, so two concurrent links cannot both register
-    an endpoint. `ProviderAlreadyLinked` when the application is linked (or being linked) already.
-    The configuration takes no part in routing until `finish_change` stores its event secret."""
-    # A link whose process died while talking to the provider is abandoned once its claim ran out.
+    """Claim the link for the node `owner` before talking to the provider, so two concurrent links
+    cannot both register an endpoint. `ProviderAlreadyLinked` when the application is linked (or
+    being linked) already. The configuration takes no part in routing until `finish_change` stores
+    its event secret."""
+    # A link whose process died while talking to the provider is abandoned.
     await conn.execute(
-        """DELETE FROM provider_configs WHERE application_id = $1 AND provider = $2
-           AND webhook_secret IS NULL AND busy_until < now()""",
+        f"""DELETE FROM provider_configs WHERE application_id = $1 AND provider = $2
+            AND webhook_secret IS NULL AND {_ABANDONED}""",
         application_id,
         provider,
     )
     try:
         await conn.execute(
             """INSERT INTO provider_configs (application_id, provider, payment_methods, credentials,
-                   key_fingerprint, busy_until)
-               VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6))""",
+                   key_fingerprint, busy_until, busy_owner)
+               VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6), $7)""",
             application_id,
             provider,
             payment_methods,
             credentials,
             key_fingerprint,
             float(BUSY_S),
+            owner,
         )
     except asyncpg.UniqueViolationError:
         raise ProviderAlreadyLinked(f"provider {provider!r} is already linked to this application") from None
@@ -85,16 +94,20 @@ async def abandon_link(conn: Connection, application_id: uuid.UUID, provider: st
     )
 
 
-async def begin_key_change(conn: Connection, application_id: uuid.UUID, provider: str) -> None:
-    """Claim the configuration for a key change; `ChangeInProgress` while another change runs."""
+async def begin_key_change(
+    conn: Connection, application_id: uuid.UUID, provider: str, owner: int | None
+) -> None:
+    """Claim the configuration for a key change by the node `owner`; `ChangeInProgress` while
+    another change runs."""
     claimed = await conn.fetchval(
-        """UPDATE provider_configs SET busy_until = now() + make_interval(secs => $3)
-           WHERE application_id = $1 AND provider = $2 AND webhook_secret IS NOT NULL
-             AND (busy_until IS NULL OR busy_until < now())
-           RETURNING provider""",
+        f"""UPDATE provider_configs SET busy_until = now() + make_interval(secs => $3), busy_owner = $4
+            WHERE application_id = $1 AND provider = $2 AND webhook_secret IS NOT NULL
+              AND (busy_until IS NULL OR {_ABANDONED})
+            RETURNING provider""",
         application_id,
         provider,
         float(BUSY_S),
+        owner,
     )
     if claimed is None:
         if await get_provider_config(conn, application_id, provider) is None:
@@ -105,7 +118,8 @@ async def begin_key_change(conn: Connection, application_id: uuid.UUID, provider
 async def end_key_change(conn: Connection, application_id: uuid.UUID, provider: str) -> None:
     """Release the claim of a key change that did not happen."""
     await conn.execute(
-        "UPDATE provider_configs SET busy_until = NULL WHERE application_id = $1 AND provider = $2",
+        """UPDATE provider_configs SET busy_until = NULL, busy_owner = NULL
+           WHERE application_id = $1 AND provider = $2""",
         application_id,
         provider,
     )
@@ -160,7 +174,7 @@ async def finish_change(
     """Store what the provider answered (credentials, event endpoint and its secret) and release."""
     row = await conn.fetchrow(
         f"""UPDATE provider_configs SET credentials = $3, key_fingerprint = $4, webhook_reference = $5,
-               webhook_secret = $6, busy_until = NULL, updated_at = now()
+               webhook_secret = $6, busy_until = NULL, busy_owner = NULL, updated_at = now()
            WHERE application_id = $1 AND provider = $2 RETURNING {_COLUMNS}""",
         application_id,
         provider,

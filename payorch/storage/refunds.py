@@ -60,13 +60,14 @@ async def insert_refund(
     line_items: list[dict[str, Any]] | None,
     provider_name: str,
     first_submission_grace_s: float,
+    owner: int | None,
 ) -> Refund:
-    """A PENDING refund; the supervisor leaves it alone for `first_submission_grace_s` while the
-    first submission is under way."""
+    """A PENDING refund whose first submission the node `owner` makes: the supervisors leave it alone
+    for `first_submission_grace_s`, unless that node is gone first (`storage.claim_takeover`)."""
     row = await conn.fetchrow(
         f"""INSERT INTO refunds (id, session_id, application_id, amount_minor, currency, status, reason,
-                                 line_items, provider_name, next_submit_at)
-            VALUES ($1, $2, $3, $4, $5, 'PENDING', $6, $7, $8, now() + make_interval(secs => $9))
+                                 line_items, provider_name, next_submit_at, submit_claimed_by)
+            VALUES ($1, $2, $3, $4, $5, 'PENDING', $6, $7, $8, now() + make_interval(secs => $9), $10)
             RETURNING {_COLUMNS}""",
         refund_id,
         session_id,
@@ -77,6 +78,7 @@ async def insert_refund(
         line_items,
         provider_name,
         float(first_submission_grace_s),
+        owner,
     )
     return _refund(row)
 
@@ -136,7 +138,7 @@ async def refunds_of_sessions(
 
 async def mark_submitted(conn: Connection, refund_id: uuid.UUID, provider_reference: str) -> None:
     await conn.execute(
-        """UPDATE refunds SET provider_reference = $2, next_submit_at = NULL,
+        """UPDATE refunds SET provider_reference = $2, next_submit_at = NULL, submit_claimed_by = NULL,
                submit_attempts = submit_attempts + 1, updated_at = now()
            WHERE id = $1 AND provider_reference IS NULL""",
         refund_id,
@@ -146,7 +148,7 @@ async def mark_submitted(conn: Connection, refund_id: uuid.UUID, provider_refere
 
 async def schedule_submission(conn: Connection, refund_id: uuid.UUID, delay_s: float) -> None:
     await conn.execute(
-        """UPDATE refunds SET submit_attempts = submit_attempts + 1,
+        """UPDATE refunds SET submit_attempts = submit_attempts + 1, submit_claimed_by = NULL,
                next_submit_at = now() + make_interval(secs => $2), updated_at = now()
            WHERE id = $1 AND provider_reference IS NULL""",
         refund_id,
@@ -158,7 +160,8 @@ async def set_refund_outcome(
     conn: Connection, refund_id: uuid.UUID, status: str, failure_reason: str | None
 ) -> Refund:
     row = await conn.fetchrow(
-        f"""UPDATE refunds SET status = $2, failure_reason = $3, next_submit_at = NULL, updated_at = now()
+        f"""UPDATE refunds SET status = $2, failure_reason = $3, next_submit_at = NULL,
+                   submit_claimed_by = NULL, updated_at = now()
             WHERE id = $1 RETURNING {_COLUMNS}""",
         refund_id,
         status,
@@ -173,17 +176,21 @@ class DueSubmission:
     application_id: uuid.UUID
 
 
-async def claim_due_submissions(conn: Connection, limit: int, lease_s: float) -> list[DueSubmission]:
-    """Refunds due for another submission, claimed for `lease_s` (FOR UPDATE SKIP LOCKED, so two
-    processes never take the same one; a claim whose process died runs out and is taken again)."""
+async def claim_due_submissions(
+    conn: Connection, limit: int, lease_s: float, owner: int | None
+) -> list[DueSubmission]:
+    """Refunds due for another submission, claimed by the node `owner` for `lease_s` (FOR UPDATE
+    SKIP LOCKED, so two processes never take the same one; the claim of a process that died is
+    released as soon as another sees it gone, `storage.claim_takeover`, or at the lease's end)."""
     rows = await conn.fetch(
-        """UPDATE refunds SET next_submit_at = now() + make_interval(secs => $2)
+        """UPDATE refunds SET next_submit_at = now() + make_interval(secs => $2), submit_claimed_by = $3
            WHERE id IN (SELECT id FROM refunds
                         WHERE provider_reference IS NULL AND status = 'PENDING' AND next_submit_at <= now()
                         ORDER BY next_submit_at LIMIT $1 FOR UPDATE SKIP LOCKED)
            RETURNING id, application_id""",
         limit,
         float(lease_s),
+        owner,
     )
     return [DueSubmission(row["id"], row["application_id"]) for row in rows]
 
@@ -191,7 +198,7 @@ async def claim_due_submissions(conn: Connection, limit: int, lease_s: float) ->
 async def release_submission_claims(conn: Connection, refund_ids: list[uuid.UUID]) -> None:
     """Hand claimed submissions back: due again now."""
     await conn.execute(
-        """UPDATE refunds SET next_submit_at = now()
+        """UPDATE refunds SET next_submit_at = now(), submit_claimed_by = NULL
            WHERE id = ANY($1::uuid[]) AND provider_reference IS NULL AND status = 'PENDING'""",
         refund_ids,
     )

@@ -343,9 +343,12 @@ async def deliveries_of_event(conn: Connection, event_id: str) -> list[Delivery]
     return [Delivery(**dict(row.items())) for row in rows]
 
 
-async def claim_due_deliveries(conn: Connection, *, limit: int, lease_s: float) -> list[ClaimedDelivery]:
-    """Up to `limit` due deliveries, each counted as an attempt and leased for `lease_s`: another
-    sender skips them until then, and takes them over if this one dies before reporting back."""
+async def claim_due_deliveries(
+    conn: Connection, *, limit: int, lease_s: float, owner: int | None
+) -> list[ClaimedDelivery]:
+    """Up to `limit` due deliveries, each counted as an attempt, leased for `lease_s` and named by
+    the node `owner`: another sender skips them until then, and takes them over as soon as it sees
+    this node gone (`storage.claim_takeover`) if it dies before reporting back."""
     rows = await conn.fetch(
         """WITH due AS (
                SELECT event_id, endpoint_id FROM sandbox_deliveries
@@ -354,20 +357,21 @@ async def claim_due_deliveries(conn: Connection, *, limit: int, lease_s: float) 
                LIMIT $1
                FOR UPDATE SKIP LOCKED)
            UPDATE sandbox_deliveries d
-           SET deliver_at = now() + make_interval(secs => $2), attempts = d.attempts + 1
+           SET deliver_at = now() + make_interval(secs => $2), attempts = d.attempts + 1, claimed_by = $3
            FROM due, sandbox_events e, sandbox_webhook_endpoints w
            WHERE d.event_id = due.event_id AND d.endpoint_id = due.endpoint_id
              AND e.id = d.event_id AND w.id = d.endpoint_id
            RETURNING d.event_id, d.endpoint_id, d.attempts, w.url, w.secret AS sealed_secret, e.body""",
         limit,
         lease_s,
+        owner,
     )
     return [ClaimedDelivery(**dict(row.items())) for row in rows]
 
 
 async def mark_delivered(conn: Connection, event_id: str, endpoint_id: str) -> None:
     await conn.execute(
-        """UPDATE sandbox_deliveries SET delivered_at = now(), last_error = NULL
+        """UPDATE sandbox_deliveries SET delivered_at = now(), last_error = NULL, claimed_by = NULL
            WHERE event_id = $1 AND endpoint_id = $2 AND delivered_at IS NULL""",
         event_id,
         endpoint_id,
@@ -380,7 +384,7 @@ async def mark_failed_attempt(
     """Record a failed attempt: due again `retry_in_s` from now, or given up when that is None."""
     await conn.execute(
         """UPDATE sandbox_deliveries
-           SET last_error = $3,
+           SET last_error = $3, claimed_by = NULL,
                deliver_at = CASE WHEN $4::float8 IS NULL THEN deliver_at
                                  ELSE now() + make_interval(secs => $4::float8) END,
                given_up_at = CASE WHEN $4::float8 IS NULL THEN now() END

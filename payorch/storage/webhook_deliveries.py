@@ -1,8 +1,10 @@
 """The delivery supervisor's work on webhook deliveries: fan-out of outbox events, claims, attempts.
 
-A claim is a lease held in the database: `claimed_until` (and `next_attempt_at`) move to the end of
-the lease and the attempt is counted, so a process that dies mid-attempt loses nothing: the delivery
-is due again when the lease runs out. Two rules shape what is claimed:
+A claim is a lease held in the database, named by its node: `claimed_until` (and `next_attempt_at`)
+move to the end of the lease, `claimed_by` names the node, and the attempt is counted. A process that
+dies mid-attempt loses nothing: another node releases its claims as soon as it sees the node gone
+(`storage.claim_takeover`), and the lease's end releases them in any case. Two rules shape what is
+claimed:
 
 - per session, per endpoint, in event order: a delivery is never claimed while an earlier delivery of
   its session to the same configuration is still PENDING;
@@ -92,9 +94,10 @@ _MERCHANT_IN_FLIGHT = """(SELECT count(*) FROM webhook_deliveries f
 
 
 async def claim_due_deliveries(
-    conn: Connection, *, limit: int, per_endpoint: int, per_merchant: int, lease_s: float
+    conn: Connection, *, limit: int, per_endpoint: int, per_merchant: int, lease_s: float, owner: int | None
 ) -> list[ClaimedDelivery]:
-    """Up to `limit` claimable deliveries, claimed for `lease_s` with their attempt counted, never
+    """Up to `limit` claimable deliveries, claimed by the node `owner` for `lease_s` with their
+    attempt counted, never
     more than `per_endpoint` in flight to one configuration nor `per_merchant` to one merchant's;
     the endpoints that have waited longest first, and every endpoint's first delivery before any
     endpoint's second. Run it in a transaction: the configurations it claims for stay locked until
@@ -147,7 +150,7 @@ async def claim_due_deliveries(
             UPDATE webhook_deliveries d
                SET attempts = d.attempts + 1, last_attempt_at = now(),
                    claimed_until = now() + make_interval(secs => $4),
-                   next_attempt_at = now() + make_interval(secs => $4)
+                   next_attempt_at = now() + make_interval(secs => $4), claimed_by = $6
               FROM picked, webhook_configs c, outbox_events e
              WHERE d.id = picked.id AND c.id = d.config_id AND e.seq = d.event_seq AND d.status = 'PENDING'
          RETURNING d.id, d.config_id, d.application_id, d.attempts, c.url, c.secret, c.previous_secret,
@@ -157,6 +160,7 @@ async def claim_due_deliveries(
         limit,
         float(lease_s),
         per_merchant,
+        owner,
     )
     claimed = []
     for row in rows:
@@ -185,6 +189,7 @@ async def fan_out_and_claim(
     per_endpoint: int,
     per_merchant: int,
     lease_s: float,
+    owner: int | None,
 ) -> Round:
     """One round of the delivery supervisor in one transaction: fan new events out
     (`fan_out_events`), then claim up to `limit` due deliveries (`claim_due_deliveries`; none when
@@ -202,7 +207,12 @@ async def fan_out_and_claim(
     claimed: list[ClaimedDelivery] = []
     if limit > 0:
         claimed = await claim_due_deliveries(
-            conn, limit=limit, per_endpoint=per_endpoint, per_merchant=per_merchant, lease_s=lease_s
+            conn,
+            limit=limit,
+            per_endpoint=per_endpoint,
+            per_merchant=per_merchant,
+            lease_s=lease_s,
+            owner=owner,
         )
     return Round(fanned_out=fanned_out, claimed=claimed)
 
@@ -212,7 +222,8 @@ async def release_claims(conn: Connection, delivery_ids: list[uuid.UUID]) -> Non
     counted. A delivery whose attempt was recorded meanwhile is left as it is."""
     await conn.execute(
         """UPDATE webhook_deliveries
-              SET next_attempt_at = now(), attempts = greatest(attempts - 1, 0), claimed_until = NULL
+              SET next_attempt_at = now(), attempts = greatest(attempts - 1, 0), claimed_until = NULL,
+                  claimed_by = NULL
            WHERE id = ANY($1::uuid[]) AND status = 'PENDING' AND claimed_until IS NOT NULL""",
         delivery_ids,
     )
@@ -243,6 +254,7 @@ async def record_attempt(
     await conn.execute(
         """UPDATE webhook_deliveries
               SET status = $2, last_status_code = $3, last_error = $4, claimed_until = NULL,
+                  claimed_by = NULL,
                   next_attempt_at = CASE WHEN $2 = 'PENDING' THEN now() + make_interval(secs => $5) END,
                   delivered_at = CASE WHEN $2 = 'DELIVERED' THEN now() END
             WHERE id = $1""",

@@ -18,7 +18,7 @@ BATCH = 50
 async def submit_due_refunds(services: Services) -> int:
     """Submit every refund due now; returns how many the provider acknowledged."""
     lease_s = services.settings.refunds.submit_timeout_s * 2 + 30
-    due = await services.db.transaction(refunds.claim_due_submissions, BATCH, lease_s)
+    due = await services.db.transaction(refunds.claim_due_submissions, BATCH, lease_s, services.node.id)
     acknowledged = 0
     unfinished = {item.refund_id for item in due}
     try:

@@ -19,8 +19,9 @@ client of its own, sized to its slots, whose connections stay open between deliv
 handshake per receiver, not per delivery): test sends (`POST .../webhooks/{id}/test`) go through
 the runtime's and cannot take its connections.
 
-A claim is a lease in the database: if this process dies mid-delivery, the delivery is due again
-when the lease runs out, its attempt counted, so nothing is lost. On shutdown the claims still in
+A claim is a lease in the database, named by this node: if this process dies mid-delivery, the
+delivery is due again as soon as another node sees it gone (`supervisors.claim_takeover`), or when
+the lease runs out, its attempt counted, so nothing is lost. On shutdown the claims still in
 flight are handed back at once, unattempted.
 """
 
@@ -101,6 +102,7 @@ async def _round(
         per_endpoint=IN_FLIGHT_PER_ENDPOINT,
         per_merchant=IN_FLIGHT_PER_MERCHANT,
         lease_s=services.settings.webhooks.timeout_s + LEASE_MARGIN_S,
+        owner=services.node.id,
     )
     for delivery in done.claimed:
         slots.in_flight.add(delivery.id)

@@ -156,6 +156,7 @@ async def test_key_claimed_by_another_process_is_409_in_progress(
         fingerprint=b"\0" * 32,
         lease_s=60,
         retention_s=86400,
+        owner=None,
     )
     response = await create_session(client, shop, "key-1")
     # The stored fingerprint is another request's: a mismatch is reported before "in progress".

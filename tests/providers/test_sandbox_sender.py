@@ -23,6 +23,7 @@ from payorch.providers.sandbox import SandboxProvider, run_event_sender
 from payorch.providers.sandbox.sender import retry_delay_s
 from payorch.storage import sandbox as store
 from payorch.storage.database import Database
+from payorch.storage.nodes import NodeIdentity
 from tests.providers.helpers import events_of, new_checkout
 
 RECEIVER_URL = "http://receiver.test/events"
@@ -66,7 +67,7 @@ async def running_sender(
 ) -> AsyncIterator[None]:
     """The sender, running until the block is left."""
     async with trio.open_nursery() as nursery:
-        await nursery.start(partial(run_event_sender, db, secrets, client, **options))
+        await nursery.start(partial(run_event_sender, db, secrets, client, NodeIdentity(), **options))
         yield
         nursery.cancel_scope.cancel()
 

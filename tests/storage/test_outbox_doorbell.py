@@ -130,7 +130,14 @@ async def test_one_round_fans_a_committed_event_out_and_claims_its_delivery(
 
     async def round_(conn: Connection, limit: int = 10) -> tuple[int, list[uuid.UUID]]:
         done = await fan_out_and_claim(
-            conn, first_wait_s=0, fan_out_limit=200, limit=limit, per_endpoint=4, per_merchant=16, lease_s=60
+            conn,
+            first_wait_s=0,
+            fan_out_limit=200,
+            limit=limit,
+            per_endpoint=4,
+            per_merchant=16,
+            lease_s=60,
+            owner=None,
         )
         return done.fanned_out, [delivery.config_id for delivery in done.claimed]
 
@@ -151,6 +158,7 @@ async def test_a_round_without_free_slots_fans_out_and_claims_nothing(
         per_endpoint=4,
         per_merchant=16,
         lease_s=60,
+        owner=None,
     )
     assert (done.fanned_out, done.claimed) == (1, [])
 
@@ -160,7 +168,14 @@ async def test_a_round_commits_without_waiting_for_the_disk_and_nothing_else_doe
 ) -> None:
     async def round_then_setting(conn: Connection) -> str:
         await fan_out_and_claim(
-            conn, first_wait_s=0, fan_out_limit=200, limit=10, per_endpoint=4, per_merchant=16, lease_s=60
+            conn,
+            first_wait_s=0,
+            fan_out_limit=200,
+            limit=10,
+            per_endpoint=4,
+            per_merchant=16,
+            lease_s=60,
+            owner=None,
         )
         return str(await conn.fetchval("SHOW synchronous_commit"))
 

@@ -74,7 +74,12 @@ async def endpoints(db: Database, settings: Settings) -> dict[str, uuid.UUID]:
 
 async def claim(db: Database, limit: int = 10, per_merchant: int = 100) -> list[ClaimedDelivery]:
     return await db.transaction(
-        claim_due_deliveries, limit=limit, per_endpoint=SHARE, per_merchant=per_merchant, lease_s=60
+        claim_due_deliveries,
+        limit=limit,
+        per_endpoint=SHARE,
+        per_merchant=per_merchant,
+        lease_s=60,
+        owner=None,
     )
 
 
@@ -141,12 +146,14 @@ async def test_a_second_process_claiming_meanwhile_skips_the_endpoints_being_cla
     db: Database, settings: Settings, endpoints: dict[str, uuid.UUID]
 ) -> None:
     async def both(conn: Connection) -> tuple[list[Any], list[Any]]:
-        mine = await claim_due_deliveries(conn, limit=1, per_endpoint=SHARE, per_merchant=100, lease_s=60)
+        mine = await claim_due_deliveries(
+            conn, limit=1, per_endpoint=SHARE, per_merchant=100, lease_s=60, owner=None
+        )
         other = await asyncpg.connect(settings.database.url)  # another process, while this one claims
         try:
             async with other.transaction():
                 theirs = await claim_due_deliveries(
-                    other, limit=10, per_endpoint=SHARE, per_merchant=100, lease_s=60
+                    other, limit=10, per_endpoint=SHARE, per_merchant=100, lease_s=60, owner=None
                 )
         finally:
             await other.close()

@@ -140,6 +140,7 @@ async def link_provider(
         payment_methods=methods,
         credentials=secrets.seal(data.credentials.apiKey),
         key_fingerprint=key_fingerprint(data.credentials.apiKey),
+        owner=services().node.id,
     )
     try:
         registration = await _register(provider, data.credentials.apiKey, application.id)
@@ -198,7 +199,7 @@ async def replace_api_key(
     provider, _ = await _linked(application.id, provider_name)
     await _check_key(provider, data.apiKey)
     db, secrets = services().db, services().secrets
-    await db.transaction(store.begin_key_change, application.id, provider.name)
+    await db.transaction(store.begin_key_change, application.id, provider.name, services().node.id)
     try:
         registration = await _register(provider, data.apiKey, application.id)
     except BaseException:

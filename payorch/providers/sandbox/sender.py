@@ -1,11 +1,12 @@
 """The sandbox's webhook sender: delivers its queued events as signed HTTP POSTs.
 
 Each event has one delivery per endpoint of its account. The loop claims due deliveries (`FOR
-UPDATE SKIP LOCKED` plus a lease, so two processes never send one delivery at once and a dead
-sender's claims are taken over), POSTs them concurrently, and records the answer: 2xx is delivered;
-anything else, a network error or a timeout is retried after a backoff doubling from `retry_base_s`
-up to `retry_cap_s`, until `max_attempts` attempts were made. A delivery that fails in any other way
-is logged and retried the same way: one bad event never stops the loop.
+UPDATE SKIP LOCKED` plus a lease named by this node, so two processes never send one delivery at
+once and a dead sender's claims are taken over as soon as it is seen gone), POSTs them
+concurrently, and records the answer: 2xx is delivered; anything else, a network error or a timeout
+is retried after a backoff doubling from `retry_base_s` up to `retry_cap_s`, until `max_attempts`
+attempts were made. A delivery that fails in any other way is logged and retried the same way: one
+bad event never stops the loop.
 
 The service runs it with an httpx client whose transport is `httpx.ASGITransport(app)`: events
 reach payorch's own HTTP app, through the same route and signature check as any provider's, with no
@@ -24,6 +25,7 @@ from payorch.engine.secretbox import SecretBox
 from payorch.providers.sandbox.signing import SIGNATURE_HEADER, signature_header
 from payorch.storage import sandbox as store
 from payorch.storage.database import Database
+from payorch.storage.nodes import NodeIdentity
 
 log = logging.getLogger("payorch.sandbox.sender")
 
@@ -41,6 +43,7 @@ async def run_event_sender(
     db: Database,
     secrets: SecretBox,
     client: httpx.AsyncClient,
+    node: NodeIdentity,
     *,
     poll_interval_s: float = 0.1,
     batch_size: int = 20,
@@ -55,7 +58,9 @@ async def run_event_sender(
     lease_s = attempt_timeout_s + _LEASE_MARGIN_S
     while True:
         try:
-            claimed = await db.transaction(store.claim_due_deliveries, limit=batch_size, lease_s=lease_s)
+            claimed = await db.transaction(
+                store.claim_due_deliveries, limit=batch_size, lease_s=lease_s, owner=node.id
+            )
         except Exception:
             log.exception("claiming sandbox deliveries failed")
             await trio.sleep(max(poll_interval_s, _PAUSE_AFTER_ERROR_S))

@@ -1,0 +1,82 @@
+"""Nodes: each running payorch process, as the claims it makes name it.
+
+A process draws a node id from the `payorch_nodes` sequence as it starts and holds a session-level
+advisory lock on it (`pg_advisory_lock(NODE_LOCK_CLASS, id)`) on a connection of its own for as long
+as it runs. Every claim it makes records that id beside its lease (migration 0009). When the process
+dies, however it dies, PostgreSQL closes its connection and drops the lock with it, so `LIVE_NODES`,
+read in the same statement as a claim, tells at once whether the claim's owner is still there.
+
+Ids are never reused: a process that loses its connection (a network cut, a restart of PostgreSQL)
+takes a new id when it is back, and the claims named by its old one are taken over by whoever sees
+them first, as after a crash. Until then it names its claims by nobody (`NodeIdentity.id` is None),
+and those claims end only with their leases.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import asyncpg
+import trio
+import triopg
+
+log = logging.getLogger("payorch.nodes")
+
+NODE_LOCK_CLASS = 0x7061796F  # "payo": the first key of every node's advisory lock
+
+# The ids of the nodes alive now, as an SQL array expression. pg_locks is read while the statement
+# runs, after its snapshot was taken, and a node holds its lock before it claims anything: so a
+# claim the statement sees was made by a node this list names, unless that node has died.
+LIVE_NODES = f"""ARRAY(SELECT objid::bigint::integer FROM pg_locks
+    WHERE locktype = 'advisory' AND classid = {NODE_LOCK_CLASS} AND objsubid = 2 AND granted
+      AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))"""
+
+CHECK_EVERY_S = 5.0  # how often the identity's connection is checked
+CHECK_TIMEOUT_S = 5.0
+RECONNECT_INITIAL_S = 0.5
+RECONNECT_MAX_S = 10.0
+
+
+@dataclass
+class NodeIdentity:
+    """This process's node id while it holds the lock on it; None while it does not."""
+
+    id: int | None = None
+
+
+async def hold_node_identity(
+    dsn: str, identity: NodeIdentity, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Take a node id and hold its lock until cancelled; `identity.id` says which. Started once the
+    first id is held (a failure before that propagates: the service cannot name its claims). A
+    connection lost later is reopened, with a new id, after a pause that grows."""
+    started = False
+    pause = RECONNECT_INITIAL_S
+    while True:
+        try:
+            async with triopg.connect(dsn) as conn:
+                node: int = await conn.fetchval("SELECT nextval('payorch_nodes')::integer")
+                await conn.execute("SELECT pg_advisory_lock($1, $2)", NODE_LOCK_CLASS, node)
+                identity.id = node
+                log.info("holding the node identity", extra={"node": node})
+                if not started:
+                    started = True
+                    task_status.started()
+                pause = RECONNECT_INITIAL_S
+                while True:
+                    await trio.sleep(CHECK_EVERY_S)
+                    with trio.fail_after(CHECK_TIMEOUT_S):
+                        await conn.fetchval("SELECT 1")
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, trio.TooSlowError) as error:
+            if not started:
+                raise
+            log.warning(
+                "lost the node identity's connection; other nodes take over this node's claims, and "
+                "claims made until it is back end only with their leases",
+                extra={"node": identity.id, "error": repr(error), "retryInS": pause},
+            )
+        finally:
+            identity.id = None
+        await trio.sleep(pause)
+        pause = min(pause * 2, RECONNECT_MAX_S)

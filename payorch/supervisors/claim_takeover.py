@@ -1,0 +1,53 @@
+"""Claim takeover: once a second, and as this node starts, the claims of nodes that are gone (a
+process killed, a machine lost) are released, so their deliveries and refund submissions are due
+again within about a second of PostgreSQL seeing the node's connection close, not when their leases
+end (`storage.claim_takeover`). A restarted single node thus finishes what its previous run had in
+flight as it starts. Every node runs it; two releasing one claim at once release it once.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from payorch.http.context import Services
+from payorch.storage import claim_takeover
+from payorch.supervisors.restart import supervised
+
+log = logging.getLogger("payorch.supervisors.claim_takeover")
+
+EVERY_S = 1.0
+
+
+async def take_over_claims_of_gone_nodes(services: Services) -> claim_takeover.Released | None:
+    """Release the claims of every gone node; None when there were none."""
+    gone = await services.db.read(claim_takeover.gone_claim_owners)
+    if not gone:
+        return None
+    released = await services.db.transaction(claim_takeover.release_claims_of, gone)
+    log.warning(
+        "took over the claims of nodes that are gone",
+        extra={
+            "nodes": gone,
+            "webhookDeliveries": released.webhook_deliveries,
+            "sandboxDeliveries": released.sandbox_deliveries,
+            "refundSubmissions": released.refund_submissions,
+        },
+    )
+    if released.webhook_deliveries:
+        services.db.outbox_doorbell.ring()  # the delivery loop claims them now, not at its next poll
+    return released
+
+
+async def _takeover_loop(services: Services) -> None:
+    while True:
+        await take_over_claims_of_gone_nodes(services)
+        await trio.sleep(EVERY_S)
+
+
+async def run_claim_takeover(
+    services: Services, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    task_status.started()
+    await supervised(services.supervisors, "claim takeover", _takeover_loop, services)

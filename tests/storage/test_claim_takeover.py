@@ -1,0 +1,127 @@
+"""A claim names its node, and a node that is gone loses its claims at once, while a live node keeps
+its own however long it works: Idempotency-Key claims and provider configuration changes are taken
+over by the request that meets them, deliveries and refund submissions by `release_claims_of`.
+
+"Another node" here is `hold_node_identity` itself, run in a nursery; it is gone when the nursery is
+cancelled, which closes its connection as a killed process's would be closed. (It connects through
+triopg, under the trio_asyncio loop that the `db` fixture opens.)"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+import trio
+
+from payorch.config import Settings
+from payorch.engine.errors import ProviderAlreadyLinked
+from payorch.storage import claim_takeover, idempotency, provider_configs
+from payorch.storage.database import Connection, Database
+from payorch.storage.nodes import NodeIdentity, hold_node_identity
+from payorch.storage.webhook_deliveries import claim_due_deliveries
+from tests.storage.test_webhook_deliveries import _application, _endpoint, _events
+
+
+@asynccontextmanager
+async def another_node(database_dsn: str) -> AsyncIterator[int]:
+    """A node holding its identity until the block is left, when it is gone: its id."""
+    identity = NodeIdentity()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(hold_node_identity, database_dsn, identity)
+        assert identity.id is not None
+        yield identity.id
+        nursery.cancel_scope.cancel()
+
+
+async def _claim_key(db: Database, application_id: uuid.UUID, owner: int | None) -> idempotency.ClaimResult:
+    return await db.transaction(
+        idempotency.claim_idempotency_key,
+        application_id=application_id,
+        scope="POST /api/v1/sessions",
+        key="key-1",
+        fingerprint=b"\1" * 32,
+        lease_s=60,
+        retention_s=86400,
+        owner=owner,
+    )
+
+
+async def test_a_key_claimed_by_a_live_node_stays_in_progress_and_is_taken_over_once_that_node_is_gone(
+    db: Database, settings: Settings, database_dsn: str
+) -> None:
+    application_id = await _application(db, settings)
+    async with another_node(database_dsn) as other:
+        first = await _claim_key(db, application_id, owner=other)
+        assert isinstance(first, idempotency.Claimed)
+        assert isinstance(await _claim_key(db, application_id, owner=None), idempotency.InProgress)
+    # Gone: the retry takes the claim over at once, with the resource id the first request was given.
+    async with another_node(database_dsn) as survivor:
+        assert await _claim_key(db, application_id, owner=survivor) == first
+        assert isinstance(await _claim_key(db, application_id, owner=None), idempotency.InProgress)
+
+
+async def test_a_node_takes_a_new_id_and_never_one_a_gone_node_had(db: Database, database_dsn: str) -> None:
+    async with another_node(database_dsn) as first:
+        pass
+    async with another_node(database_dsn) as second:
+        assert second > first
+
+
+async def _begin_link(db: Database, application_id: uuid.UUID, owner: int | None) -> None:
+    await db.transaction(
+        provider_configs.begin_link,
+        application_id=application_id,
+        provider="sandbox",
+        payment_methods=["card"],
+        credentials=b"sealed",
+        key_fingerprint="sk_sandb...0000",
+        owner=owner,
+    )
+
+
+async def test_a_link_a_gone_node_was_making_may_be_made_again_at_once(
+    db: Database, settings: Settings, database_dsn: str
+) -> None:
+    application_id = await _application(db, settings)
+    async with another_node(database_dsn) as other:
+        await _begin_link(db, application_id, owner=other)
+        with pytest.raises(ProviderAlreadyLinked):
+            await _begin_link(db, application_id, owner=None)
+    await _begin_link(db, application_id, owner=None)
+
+
+async def _owners(conn: Connection) -> list[int | None]:
+    rows = await conn.fetch("SELECT claimed_by FROM webhook_deliveries WHERE claimed_until IS NOT NULL")
+    return [row["claimed_by"] for row in rows]
+
+
+async def test_deliveries_claimed_by_a_gone_node_are_due_again_and_a_live_nodes_stay_claimed(
+    db: Database, settings: Settings, database_dsn: str
+) -> None:
+    application_id = await _application(db, settings)
+    for name in ("first", "second"):
+        await _endpoint(db, application_id, name)
+    await _events(db, application_id, 1)
+
+    async def claim(owner: int, limit: int) -> int:
+        claimed = await db.transaction(
+            claim_due_deliveries, limit=limit, per_endpoint=4, per_merchant=16, lease_s=60, owner=owner
+        )
+        return len(claimed)
+
+    async with another_node(database_dsn) as live:
+        async with another_node(database_dsn) as doomed:
+            assert await claim(doomed, limit=1) == 1
+            assert await claim(live, limit=1) == 1
+            assert await db.read(claim_takeover.gone_claim_owners) == []
+        gone = await db.read(claim_takeover.gone_claim_owners)
+        assert gone == [doomed]
+        released = await db.transaction(claim_takeover.release_claims_of, gone)
+        assert released == claim_takeover.Released(
+            webhook_deliveries=1, sandbox_deliveries=0, refund_submissions=0
+        )
+        assert await db.read(_owners) == [live]
+        assert await claim(live, limit=10) == 1  # the released delivery, due again now
+        assert await db.read(claim_takeover.gone_claim_owners) == []
