@@ -176,6 +176,13 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self._claims_taken_over = Counter(
+            "payorch_claims_taken_over",
+            "Claims of processes that were gone, released by this process so the work is done again: "
+            "webhook_delivery, sandbox_delivery, refund_submission.",
+            ["kind"],
+            registry=self.registry,
+        )
         self._snapshot = _SnapshotCollector()
         self.registry.register(self._snapshot)
 
@@ -207,6 +214,11 @@ class Metrics:
     def webhook_attempt_failure(self, reason: str) -> None:
         """Count one delivery attempt that did not deliver, by `reason` (see `outbound.attempt`)."""
         self._attempt_failures.labels(reason).inc()
+
+    def claims_taken_over(self, kind: str, count: int) -> None:
+        """Count `count` claims of gone processes released by this one (`supervisors.claim_takeover`)."""
+        if count:
+            self._claims_taken_over.labels(kind).inc(count)
 
     def exposition(self, snapshot: RuntimeSnapshot) -> bytes:
         """Every metric in the Prometheus text format, the state gauges read from `snapshot`."""

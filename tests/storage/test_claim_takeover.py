@@ -17,10 +17,12 @@ import trio
 
 from payorch.config import Settings
 from payorch.engine.errors import ProviderAlreadyLinked
+from payorch.runtime import open_runtime
 from payorch.storage import claim_takeover, idempotency, provider_configs
 from payorch.storage.database import Connection, Database
 from payorch.storage.nodes import NodeIdentity, hold_node_identity
 from payorch.storage.webhook_deliveries import claim_due_deliveries
+from tests.helpers import eventually
 from tests.storage.test_webhook_deliveries import _application, _endpoint, _events
 
 
@@ -125,3 +127,25 @@ async def test_deliveries_claimed_by_a_gone_node_are_due_again_and_a_live_nodes_
         assert await db.read(_owners) == [live]
         assert await claim(live, limit=10) == 1  # the released delivery, due again now
         assert await db.read(claim_takeover.gone_claim_owners) == []
+
+
+async def test_a_running_service_takes_over_a_gone_nodes_deliveries_by_itself_and_counts_them(
+    db: Database, settings: Settings, database_dsn: str
+) -> None:
+    application_id = await _application(db, settings)
+    await _endpoint(db, application_id, "receiver")
+    await _events(db, application_id, 1)
+    async with another_node(database_dsn) as doomed:
+        claimed = await db.transaction(
+            claim_due_deliveries, limit=1, per_endpoint=4, per_merchant=16, lease_s=600, owner=doomed
+        )
+        assert len(claimed) == 1
+    async with open_runtime(settings, db) as runtime:
+        client = runtime.app.test_client()
+
+        async def taken_over() -> bool:
+            exposition = await (await client.get("/metrics")).get_data()
+            return b'payorch_claims_taken_over_total{kind="webhook_delivery"} 1.0' in exposition
+
+        await eventually(taken_over, timeout_s=10)
+    assert doomed not in await db.read(_owners)
