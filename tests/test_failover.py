@@ -51,9 +51,10 @@ def _environment(receiver: WebhookReceiver, stripe: FakeStripe) -> dict[str, str
         "PAYORCH_WEBHOOKS__RETRY_SCHEDULE_S": json.dumps([0] + [0.3] * 20),
         "PAYORCH_PROVIDERS__STRIPE__ENABLED": "true",
         "PAYORCH_PROVIDERS__STRIPE__API_BASE": stripe.url,
-        # The killed node's Stripe calls must still be waiting when it dies, however slowly it starts.
-        "PAYORCH_PROVIDERS__STRIPE__TIMEOUT_S": "60",
-        "PAYORCH_ENGINE__PROVIDER_TIMEOUT_S": "60",
+        # The killed node's Stripe calls must still be waiting when it dies, however slowly the test goes
+        # (below the 60 s Idempotency-Key lease, which must outlast a live request's provider call).
+        "PAYORCH_PROVIDERS__STRIPE__TIMEOUT_S": "30",
+        "PAYORCH_ENGINE__PROVIDER_TIMEOUT_S": "30",
     }
 
 
