@@ -51,10 +51,16 @@ T = TypeVar("T")
 
 SESSION_CREATE_SCOPE = "POST /api/v1/sessions"
 # An in-progress claim is taken over by a retry as soon as the node that made it is gone
-# (`storage.nodes`). The lease is the last resort, for a node alive but wedged: it must outlast the
-# longest a live request holds its claim (the provider call's `engine.provider_timeout_s`, 10 s by
-# default, plus storing the answer), so a live owner's claim is never taken.
-CLAIM_LEASE_S = 60.0
+# (`storage.nodes`). The lease is the last resort, for a node alive but wedged: it outlasts the
+# longest a live request holds its claim (its provider call, cut off after `engine.provider_timeout_s`
+# or a refund's `refunds.submit_timeout_s`) by this margin for storing the answer, so a live owner's
+# claim is never taken: 60 s with the default timeouts.
+CLAIM_LEASE_MARGIN_S = 50.0
+
+
+def claim_lease_s(settings: Settings) -> float:
+    """How long an Idempotency-Key claim lasts if its node lives on but never finishes."""
+    return max(settings.engine.provider_timeout_s, settings.refunds.submit_timeout_s) + CLAIM_LEASE_MARGIN_S
 
 
 @dataclass(frozen=True)
@@ -165,7 +171,7 @@ async def claim_idempotency_key(
             scope=scope,
             key=key,
             fingerprint=fingerprint,
-            lease_s=CLAIM_LEASE_S,
+            lease_s=claim_lease_s(context.settings),
             retention_s=context.settings.idempotency.retention_s,
             owner=context.node.id,
         )
@@ -424,7 +430,7 @@ async def _claim_keys(
         application_id=actor.application_id,
         scope=SESSION_CREATE_SCOPE,
         claims=claims,
-        lease_s=CLAIM_LEASE_S,
+        lease_s=claim_lease_s(context.settings),
         retention_s=context.settings.idempotency.retention_s,
         owner=context.node.id,
     )
@@ -440,7 +446,7 @@ async def _claim_keys(
                 scope=SESSION_CREATE_SCOPE,
                 key=claim.key,
                 fingerprint=claim.fingerprint,
-                lease_s=CLAIM_LEASE_S,
+                lease_s=claim_lease_s(context.settings),
                 retention_s=context.settings.idempotency.retention_s,
                 owner=context.node.id,
             )
