@@ -1,6 +1,6 @@
 """Failover in seconds: what a `payorch serve` process killed with SIGKILL had claimed is taken over
 by another process on the same database (or by the same node restarted) at once, not when the
-claims' leases run out. The leases are long here (Idempotency-Key claims 60 s, webhook deliveries
+claims' leases run out. The leases are long here (Idempotency-Key claims 80 s, webhook deliveries
 35 s), and every takeover must be done within FAILOVER_S, well inside them: retried creates get
 201 and one session each (never two), and every held delivery arrives, signed."""
 
@@ -34,7 +34,7 @@ from tests.webhook_receiver import ScriptedResponse, WebhookReceiver
 fake_stripe = stripe_fake.fake_stripe
 webhook_receiver = receiving.webhook_receiver
 
-FAILOVER_S = 15  # against leases of 60 s (Idempotency-Key) and 35 s (webhook delivery)
+FAILOVER_S = 15  # against leases of 80 s (Idempotency-Key) and 35 s (webhook delivery)
 CREATES = 8  # session creates in flight at the killed node, each waiting on a slow Stripe
 DELIVERIES = 4  # webhook deliveries in flight at the killed node (4 = the in-flight limit per endpoint)
 STRIPE_KEY = "sk_test_51FailoverKey0123456789"
@@ -51,8 +51,8 @@ def _environment(receiver: WebhookReceiver, stripe: FakeStripe) -> dict[str, str
         "PAYORCH_WEBHOOKS__RETRY_SCHEDULE_S": json.dumps([0] + [0.3] * 20),
         "PAYORCH_PROVIDERS__STRIPE__ENABLED": "true",
         "PAYORCH_PROVIDERS__STRIPE__API_BASE": stripe.url,
-        # The killed node's Stripe calls must still be waiting when it dies, however slowly the test goes
-        # (below the 60 s Idempotency-Key lease, which must outlast a live request's provider call).
+        # The killed node's Stripe calls must still be waiting when it dies, however slowly the test
+        # goes. The Idempotency-Key lease follows: 30 s + 50 s.
         "PAYORCH_PROVIDERS__STRIPE__TIMEOUT_S": "30",
         "PAYORCH_ENGINE__PROVIDER_TIMEOUT_S": "30",
     }
