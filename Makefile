@@ -26,6 +26,7 @@ migrate: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check payorch tests $(wildcard bench)
 	$(BIN)/ruff format --check payorch tests $(wildcard bench)
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -28,9 +28,9 @@ from bench.load import LoadResult
 from bench.measure import Shape, load_spec, progress, rss_bytes, run_load_process
 from bench.payorch_target import Payorch, bench_settings, create_target, running_payorch
 from bench.shop import Application, sandbox_link, signed_up_merchant
-from payorch.engine.secrets import api_key_prefix, new_api_key, token_hash
 from payorch.storage.database import Connection, open_database
 from payorch.supervisors.housekeeping import SWEEP_EVERY_S
+from payorch.values.secrets import api_key_prefix, new_api_key, token_hash
 
 WARMUP_APPLICATIONS = 200
 SAMPLE_EVERY_S = 0.5

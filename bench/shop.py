@@ -15,7 +15,7 @@ import httpx
 import trio_asyncio
 
 from bench.payorch_target import IDEMPOTENCY_HEADER, SESSION_BODY, SESSIONS_PATH, Payorch
-from payorch.invites import issue_invite
+from payorch.engine.invites import issue_invite
 from payorch.storage.database import open_database
 
 MERCHANT_EMAIL = "bench@merchant.example"

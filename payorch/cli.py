@@ -11,12 +11,12 @@ import trio
 from pydantic import EmailStr, TypeAdapter, ValidationError
 
 from payorch.config import ConfigError, Settings, config_path_from, load_settings
-from payorch.engine.timefmt import iso
-from payorch.invites import issue_invite
+from payorch.engine.invites import issue_invite
 from payorch.logs import configure_logging
 from payorch.service import database_url, serve_until_signalled
 from payorch.storage.database import open_database
 from payorch.storage.migrations import migrate
+from payorch.values.timefmt import iso
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -200,14 +200,6 @@ class Settings(BaseSettings):
     providers: ProviderSettings = ProviderSettings()
     limits: LimitSettings = LimitSettings()
 
-    @property
-    def bind_host(self) -> str:
-        return self.server.bind.rpartition(":")[0].strip("[]")
-
-    @property
-    def bind_port(self) -> int:
-        return int(self.server.bind.rpartition(":")[2])
-
 
 def config_path_from(argument: str | None) -> Path:
     """The file to read: `--config`, else `PAYORCH_CONFIG`, else `config.toml` here."""

@@ -15,9 +15,8 @@ import trio
 
 from payorch.config import Settings
 from payorch.engine.actors import ActorRegistry
-from payorch.engine.checkout import PaymentsContext
+from payorch.engine.context import PaymentsContext
 from payorch.engine.routing import ProviderHealth, RoutingPolicy
-from payorch.engine.secretbox import SecretBox
 from payorch.http.api_key_cache import ApiKeyCache
 from payorch.http.app import create_app
 from payorch.http.context import PayorchApp, Services
@@ -27,18 +26,20 @@ from payorch.outbound.client import webhook_client
 from payorch.providers.base import Provider
 from payorch.providers.catalogue import ProviderCatalogue
 from payorch.providers.sandbox import SandboxProvider
+from payorch.providers.sandbox.pages import serve_checkout_pages
 from payorch.providers.sandbox.sender import run_event_sender
 from payorch.providers.stripe import StripeProvider
 from payorch.storage.application_changes import keep_fresh
 from payorch.storage.database import Database
 from payorch.storage.nodes import NodeIdentity, hold_node_identity
+from payorch.supervision import SupervisorBoard, supervised
 from payorch.supervisors.claim_takeover import run_claim_takeover
 from payorch.supervisors.expiry import run_expiry_supervisor
 from payorch.supervisors.housekeeping import forget_idle_state
 from payorch.supervisors.idempotency import run_idempotency_supervisor
 from payorch.supervisors.refunds import run_refund_supervisor
-from payorch.supervisors.restart import SupervisorBoard, supervised
 from payorch.supervisors.webhooks import run_webhook_supervisor
+from payorch.values.secretbox import SecretBox
 
 
 def enabled_providers(settings: Settings, db: Database, secrets: SecretBox) -> list[Provider]:
@@ -112,6 +113,9 @@ async def open_runtime(settings: Settings, db: Database) -> AsyncIterator[Runtim
             node=node,
         )
         app = create_app(services)
+        sandbox = providers.get("sandbox")
+        if isinstance(sandbox, SandboxProvider):
+            serve_checkout_pages(app, sandbox)
         nursery.start_soon(
             supervised,
             services.supervisors,
@@ -120,7 +124,13 @@ async def open_runtime(settings: Settings, db: Database) -> AsyncIterator[Runtim
             db.dsn,
             [services.api_keys, actors],
         )
-        nursery.start_soon(supervised, services.supervisors, "idle state", forget_idle_state, services)
+        nursery.start_soon(
+            supervised,
+            services.supervisors,
+            "idle state",
+            forget_idle_state,
+            [services.api_keys, services.limits],
+        )
         await nursery.start(run_claim_takeover, services)
         await nursery.start(run_expiry_supervisor, services)
         await nursery.start(run_refund_supervisor, services)

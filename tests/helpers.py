@@ -12,7 +12,7 @@ import trio
 from quart.typing import TestClientProtocol as Client
 
 from payorch.config import Settings
-from payorch.invites import issue_invite
+from payorch.engine.invites import issue_invite
 from payorch.jsonexact import dumps_exact
 from payorch.storage.database import Connection, Database
 

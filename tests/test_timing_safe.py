@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 
 from payorch.engine.access_tokens import AccessClaims, issue_access_token, verify_access_token
-from payorch.engine.timefmt import utcnow
 from payorch.providers.sandbox.signing import (
     SIGNATURE_HEADER,
     SignatureInvalid,
     signature_header,
     verify_signature,
 )
+from payorch.values.timefmt import utcnow
 
 SECRET = "s" * 48
 

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 import jwt
 
-from payorch.engine.errors import AuthenticationRequired
+from payorch.values.errors import AuthenticationRequired
 
 ALGORITHM = "HS256"
 _REQUIRED_CLAIMS = ["sub", "mid", "iat", "exp", "jti"]

@@ -33,9 +33,9 @@ import outcome
 import trio
 
 from payorch import logcontext
-from payorch.engine.errors import DomainError, ServiceBusy, StorageUnavailable
 from payorch.engine.hot_state import HotState
 from payorch.storage.failures import StorageFailure, storage_failure
+from payorch.values.errors import DomainError, ServiceBusy, StorageUnavailable
 
 log = logging.getLogger("payorch.actors")
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -17,33 +16,31 @@ import trio
 
 from payorch.config import Settings
 from payorch.engine.actors import ActorCrashed, ApplicationActor, BatchCommand, Reply
-from payorch.engine.errors import (
-    IdempotencyKeyInProgress,
-    IdempotencyKeyMismatch,
-    NoProviderAvailable,
-    ProviderUnavailable,
-)
-from payorch.engine.money import Money
+from payorch.engine.context import PaymentsContext
 from payorch.engine.records import event_body, new_event_id, session_record
-from payorch.engine.routing import ProviderHealth, eligible_providers, plan_route
-from payorch.engine.secretbox import SecretBox
+from payorch.engine.routing import eligible_providers, plan_route
 from payorch.engine.session_states import SessionEvent, SessionStatus, TransitionRefused, transition
-from payorch.engine.timefmt import iso, utcnow
 from payorch.metrics import Metrics
 from payorch.providers.base import (
     CheckoutCreated,
     CheckoutRequest,
     Credentials,
-    CredentialsRejected,
     ProviderError,
-    RefundRefused,
 )
 from payorch.providers.catalogue import ProviderCatalogue
 from payorch.storage import idempotency, outbox, provider_configs, sessions
 from payorch.storage.database import Connection, Database
 from payorch.storage.failures import StorageFailure, storage_failure
-from payorch.storage.nodes import NodeIdentity
 from payorch.storage.provider_configs import ProviderConfig
+from payorch.values.errors import (
+    IdempotencyKeyInProgress,
+    IdempotencyKeyMismatch,
+    NoProviderAvailable,
+    ProviderUnavailable,
+)
+from payorch.values.money import Money
+from payorch.values.secretbox import SecretBox
+from payorch.values.timefmt import iso, utcnow
 
 log = logging.getLogger("payorch.checkout")
 
@@ -61,41 +58,6 @@ CLAIM_LEASE_MARGIN_S = 50.0
 def claim_lease_s(settings: Settings) -> float:
     """How long an Idempotency-Key claim lasts if its node lives on but never finishes."""
     return max(settings.engine.provider_timeout_s, settings.refunds.submit_timeout_s) + CLAIM_LEASE_MARGIN_S
-
-
-@dataclass(frozen=True)
-class PaymentsContext:
-    """What checkout commands need; one per service, shared by every actor."""
-
-    settings: Settings
-    db: Database
-    secrets: SecretBox
-    providers: ProviderCatalogue
-    health: ProviderHealth
-    metrics: Metrics
-    node: NodeIdentity  # what this process's claims are named by
-
-    @contextmanager
-    def provider_call(self, provider: str, operation: str, timeout_s: float) -> Iterator[None]:
-        """One call to `provider`, cut off after `timeout_s` (`trio.TooSlowError`), counted in the
-        metrics and in routing health by how it ended. A refused refund is an answer, not a
-        failure: counted as `refused`, health untouched."""
-        started = trio.current_time()
-        try:
-            with trio.fail_after(timeout_s):
-                yield
-        except RefundRefused:
-            self.metrics.provider_call(provider, operation, "refused", trio.current_time() - started)
-            raise
-        except (ProviderError, CredentialsRejected, trio.TooSlowError) as error:
-            elapsed = trio.current_time() - started
-            self.health.record_failure(provider, elapsed, trio.current_time())
-            failure = "timeout" if isinstance(error, trio.TooSlowError) else "error"
-            self.metrics.provider_call(provider, operation, failure, elapsed)
-            raise
-        elapsed = trio.current_time() - started
-        self.health.record_success(provider, elapsed, trio.current_time())
-        self.metrics.provider_call(provider, operation, "ok", elapsed)
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,13 @@ import outcome
 import trio
 
 from payorch.engine.actors import ApplicationActor, Reply
-from payorch.engine.checkout import PaymentsContext, apply_session_event, credentials_of
+from payorch.engine.checkout import apply_session_event, credentials_of
+from payorch.engine.context import PaymentsContext
 from payorch.engine.session_states import SessionEvent, SessionStatus
-from payorch.engine.timefmt import utcnow
 from payorch.providers.base import CheckoutClosed, Credentials, CredentialsRejected, ProviderError
 from payorch.storage import provider_configs, sessions
 from payorch.storage.database import Connection
+from payorch.values.timefmt import utcnow
 
 log = logging.getLogger("payorch.expiry")
 

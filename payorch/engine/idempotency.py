@@ -6,10 +6,8 @@ number is written (`10.5` or `10.50`) do not matter.
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import json
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -34,16 +32,3 @@ def request_fingerprint(body: Any, *scope: str) -> bytes:
     """SHA-256 over the canonical JSON of `body` and the `scope` (endpoint, path ids)."""
     canonical = json.dumps([list(scope), _canonical(body)], sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).digest()
-
-
-class KeyState(enum.Enum):
-    IN_PROGRESS = "in_progress"
-    COMPLETED = "completed"
-
-
-@dataclass(frozen=True)
-class StoredAnswer:
-    """The answer given to the first request with a key: replayed to later ones."""
-
-    status: int
-    body: dict[str, Any]

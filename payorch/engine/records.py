@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, get_args
 
-from payorch.engine.money import to_major_units
 from payorch.engine.session_states import WITH_REFUNDS, SessionStatus
-from payorch.engine.timefmt import iso
+from payorch.values.money import to_major_units
+from payorch.values.timefmt import iso
+
+# The events a merchant may subscribe to and receive (the interface's list).
+EventType = Literal["session.completed", "session.expired", "refund.completed", "refund.failed"]
+EVENT_TYPES: tuple[EventType, ...] = get_args(EventType)
 
 
 class SessionLike(Protocol):

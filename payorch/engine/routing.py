@@ -11,8 +11,8 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from payorch.engine.errors import NoProviderAvailable, ProviderUnavailable
-from payorch.engine.money import Money
+from payorch.values.errors import NoProviderAvailable, ProviderUnavailable
+from payorch.values.money import Money
 
 
 @dataclass(frozen=True)

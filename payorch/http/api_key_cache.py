@@ -20,6 +20,8 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 
+import trio
+
 from payorch.storage.applications import ApiKeyOwner
 
 DEFAULT_MAX_ENTRIES = 10_000
@@ -73,6 +75,10 @@ class ApiKeyCache:
         keys nobody uses any more)."""
         for key_hash in [h for h, entry in self._entries.items() if now - entry.cached_at >= self.ttl_s]:
             del self._entries[key_hash]
+
+    def forget_idle(self) -> None:
+        """`forget_expired` now (the housekeeping supervisor's sweep)."""
+        self.forget_expired(trio.current_time())
 
     def forget_application(self, application_id: uuid.UUID) -> None:
         """Drop every key of the application: one was revoked, or its status changed."""

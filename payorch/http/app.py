@@ -27,7 +27,6 @@ from payorch.http.routes import (
     webhooks,
 )
 from payorch.http.validation import LimitedRequest
-from payorch.providers.sandbox import pages as sandbox_pages
 
 
 def _decodable_query_string(query_string: bytes) -> bytes:
@@ -85,7 +84,6 @@ def create_app(services: Services) -> PayorchApp:
         payment_methods.blueprint,
         refunds.blueprint,
         webhooks.blueprint,
-        sandbox_pages.blueprint,
         checkout_result.blueprint,
     ):
         app.register_blueprint(blueprint)

@@ -18,18 +18,18 @@ import trio
 from quart import request
 
 from payorch.engine.access_tokens import verify_access_token
-from payorch.engine.errors import (
+from payorch.http.context import services
+from payorch.http.requestlog import note_application
+from payorch.storage import applications as store
+from payorch.storage.applications import Application
+from payorch.values.errors import (
     ApplicationDisabled,
     AuthenticationRequired,
     NotFound,
     NotPermitted,
     WrongCredentialKind,
 )
-from payorch.engine.secrets import looks_like_api_key, token_hash
-from payorch.http.context import services
-from payorch.http.requestlog import note_application
-from payorch.storage import applications as store
-from payorch.storage.applications import Application
+from payorch.values.secrets import looks_like_api_key, token_hash
 
 API_KEY_HEADER = "X-API-Key"
 R = TypeVar("R")

@@ -11,16 +11,16 @@ from quart_trio import QuartTrio
 
 from payorch.config import Settings
 from payorch.engine.actors import ActorRegistry
-from payorch.engine.checkout import PaymentsContext
+from payorch.engine.context import PaymentsContext
 from payorch.engine.routing import ProviderHealth
-from payorch.engine.secretbox import SecretBox
 from payorch.http.api_key_cache import ApiKeyCache
 from payorch.http.ratelimits import RequestLimits
 from payorch.metrics import Metrics
 from payorch.providers.catalogue import ProviderCatalogue
 from payorch.storage.database import Database
 from payorch.storage.nodes import NodeIdentity
-from payorch.supervisors.restart import SupervisorBoard
+from payorch.supervision import SupervisorBoard
+from payorch.values.secretbox import SecretBox
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from quart import Quart, Response, g, jsonify, request
 from quart_schema import RequestSchemaValidationError
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
-from payorch.engine import errors as domain
 from payorch.http.validation import LimitedBody
+from payorch.values import errors as domain
 
 log = logging.getLogger("payorch.http")
 

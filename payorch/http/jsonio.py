@@ -23,8 +23,8 @@ from typing import Any
 
 from flask.json.provider import JSONProvider
 
-from payorch.engine.errors import FieldProblem, InvalidInput
 from payorch.jsonexact import dumps_exact, loads_exact
+from payorch.values.errors import FieldProblem, InvalidInput
 
 __all__ = [
     "MAX_NESTING_DEPTH",

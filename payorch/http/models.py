@@ -30,11 +30,12 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, InitErrorDetails, PydanticCustomError
 
 from payorch.engine.identifiers import canonical_identifier
-from payorch.engine.pagination import DEFAULT_LIMIT, DEFAULT_PAGE, MAX_LIMIT, PageRequest
 from payorch.engine.passwords import PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH, password_weakness
+from payorch.engine.refund_rules import RefundReason
 from payorch.engine.web_urls import redirect_url_problem, website_url_problem
 from payorch.http.jsonio import first_unstorable_text
 from payorch.jsonexact import dumps_exact
+from payorch.values.pagination import DEFAULT_LIMIT, DEFAULT_PAGE, MAX_LIMIT, PageRequest
 
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=255)]
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100)]
@@ -417,7 +418,7 @@ class RefundLineItem(Body):
 
 class RefundCreateRequest(Body):
     amount: Annotated[Amount, Field(ge=Decimal("0.01")), JSON_NUMBER] | None = None
-    reason: Literal["REQUESTED_BY_CUSTOMER", "DUPLICATE", "FRAUDULENT", "OTHER"] | None = None
+    reason: RefundReason | None = None
     lineItems: Annotated[list[RefundLineItem], Field(max_length=500)] | None = None
 
 

@@ -27,6 +27,8 @@ from quart_schema.openapi import QUART_SCHEMA_OPERATION_ID_ATTRIBUTE, OpenAPIPro
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 from werkzeug.routing.rules import Rule
 
+from payorch.engine.records import EventType
+from payorch.engine.refund_rules import RefundReason
 from payorch.http.models import JSON_NUMBER, JsonNumber, Organization
 
 T = TypeVar("T")
@@ -61,7 +63,6 @@ Timestamp = datetime  # ISO 8601, UTC, milliseconds, `Z`: {"type": "string", "fo
 CurrencyCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")]
 SessionStatus = Literal["PENDING", "SUCCEEDED", "FAILED", "PARTIALLY_REFUNDED", "REFUNDED", "REVERSED"]
 RefundStatus = Literal["PENDING", "COMPLETED", "FAILED"]
-RefundReason = Literal["REQUESTED_BY_CUSTOMER", "DUPLICATE", "FRAUDULENT", "OTHER"]
 
 # --- Errors -------------------------------------------------------------------------------------
 
@@ -297,8 +298,6 @@ class PaymentMethodList(TypedDict):
 
 
 # --- Webhooks -----------------------------------------------------------------------------------
-
-EventType = Literal["session.completed", "session.expired", "refund.completed", "refund.failed"]
 
 
 @with_config(CLOSED)

@@ -30,8 +30,8 @@ from contextlib import contextmanager
 import trio
 
 from payorch.config import LimitSettings
-from payorch.engine.errors import RateLimited
 from payorch.engine.ratelimit import InFlightLimit, RateLimiter, whole_seconds
+from payorch.values.errors import RateLimited
 
 # Test sends (`POST .../webhooks/{id}/test`) in flight at once per merchant. Each may wait on a
 # receiver for the whole `webhooks.timeout_s` while holding a connection of the shared client: this

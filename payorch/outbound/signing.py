@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from payorch.engine.secretbox import SecretBox
+from payorch.values.secretbox import SecretBox
 
 
 def signing_secrets(

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from payorch.engine.money import Money
+from payorch.values.money import Money
 
 
 class ProviderError(Exception):

@@ -9,8 +9,8 @@ from typing import Any
 
 import asyncpg
 
-from payorch.engine.errors import AccountExists, InviteInvalid, InviteUsedOrExpired
 from payorch.storage.database import Connection
+from payorch.values.errors import AccountExists, InviteInvalid, InviteUsedOrExpired
 
 
 @dataclass(frozen=True)

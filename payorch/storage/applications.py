@@ -9,10 +9,10 @@ from typing import Any
 
 import asyncpg
 
-from payorch.engine.errors import NotFound, StatusUnchanged
-from payorch.engine.pagination import PageRequest
 from payorch.storage.application_changes import notify_application_changed
 from payorch.storage.database import Connection
+from payorch.values.errors import NotFound, StatusUnchanged
+from payorch.values.pagination import PageRequest
 
 
 @dataclass(frozen=True)

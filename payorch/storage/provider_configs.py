@@ -8,10 +8,10 @@ from datetime import datetime
 
 import asyncpg
 
-from payorch.engine.errors import ChangeInProgress, NotFound, ProviderAlreadyLinked
-from payorch.engine.pagination import PageRequest
 from payorch.storage.database import Connection
 from payorch.storage.nodes import LIVE_NODES
+from payorch.values.errors import ChangeInProgress, NotFound, ProviderAlreadyLinked
+from payorch.values.pagination import PageRequest
 
 
 @dataclass(frozen=True)

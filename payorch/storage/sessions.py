@@ -11,8 +11,8 @@ from typing import Any
 
 import asyncpg
 
-from payorch.engine.pagination import PageRequest
 from payorch.storage.database import Connection
+from payorch.values.pagination import PageRequest
 
 
 @dataclass(frozen=True)

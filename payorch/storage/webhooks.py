@@ -12,9 +12,9 @@ from typing import Any
 
 import asyncpg
 
-from payorch.engine.errors import NotFound
-from payorch.engine.pagination import PageRequest
 from payorch.storage.database import Connection
+from payorch.values.errors import NotFound
+from payorch.values.pagination import PageRequest
 
 
 @dataclass(frozen=True)

@@ -11,16 +11,16 @@ import logging
 
 import trio
 
-from payorch.http.context import Services
 from payorch.storage import claim_takeover
-from payorch.supervisors.restart import supervised
+from payorch.supervision import supervised
+from payorch.supervisors.context import Background
 
 log = logging.getLogger("payorch.supervisors.claim_takeover")
 
 EVERY_S = 1.0
 
 
-async def take_over_claims_of_gone_nodes(services: Services) -> claim_takeover.Released | None:
+async def take_over_claims_of_gone_nodes(services: Background) -> claim_takeover.Released | None:
     """Release the claims of every gone node; None when there were none."""
     gone = await services.db.read(claim_takeover.gone_claim_owners)
     if not gone:
@@ -43,14 +43,14 @@ async def take_over_claims_of_gone_nodes(services: Services) -> claim_takeover.R
     return released
 
 
-async def _takeover_loop(services: Services) -> None:
+async def _takeover_loop(services: Background) -> None:
     while True:
         await take_over_claims_of_gone_nodes(services)
         await trio.sleep(EVERY_S)
 
 
 async def run_claim_takeover(
-    services: Services, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    services: Background, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
     task_status.started()
     await supervised(services.supervisors, "claim takeover", _takeover_loop, services)

@@ -14,9 +14,9 @@ import logging
 import trio
 
 from payorch.engine.expiry import ExpireSession
-from payorch.http.context import Services
 from payorch.storage import sessions
-from payorch.supervisors.restart import supervised
+from payorch.supervision import supervised
+from payorch.supervisors.context import Background
 
 log = logging.getLogger("payorch.supervisors.expiry")
 
@@ -25,7 +25,7 @@ BATCH = 200
 CONCURRENCY = 32
 
 
-async def expire_due_sessions(services: Services) -> int:
+async def expire_due_sessions(services: Background) -> int:
     """Expire every session due now; returns how many changed."""
     expired = 0
     limiter = trio.CapacityLimiter(CONCURRENCY)
@@ -45,7 +45,7 @@ async def expire_due_sessions(services: Services) -> int:
             return expired
 
 
-async def _expiry_loop(services: Services) -> None:
+async def _expiry_loop(services: Background) -> None:
     while True:
         await expire_due_sessions(services)
         wait = await services.db.read(sessions.seconds_until_next_expiry)
@@ -53,7 +53,7 @@ async def _expiry_loop(services: Services) -> None:
 
 
 async def run_expiry_supervisor(
-    services: Services, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    services: Background, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
     task_status.started()
     await supervised(services.supervisors, "session expiry", _expiry_loop, services)

@@ -8,16 +8,23 @@ actors stop by themselves after `engine.actor_idle_s`).
 
 from __future__ import annotations
 
-import trio
+from collections.abc import Sequence
+from typing import Protocol
 
-from payorch.http.context import Services
+import trio
 
 SWEEP_EVERY_S = 5.0
 
 
-async def forget_idle_state(services: Services) -> None:
+class ForgetsIdle(Protocol):
+    """Something that remembers per-caller state and can drop what nobody needs any more."""
+
+    def forget_idle(self) -> None: ...
+
+
+async def forget_idle_state(keepers: Sequence[ForgetsIdle]) -> None:
     """Runs until cancelled."""
     while True:
         await trio.sleep(SWEEP_EVERY_S)
-        services.api_keys.forget_expired(trio.current_time())
-        services.limits.forget_idle()
+        for keeper in keepers:
+            keeper.forget_idle()

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import trio
 
-from payorch.engine.timefmt import utcnow
-from payorch.http.context import Services
 from payorch.storage.idempotency import delete_expired_idempotency_keys
-from payorch.supervisors.restart import supervised
+from payorch.supervision import supervised
+from payorch.supervisors.context import Background
+from payorch.values.timefmt import utcnow
 
 SWEEP_EVERY_S = 60.0
 
 
-async def delete_expired_keys(services: Services) -> int:
+async def delete_expired_keys(services: Background) -> int:
     """Delete every key past its retention now; returns how many."""
     deleted = 0
     while True:
@@ -22,14 +22,14 @@ async def delete_expired_keys(services: Services) -> int:
             return deleted
 
 
-async def _sweep_loop(services: Services) -> None:
+async def _sweep_loop(services: Background) -> None:
     while True:
         await delete_expired_keys(services)
         await trio.sleep(SWEEP_EVERY_S)
 
 
 async def run_idempotency_supervisor(
-    services: Services, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    services: Background, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
     task_status.started()
     await supervised(services.supervisors, "idempotency key expiry", _sweep_loop, services)

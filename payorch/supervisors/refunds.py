@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import trio
 
-from payorch.engine.refunding import SubmitRefund
-from payorch.http.context import Services
+from payorch.engine.refund_commands import SubmitRefund
 from payorch.storage import refunds
-from payorch.supervisors.restart import supervised
+from payorch.supervision import supervised
+from payorch.supervisors.context import Background
 
 POLL_S = 0.5
 BATCH = 50
 
 
-async def submit_due_refunds(services: Services) -> int:
+async def submit_due_refunds(services: Background) -> int:
     """Submit every refund due now; returns how many the provider acknowledged."""
     lease_s = services.settings.refunds.submit_timeout_s * 2 + 30
     due = await services.db.transaction(refunds.claim_due_submissions, BATCH, lease_s, services.node.id)
@@ -40,14 +40,14 @@ async def submit_due_refunds(services: Services) -> int:
     return acknowledged
 
 
-async def _refund_loop(services: Services) -> None:
+async def _refund_loop(services: Background) -> None:
     while True:
         await submit_due_refunds(services)
         await trio.sleep(POLL_S)
 
 
 async def run_refund_supervisor(
-    services: Services, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    services: Background, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
     task_status.started()
     await supervised(services.supervisors, "refund submission", _refund_loop, services)

@@ -14,14 +14,14 @@ from collections.abc import Sequence
 
 import httpx
 
-from payorch.engine.timefmt import utcnow
-from payorch.http.context import Services
 from payorch.jsonexact import dumps_exact
 from payorch.outbound.attempt import INTERNAL, AttemptResult, send_signed
 from payorch.outbound.signing import signing_secrets
 from payorch.storage import webhook_deliveries, webhooks
 from payorch.storage.database import Connection
 from payorch.storage.webhook_deliveries import ClaimedDelivery
+from payorch.supervisors.context import Background
+from payorch.values.timefmt import utcnow
 
 log = logging.getLogger("payorch.supervisors.webhooks")
 
@@ -42,7 +42,9 @@ def retry_wait_s(schedule: Sequence[float], attempts_made: int, retry_after_s: f
     return max(wait, min(retry_after_s, max(schedule)))
 
 
-async def attempt_delivery(services: Services, client: httpx.AsyncClient, delivery: ClaimedDelivery) -> None:
+async def attempt_delivery(
+    services: Background, client: httpx.AsyncClient, delivery: ClaimedDelivery
+) -> None:
     """Send `delivery` once and record the attempt: DELIVERED on 2xx, else PENDING for its next
     attempt or FAILED when none is left (or the receiver answered 410, which also deactivates the
     configuration). Never raises except `trio.Cancelled`: an unexpected error is logged with the
@@ -70,7 +72,7 @@ async def attempt_delivery(services: Services, client: httpx.AsyncClient, delive
     )
 
 
-async def _send(services: Services, client: httpx.AsyncClient, delivery: ClaimedDelivery) -> AttemptResult:
+async def _send(services: Background, client: httpx.AsyncClient, delivery: ClaimedDelivery) -> AttemptResult:
     secrets = signing_secrets(
         services.secrets,
         secret=delivery.secret,
@@ -91,7 +93,7 @@ async def _send(services: Services, client: httpx.AsyncClient, delivery: Claimed
 
 
 async def _record(
-    services: Services, delivery: ClaimedDelivery, result: AttemptResult
+    services: Background, delivery: ClaimedDelivery, result: AttemptResult
 ) -> tuple[str, float | None]:
     """Record the attempt in one transaction; returns the delivery's outcome and the wait before
     its next attempt."""
@@ -123,7 +125,7 @@ async def _record(
 
 
 async def _record_internal_failure(
-    services: Services, delivery: ClaimedDelivery, unexpected: Exception
+    services: Background, delivery: ClaimedDelivery, unexpected: Exception
 ) -> None:
     """Count the attempt as failed and schedule the next per the schedule alone. If even that cannot
     be recorded, the claim stays: the delivery is due again when its lease runs out."""
@@ -149,7 +151,7 @@ async def _record_internal_failure(
     _count(services, outcome, INTERNAL)
 
 
-def _count(services: Services, outcome: str, failure_reason: str | None) -> None:
+def _count(services: Background, outcome: str, failure_reason: str | None) -> None:
     services.metrics.webhook_delivery_attempt(outcome)
     if failure_reason is not None:
         services.metrics.webhook_attempt_failure(failure_reason)

@@ -33,12 +33,12 @@ import httpx
 import trio
 import triopg
 
-from payorch.http.context import Services
 from payorch.outbound.client import webhook_client
 from payorch.storage import webhook_deliveries
 from payorch.storage.outbox import OutboxDoorbell
 from payorch.storage.webhook_deliveries import ClaimedDelivery
-from payorch.supervisors.restart import supervised
+from payorch.supervision import supervised
+from payorch.supervisors.context import Background
 from payorch.supervisors.webhook_attempts import attempt_delivery
 
 # Attempts in flight at once in one process. Each mostly waits on a receiver, so this is cheap; it
@@ -82,7 +82,7 @@ class DeliverySlots:
 
 
 async def _attempt_in_slot(
-    services: Services, client: httpx.AsyncClient, slots: DeliverySlots, delivery: ClaimedDelivery
+    services: Background, client: httpx.AsyncClient, slots: DeliverySlots, delivery: ClaimedDelivery
 ) -> None:
     await attempt_delivery(services, client, delivery)
     slots.in_flight.discard(delivery.id)
@@ -90,7 +90,7 @@ async def _attempt_in_slot(
 
 
 async def _round(
-    services: Services, client: httpx.AsyncClient, slots: DeliverySlots, nursery: trio.Nursery
+    services: Background, client: httpx.AsyncClient, slots: DeliverySlots, nursery: trio.Nursery
 ) -> int:
     """Fan new events out and claim due deliveries into the free slots, in one transaction; start
     an attempt for each claim. Returns how many events were fanned out."""
@@ -127,7 +127,7 @@ def _is_cancellation(error: BaseException) -> bool:
     return isinstance(error, trio.Cancelled)
 
 
-async def _delivery_loop(services: Services) -> None:
+async def _delivery_loop(services: Background) -> None:
     doorbell = services.db.outbox_doorbell
     slots = DeliverySlots(DELIVERY_SLOTS, doorbell)
     try:
@@ -151,7 +151,7 @@ async def _delivery_loop(services: Services) -> None:
 
 
 async def run_webhook_supervisor(
-    services: Services, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    services: Background, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
     task_status.started()
     await supervised(services.supervisors, "webhook delivery", _delivery_loop, services)

@@ -9,8 +9,8 @@ import jwt
 import pytest
 
 from payorch.engine.access_tokens import AccessClaims, issue_access_token, verify_access_token
-from payorch.engine.errors import AuthenticationRequired
-from payorch.engine.timefmt import utcnow
+from payorch.values.errors import AuthenticationRequired
+from payorch.values.timefmt import utcnow
 
 SECRET = "s" * 48
 CLAIMS = AccessClaims(user_id=uuid.uuid4(), merchant_id=uuid.uuid4())

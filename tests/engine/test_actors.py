@@ -13,7 +13,7 @@ import trio
 import trio.lowlevel
 
 from payorch.engine.actors import ActorCrashed, ActorRegistry, ApplicationActor, BatchCommand, Reply
-from payorch.engine.errors import NotFound, ServiceBusy, StorageUnavailable
+from payorch.values.errors import NotFound, ServiceBusy, StorageUnavailable
 
 
 @dataclass

@@ -7,8 +7,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from payorch.engine.errors import NoProviderAvailable, ProviderUnavailable
-from payorch.engine.money import Money
 from payorch.engine.routing import (
     Circuit,
     ConfigView,
@@ -18,6 +16,8 @@ from payorch.engine.routing import (
     plan_route,
     rank,
 )
+from payorch.values.errors import NoProviderAvailable, ProviderUnavailable
+from payorch.values.money import Money
 
 POLICY = RoutingPolicy()  # threshold 3, cool-down 30 s doubling up to 600 s, probe timeout 30 s
 EUR_10 = Money(1000, "EUR")

@@ -150,7 +150,7 @@ async def _signed_event(
 ) -> tuple[bytes, str]:
     """A `checkout.paid` as the sandbox sends it for the session's checkout (or `checkout_id`),
     signed with this application's endpoint secret."""
-    from payorch.engine.secretbox import SecretBox
+    from payorch.values.secretbox import SecretBox
 
     if checkout_id is None:
         found = await db.read(sessions.get_session, uuid.UUID(session_id))

@@ -16,11 +16,11 @@ import trio
 from quart import Response
 
 from payorch.config import LimitSettings, Settings
+from payorch.engine.invites import issue_invite
 from payorch.http.jsonio import MAX_NESTING_DEPTH
 from payorch.http.models import FREE_FORM_MAX_BYTES, FREE_FORM_MAX_ENTRIES
 from payorch.http.routes.accounts import LOGIN_MAX_BODY_BYTES, SIGNUP_MAX_BODY_BYTES
 from payorch.http.routes.applications import APPLICATION_MAX_BODY_BYTES
-from payorch.invites import issue_invite
 from payorch.runtime import open_runtime
 from payorch.storage.database import Connection, Database
 from tests.helpers import (

@@ -7,7 +7,6 @@ from decimal import Decimal
 
 import pytest
 
-from payorch.engine.errors import FieldProblem, InvalidInput
 from payorch.http.jsonio import (
     MAX_NESTING_DEPTH,
     MAX_NUMBER_DIGITS,
@@ -16,6 +15,7 @@ from payorch.http.jsonio import (
     nests_deeper_than,
 )
 from payorch.jsonexact import loads_exact
+from payorch.values.errors import FieldProblem, InvalidInput
 
 
 def refusal(text: str) -> FieldProblem:

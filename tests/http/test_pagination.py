@@ -11,11 +11,11 @@ from quart import Response
 
 from payorch.config import Settings
 from payorch.engine.access_tokens import AccessClaims, issue_access_token
-from payorch.engine.secrets import token_hash
-from payorch.engine.timefmt import utcnow
-from payorch.invites import issue_invite
+from payorch.engine.invites import issue_invite
 from payorch.storage import accounts
 from payorch.storage.database import Connection, Database
+from payorch.values.secrets import token_hash
+from payorch.values.timefmt import utcnow
 from tests.helpers import Client, Merchant, new_api_key, new_application, signup_body
 
 LISTS = ["applications", "api-keys", "sessions"]

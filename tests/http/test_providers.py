@@ -17,10 +17,10 @@ import pytest
 import trio
 
 from payorch.config import ProviderSettings, SandboxSettings, Settings
-from payorch.engine.secretbox import SecretBox
 from payorch.providers.sandbox.signing import SIGNATURE_HEADER, signature_header
 from payorch.runtime import open_runtime
 from payorch.storage.database import Connection, Database
+from payorch.values.secretbox import SecretBox
 from tests.helpers import (
     Client,
     Merchant,

@@ -17,7 +17,7 @@ import pytest
 from quart import Response
 
 from payorch.config import LimitSettings, Settings
-from payorch.invites import issue_invite
+from payorch.engine.invites import issue_invite
 from payorch.runtime import open_runtime
 from payorch.storage.database import Connection, Database
 from tests.helpers import (

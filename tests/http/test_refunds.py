@@ -12,13 +12,13 @@ import pytest
 import trio
 
 from payorch.config import Settings
-from payorch.engine.timefmt import utcnow
 from payorch.jsonexact import loads_exact
 from payorch.providers.base import ProviderError
 from payorch.providers.sandbox import SandboxProvider
 from payorch.storage import outbox
 from payorch.storage.database import Connection, Database
 from payorch.supervisors.idempotency import delete_expired_keys
+from payorch.values.timefmt import utcnow
 from tests.helpers import Client, Shop, create_session, new_shop, post_json, session_body
 
 

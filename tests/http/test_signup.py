@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from payorch.config import Settings
-from payorch.engine.secrets import token_hash
-from payorch.engine.timefmt import utcnow
-from payorch.invites import issue_invite
+from payorch.engine.invites import issue_invite
 from payorch.storage import accounts
 from payorch.storage.database import Connection, Database
+from payorch.values.secrets import token_hash
+from payorch.values.timefmt import utcnow
 from tests.helpers import PASSWORD, Client, signup_body
 
 

@@ -10,9 +10,9 @@ import pytest
 import trio
 
 from payorch.config import Settings
-from payorch.engine.secretbox import SecretBox
 from payorch.http.ratelimits import TEST_SENDS_PER_MERCHANT
 from payorch.storage.database import Connection, Database
+from payorch.values.secretbox import SecretBox
 from tests import webhook_receiver as receiving
 from tests.helpers import Client, Merchant, new_api_key, new_application, new_merchant
 from tests.webhook_receiver import ScriptedResponse, WebhookReceiver, assert_signed_during_overlap

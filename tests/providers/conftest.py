@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from payorch.engine.secretbox import SecretBox
 from payorch.providers.base import Credentials
 from payorch.providers.sandbox import SandboxProvider
 from payorch.storage.database import Database
+from payorch.values.secretbox import SecretBox
 from tests.conftest import TEST_ENCRYPTION_KEY
 from tests.providers.helpers import DISPUTE_DELAY_MS, REFUND_DELAY_MS, SANDBOX_KEY
 

@@ -8,11 +8,11 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from payorch.engine.money import Money
 from payorch.providers.base import CheckoutRequest, Credentials
 from payorch.providers.sandbox import SandboxProvider
 from payorch.storage import sandbox as store
 from payorch.storage.database import Database
+from payorch.values.money import Money
 
 SANDBOX_KEY = "sk_sandbox_test_0123456789"
 REFUND_DELAY_MS = 500

@@ -9,7 +9,6 @@ import pytest
 import trio
 
 from payorch.config import ProviderSettings, SandboxSettings, Settings
-from payorch.engine.secretbox import SecretBox
 from payorch.providers.base import (
     CheckoutClosed,
     Credentials,
@@ -22,6 +21,7 @@ from payorch.providers.catalogue import ProviderCatalogue
 from payorch.providers.sandbox import SandboxProvider
 from payorch.runtime import enabled_providers
 from payorch.storage.database import Connection, Database
+from payorch.values.secretbox import SecretBox
 from tests.providers.helpers import SANDBOX_KEY, checkout_request, new_checkout
 
 

@@ -8,11 +8,11 @@ from decimal import Decimal
 
 import pytest
 
-from payorch.engine.money import Money
 from payorch.providers.base import Credentials, ProviderError, RefundRequest
 from payorch.providers.sandbox import SandboxProvider
 from payorch.providers.sandbox.adapter import SandboxRefundRefused
 from payorch.storage.database import Connection, Database
+from payorch.values.money import Money
 from tests.providers.helpers import REFUND_DELAY_MS, data_of, events_of, new_checkout
 
 

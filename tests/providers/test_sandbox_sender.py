@@ -17,13 +17,13 @@ from cryptography.fernet import Fernet
 from quart import request
 from quart_trio import QuartTrio
 
-from payorch.engine.secretbox import SecretBox
 from payorch.providers.base import Credentials, EventKind
 from payorch.providers.sandbox import SandboxProvider, run_event_sender
 from payorch.providers.sandbox.sender import retry_delay_s
 from payorch.storage import sandbox as store
 from payorch.storage.database import Database
 from payorch.storage.nodes import NodeIdentity
+from payorch.values.secretbox import SecretBox
 from tests.providers.helpers import events_of, new_checkout
 
 RECEIVER_URL = "http://receiver.test/events"

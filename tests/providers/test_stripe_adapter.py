@@ -15,7 +15,6 @@ import pytest
 import stripe
 import trio
 
-from payorch.engine.money import Money, currency_exponent
 from payorch.providers.base import (
     CheckoutClosed,
     CheckoutRequest,
@@ -32,6 +31,7 @@ from payorch.providers.stripe import StripeProvider, StripeRefundRefused
 from payorch.providers.stripe.adapter import checkout_expiry, checkout_locale
 from payorch.providers.stripe.amounts import MINIMUM_CHARGE, stripe_exponent, to_stripe_amount
 from payorch.providers.stripe.events import EVENTS_API_VERSION
+from payorch.values.money import Money, currency_exponent
 from tests import fake_stripe as stripe_fake
 from tests.fake_stripe import FakeStripe, ScriptedFailure, signature_header
 

@@ -16,12 +16,12 @@ import pytest
 import trio
 
 from payorch.config import Settings
-from payorch.engine.errors import ProviderAlreadyLinked
 from payorch.runtime import open_runtime
 from payorch.storage import claim_takeover, idempotency, provider_configs
 from payorch.storage.database import Connection, Database
 from payorch.storage.nodes import NodeIdentity, hold_node_identity
 from payorch.storage.webhook_deliveries import claim_due_deliveries
+from payorch.values.errors import ProviderAlreadyLinked
 from tests.helpers import eventually
 from tests.storage.test_webhook_deliveries import _application, _endpoint, _events
 

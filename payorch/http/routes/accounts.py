@@ -15,15 +15,15 @@ from quart_schema import (
 )
 
 from payorch.engine.access_tokens import AccessClaims, issue_access_token
-from payorch.engine.errors import InvalidLogin, InviteInvalid
 from payorch.engine.passwords import hash_password, verify_password
-from payorch.engine.secrets import token_hash
-from payorch.engine.timefmt import utcnow
 from payorch.http import openapi_models as api
 from payorch.http.context import services
 from payorch.http.models import LoginRequest, SignupQuery, SignupRequest
 from payorch.http.validation import View, body_limit
 from payorch.storage import accounts as store
+from payorch.values.errors import InvalidLogin, InviteInvalid
+from payorch.values.secrets import token_hash
+from payorch.values.timefmt import utcnow
 
 blueprint = Blueprint("accounts", __name__, url_prefix="/api/v1")
 tag_blueprint(blueprint, ["Accounts"])

@@ -13,9 +13,6 @@ from quart_schema import (
     validate_request,
 )
 
-from payorch.engine.pagination import envelope
-from payorch.engine.secrets import api_key_prefix, new_api_key, token_hash
-from payorch.engine.timefmt import iso
 from payorch.http import openapi_models as api
 from payorch.http.auth import Accept, Principal, application_for, authenticated, parse_id
 from payorch.http.context import services
@@ -30,6 +27,9 @@ from payorch.http.models import (
 from payorch.http.validation import body_limit, validate_optional_request
 from payorch.storage import applications as store
 from payorch.storage.applications import ApiKey, Application
+from payorch.values.pagination import envelope
+from payorch.values.secrets import api_key_prefix, new_api_key, token_hash
+from payorch.values.timefmt import iso
 
 blueprint = Blueprint("applications", __name__, url_prefix="/api/v1/applications")
 tag_blueprint(blueprint, ["Applications and API keys"])

@@ -18,8 +18,8 @@ from quart import Blueprint, Response, request
 
 from payorch.engine.session_states import PAID, SessionStatus
 from payorch.http.context import services
-from payorch.http.html import formatted_amount, html_page
 from payorch.storage import sessions
+from payorch.values.html import formatted_amount, html_page
 
 blueprint = Blueprint("checkout_result", __name__, url_prefix="/checkout")
 

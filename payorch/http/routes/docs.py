@@ -15,7 +15,7 @@ import trio
 from quart import Blueprint, Response, url_for
 from quart_schema import hide
 
-from payorch.engine.errors import NotFound
+from payorch.values.errors import NotFound
 
 blueprint = Blueprint("docs", __name__)
 

@@ -8,13 +8,13 @@ from typing import Any
 from quart import Blueprint
 from quart_schema import document_response, security_scheme, tag_blueprint, validate_querystring
 
-from payorch.engine.errors import FieldProblem, InvalidInput, NotPermitted
 from payorch.http import openapi_models as api
 from payorch.http.auth import Accept, Principal, application_for, authenticated
 from payorch.http.context import services
 from payorch.http.models import PaymentMethodsQuery
 from payorch.http.routes.sessions import money_of
 from payorch.storage import provider_configs
+from payorch.values.errors import FieldProblem, InvalidInput, NotPermitted
 
 blueprint = Blueprint("payment_methods", __name__, url_prefix="/api/v1")
 tag_blueprint(blueprint, ["Payment methods"])

@@ -10,7 +10,6 @@ from quart import Blueprint, request
 from quart_schema import document_response, security_scheme, tag_blueprint
 
 from payorch.engine.checkout import credentials_of
-from payorch.engine.errors import InvalidInput, NotFound, ProviderUnavailable
 from payorch.engine.provider_events import ApplyProviderEvent
 from payorch.http import openapi_models as api
 from payorch.http.auth import parse_id
@@ -18,6 +17,7 @@ from payorch.http.context import services
 from payorch.http.requestlog import note_application
 from payorch.providers.base import EventRejected, ProviderError
 from payorch.storage import provider_configs
+from payorch.values.errors import InvalidInput, NotFound, ProviderUnavailable
 
 blueprint = Blueprint("provider_events", __name__, url_prefix="/api/v1/provider-events")
 tag_blueprint(blueprint, ["Provider events"])

@@ -15,15 +15,6 @@ from quart_schema import (
     validate_request,
 )
 
-from payorch.engine.errors import (
-    NotFound,
-    ProviderCredentialsRejected,
-    ProviderUnavailable,
-    UnsupportedPaymentMethod,
-)
-from payorch.engine.pagination import envelope
-from payorch.engine.secretbox import key_fingerprint
-from payorch.engine.timefmt import iso
 from payorch.http import openapi_models as api
 from payorch.http.auth import Accept, Principal, application_for, authenticated
 from payorch.http.context import services
@@ -42,6 +33,15 @@ from payorch.providers.base import (
 )
 from payorch.storage import provider_configs as store
 from payorch.storage.provider_configs import ProviderConfig
+from payorch.values.errors import (
+    NotFound,
+    ProviderCredentialsRejected,
+    ProviderUnavailable,
+    UnsupportedPaymentMethod,
+)
+from payorch.values.pagination import envelope
+from payorch.values.secretbox import key_fingerprint
+from payorch.values.timefmt import iso
 
 blueprint = Blueprint("providers", __name__, url_prefix="/api/v1")
 tag_blueprint(blueprint, ["Providers"])

@@ -5,9 +5,8 @@ from __future__ import annotations
 from quart import Blueprint, Response, request
 from quart_schema import document_headers, document_response, security_scheme, tag_blueprint
 
-from payorch.engine.errors import NotFound
 from payorch.engine.idempotency import request_fingerprint
-from payorch.engine.refunding import CreateRefund, RefundDraft, refund_scope
+from payorch.engine.refund_commands import CreateRefund, RefundDraft, refund_scope
 from payorch.http import openapi_models as api
 from payorch.http.auth import Accept, Principal, authenticated, parse_id
 from payorch.http.context import services
@@ -16,6 +15,7 @@ from payorch.http.requestlog import note_application
 from payorch.http.routes.sessions import answer_response, idempotency_key, may_read, money_of
 from payorch.http.validation import validate_optional_request
 from payorch.storage import sessions as store
+from payorch.values.errors import NotFound
 
 blueprint = Blueprint("refunds", __name__, url_prefix="/api/v1")
 tag_blueprint(blueprint, ["Refunds"])

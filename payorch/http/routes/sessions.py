@@ -16,26 +16,26 @@ from quart_schema import (
 )
 
 from payorch.engine.checkout import Answer, CreateSession, SessionDraft
-from payorch.engine.errors import FieldProblem, InvalidInput, NotFound, NotPermitted
 from payorch.engine.idempotency import MAX_KEY_LENGTH, request_fingerprint
-from payorch.engine.money import Money, TooManyDecimals, UnknownCurrency
-from payorch.engine.pagination import PageRequest, envelope
 from payorch.engine.records import session_record
-from payorch.engine.refunding import session_with_record
-from payorch.engine.refunds import refund_record
+from payorch.engine.refund_commands import session_with_record
+from payorch.engine.refund_rules import refund_record
 from payorch.http import openapi_models as api
 from payorch.http.auth import Accept, Principal, application_for, authenticated, parse_id
 from payorch.http.context import services
 from payorch.http.models import PageQuery, SessionCreateRequest
+from payorch.http.openapi_models import IDEMPOTENCY_HEADER
 from payorch.http.requestlog import note_application
 from payorch.storage import refunds as refund_store
 from payorch.storage import sessions as store
 from payorch.storage.database import Connection
+from payorch.values.errors import FieldProblem, InvalidInput, NotFound, NotPermitted
+from payorch.values.money import Money, TooManyDecimals, UnknownCurrency
+from payorch.values.pagination import PageRequest, envelope
 
 blueprint = Blueprint("sessions", __name__, url_prefix="/api/v1")
 tag_blueprint(blueprint, ["Sessions"])
 
-IDEMPOTENCY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
 
 

@@ -15,10 +15,7 @@ from quart_schema import (
     validate_request,
 )
 
-from payorch.engine.errors import FieldProblem, InvalidInput, NotFound
-from payorch.engine.pagination import envelope
-from payorch.engine.records import event_body, new_event_id
-from payorch.engine.timefmt import iso, utcnow
+from payorch.engine.records import EVENT_TYPES, event_body, new_event_id
 from payorch.engine.webhook_signing import key_fingerprint, new_signing_secret
 from payorch.http import openapi_models as api
 from payorch.http.auth import Accept, Principal, application_for, authenticated, parse_id
@@ -30,11 +27,12 @@ from payorch.outbound.signing import signing_secrets
 from payorch.outbound.ssrf import UnsafeWebhookUrl, check_webhook_url
 from payorch.storage import webhooks as store
 from payorch.storage.webhooks import DeliveryView, WebhookConfig
+from payorch.values.errors import FieldProblem, InvalidInput, NotFound
+from payorch.values.pagination import envelope
+from payorch.values.timefmt import iso, utcnow
 
 blueprint = Blueprint("webhooks", __name__, url_prefix="/api/v1/applications/<application_id>/webhooks")
 tag_blueprint(blueprint, ["Webhooks"])
-
-EVENT_TYPES = ("session.completed", "session.expired", "refund.completed", "refund.failed")
 
 
 def webhook_body(config: WebhookConfig, signing_secret: str | None = None) -> dict[str, Any]:

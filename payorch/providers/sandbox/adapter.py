@@ -26,8 +26,6 @@ from typing import Any
 
 import asyncpg
 
-from payorch.engine.money import UnknownCurrency, currency_exponent
-from payorch.engine.secretbox import SecretBox
 from payorch.providers.base import (
     CheckoutClosed,
     CheckoutCreated,
@@ -48,6 +46,8 @@ from payorch.providers.sandbox import simulator
 from payorch.providers.sandbox.signing import SignatureInvalid, new_signing_secret, verify_signature
 from payorch.storage import sandbox as store
 from payorch.storage.database import Database
+from payorch.values.money import UnknownCurrency, currency_exponent
+from payorch.values.secretbox import SecretBox
 
 _API_KEY = re.compile(r"sk_sandbox_[A-Za-z0-9_]{8,}")
 _CARD_MAX_MAJOR = 1_000_000  # exclusive: the largest amount is one minor unit less

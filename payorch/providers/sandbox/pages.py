@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from html import escape
 
-from quart import Blueprint, Response, request
+from quart import Blueprint, Quart, Response, current_app, request
 
-from payorch.http.context import services
-from payorch.http.html import formatted_amount, html_page, see_other
 from payorch.providers.sandbox import simulator
 from payorch.providers.sandbox.adapter import SandboxProvider
 from payorch.storage.sandbox import SandboxCheckout
+from payorch.values.html import formatted_amount, html_page, see_other
 
 blueprint = Blueprint("sandbox_pages", __name__, url_prefix="/sandbox")
 
@@ -26,8 +25,18 @@ _METHOD_NAMES = {"card": "Card", "apple_pay": "Apple Pay (test card)", "blik": "
 _FIELD_LABELS = {simulator.CARD_FIELD: "Card number", simulator.BLIK_FIELD: "BLIK code"}
 
 
+_EXTENSION = "payorch.sandbox"
+
+
+def serve_checkout_pages(app: Quart, sandbox: SandboxProvider) -> None:
+    """Serve `sandbox`'s checkout pages on `app`. The runtime, which builds both, calls it when the
+    sandbox is enabled; the pages know nothing of the rest of the HTTP app."""
+    app.extensions[_EXTENSION] = sandbox
+    app.register_blueprint(blueprint)
+
+
 def _provider() -> SandboxProvider | None:
-    provider = services().providers.get("sandbox")
+    provider = current_app.extensions.get(_EXTENSION)
     return provider if isinstance(provider, SandboxProvider) else None
 
 

@@ -21,11 +21,11 @@ import time
 import httpx
 import trio
 
-from payorch.engine.secretbox import SecretBox
 from payorch.providers.sandbox.signing import SIGNATURE_HEADER, signature_header
 from payorch.storage import sandbox as store
 from payorch.storage.database import Database
 from payorch.storage.nodes import NodeIdentity
+from payorch.values.secretbox import SecretBox
 
 log = logging.getLogger("payorch.sandbox.sender")
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from payorch.engine.money import Money, currency_exponent
 from payorch.providers.base import Limits, ProviderError
+from payorch.values.money import Money, currency_exponent
 
 PAYMENT_METHODS: Final = frozenset({"card", "apple_pay", "blik"})
 # Stripe's zero-decimal currencies (https://docs.stripe.com/currencies#zero-decimal).

@@ -9,7 +9,7 @@ from html import escape
 
 from quart import Response
 
-from payorch.engine.money import to_major_units
+from payorch.values.money import to_major_units
 
 STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 40rem; margin: 2rem auto; padding: 0 1rem; }

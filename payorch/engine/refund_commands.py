@@ -19,13 +19,10 @@ import tenacity
 import trio
 
 from payorch.engine.actors import ApplicationActor, Reply
-from payorch.engine.checkout import Answer, PaymentsContext, claim_idempotency_key, credentials_of
-from payorch.engine.errors import (
-    NotFound,
-)
-from payorch.engine.money import Money
+from payorch.engine.checkout import Answer, claim_idempotency_key, credentials_of
+from payorch.engine.context import PaymentsContext
 from payorch.engine.records import event_body, new_event_id, session_record
-from payorch.engine.refunds import (
+from payorch.engine.refund_rules import (
     RefundStatus,
     refund_amount,
     refund_created_body,
@@ -38,6 +35,10 @@ from payorch.providers.base import ProviderError, RefundRefused, RefundRequest, 
 from payorch.storage import idempotency, outbox, provider_configs, refunds, sessions
 from payorch.storage.database import Connection
 from payorch.storage.refunds import Refund
+from payorch.values.errors import (
+    NotFound,
+)
+from payorch.values.money import Money
 
 log = logging.getLogger("payorch.refunds")
 

@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 from quart import jsonify, request
 
-from payorch.engine.money import (
+from payorch.http.context import PayorchApp
+from payorch.http.jsonio import ExactJsonProvider, dumps_exact, loads_exact
+from payorch.values.money import (
     AmountOutOfRange,
     TooManyDecimals,
     UnknownCurrency,
@@ -16,8 +18,6 @@ from payorch.engine.money import (
     to_major_units,
     to_minor_units,
 )
-from payorch.http.context import PayorchApp
-from payorch.http.jsonio import ExactJsonProvider, dumps_exact, loads_exact
 
 # --- minor units ----------------------------------------------------------------------------------
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 import enum
 import uuid
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, get_args
 
-from payorch.engine.errors import RefundExceedsBalance, SessionNotRefundable
-from payorch.engine.money import to_major_units
 from payorch.engine.session_states import REFUNDABLE, SessionStatus
-from payorch.engine.timefmt import iso
+from payorch.values.errors import RefundExceedsBalance, SessionNotRefundable
+from payorch.values.money import to_major_units
+from payorch.values.timefmt import iso
 
-REFUND_REASONS = ("REQUESTED_BY_CUSTOMER", "DUPLICATE", "FRAUDULENT", "OTHER")
+# The reasons a merchant may give for a refund (the interface's list): validated, stored, documented.
+RefundReason = Literal["REQUESTED_BY_CUSTOMER", "DUPLICATE", "FRAUDULENT", "OTHER"]
+REFUND_REASONS: tuple[RefundReason, ...] = get_args(RefundReason)
 
 
 class RefundStatus(enum.StrEnum):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from payorch.engine.secrets import (
+from payorch.values.secrets import (
     api_key_prefix,
     looks_like_api_key,
     new_api_key,

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from payorch.config import Settings
-from payorch.engine.secrets import new_invite_token, token_hash
-from payorch.engine.timefmt import utcnow
 from payorch.storage import accounts
 from payorch.storage.database import Database
+from payorch.values.secrets import new_invite_token, token_hash
+from payorch.values.timefmt import utcnow
 
 
 @dataclass(frozen=True)

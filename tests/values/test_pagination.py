@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from payorch.engine.pagination import DEFAULT_LIMIT, DEFAULT_PAGE, MAX_OFFSET, PageRequest, envelope
+from payorch.values.pagination import DEFAULT_LIMIT, DEFAULT_PAGE, MAX_OFFSET, PageRequest, envelope
 
 
 def test_page_request_defaults_to_page_1_of_20() -> None:

@@ -1,0 +1,55 @@
+"""What the commands of every application's actor share: one `PaymentsContext` per service, built by
+the runtime, holding the settings, the database, the sealed-secret box, the providers and their
+health, the metrics and this node's identity, and timing every provider call the same way."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import trio
+
+from payorch.config import Settings
+from payorch.engine.routing import ProviderHealth
+from payorch.metrics import Metrics
+from payorch.providers.base import CredentialsRejected, ProviderError, RefundRefused
+from payorch.providers.catalogue import ProviderCatalogue
+from payorch.storage.database import Database
+from payorch.storage.nodes import NodeIdentity
+from payorch.values.secretbox import SecretBox
+
+
+@dataclass(frozen=True)
+class PaymentsContext:
+    """What the commands need; one per service, shared by every actor."""
+
+    settings: Settings
+    db: Database
+    secrets: SecretBox
+    providers: ProviderCatalogue
+    health: ProviderHealth
+    metrics: Metrics
+    node: NodeIdentity  # what this process's claims are named by
+
+    @contextmanager
+    def provider_call(self, provider: str, operation: str, timeout_s: float) -> Iterator[None]:
+        """One call to `provider`, cut off after `timeout_s` (`trio.TooSlowError`), counted in the
+        metrics and in routing health by how it ended. A refused refund is an answer, not a
+        failure: counted as `refused`, health untouched."""
+        started = trio.current_time()
+        try:
+            with trio.fail_after(timeout_s):
+                yield
+        except RefundRefused:
+            self.metrics.provider_call(provider, operation, "refused", trio.current_time() - started)
+            raise
+        except (ProviderError, CredentialsRejected, trio.TooSlowError) as error:
+            elapsed = trio.current_time() - started
+            self.health.record_failure(provider, elapsed, trio.current_time())
+            failure = "timeout" if isinstance(error, trio.TooSlowError) else "error"
+            self.metrics.provider_call(provider, operation, failure, elapsed)
+            raise
+        elapsed = trio.current_time() - started
+        self.health.record_success(provider, elapsed, trio.current_time())
+        self.metrics.provider_call(provider, operation, "ok", elapsed)
