@@ -21,13 +21,12 @@ import trio
 from payorch.engine.actors import ApplicationActor, Reply
 from payorch.engine.checkout import Answer, claim_idempotency_key, credentials_of
 from payorch.engine.context import PaymentsContext
-from payorch.engine.records import event_body, new_event_id, session_record
+from payorch.engine.records import event_body, new_event_id
 from payorch.engine.refund_rules import (
     RefundStatus,
     refund_amount,
     refund_created_body,
     refund_event_data,
-    refund_record,
 )
 from payorch.engine.session_states import REFUNDABLE, WITH_REFUNDS, SessionStatus, status_for_refunded
 from payorch.metrics import Metrics
@@ -376,19 +375,6 @@ async def _record_attempt(
     return True
 
 
-async def session_with_record(
-    conn: Connection, session_id: uuid.UUID
-) -> tuple[sessions.CheckoutSession, dict[str, Any]] | None:
-    """The session and its read record with its refunds (one statement: `Database.read` is enough
-    for the two to agree); None when there is no such session."""
-    read = await refunds.session_with_refunds(conn, session_id)
-    if read is None:
-        return None
-    session, found = read
-    shown = found if session.status in WITH_REFUNDS else []
-    return session, session_record(session, [refund_record(refund) for refund in shown])
-
-
 __all__ = [
     "REFUNDABLE",
     "CreateRefund",
@@ -396,5 +382,4 @@ __all__ = [
     "SubmitRefund",
     "apply_refund_outcome",
     "refund_scope",
-    "session_with_record",
 ]

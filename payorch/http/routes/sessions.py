@@ -17,21 +17,16 @@ from quart_schema import (
 
 from payorch.engine.checkout import Answer, CreateSession, SessionDraft
 from payorch.engine.idempotency import MAX_KEY_LENGTH, request_fingerprint
-from payorch.engine.records import session_record
-from payorch.engine.refund_commands import session_with_record
-from payorch.engine.refund_rules import refund_record
+from payorch.engine.reads import session_page, session_with_record
 from payorch.http import openapi_models as api
 from payorch.http.auth import Accept, Principal, application_for, authenticated, parse_id
 from payorch.http.context import services
 from payorch.http.models import PageQuery, SessionCreateRequest
 from payorch.http.openapi_models import IDEMPOTENCY_HEADER
 from payorch.http.requestlog import note_application
-from payorch.storage import refunds as refund_store
-from payorch.storage import sessions as store
-from payorch.storage.database import Connection
 from payorch.values.errors import FieldProblem, InvalidInput, NotFound, NotPermitted
 from payorch.values.money import Money, TooManyDecimals, UnknownCurrency
-from payorch.values.pagination import PageRequest, envelope
+from payorch.values.pagination import envelope
 
 blueprint = Blueprint("sessions", __name__, url_prefix="/api/v1")
 tag_blueprint(blueprint, ["Sessions"])
@@ -168,14 +163,5 @@ async def list_sessions(application_id: str, query_args: PageQuery, principal: P
     """The application's checkout sessions, each with its refunds where it can have any."""
     application = await application_for(principal, application_id)
     page = query_args.page_request
-    items, total = await services().db.snapshot(_session_page, application.id, page)
+    items, total = await services().db.snapshot(session_page, application.id, page)
     return envelope(items, page, total)
-
-
-async def _session_page(
-    conn: Connection, application_id: uuid.UUID, page: PageRequest
-) -> tuple[list[dict[str, Any]], int]:
-    """A page of session records with their refunds, read from one snapshot."""
-    found, total = await store.list_sessions(conn, application_id, page)
-    refunds = await refund_store.refunds_of_sessions(conn, [item.id for item in found])
-    return [session_record(item, [refund_record(r) for r in refunds[item.id]]) for item in found], total

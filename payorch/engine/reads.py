@@ -1,0 +1,37 @@
+"""Reads of sessions as the interface shows them: a session with its refunds, and a page of them.
+Each is consistent by itself: one statement, or one snapshot."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from payorch.engine.records import session_record
+from payorch.engine.refund_rules import refund_record
+from payorch.engine.session_states import WITH_REFUNDS
+from payorch.storage import refunds, sessions
+from payorch.storage.database import Connection
+from payorch.values.pagination import PageRequest
+
+
+async def session_with_record(
+    conn: Connection, session_id: uuid.UUID
+) -> tuple[sessions.CheckoutSession, dict[str, Any]] | None:
+    """The session and its read record with its refunds (one statement: `Database.read` is enough
+    for the two to agree); None when there is no such session."""
+    read = await refunds.session_with_refunds(conn, session_id)
+    if read is None:
+        return None
+    session, found = read
+    shown = found if session.status in WITH_REFUNDS else []
+    return session, session_record(session, [refund_record(refund) for refund in shown])
+
+
+async def session_page(
+    conn: Connection, application_id: uuid.UUID, page: PageRequest
+) -> tuple[list[dict[str, Any]], int]:
+    """A page of the application's session records with their refunds. Run it in
+    `Database.snapshot`, so the sessions and their refunds are read as of one moment."""
+    found, total = await sessions.list_sessions(conn, application_id, page)
+    by_session = await refunds.refunds_of_sessions(conn, [item.id for item in found])
+    return [session_record(item, [refund_record(r) for r in by_session[item.id]]) for item in found], total
