@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import uuid
 from datetime import datetime
-from typing import Any, Literal, Protocol, get_args
+from typing import Any, Literal, Protocol
 
 from payorch.engine.session_states import REFUNDABLE, SessionStatus
 from payorch.values.errors import RefundExceedsBalance, SessionNotRefundable
@@ -14,7 +14,6 @@ from payorch.values.timefmt import iso
 
 # The reasons a merchant may give for a refund (the interface's list): validated, stored, documented.
 RefundReason = Literal["REQUESTED_BY_CUSTOMER", "DUPLICATE", "FRAUDULENT", "OTHER"]
-REFUND_REASONS: tuple[RefundReason, ...] = get_args(RefundReason)
 
 
 class RefundStatus(enum.StrEnum):

@@ -163,17 +163,11 @@ async def complete_idempotency_key(
     )
 
 
-async def release_idempotency_key(
-    conn: Connection, *, application_id: uuid.UUID, scope: str, key: str
-) -> None:
-    """Forget an in-progress claim whose request changed nothing, so the caller may retry."""
-    await release_idempotency_keys(conn, application_id=application_id, scope=scope, keys=[key])
-
-
 async def release_idempotency_keys(
     conn: Connection, *, application_id: uuid.UUID, scope: str, keys: Sequence[str]
 ) -> None:
-    """`release_idempotency_key` for each of `keys`, in one statement."""
+    """Forget the in-progress claims of `keys` whose requests changed nothing, so the callers may
+    retry (one statement)."""
     await conn.execute(
         """DELETE FROM idempotency_keys
            WHERE application_id = $1 AND scope = $2 AND key = ANY($3::text[]) AND response_status IS NULL""",
