@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import outcome
 import trio
 
-from payorch.config import Settings
 from payorch.engine.actors import ActorCrashed, ApplicationActor, BatchCommand, Reply
 from payorch.engine.context import PaymentsContext
+from payorch.engine.idempotency import (
+    Answer,
+    claim_idempotency_keys,
+    in_progress,
+)
 from payorch.engine.records import event_body, new_event_id, session_record
 from payorch.engine.routing import eligible_providers, plan_route
 from payorch.engine.session_states import SessionEvent, SessionStatus, TransitionRefused, transition
@@ -33,8 +37,6 @@ from payorch.storage.database import Connection, Database
 from payorch.storage.failures import StorageFailure, storage_failure
 from payorch.storage.provider_configs import ProviderConfig
 from payorch.values.errors import (
-    IdempotencyKeyInProgress,
-    IdempotencyKeyMismatch,
     NoProviderAvailable,
     ProviderUnavailable,
 )
@@ -47,26 +49,6 @@ log = logging.getLogger("payorch.checkout")
 T = TypeVar("T")
 
 SESSION_CREATE_SCOPE = "POST /api/v1/sessions"
-# An in-progress claim is taken over by a retry as soon as the node that made it is gone
-# (`storage.nodes`). The lease is the last resort, for a node alive but wedged: it outlasts the
-# longest a live request holds its claim (its provider call, cut off after `engine.provider_timeout_s`
-# or a refund's `refunds.submit_timeout_s`) by this margin for storing the answer, so a live owner's
-# claim is never taken: 60 s with the default timeouts.
-CLAIM_LEASE_MARGIN_S = 50.0
-
-
-def claim_lease_s(settings: Settings) -> float:
-    """How long an Idempotency-Key claim lasts if its node lives on but never finishes."""
-    return max(settings.engine.provider_timeout_s, settings.refunds.submit_timeout_s) + CLAIM_LEASE_MARGIN_S
-
-
-@dataclass(frozen=True)
-class Answer:
-    """An HTTP answer to give (and, for idempotent requests, to replay)."""
-
-    status: int
-    body: dict[str, Any]
-    replayed: bool = False
 
 
 @dataclass(frozen=True)
@@ -92,73 +74,6 @@ class _Routed:
     provider: str
     score: float
     created: CheckoutCreated
-
-
-@dataclass(frozen=True)
-class Fresh(Generic[T]):
-    """A fresh claim of an Idempotency-Key, and what was done under it in the same transaction."""
-
-    claim: idempotency.Claimed
-    value: T
-
-
-async def claim_idempotency_key(
-    actor: ApplicationActor[PaymentsContext],
-    reply: Reply[Answer],
-    *,
-    scope: str,
-    key: str,
-    fingerprint: bytes,
-    then: Callable[[Connection, idempotency.Claimed], Awaitable[T]],
-) -> Fresh[T] | None:
-    """Claim `key` (in `scope`) for this request, in the database so other processes see it too,
-    and for a fresh claim run `then(conn, claim)` in the same transaction: one round trip, and if
-    `then` raises, the claim is undone with it (the key stays free for a retry).
-
-    None when the key was seen before, and `reply` has its answer: the first request's answer
-    again, `IdempotencyKeyMismatch` when the key came with other parameters, or
-    `IdempotencyKeyInProgress` while its first request is still running, here or in another
-    process."""
-    context = actor.context
-    if f"{scope}:{key}" in actor.in_flight:
-        reply.fail(_in_progress())
-        return None
-
-    async def claim_then(
-        conn: Connection,
-    ) -> idempotency.Replay | idempotency.Mismatch | idempotency.InProgress | Fresh[T]:
-        claim = await idempotency.claim_idempotency_key(
-            conn,
-            application_id=actor.application_id,
-            scope=scope,
-            key=key,
-            fingerprint=fingerprint,
-            lease_s=claim_lease_s(context.settings),
-            retention_s=context.settings.idempotency.retention_s,
-            owner=context.node.id,
-        )
-        if isinstance(claim, idempotency.Claimed):
-            return Fresh(claim, await then(conn, claim))
-        return claim
-
-    claimed = await context.db.transaction(claim_then)
-    if isinstance(claimed, Fresh):
-        return claimed
-    _answer_seen_key(claimed, reply)
-    return None
-
-
-def _answer_seen_key(
-    result: idempotency.Replay | idempotency.Mismatch | idempotency.InProgress, reply: Reply[Answer]
-) -> None:
-    """Answer a request whose Idempotency-Key was seen before: the first request's answer again,
-    or why it cannot be (used with other parameters, or still in progress)."""
-    if isinstance(result, idempotency.Replay):
-        reply.send(Answer(result.status, result.body, replayed=True))
-    elif isinstance(result, idempotency.Mismatch):
-        reply.fail(IdempotencyKeyMismatch("this Idempotency-Key was used with different parameters"))
-    else:
-        reply.fail(_in_progress())
 
 
 def credentials_of(secrets: SecretBox, config: ProviderConfig) -> Credentials:
@@ -187,7 +102,7 @@ class CreateSession(BatchCommand[PaymentsContext, Answer]):
         for command, reply in batch:
             key = command.idempotency_key
             if key in waiting or f"{SESSION_CREATE_SCOPE}:{key}" in actor.in_flight:
-                reply.fail(_in_progress())
+                reply.fail(in_progress())
             else:
                 waiting[key] = (command, reply)
         if not waiting:
@@ -197,7 +112,11 @@ class CreateSession(BatchCommand[PaymentsContext, Answer]):
             for config in await active_provider_configs(actor)
             if context.providers.get(config.provider) is not None
         }
-        claimed = await _claim_keys(actor, waiting)
+        claimed = await claim_idempotency_keys(
+            actor,
+            SESSION_CREATE_SCOPE,
+            {key: (command.fingerprint, reply) for key, (command, reply) in waiting.items()},
+        )
         unclaimed: list[str] = []
         for key, session_id in claimed.items():
             command, reply = waiting[key]
@@ -362,10 +281,6 @@ async def _store_each(db: Database, stored: list[tuple[sessions.AnsweredSession,
             reply.send(Answer(answered.status, answered.body))
 
 
-def _in_progress() -> IdempotencyKeyInProgress:
-    return IdempotencyKeyInProgress("a request with this Idempotency-Key is in progress", retry_after=1)
-
-
 async def active_provider_configs(actor: ApplicationActor[PaymentsContext]) -> tuple[ProviderConfig, ...]:
     """The application's active provider configurations, as its actor holds them (read if not)."""
     hot = actor.hot
@@ -377,50 +292,6 @@ async def active_provider_configs(actor: ApplicationActor[PaymentsContext]) -> t
         )
         hot.keep_provider_configs(configs, generation)
     return configs
-
-
-async def _claim_keys(
-    actor: ApplicationActor[PaymentsContext], waiting: dict[str, tuple[CreateSession, Reply[Answer]]]
-) -> dict[str, uuid.UUID]:
-    """Claim the Idempotency-Keys of `waiting`: new keys in one statement, and the few seen before
-    in one transaction, which answers each of those (replay, mismatch, in progress) or takes its
-    abandoned claim over. The session id of each key claimed."""
-    context = actor.context
-    claims = [idempotency.NewClaim(key, command.fingerprint) for key, (command, _) in waiting.items()]
-    claimed = await context.db.read(
-        idempotency.claim_new_idempotency_keys,
-        application_id=actor.application_id,
-        scope=SESSION_CREATE_SCOPE,
-        claims=claims,
-        lease_s=claim_lease_s(context.settings),
-        retention_s=context.settings.idempotency.retention_s,
-        owner=context.node.id,
-    )
-    seen = [claim for claim in claims if claim.key not in claimed]
-    if not seen:
-        return claimed
-
-    async def claim_each(conn: Connection) -> list[idempotency.ClaimResult]:
-        return [
-            await idempotency.claim_idempotency_key(
-                conn,
-                application_id=actor.application_id,
-                scope=SESSION_CREATE_SCOPE,
-                key=claim.key,
-                fingerprint=claim.fingerprint,
-                lease_s=claim_lease_s(context.settings),
-                retention_s=context.settings.idempotency.retention_s,
-                owner=context.node.id,
-            )
-            for claim in seen
-        ]
-
-    for claim, result in zip(seen, await context.db.transaction(claim_each), strict=True):
-        if isinstance(result, idempotency.Claimed):
-            claimed[claim.key] = result.resource_id
-        else:
-            _answer_seen_key(result, waiting[claim.key][1])
-    return claimed
 
 
 def _accepts(providers: ProviderCatalogue) -> Callable[[str, str, Money], bool]:

@@ -1,4 +1,6 @@
-"""Idempotency keys: what makes two requests "the same", and the rules for a key seen again.
+"""Idempotency keys: what makes two requests "the same", how an application's actor claims a key
+(session creates claim theirs in batches, refund creates one at a time: both through here), and
+what a request whose key was seen before is answered.
 
 "Same body" means the same parsed JSON, not the same bytes: key order, white space and the way a
 number is written (`10.5` or `10.50`) do not matter.
@@ -8,8 +10,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+from payorch.config import Settings
+from payorch.engine.actors import ApplicationActor, Reply
+from payorch.engine.context import PaymentsContext
+from payorch.storage import idempotency as store
+from payorch.storage.database import Connection
+from payorch.values.errors import IdempotencyKeyInProgress, IdempotencyKeyMismatch
+
+T = TypeVar("T")
 
 MAX_KEY_LENGTH = 255
 
@@ -32,3 +46,139 @@ def request_fingerprint(body: Any, *scope: str) -> bytes:
     """SHA-256 over the canonical JSON of `body` and the `scope` (endpoint, path ids)."""
     canonical = json.dumps([list(scope), _canonical(body)], sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).digest()
+
+
+# An in-progress claim is taken over by a retry as soon as the node that made it is gone
+# (`storage.nodes`). The lease is the last resort, for a node alive but wedged: it outlasts the
+# longest a live request holds its claim (its provider call, cut off after `engine.provider_timeout_s`
+# or a refund's `refunds.submit_timeout_s`) by this margin for storing the answer, so a live owner's
+# claim is never taken: 60 s with the default timeouts.
+CLAIM_LEASE_MARGIN_S = 50.0
+
+
+def claim_lease_s(settings: Settings) -> float:
+    """How long an Idempotency-Key claim lasts if its node lives on but never finishes."""
+    return max(settings.engine.provider_timeout_s, settings.refunds.submit_timeout_s) + CLAIM_LEASE_MARGIN_S
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An HTTP answer to give (and, for idempotent requests, to replay)."""
+
+    status: int
+    body: dict[str, Any]
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class Fresh(Generic[T]):
+    """A fresh claim of an Idempotency-Key, and what was done under it in the same transaction."""
+
+    claim: store.Claimed
+    value: T
+
+
+async def claim_idempotency_key(
+    actor: ApplicationActor[PaymentsContext],
+    reply: Reply[Answer],
+    *,
+    scope: str,
+    key: str,
+    fingerprint: bytes,
+    then: Callable[[Connection, store.Claimed], Awaitable[T]],
+) -> Fresh[T] | None:
+    """Claim `key` (in `scope`) for this request, in the database so other processes see it too,
+    and for a fresh claim run `then(conn, claim)` in the same transaction: one round trip, and if
+    `then` raises, the claim is undone with it (the key stays free for a retry).
+
+    None when the key was seen before, and `reply` has its answer: the first request's answer
+    again, `IdempotencyKeyMismatch` when the key came with other parameters, or
+    `IdempotencyKeyInProgress` while its first request is still running, here or in another
+    process."""
+    context = actor.context
+    if f"{scope}:{key}" in actor.in_flight:
+        reply.fail(in_progress())
+        return None
+
+    async def claim_then(
+        conn: Connection,
+    ) -> store.Replay | store.Mismatch | store.InProgress | Fresh[T]:
+        claim = await store.claim_idempotency_key(
+            conn,
+            application_id=actor.application_id,
+            scope=scope,
+            key=key,
+            fingerprint=fingerprint,
+            lease_s=claim_lease_s(context.settings),
+            retention_s=context.settings.idempotency.retention_s,
+            owner=context.node.id,
+        )
+        if isinstance(claim, store.Claimed):
+            return Fresh(claim, await then(conn, claim))
+        return claim
+
+    claimed = await context.db.transaction(claim_then)
+    if isinstance(claimed, Fresh):
+        return claimed
+    answer_seen_key(claimed, reply)
+    return None
+
+
+def answer_seen_key(result: store.Replay | store.Mismatch | store.InProgress, reply: Reply[Answer]) -> None:
+    """Answer a request whose Idempotency-Key was seen before: the first request's answer again,
+    or why it cannot be (used with other parameters, or still in progress)."""
+    if isinstance(result, store.Replay):
+        reply.send(Answer(result.status, result.body, replayed=True))
+    elif isinstance(result, store.Mismatch):
+        reply.fail(IdempotencyKeyMismatch("this Idempotency-Key was used with different parameters"))
+    else:
+        reply.fail(in_progress())
+
+
+def in_progress() -> IdempotencyKeyInProgress:
+    return IdempotencyKeyInProgress("a request with this Idempotency-Key is in progress", retry_after=1)
+
+
+async def claim_idempotency_keys(
+    actor: ApplicationActor[PaymentsContext], scope: str, waiting: Mapping[str, tuple[bytes, Reply[Answer]]]
+) -> dict[str, uuid.UUID]:
+    """Claim the Idempotency-Keys of `waiting` (key: its request's fingerprint and reply) in
+    `scope`: new keys in one statement, and the few seen before in one transaction, which answers
+    each of those (replay, mismatch, in progress) or takes its abandoned claim over. The resource
+    id of each key claimed."""
+    context = actor.context
+    claims = [store.NewClaim(key, fingerprint) for key, (fingerprint, _) in waiting.items()]
+    claimed = await context.db.read(
+        store.claim_new_idempotency_keys,
+        application_id=actor.application_id,
+        scope=scope,
+        claims=claims,
+        lease_s=claim_lease_s(context.settings),
+        retention_s=context.settings.idempotency.retention_s,
+        owner=context.node.id,
+    )
+    seen = [claim for claim in claims if claim.key not in claimed]
+    if not seen:
+        return claimed
+
+    async def claim_each(conn: Connection) -> list[store.ClaimResult]:
+        return [
+            await store.claim_idempotency_key(
+                conn,
+                application_id=actor.application_id,
+                scope=scope,
+                key=claim.key,
+                fingerprint=claim.fingerprint,
+                lease_s=claim_lease_s(context.settings),
+                retention_s=context.settings.idempotency.retention_s,
+                owner=context.node.id,
+            )
+            for claim in seen
+        ]
+
+    for claim, result in zip(seen, await context.db.transaction(claim_each), strict=True):
+        if isinstance(result, store.Claimed):
+            claimed[claim.key] = result.resource_id
+        else:
+            answer_seen_key(result, waiting[claim.key][1])
+    return claimed

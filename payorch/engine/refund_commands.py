@@ -19,8 +19,9 @@ import tenacity
 import trio
 
 from payorch.engine.actors import ApplicationActor, Reply
-from payorch.engine.checkout import Answer, claim_idempotency_key, credentials_of
+from payorch.engine.checkout import credentials_of
 from payorch.engine.context import PaymentsContext
+from payorch.engine.idempotency import Answer, claim_idempotency_key
 from payorch.engine.records import event_body, new_event_id
 from payorch.engine.refund_rules import (
     RefundStatus,

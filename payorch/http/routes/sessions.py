@@ -15,8 +15,8 @@ from quart_schema import (
     validate_request,
 )
 
-from payorch.engine.checkout import Answer, CreateSession, SessionDraft
-from payorch.engine.idempotency import MAX_KEY_LENGTH, request_fingerprint
+from payorch.engine.checkout import CreateSession, SessionDraft
+from payorch.engine.idempotency import MAX_KEY_LENGTH, Answer, request_fingerprint
 from payorch.engine.reads import session_page, session_with_record
 from payorch.http import openapi_models as api
 from payorch.http.auth import Accept, Principal, application_for, authenticated, parse_id
