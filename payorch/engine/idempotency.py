@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 from payorch.config import Settings
 from payorch.engine.actors import ApplicationActor, Reply
 from payorch.engine.context import PaymentsContext
-from payorch.storage import idempotency as store
+from payorch.storage import idempotency as keys_store
 from payorch.storage.database import Connection
 from payorch.values.errors import IdempotencyKeyInProgress, IdempotencyKeyMismatch
 
@@ -74,7 +74,7 @@ class Answer:
 class Fresh(Generic[T]):
     """A fresh claim of an Idempotency-Key, and what was done under it in the same transaction."""
 
-    claim: store.Claimed
+    claim: keys_store.Claimed
     value: T
 
 
@@ -85,7 +85,7 @@ async def claim_idempotency_key(
     scope: str,
     key: str,
     fingerprint: bytes,
-    then: Callable[[Connection, store.Claimed], Awaitable[T]],
+    then: Callable[[Connection, keys_store.Claimed], Awaitable[T]],
 ) -> Fresh[T] | None:
     """Claim `key` (in `scope`) for this request, in the database so other processes see it too,
     and for a fresh claim run `then(conn, claim)` in the same transaction: one round trip, and if
@@ -102,8 +102,8 @@ async def claim_idempotency_key(
 
     async def claim_then(
         conn: Connection,
-    ) -> store.Replay | store.Mismatch | store.InProgress | Fresh[T]:
-        claim = await store.claim_idempotency_key(
+    ) -> keys_store.Replay | keys_store.Mismatch | keys_store.InProgress | Fresh[T]:
+        claim = await keys_store.claim_idempotency_key(
             conn,
             application_id=actor.application_id,
             scope=scope,
@@ -113,7 +113,7 @@ async def claim_idempotency_key(
             retention_s=context.settings.idempotency.retention_s,
             owner=context.node.id,
         )
-        if isinstance(claim, store.Claimed):
+        if isinstance(claim, keys_store.Claimed):
             return Fresh(claim, await then(conn, claim))
         return claim
 
@@ -124,12 +124,14 @@ async def claim_idempotency_key(
     return None
 
 
-def answer_seen_key(result: store.Replay | store.Mismatch | store.InProgress, reply: Reply[Answer]) -> None:
+def answer_seen_key(
+    result: keys_store.Replay | keys_store.Mismatch | keys_store.InProgress, reply: Reply[Answer]
+) -> None:
     """Answer a request whose Idempotency-Key was seen before: the first request's answer again,
     or why it cannot be (used with other parameters, or still in progress)."""
-    if isinstance(result, store.Replay):
+    if isinstance(result, keys_store.Replay):
         reply.send(Answer(result.status, result.body, replayed=True))
-    elif isinstance(result, store.Mismatch):
+    elif isinstance(result, keys_store.Mismatch):
         reply.fail(IdempotencyKeyMismatch("this Idempotency-Key was used with different parameters"))
     else:
         reply.fail(in_progress())
@@ -147,9 +149,9 @@ async def claim_idempotency_keys(
     each of those (replay, mismatch, in progress) or takes its abandoned claim over. The resource
     id of each key claimed."""
     context = actor.context
-    claims = [store.NewClaim(key, fingerprint) for key, (fingerprint, _) in waiting.items()]
+    claims = [keys_store.NewClaim(key, fingerprint) for key, (fingerprint, _) in waiting.items()]
     claimed = await context.db.read(
-        store.claim_new_idempotency_keys,
+        keys_store.claim_new_idempotency_keys,
         application_id=actor.application_id,
         scope=scope,
         claims=claims,
@@ -161,9 +163,9 @@ async def claim_idempotency_keys(
     if not seen:
         return claimed
 
-    async def claim_each(conn: Connection) -> list[store.ClaimResult]:
+    async def claim_each(conn: Connection) -> list[keys_store.ClaimResult]:
         return [
-            await store.claim_idempotency_key(
+            await keys_store.claim_idempotency_key(
                 conn,
                 application_id=actor.application_id,
                 scope=scope,
@@ -177,7 +179,7 @@ async def claim_idempotency_keys(
         ]
 
     for claim, result in zip(seen, await context.db.transaction(claim_each), strict=True):
-        if isinstance(result, store.Claimed):
+        if isinstance(result, keys_store.Claimed):
             claimed[claim.key] = result.resource_id
         else:
             answer_seen_key(result, waiting[claim.key][1])

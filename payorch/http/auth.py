@@ -20,7 +20,7 @@ from quart import request
 from payorch.engine.access_tokens import verify_access_token
 from payorch.http.context import services
 from payorch.http.requestlog import note_application
-from payorch.storage import applications as store
+from payorch.storage import applications as applications_store
 from payorch.storage.applications import Application
 from payorch.values.errors import (
     ApplicationDisabled,
@@ -92,7 +92,7 @@ async def _api_key_principal(api_key: str) -> Principal:
     owner = cache.get(key_hash, trio.current_time())
     if owner is None:
         generation = cache.generation
-        owner = await services().db.read(store.find_api_key_owner, key_hash)
+        owner = await services().db.read(applications_store.find_api_key_owner, key_hash)
         if owner is not None:
             cache.put(key_hash, owner, trio.current_time(), generation)
     if owner is None:
@@ -115,7 +115,9 @@ def parse_id(value: str, what: str) -> uuid.UUID:
 async def application_for(principal: Principal, application_id: str) -> Application:
     """The application, if `principal` may act on it: 404 when there is none, 403 when it belongs to
     another merchant (or, for an API key, is not the key's own application)."""
-    found = await services().db.read(store.get_application, parse_id(application_id, "application"))
+    found = await services().db.read(
+        applications_store.get_application, parse_id(application_id, "application")
+    )
     if found is None:
         raise NotFound("application not found")
     if found.merchant_id != principal.merchant_id:

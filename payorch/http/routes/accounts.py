@@ -20,7 +20,7 @@ from payorch.http import openapi_models as api
 from payorch.http.context import services
 from payorch.http.models import LoginRequest, SignupQuery, SignupRequest
 from payorch.http.validation import View, body_limit
-from payorch.storage import accounts as store
+from payorch.storage import accounts as accounts_store
 from payorch.values.errors import InvalidLogin, InviteInvalid
 from payorch.values.secrets import token_hash
 from payorch.values.timefmt import utcnow
@@ -57,14 +57,16 @@ async def sign_up(data: SignupRequest, query_args: SignupQuery) -> tuple[dict[st
     """Create a merchant and its admin user with a one-time invite token."""
     if not query_args.token:
         raise InviteInvalid("query parameter 'token' (the invite token of the signup link) is required")
-    account = store.NewAccount(
+    account = accounts_store.NewAccount(
         organization=data.organization.model_dump(mode="json"),
         admin_email=str(data.admin.email),
         admin_password_hash=await hash_password(data.admin.password),
         admin_first_name=data.admin.firstName,
         admin_last_name=data.admin.lastName,
     )
-    await services().db.transaction(store.sign_up, token_hash=token_hash(query_args.token), account=account)
+    await services().db.transaction(
+        accounts_store.sign_up, token_hash=token_hash(query_args.token), account=account
+    )
     return {
         "organization": account.organization,
         "admin": data.admin.model_dump(mode="json", exclude={"password"}),
@@ -83,7 +85,7 @@ async def log_in(data: LoginRequest) -> dict[str, Any]:
     account = data.email.lower()  # logins compare e-mails without regard to case
     services().limits.check_account_login(account)
     settings = services().settings
-    found = await services().db.read(store.find_login, data.email)
+    found = await services().db.read(accounts_store.find_login, data.email)
     if not await verify_password(data.password, found.password_hash if found else None) or found is None:
         services().limits.count_failed_login(account)
         raise InvalidLogin("e-mail or password is incorrect")

@@ -25,7 +25,7 @@ from payorch.http.models import (
     PageQuery,
 )
 from payorch.http.validation import body_limit, validate_optional_request
-from payorch.storage import applications as store
+from payorch.storage import applications as applications_store
 from payorch.storage.applications import ApiKey, Application
 from payorch.values.pagination import envelope
 from payorch.values.secrets import api_key_prefix, new_api_key, token_hash
@@ -74,7 +74,7 @@ async def create_application(
 ) -> tuple[dict[str, Any], int]:
     """Create an application."""
     created = await services().db.transaction(
-        store.create_application,
+        applications_store.create_application,
         merchant_id=principal.merchant_id,
         name=data.name,
         description=data.description,
@@ -92,9 +92,9 @@ async def list_applications(query_args: ApplicationListQuery, principal: Princip
     """The merchant's applications; with `include=apiKeys`, each with its API keys."""
     page = query_args.page_request
     db = services().db
-    found, total = await db.read(store.list_applications, principal.merchant_id, page)
+    found, total = await db.read(applications_store.list_applications, principal.merchant_id, page)
     if query_args.include == "apiKeys":
-        keys = await db.read(store.api_keys_of_applications, [item.id for item in found])
+        keys = await db.read(applications_store.api_keys_of_applications, [item.id for item in found])
         items = [application_body(item, keys[item.id]) for item in found]
     else:
         items = [application_body(item) for item in found]
@@ -122,7 +122,9 @@ async def set_application_status(
 ) -> dict[str, Any]:
     """Enable or disable an application (409 when it already has that status)."""
     application = await application_for(principal, application_id)
-    updated = await services().db.transaction(store.set_application_enabled, application.id, data.isEnabled)
+    updated = await services().db.transaction(
+        applications_store.set_application_enabled, application.id, data.isEnabled
+    )
     services().api_keys.forget_application(application.id)  # its keys' next request sees the status
     return application_body(updated)
 
@@ -140,7 +142,7 @@ async def create_api_key(
     application = await application_for(principal, application_id)
     key = new_api_key()
     created = await services().db.transaction(
-        store.create_api_key,
+        applications_store.create_api_key,
         application_id=application.id,
         key_hash=token_hash(key),
         key_prefix=api_key_prefix(key),
@@ -159,7 +161,7 @@ async def list_api_keys(application_id: str, query_args: PageQuery, principal: P
     """The application's API keys, revoked ones included, without the keys themselves."""
     application = await application_for(principal, application_id)
     page = query_args.page_request
-    found, total = await services().db.read(store.list_api_keys, application.id, page)
+    found, total = await services().db.read(applications_store.list_api_keys, application.id, page)
     return envelope([api_key_summary(key) for key in found], page, total)
 
 
@@ -171,6 +173,8 @@ async def list_api_keys(application_id: str, query_args: PageQuery, principal: P
 async def revoke_api_key(application_id: str, key_id: str, principal: Principal) -> dict[str, Any]:
     """Revoke a key: its very next request gets 401; the application's other keys keep working."""
     application = await application_for(principal, application_id)
-    await services().db.transaction(store.revoke_api_key, application.id, parse_id(key_id, "API key"))
+    await services().db.transaction(
+        applications_store.revoke_api_key, application.id, parse_id(key_id, "API key")
+    )
     services().api_keys.forget_application(application.id)  # the key's very next request is 401
     return {}

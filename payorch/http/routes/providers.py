@@ -31,7 +31,7 @@ from payorch.providers.base import (
     ProviderError,
     WebhookRegistration,
 )
-from payorch.storage import provider_configs as store
+from payorch.storage import provider_configs as provider_configs_store
 from payorch.storage.provider_configs import ProviderConfig
 from payorch.values.errors import (
     NotFound,
@@ -134,7 +134,7 @@ async def link_provider(
     db, secrets = services().db, services().secrets
     await _check_key(provider, data.credentials.apiKey)
     await db.transaction(
-        store.begin_link,
+        provider_configs_store.begin_link,
         application_id=application.id,
         provider=provider.name,
         payment_methods=methods,
@@ -146,10 +146,10 @@ async def link_provider(
         registration = await _register(provider, data.credentials.apiKey, application.id)
     except BaseException:
         with trio.CancelScope(shield=True):
-            await db.transaction(store.abandon_link, application.id, provider.name)
+            await db.transaction(provider_configs_store.abandon_link, application.id, provider.name)
         raise
     linked = await db.transaction(
-        store.finish_change,
+        provider_configs_store.finish_change,
         application_id=application.id,
         provider=provider.name,
         credentials=secrets.seal(data.credentials.apiKey),
@@ -173,13 +173,17 @@ async def list_provider_configs(
     """The providers linked to the application."""
     application = await application_for(principal, application_id)
     page = query_args.page_request
-    found, total = await services().db.read(store.list_provider_configs, application.id, page)
+    found, total = await services().db.read(
+        provider_configs_store.list_provider_configs, application.id, page
+    )
     return envelope([config_body(item) for item in found], page, total)
 
 
 async def _linked(application_id: uuid.UUID, name: str) -> tuple[Provider, ProviderConfig]:
     provider = _provider(name)
-    config = await services().db.read(store.get_provider_config, application_id, provider.name)
+    config = await services().db.read(
+        provider_configs_store.get_provider_config, application_id, provider.name
+    )
     if config is None or config.webhook_secret is None:
         raise NotFound(f"provider {name!r} is not linked to this application")
     return provider, config
@@ -199,15 +203,17 @@ async def replace_api_key(
     provider, _ = await _linked(application.id, provider_name)
     await _check_key(provider, data.apiKey)
     db, secrets = services().db, services().secrets
-    await db.transaction(store.begin_key_change, application.id, provider.name, services().node.id)
+    await db.transaction(
+        provider_configs_store.begin_key_change, application.id, provider.name, services().node.id
+    )
     try:
         registration = await _register(provider, data.apiKey, application.id)
     except BaseException:
         with trio.CancelScope(shield=True):
-            await db.transaction(store.end_key_change, application.id, provider.name)
+            await db.transaction(provider_configs_store.end_key_change, application.id, provider.name)
         raise
     await db.transaction(
-        store.finish_change,
+        provider_configs_store.finish_change,
         application_id=application.id,
         provider=provider.name,
         credentials=secrets.seal(data.apiKey),
@@ -233,7 +239,7 @@ async def set_payment_methods(
     provider, _ = await _linked(application.id, provider_name)
     methods = _check_methods(provider, data.paymentMethods)
     updated = await services().db.transaction(
-        store.set_payment_methods, application.id, provider.name, methods
+        provider_configs_store.set_payment_methods, application.id, provider.name, methods
     )
     services().actors.forget_application(application.id)  # the next session routes with them
     return config_body(updated)

@@ -14,7 +14,7 @@ from payorch.http.models import RefundCreateRequest
 from payorch.http.requestlog import note_application
 from payorch.http.routes.sessions import answer_response, idempotency_key, may_read, money_of
 from payorch.http.validation import validate_optional_request
-from payorch.storage import sessions as store
+from payorch.storage import sessions as sessions_store
 from payorch.values.errors import NotFound
 
 blueprint = Blueprint("refunds", __name__, url_prefix="/api/v1")
@@ -36,7 +36,7 @@ async def create_refund(
     """Refund `amount` (default: all that remains). 201 when the provider acknowledged the refund,
     202 when it will be submitted again later; the outcome arrives by webhook either way."""
     key = idempotency_key()
-    session = await services().db.read(store.get_session, parse_id(session_id, "session"))
+    session = await services().db.read(sessions_store.get_session, parse_id(session_id, "session"))
     if session is None or not await may_read(principal, session.application_id):
         raise NotFound("session not found")
     note_application(session.application_id)

@@ -25,7 +25,7 @@ from payorch.jsonexact import dumps_exact
 from payorch.outbound.attempt import send_signed
 from payorch.outbound.signing import signing_secrets
 from payorch.outbound.ssrf import UnsafeWebhookUrl, check_webhook_url
-from payorch.storage import webhooks as store
+from payorch.storage import webhooks as webhooks_store
 from payorch.storage.webhooks import DeliveryView, WebhookConfig
 from payorch.values.errors import FieldProblem, InvalidInput, NotFound
 from payorch.values.pagination import envelope
@@ -108,7 +108,9 @@ async def _safe_url(url: str) -> str:
 
 
 async def _config(application_id: uuid.UUID, webhook_id: str) -> WebhookConfig:
-    found = await services().db.read(store.get_webhook, application_id, parse_id(webhook_id, "webhook"))
+    found = await services().db.read(
+        webhooks_store.get_webhook, application_id, parse_id(webhook_id, "webhook")
+    )
     if found is None:
         raise NotFound("webhook configuration not found")
     return found
@@ -129,7 +131,7 @@ async def create_webhook(
     url = await _safe_url(data.url)
     secret = new_signing_secret()
     created = await services().db.transaction(
-        store.create_webhook,
+        webhooks_store.create_webhook,
         application_id=application.id,
         url=url,
         subscribed_events=events,
@@ -149,7 +151,7 @@ async def list_webhooks(application_id: str, query_args: PageQuery, principal: P
     """The application's webhook configurations (without their signing secrets)."""
     application = await application_for(principal, application_id)
     page = query_args.page_request
-    found, total = await services().db.read(store.list_webhooks, application.id, page)
+    found, total = await services().db.read(webhooks_store.list_webhooks, application.id, page)
     return envelope([webhook_body(item) for item in found], page, total)
 
 
@@ -183,7 +185,9 @@ async def update_webhook(
         changes["is_active"] = data.isActive
     if data.subscribedEvents is not None:
         changes["subscribed_events"] = _events(data.subscribedEvents)
-    updated = await services().db.transaction(store.update_webhook, application.id, config.id, changes)
+    updated = await services().db.transaction(
+        webhooks_store.update_webhook, application.id, config.id, changes
+    )
     return webhook_body(updated)
 
 
@@ -196,7 +200,7 @@ async def delete_webhook(application_id: str, webhook_id: str, principal: Princi
     """Delete a webhook configuration: it receives nothing more and leaves the lists."""
     application = await application_for(principal, application_id)
     config = await _config(application.id, webhook_id)
-    await services().db.transaction(store.delete_webhook, application.id, config.id)
+    await services().db.transaction(webhooks_store.delete_webhook, application.id, config.id)
     return {}
 
 
@@ -212,7 +216,7 @@ async def rotate_secret(application_id: str, webhook_id: str, principal: Princip
     config = await _config(application.id, webhook_id)
     secret = new_signing_secret()
     rotated = await services().db.transaction(
-        store.rotate_secret,
+        webhooks_store.rotate_secret,
         application.id,
         config.id,
         secret=services().secrets.seal(secret),
@@ -256,7 +260,7 @@ async def test_webhook(application_id: str, webhook_id: str, principal: Principa
             log_context={"webhookId": str(config.id), "eventId": event_id},
         )
     await services().db.transaction(
-        store.record_test, config.id, delivered_at, "SUCCEEDED" if result.succeeded else "FAILED"
+        webhooks_store.record_test, config.id, delivered_at, "SUCCEEDED" if result.succeeded else "FAILED"
     )
     return {
         "success": result.succeeded,
@@ -280,7 +284,7 @@ async def list_deliveries(
     application = await application_for(principal, application_id)
     config = await _config(application.id, webhook_id)
     page = query_args.page_request
-    found, total = await services().db.read(store.list_deliveries, config.id, page)
+    found, total = await services().db.read(webhooks_store.list_deliveries, config.id, page)
     return envelope([delivery_body(item) for item in found], page, total)
 
 
@@ -295,5 +299,7 @@ async def retry_delivery(
     """Send a delivery again now, for example one that FAILED after its last scheduled attempt."""
     application = await application_for(principal, application_id)
     config = await _config(application.id, webhook_id)
-    await services().db.transaction(store.retry_delivery, config.id, parse_id(delivery_id, "delivery"))
+    await services().db.transaction(
+        webhooks_store.retry_delivery, config.id, parse_id(delivery_id, "delivery")
+    )
     return {"id": delivery_id, "status": "PENDING"}, 202
