@@ -1,5 +1,6 @@
-"""Checkout commands, run by an application's actor: create a session, apply a session event.
-Each state change commits with the event it emits (transactional outbox)."""
+"""Creating checkout sessions, run by an application's actor in batches: claim the Idempotency-Keys,
+route on the configurations the actor holds, call the providers side by side, store what comes back
+together. (A session's later state changes are `engine.session_events`.)"""
 
 from __future__ import annotations
 
@@ -21,19 +22,16 @@ from payorch.engine.idempotency import (
     claim_idempotency_keys,
     in_progress,
 )
-from payorch.engine.records import event_body, new_event_id, session_record
 from payorch.engine.routing import eligible_providers, plan_route
-from payorch.engine.session_states import SessionEvent, SessionStatus, TransitionRefused, transition
-from payorch.metrics import Metrics
+from payorch.engine.session_states import SessionStatus
 from payorch.providers.base import (
     CheckoutCreated,
     CheckoutRequest,
-    Credentials,
     ProviderError,
 )
 from payorch.providers.catalogue import ProviderCatalogue
-from payorch.storage import idempotency, outbox, provider_configs, sessions
-from payorch.storage.database import Connection, Database
+from payorch.storage import idempotency, provider_configs, sessions
+from payorch.storage.database import Database
 from payorch.storage.failures import StorageFailure, storage_failure
 from payorch.storage.provider_configs import ProviderConfig
 from payorch.values.errors import (
@@ -41,7 +39,6 @@ from payorch.values.errors import (
     ProviderUnavailable,
 )
 from payorch.values.money import Money
-from payorch.values.secretbox import SecretBox
 from payorch.values.timefmt import iso, utcnow
 
 log = logging.getLogger("payorch.checkout")
@@ -74,10 +71,6 @@ class _Routed:
     provider: str
     score: float
     created: CheckoutCreated
-
-
-def credentials_of(secrets: SecretBox, config: ProviderConfig) -> Credentials:
-    return Credentials(api_key=secrets.open(config.credentials))
 
 
 @dataclass(frozen=True)
@@ -318,7 +311,7 @@ async def _create_with_cascade(
         try:
             with context.provider_call(name, "create_checkout", context.settings.engine.provider_timeout_s):
                 created = await provider.create_checkout(
-                    credentials_of(context.secrets, configs[name]),
+                    context.credentials(configs[name]),
                     request,
                     idempotency_key=f"payorch-session-{request.session_id}",
                 )
@@ -330,51 +323,3 @@ async def _create_with_cascade(
             continue
         return _Routed(provider=name, score=score, created=created)
     raise ProviderUnavailable("every eligible provider failed to create the checkout: retry later")
-
-
-async def apply_session_event(
-    conn: Connection,
-    *,
-    application_id: uuid.UUID,
-    session_id: uuid.UUID,
-    event: SessionEvent,
-    metrics: Metrics,
-) -> bool:
-    """Apply `event` to the session in this transaction, with the webhook event it emits, counted
-    in `metrics` when given. False when it does not apply (unknown session, or a state the event
-    does not move)."""
-    session = await sessions.lock_session(conn, session_id)
-    if session is None or session.application_id != application_id:
-        return False
-    if event is SessionEvent.EXPIRED and (session.expires_at is None or session.expires_at > utcnow()):
-        return False
-    try:
-        change = transition(SessionStatus(session.status), event)
-    except TransitionRefused:
-        return False
-    if change.status == session.status and change.failure_reason == session.failure_reason:
-        return False
-    updated = await sessions.set_session_status(conn, session_id, change.status, change.failure_reason)
-    metrics.session_transition(session.status, updated.status)
-    log.info(
-        "session state changed",
-        extra={
-            "applicationId": str(application_id),
-            "sessionId": str(session_id),
-            "from": session.status,
-            "to": updated.status,
-        },
-    )
-    if change.emits:
-        event_id = new_event_id()
-        await outbox.add_event(
-            conn,
-            event_id=event_id,
-            application_id=application_id,
-            session_id=session_id,
-            event_type=change.emits,
-            payload=event_body(
-                event_id, change.emits, updated.updated_at, application_id, session_record(updated)
-            ),
-        )
-    return True

@@ -13,10 +13,11 @@ import trio
 from payorch.config import Settings
 from payorch.engine.routing import ProviderHealth
 from payorch.metrics import Metrics
-from payorch.providers.base import CredentialsRejected, ProviderError, RefundRefused
+from payorch.providers.base import Credentials, CredentialsRejected, ProviderError, RefundRefused
 from payorch.providers.catalogue import ProviderCatalogue
 from payorch.storage.database import Database
 from payorch.storage.nodes import NodeIdentity
+from payorch.storage.provider_configs import ProviderConfig
 from payorch.values.secretbox import SecretBox
 
 
@@ -31,6 +32,10 @@ class PaymentsContext:
     health: ProviderHealth
     metrics: Metrics
     node: NodeIdentity  # what this process's claims are named by
+
+    def credentials(self, config: ProviderConfig) -> Credentials:
+        """The provider credentials `config` holds sealed, opened for one call."""
+        return credentials_of(self.secrets, config)
 
     @contextmanager
     def provider_call(self, provider: str, operation: str, timeout_s: float) -> Iterator[None]:
@@ -53,3 +58,8 @@ class PaymentsContext:
         elapsed = trio.current_time() - started
         self.health.record_success(provider, elapsed, trio.current_time())
         self.metrics.provider_call(provider, operation, "ok", elapsed)
+
+
+def credentials_of(secrets: SecretBox, config: ProviderConfig) -> Credentials:
+    """The provider credentials `config` holds sealed, opened with `secrets` for one call."""
+    return Credentials(api_key=secrets.open(config.credentials))

@@ -18,8 +18,8 @@ import outcome
 import trio
 
 from payorch.engine.actors import ApplicationActor, Reply
-from payorch.engine.checkout import apply_session_event, credentials_of
 from payorch.engine.context import PaymentsContext
+from payorch.engine.session_events import apply_session_event
 from payorch.engine.session_states import SessionEvent, SessionStatus
 from payorch.providers.base import CheckoutClosed, Credentials, CredentialsRejected, ProviderError
 from payorch.storage import provider_configs, sessions
@@ -122,6 +122,4 @@ async def _due(
     config = await provider_configs.get_provider_config(conn, application_id, session.provider_name)
     if config is None:
         return _Due(closing=None)
-    return _Due(
-        _Closing(session.provider_name, session.provider_reference, credentials_of(context.secrets, config))
-    )
+    return _Due(_Closing(session.provider_name, session.provider_reference, context.credentials(config)))

@@ -8,9 +8,9 @@ import uuid
 from dataclasses import dataclass
 
 from payorch.engine.actors import ApplicationActor, Reply
-from payorch.engine.checkout import apply_session_event
 from payorch.engine.context import PaymentsContext
 from payorch.engine.refund_commands import apply_refund_outcome
+from payorch.engine.session_events import apply_session_event
 from payorch.engine.session_states import SessionEvent
 from payorch.metrics import Metrics
 from payorch.providers.base import EventKind, ProviderEvent

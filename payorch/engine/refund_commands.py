@@ -19,7 +19,6 @@ import tenacity
 import trio
 
 from payorch.engine.actors import ApplicationActor, Reply
-from payorch.engine.checkout import credentials_of
 from payorch.engine.context import PaymentsContext
 from payorch.engine.idempotency import Answer, claim_idempotency_key
 from payorch.engine.records import event_body, new_event_id
@@ -151,7 +150,7 @@ async def _submit(
     try:
         with context.provider_call(provider.name, "submit_refund", timeout_s):
             return await provider.submit_refund(
-                credentials_of(context.secrets, submission.config),
+                context.credentials(submission.config),
                 submission.request,
                 idempotency_key=provider_refund_key(submission.refund.id),
             )

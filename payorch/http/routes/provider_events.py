@@ -9,7 +9,7 @@ from typing import Any
 from quart import Blueprint, request
 from quart_schema import document_response, security_scheme, tag_blueprint
 
-from payorch.engine.checkout import credentials_of
+from payorch.engine.context import credentials_of
 from payorch.engine.provider_events import ApplyProviderEvent
 from payorch.http import openapi_models as api
 from payorch.http.auth import parse_id

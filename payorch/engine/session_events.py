@@ -1,0 +1,65 @@
+"""A session's state changes after creation (a payment, a decline, expiry, a dispute), as one
+transaction with the webhook event each emits (transactional outbox). Run by the commands that
+learn of them: provider events and expiry."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from payorch.engine.records import event_body, new_event_id, session_record
+from payorch.engine.session_states import SessionEvent, SessionStatus, TransitionRefused, transition
+from payorch.metrics import Metrics
+from payorch.storage import outbox, sessions
+from payorch.storage.database import Connection
+from payorch.values.timefmt import utcnow
+
+log = logging.getLogger("payorch.sessions")
+
+
+async def apply_session_event(
+    conn: Connection,
+    *,
+    application_id: uuid.UUID,
+    session_id: uuid.UUID,
+    event: SessionEvent,
+    metrics: Metrics,
+) -> bool:
+    """Apply `event` to the session in this transaction, with the webhook event it emits, counted
+    in `metrics` when given. False when it does not apply (unknown session, or a state the event
+    does not move)."""
+    session = await sessions.lock_session(conn, session_id)
+    if session is None or session.application_id != application_id:
+        return False
+    if event is SessionEvent.EXPIRED and (session.expires_at is None or session.expires_at > utcnow()):
+        return False
+    try:
+        change = transition(SessionStatus(session.status), event)
+    except TransitionRefused:
+        return False
+    if change.status == session.status and change.failure_reason == session.failure_reason:
+        return False
+    updated = await sessions.set_session_status(conn, session_id, change.status, change.failure_reason)
+    metrics.session_transition(session.status, updated.status)
+    log.info(
+        "session state changed",
+        extra={
+            "applicationId": str(application_id),
+            "sessionId": str(session_id),
+            "from": session.status,
+            "to": updated.status,
+        },
+    )
+    if change.emits:
+        event_id = new_event_id()
+        await outbox.add_event(
+            conn,
+            event_id=event_id,
+            application_id=application_id,
+            session_id=session_id,
+            event_type=change.emits,
+            payload=event_body(
+                event_id, change.emits, updated.updated_at, application_id, session_record(updated)
+            ),
+        )
+    return True
