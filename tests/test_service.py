@@ -55,7 +55,8 @@ async def test_running_service_is_ready_when_its_database_answers(settings: Sett
     async with running(settings) as service, httpx.AsyncClient(base_url=service.addresses[0]) as http:
         response = await http.get("/readyz")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "checks": {"database": True, "supervisors": True}}
+    checks = {"database": True, "supervisors": True, "node": True}
+    assert response.json() == {"status": "ok", "checks": checks}
 
 
 async def test_setting_shutdown_makes_run_return(settings: Settings) -> None:

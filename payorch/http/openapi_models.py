@@ -389,6 +389,7 @@ class Health(TypedDict):
 class ReadinessChecks(TypedDict):
     database: bool
     supervisors: bool
+    node: bool  # this process holds its node identity: other processes do not take its claims
 
 
 @with_config(CLOSED)

@@ -13,7 +13,8 @@ from payorch.config import Settings
 from payorch.http.context import PayorchApp
 from payorch.runtime import open_runtime
 from payorch.storage.database import Database, open_database
-from tests.helpers import Client
+from payorch.storage.nodes import NODE_LOCK_CLASS
+from tests.helpers import Client, eventually
 
 
 async def test_healthz_is_200(client: Client) -> None:
@@ -25,7 +26,10 @@ async def test_healthz_is_200(client: Client) -> None:
 async def test_readyz_is_200_when_the_database_answers(client: Client) -> None:
     response = await client.get("/readyz")
     assert response.status_code == 200
-    assert await response.get_json() == {"status": "ok", "checks": {"database": True, "supervisors": True}}
+    assert await response.get_json() == {
+        "status": "ok",
+        "checks": {"database": True, "supervisors": True, "node": True},
+    }
 
 
 @pytest.fixture
@@ -72,3 +76,37 @@ async def test_readyz_is_503_while_a_supervisor_waits_to_restart(app: PayorchApp
     response = await app.test_client().get("/readyz")
     assert response.status_code == 503
     assert (await response.get_json())["checks"]["supervisors"] is False
+
+
+async def test_readyz_is_503_while_the_process_holds_no_node_identity(app: PayorchApp) -> None:
+    held = app.services.node.id
+    app.services.node.id = None  # as between losing the identity's connection and holding a new one
+    try:
+        response = await app.test_client().get("/readyz")
+        assert response.status_code == 503
+        assert (await response.get_json())["checks"]["node"] is False
+    finally:
+        app.services.node.id = held
+
+
+async def test_a_process_whose_identity_connection_is_cut_takes_a_new_node_id_and_is_ready_again(
+    app: PayorchApp, db: Database
+) -> None:
+    first = app.services.node.id
+    assert first is not None
+
+    async def cut(conn: asyncpg.Connection) -> None:
+        await conn.execute(
+            """SELECT pg_terminate_backend(pid) FROM pg_locks
+               WHERE locktype = 'advisory' AND classid = $1 AND objid = $2 AND objsubid = 2""",
+            NODE_LOCK_CLASS,
+            first,
+        )
+
+    await db.read(cut)
+
+    async def holds_a_new_id() -> bool:
+        return app.services.node.id is not None and app.services.node.id > first
+
+    await eventually(holds_a_new_id, timeout_s=30)
+    assert (await app.test_client().get("/readyz")).status_code == 200

@@ -25,7 +25,12 @@ async def healthz() -> Response:
 @document_response(api.Readiness, 200)
 @document_response(api.Readiness, 503)
 async def readyz() -> tuple[Response, int]:
-    """The database answers and every supervisor runs: the service can do useful work."""
-    checks = {"database": await services().db.ping(), "supervisors": services().supervisors.all_running()}
+    """The database answers, every supervisor runs, and this process holds its node identity (so the
+    work it claims is its own): the service can do useful work."""
+    checks = {
+        "database": await services().db.ping(),
+        "supervisors": services().supervisors.all_running(),
+        "node": services().node.id is not None,
+    }
     ready = all(checks.values())
     return jsonify({"status": "ok" if ready else "unavailable", "checks": checks}), 200 if ready else 503
