@@ -394,7 +394,7 @@ class ReadinessChecks(TypedDict):
 
 @with_config(CLOSED)
 class Readiness(TypedDict):
-    """Whether the database answers and every supervisor runs."""
+    """Whether the database answers, every supervisor runs and the process holds its node identity."""
 
     status: Literal["ok", "unavailable"]
     checks: ReadinessChecks
