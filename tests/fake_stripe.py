@@ -8,7 +8,8 @@ speaks, at the HTTP boundary, the part of Stripe's API payorch uses, the way Str
 - `Authorization: Bearer <secret key>`: keys the test accepted; any other key gets 401 with Stripe's
   error body; the key names the account (objects of one account are invisible to another);
 - `Idempotency-Key` on POSTs, per account: the same key with the same parameters replays the first
-  answer (header `Idempotent-Replayed: true`), with other parameters it is 400 `idempotency_error`;
+  answer, its body byte for byte even when the object changed since (header `Idempotent-Replayed:
+  true`), with other parameters it is 400 `idempotency_error`;
 - Stripe's objects (`balance`, `webhook_endpoint`, `checkout.session`, `payment_intent`, `refund`,
   `dispute`, `event`, `list`) with Stripe's id prefixes, and Stripe's error shape
   `{"error": {"type", "code", "message", "param"}}` (400 `parameter_missing`, `parameter_unknown`,
@@ -21,6 +22,8 @@ HMAC-SHA256 of "{t}.{payload}">` with each subscribed endpoint's `whsec_` secret
 endpoint's URL through an httpx client the test gives (an ASGI transport to payorch's app).
 
 Every request is recorded (`requests`, `requests_to`, `only`) so tests assert exactly what payorch sent.
+Stripe's clock (`created`, `expires_at` bounds, signature timestamps) is `clock`, `time.time` unless the
+test sets another, e.g. one that stands still.
 
     async def test_...(fake_stripe: FakeStripe) -> None:
         fake_stripe.accept_key("sk_test_shop")
@@ -41,7 +44,7 @@ import re
 import secrets
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -191,14 +194,16 @@ class _Account:
     checkouts: dict[str, dict[str, Any]] = field(default_factory=dict)
     payment_intents: dict[str, dict[str, Any]] = field(default_factory=dict)
     refunds: dict[str, dict[str, Any]] = field(default_factory=dict)
-    idempotent: dict[str, tuple[tuple[str, str, bytes], int, dict[str, Any]]] = field(default_factory=dict)
+    # By Idempotency-Key: the first request's (method, path, body), and its answer's status and JSON body.
+    idempotent: dict[str, tuple[tuple[str, str, bytes], int, str]] = field(default_factory=dict)
 
 
 class FakeStripe:
     """Stripe's state, the requests payorch made, and what the test scripted."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.url = ""  # set once the server is bound
+        self.clock = clock  # Stripe's time, in Unix seconds
         self.requests: list[ReceivedStripeRequest] = []
         self.events: list[dict[str, Any]] = []
         self._accounts: dict[str, _Account] = {}  # by secret key
@@ -357,7 +362,7 @@ class FakeStripe:
         for endpoint in account.endpoints.values():
             if not {"*", event["type"]} & set(endpoint["enabled_events"]):
                 continue
-            header = signature_header(secret or endpoint["secret"], payload, timestamp or int(time.time()))
+            header = signature_header(secret or endpoint["secret"], payload, timestamp or self.now())
             answers.append(
                 await via.post(
                     endpoint["url"],
@@ -402,7 +407,7 @@ class FakeStripe:
         key = headers.get("idempotency-key")
         fingerprint = (method, path, body)
         if method == "POST" and key and key in account.idempotent:
-            first, status, answer = account.idempotent[key]
+            first, status, body = account.idempotent[key]
             if first != fingerprint:
                 return self._answer(
                     received,
@@ -416,13 +421,15 @@ class FakeStripe:
                         }
                     },
                 )
-            return self._answer(received, status, answer, {"Idempotent-Replayed": "true"})
+            # The first answer as it was sent, not the object as it is now (a refund settled since
+            # still replays as pending): Stripe stores the response, not a reference to the object.
+            return self._answer(received, status, json.loads(body), {"Idempotent-Replayed": "true"})
         try:
             status, answer = 200, self._route(account, method, path, query, form)
         except StripeFailure as failure:
             status, answer = failure.status, failure.body()
         if method == "POST" and key and status != 500:
-            account.idempotent[key] = (fingerprint, status, answer)
+            account.idempotent[key] = (fingerprint, status, json.dumps(answer))
         return self._answer(received, status, answer)
 
     def _answer(
@@ -512,7 +519,7 @@ class FakeStripe:
             "metadata": form.get("metadata", {}),
             "status": "enabled",
             "livemode": False,
-            "created": int(time.time()),
+            "created": self.now(),
             "secret": "whsec_" + secrets.token_hex(24),
         }
         account.endpoints[endpoint["id"]] = endpoint
@@ -560,7 +567,7 @@ class FakeStripe:
                 "payment_method_unactivated",
                 "allowed_payment_method_types",
             )
-        now = int(time.time())
+        now = self.now()
         expires_at = now + CHECKOUT_MAX_LIFETIME_S
         if "expires_at" in form:
             expires_at = _integer(form["expires_at"], "expires_at")
@@ -657,12 +664,16 @@ class FakeStripe:
             "metadata": form.get("metadata", {}),
             "status": "pending",
             "failure_reason": None,
-            "created": int(time.time()),
+            "created": self.now(),
         }
         account.refunds[refund["id"]] = refund
         return refund
 
     # Bookkeeping
+
+    def now(self) -> int:
+        """Stripe's time: whole Unix seconds."""
+        return int(self.clock())
 
     def _id(self, prefix: str) -> str:
         return f"{prefix}{next(self._numbers):06d}{secrets.token_hex(6)}"
@@ -679,7 +690,7 @@ class FakeStripe:
             "id": self._id("evt_"),
             "object": "event",
             "api_version": API_VERSION,
-            "created": int(time.time()),
+            "created": self.now(),
             "data": {"object": _public(found)},
             "livemode": False,
             "pending_webhooks": len(account.endpoints),
@@ -713,9 +724,9 @@ def _stripe_app(fake: FakeStripe) -> QuartTrio:
 
 
 @asynccontextmanager
-async def open_fake_stripe() -> AsyncIterator[FakeStripe]:
+async def open_fake_stripe(clock: Callable[[], float] = time.time) -> AsyncIterator[FakeStripe]:
     """A fake Stripe listening on http://127.0.0.1:<free port> until the block exits."""
-    fake = FakeStripe()
+    fake = FakeStripe(clock)
     config = HypercornConfig()
     config.bind = ["127.0.0.1:0"]
     config.accesslog = None
