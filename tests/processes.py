@@ -3,6 +3,7 @@ logs on stderr, two processes on one database)."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -15,6 +16,13 @@ import httpx
 import trio
 
 GRACEFUL_TIMEOUT_S = 3
+# Tries at starting `payorch serve` on a free port: between `free_port` closing its probe and the
+# process binding, another process (a parallel test, a client's ephemeral port) can take the port.
+START_ATTEMPTS = 3
+
+
+class PortTaken(Exception):
+    """`payorch serve` exited because its port was taken before it could bind it."""
 
 
 def free_port() -> int:
@@ -43,16 +51,41 @@ def serve_environment(
     return env
 
 
-async def wait_until_healthy(base_url: str, process: trio.Process, deadline_s: float = 30.0) -> None:
+def _text(path: Path) -> str:
+    return path.read_text(errors="replace")  # a few lines, written by a process of the test's own
+
+
+def serving_at(stderr_path: Path) -> list[str]:
+    """The addresses `payorch serve` logged it serves at (its `serving` line on stderr), if it did yet."""
+    for line in _text(stderr_path).splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("msg") == "serving":
+            return list(record.get("addresses") or [])
+    return []
+
+
+async def wait_until_healthy(
+    base_url: str, process: trio.Process, deadline_s: float = 30.0, stderr_path: Path | None = None
+) -> None:
+    """Until `process` answers 200 on /healthz. With its `stderr_path`, only once it has logged that it
+    serves at `base_url`: a 200 from whoever else listens there does not count."""
     async with httpx.AsyncClient(base_url=base_url) as http:
         with trio.fail_after(deadline_s):
             while True:
-                assert process.returncode is None, "payorch serve exited before it was healthy"
-                try:
-                    if (await http.get("/healthz")).status_code == 200:
-                        return
-                except httpx.TransportError:
-                    pass
+                if process.returncode is not None:
+                    logged = _text(stderr_path) if stderr_path else ""
+                    if "Address already in use" in logged:
+                        raise PortTaken(base_url)
+                    raise AssertionError(f"payorch serve exited before it was healthy:\n{logged[-2000:]}")
+                if stderr_path is None or base_url in serving_at(stderr_path):
+                    try:
+                        if (await http.get("/healthz")).status_code == 200:
+                            return
+                    except httpx.TransportError:
+                        pass
                 await trio.sleep(0.05)
 
 
@@ -61,22 +94,30 @@ async def serving(
     database_dsn: str, tmp_path: Path, extra_env: dict[str, str] | None = None
 ) -> AsyncIterator[tuple[trio.Process, str, Path]]:
     """`payorch serve` running and healthy: its process, base URL and the file holding its stderr."""
-    port = free_port()
-    env = serve_environment(database_dsn, tmp_path, port, extra_env)  # creates tmp_path
-    stderr_path = tmp_path / "stderr.log"
-    with stderr_path.open("wb") as stderr:
-        process = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "payorch", "serve"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
-    try:
-        base_url = f"http://127.0.0.1:{port}"
-        await wait_until_healthy(base_url, process)
-        yield process, base_url, stderr_path
-    finally:
-        if process.returncode is None:
-            process.kill()
-            with trio.CancelScope(shield=True):
-                await process.wait()
+    for attempt in range(1, START_ATTEMPTS + 1):
+        port = free_port()
+        env = serve_environment(database_dsn, tmp_path, port, extra_env)  # creates tmp_path
+        stderr_path = tmp_path / "stderr.log"
+        with stderr_path.open("wb") as stderr:
+            process = await trio.lowlevel.open_process(
+                [sys.executable, "-m", "payorch", "serve"],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+            )
+        try:
+            base_url = f"http://127.0.0.1:{port}"
+            try:
+                await wait_until_healthy(base_url, process, stderr_path=stderr_path)
+            except PortTaken:
+                if attempt == START_ATTEMPTS:
+                    raise
+                continue
+            yield process, base_url, stderr_path
+            return
+        finally:
+            if process.returncode is None:
+                process.kill()
+                with trio.CancelScope(shield=True):
+                    await process.wait()
+    raise AssertionError("unreachable")
