@@ -1,6 +1,10 @@
 """Test fixtures: a real PostgreSQL, a migrated template, and a fresh database cloned for each test.
 
-The server is embedded (pgserver) unless PAYORCH_TEST_DATABASE_URL names one to use instead.
+The server is embedded (pgserver) unless PAYORCH_TEST_DATABASE_URL names one to use instead. Under
+pytest-xdist each worker has a server (or, on an external one, a template) of its own, so workers never
+contend for one template. The embedded server keeps its files in memory (/dev/shm) when it can, and
+runs without fsync: it only ever holds test data, and cloning a database for each test is then a copy in
+memory instead of a wait for the disk.
 """
 
 from __future__ import annotations
@@ -30,11 +34,50 @@ from payorch.http.context import PayorchApp
 from payorch.runtime import Runtime, open_runtime
 from payorch.storage.database import Database, open_database
 from payorch.storage.migrations import migrate
+from tests import argon2_memo
 from tests.helpers import Client, Merchant, new_merchant
 
-TEMPLATE = "payorch_test_template"
+# Each pytest-xdist worker ("gw0", "gw1"...) clones from a template of its own: CREATE DATABASE fails
+# while another session is connected to its template, so two workers must never share one.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+TEMPLATE = f"payorch_test_template_{WORKER}"
+# What durability costs and a throwaway test server does not need; none changes what a query sees.
+_EMBEDDED_SETTINGS = {"fsync": "off", "full_page_writes": "off"}
+_SHARED_MEMORY = "/dev/shm"  # noqa: S108 - the server's directory in it is made by mkdtemp
 TEST_JWT_SECRET = "test-jwt-secret-0123456789abcdefghijklmnop"
 TEST_ENCRYPTION_KEY = "S2vYjcy6bBtRN0mTGqkLVxr40z2HDG5cf7rjzmoAPpM="
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Each password's argon2 computed once per test process, not in every test (tests/argon2_memo.py).
+    argon2_memo.install()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """How many pytest-xdist workers `-n auto` (pyproject.toml's default) starts: none (the tests run in
+    pytest's own process, as without xdist) when the command names tests of one file, else one more
+    than the CPUs: a test often waits (on PostgreSQL, a subprocess, a timer) and another then runs.
+    PYTEST_XDIST_AUTO_NUM_WORKERS, or `-n <count>`, still chooses."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # xdist's own hook reads it
+    named = {config.invocation_params.dir / arg.split("::")[0] for arg in config.args}
+    if len(named) == 1 and next(iter(named)).is_file():
+        return 0
+    affinity = getattr(os, "sched_getaffinity", None)
+    cpus = len(affinity(0)) if affinity else os.cpu_count() or 1
+    return cpus + 1
+
+
+def pytest_make_parametrize_id(config: pytest.Config, val: object, argname: str) -> str | None:
+    """A random UUID parameter (`str(uuid.uuid4())` in a parametrize list) is named "uuid4" instead of
+    by its value: pytest-xdist runs a test only when every worker collected it under the same name, and
+    each worker draws its own UUID. Each worker still passes the UUID it drew."""
+    try:
+        drawn = val if isinstance(val, uuid.UUID) else uuid.UUID(val) if isinstance(val, str) else None
+    except ValueError:
+        return None
+    return "uuid4" if drawn is not None and drawn.version == 4 else None
 
 
 def database_url(server_url: str, database: str) -> str:
@@ -50,6 +93,18 @@ async def _admin(server_url: str, sql: str) -> None:
         await conn.close()
 
 
+def _memory_directory() -> str | None:
+    """The shared-memory tmpfs when it has room for a server (Docker's default 64 MB has not), else
+    None (the system's temporary directory). In memory, a database is cloned in milliseconds; the
+    server's own directory inside it is created private (mkdtemp)."""
+    try:
+        found = os.statvfs(_SHARED_MEMORY)
+    except OSError:
+        return None
+    roomy = found.f_bavail * found.f_frsize >= 1 << 30
+    return _SHARED_MEMORY if roomy and os.access(_SHARED_MEMORY, os.W_OK) else None
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[str]:
     """URL of a PostgreSQL server for the whole run (its `postgres` database)."""
@@ -59,9 +114,13 @@ def postgres_server() -> Iterator[str]:
     import pgserver
 
     # Not under pytest's rotating temp directory: a concurrent run could delete it under us.
-    data_dir = Path(tempfile.mkdtemp(prefix="payorch-test-pg-"))
+    data_dir = Path(tempfile.mkdtemp(prefix=f"payorch-test-pg-{WORKER}-", dir=_memory_directory()))
     server = pgserver.get_server(data_dir, cleanup_mode="delete")
-    yield str(server.get_uri("postgres"))
+    url = str(server.get_uri("postgres"))
+    for name, value in _EMBEDDED_SETTINGS.items():  # one by one: ALTER SYSTEM refuses a transaction
+        asyncio.run(_admin(url, f"ALTER SYSTEM SET {name} = {value}"))
+    asyncio.run(_admin(url, "SELECT pg_reload_conf()"))
+    yield url
     server.cleanup()
 
 
@@ -82,11 +141,28 @@ def template_database(postgres_server: str) -> str:
     return TEMPLATE
 
 
+@pytest.fixture(scope="session")
+def clone_strategy(postgres_server: str) -> str:
+    """How to clone the template: by copying its files (PostgreSQL 15 and later) rather than writing
+    it all through the WAL, which is several times slower for a database this small."""
+
+    async def version() -> int:
+        conn = await asyncpg.connect(database_url(postgres_server, "postgres"))
+        try:
+            return int(await conn.fetchval("SHOW server_version_num"))
+        finally:
+            await conn.close()
+
+    return "STRATEGY FILE_COPY" if asyncio.run(version()) >= 150000 else ""
+
+
 @pytest.fixture
-def database_dsn(postgres_server: str, template_database: str) -> Iterator[str]:
+def database_dsn(postgres_server: str, template_database: str, clone_strategy: str) -> Iterator[str]:
     """A fresh, migrated database for one test, dropped afterwards."""
     name = f"payorch_test_{uuid.uuid4().hex[:12]}"
-    asyncio.run(_admin(postgres_server, f"CREATE DATABASE {name} TEMPLATE {template_database}"))
+    asyncio.run(
+        _admin(postgres_server, f"CREATE DATABASE {name} TEMPLATE {template_database} {clone_strategy}")
+    )
     yield database_url(postgres_server, name)
     asyncio.run(_admin(postgres_server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
 
