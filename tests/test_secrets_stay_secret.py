@@ -131,16 +131,17 @@ async def test_state_changes_are_logged_with_the_request_and_application_behind_
 
     from tests.helpers import eventually
 
+    def event_request_ids() -> set[str | None]:
+        return {
+            getattr(record, "requestId", None)
+            for record in caplog.records
+            if record.name == "payorch.access" and "/provider-events/" in getattr(record, "path", "")
+        }
+
     async def logged() -> list[logging.LogRecord] | None:
-        return changes() or None
+        # The provider event's request is logged once it is answered, just after the change it made.
+        found = changes()
+        return found if found and getattr(found[0], "requestId", None) in event_request_ids() else None
 
     (change,) = await eventually(logged)
-    event_requests = [
-        record
-        for record in caplog.records
-        if record.name == "payorch.access" and "/provider-events/" in getattr(record, "path", "")
-    ]
     assert getattr(change, "applicationId", None) == shop.application_id
-    assert getattr(change, "requestId", None) in {
-        getattr(record, "requestId", None) for record in event_requests
-    }
