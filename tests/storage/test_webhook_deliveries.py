@@ -100,13 +100,19 @@ async def test_every_endpoints_first_delivery_is_claimed_before_any_second(
     assert per_endpoint(await claim(db, limit=2), endpoints) == {"slow": 1, "quick": 1}
 
 
+@pytest.fixture
+async def other_application(db: Database, settings: Settings) -> uuid.UUID:
+    """Another merchant's application, made before any delivery is due: the runtime that makes it
+    would otherwise attempt (and reschedule) the deliveries these tests claim."""
+    return await _application(db, settings)
+
+
 async def test_no_merchant_gets_more_than_its_share_however_many_endpoints_it_registers(
-    db: Database, settings: Settings, endpoints: dict[str, uuid.UUID]
+    db: Database, other_application: uuid.UUID, endpoints: dict[str, uuid.UUID]
 ) -> None:
     # The merchant of `slow` and `quick` registers a third endpoint; another merchant has one.
     first_application = await db.read(_application_of, endpoints["slow"])
     endpoints["third"] = await _endpoint(db, first_application, "third")
-    other_application = await _application(db, settings)
     endpoints["other"] = await _endpoint(db, other_application, "other")
     await _events(db, first_application, 5)
     await _events(db, other_application, 5)
