@@ -114,14 +114,7 @@ async def _reserve(
     config = await provider_configs.get_provider_config(conn, application_id, existing.provider_name)
     if config is None or session.provider_reference is None:
         raise NotFound("the provider of this session is no longer linked")
-    request = RefundRequest(
-        refund_id=existing.id,
-        session_id=session.id,
-        payment_reference=session.provider_reference,
-        amount=Money(existing.amount_minor, existing.currency),
-        reason=existing.reason,
-    )
-    return _Submission(existing, request, config)
+    return _submission(existing, session.provider_reference, config)
 
 
 async def _settle_session_status(conn: Connection, session_id: uuid.UUID, metrics: Metrics) -> None:
@@ -343,10 +336,17 @@ async def _pending_submission(
     config = await provider_configs.get_provider_config(conn, application_id, refund.provider_name)
     if session is None or session.provider_reference is None or config is None:
         return None
+    return _submission(refund, session.provider_reference, config)
+
+
+def _submission(
+    refund: Refund, payment_reference: str, config: provider_configs.ProviderConfig
+) -> _Submission:
+    """What to ask `config`'s provider for `refund` of the payment `payment_reference`."""
     request = RefundRequest(
         refund_id=refund.id,
-        session_id=session.id,
-        payment_reference=session.provider_reference,
+        session_id=refund.session_id,
+        payment_reference=payment_reference,
         amount=Money(refund.amount_minor, refund.currency),
         reason=refund.reason,
     )
