@@ -30,6 +30,7 @@ from werkzeug.routing.rules import Rule
 from payorch.engine.records import EventType
 from payorch.engine.refund_rules import RefundReason
 from payorch.http.models import JSON_NUMBER, JsonNumber, Organization
+from payorch.values.errors import ErrorCode
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -93,13 +94,7 @@ class ErrorB(TypedDict):
 
     message: str | list[str]
     statusCode: int
-    code: Literal[
-        "IDEMPOTENCY_KEY_MISMATCH",
-        "IDEMPOTENCY_KEY_IN_PROGRESS",
-        "SESSION_NOT_REFUNDABLE",
-        "REFUND_EXCEEDS_BALANCE",
-        "NO_PROVIDER_AVAILABLE",
-    ]
+    code: ErrorCode
     retryAfter: NotRequired[int]
 
 

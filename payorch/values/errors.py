@@ -3,6 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+# The machine-readable `code` of each error answered in shape B (one per `CodedError` below).
+ErrorCode = Literal[
+    "IDEMPOTENCY_KEY_MISMATCH",
+    "IDEMPOTENCY_KEY_IN_PROGRESS",
+    "SESSION_NOT_REFUNDABLE",
+    "REFUND_EXCEEDS_BALANCE",
+    "NO_PROVIDER_AVAILABLE",
+]
 
 
 class DomainError(Exception):
@@ -102,7 +112,7 @@ class StorageUnavailable(ServiceBusy):
 class CodedError(DomainError):
     """An error answered in shape B, with a machine-readable string `code`."""
 
-    code = ""
+    code: ClassVar[ErrorCode]
 
     def __init__(self, message: str, retry_after: int | None = None) -> None:
         super().__init__(message)
