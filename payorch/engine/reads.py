@@ -4,9 +4,8 @@ Each is consistent by itself: one statement, or one snapshot."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
-from payorch.engine.records import session_record
+from payorch.engine.records import SessionRecord, session_record
 from payorch.engine.refund_rules import refund_record
 from payorch.engine.session_states import WITH_REFUNDS
 from payorch.storage import refunds, sessions
@@ -16,7 +15,7 @@ from payorch.values.pagination import PageRequest
 
 async def session_with_record(
     conn: Connection, session_id: uuid.UUID
-) -> tuple[sessions.CheckoutSession, dict[str, Any]] | None:
+) -> tuple[sessions.CheckoutSession, SessionRecord] | None:
     """The session and its read record with its refunds (one statement: `Database.read` is enough
     for the two to agree); None when there is no such session."""
     read = await refunds.session_with_refunds(conn, session_id)
@@ -29,7 +28,7 @@ async def session_with_record(
 
 async def session_page(
     conn: Connection, application_id: uuid.UUID, page: PageRequest
-) -> tuple[list[dict[str, Any]], int]:
+) -> tuple[list[SessionRecord], int]:
     """A page of the application's session records with their refunds. Run it in
     `Database.snapshot`, so the sessions and their refunds are read as of one moment."""
     found, total = await sessions.list_sessions(conn, application_id, page)

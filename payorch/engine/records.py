@@ -1,18 +1,31 @@
-"""The API's representations of sessions and events, built from stored values."""
+"""The API's representations of sessions and events, built from stored values: each body's shape
+(a closed `TypedDict`, also the OpenAPI document's) beside the function that builds it."""
 
 from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any, Literal, Protocol, get_args
+from decimal import Decimal
+from typing import Annotated, Any, Protocol
 
+from pydantic import Field, WithJsonSchema, with_config
+from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
+
+from payorch.engine.refund_rules import RefundEventData, RefundRecord
+from payorch.engine.representations import (
+    CLOSED,
+    CurrencyCode,
+    Money,
+    Timestamp,
+    Uuid,
+    listed,
+    timestamp,
+)
 from payorch.engine.session_states import WITH_REFUNDS, SessionStatus
 from payorch.values.money import to_major_units
 from payorch.values.timefmt import iso
 
-# The events a merchant may subscribe to and receive (the interface's list).
-EventType = Literal["session.completed", "session.expired", "refund.completed", "refund.failed"]
-EVENT_TYPES: tuple[EventType, ...] = get_args(EventType)
+SessionStatusField = Annotated[SessionStatus, listed(SessionStatus)]
 
 
 class SessionLike(Protocol):
@@ -52,22 +65,78 @@ class SessionLike(Protocol):
     def updated_at(self) -> datetime: ...
 
 
-def session_record(session: SessionLike, refunds: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+@with_config(CLOSED)
+class SessionRecord(TypedDict):
+    """A checkout session. `refunds` is a list in SUCCEEDED, PARTIALLY_REFUNDED, REFUNDED and
+    REVERSED, null otherwise."""
+
+    id: Uuid
+    orderReference: str
+    amount: Money
+    currency: CurrencyCode
+    status: SessionStatusField
+    failureReason: str | None
+    providerName: str | None
+    paymentMethod: str
+    expiresAt: Timestamp | None
+    createdAt: Timestamp
+    updatedAt: Timestamp
+    refunds: list[RefundRecord] | None
+
+
+def session_record(session: SessionLike, refunds: list[RefundRecord] | None = None) -> SessionRecord:
     """The session read record of section 2.8; `refunds` only in the states that carry them."""
+    status = SessionStatus(session.status)
     return {
         "id": str(session.id),
         "orderReference": session.order_reference,
         "amount": to_major_units(session.amount_minor, session.currency),
         "currency": session.currency,
-        "status": session.status,
+        "status": status,
         "failureReason": session.failure_reason,
         "providerName": session.provider_name,
         "paymentMethod": session.payment_method,
         "expiresAt": iso(session.expires_at),
-        "createdAt": iso(session.created_at),
-        "updatedAt": iso(session.updated_at),
-        "refunds": (refunds or []) if SessionStatus(session.status) in WITH_REFUNDS else None,
+        "createdAt": timestamp(session.created_at),
+        "updatedAt": timestamp(session.updated_at),
+        "refunds": (refunds or []) if status in WITH_REFUNDS else None,
     }
+
+
+@with_config(CLOSED)
+class Routing(TypedDict):
+    selectedProvider: str
+    score: Annotated[Decimal, WithJsonSchema({"type": "number", "minimum": 0, "maximum": 1})]
+
+
+@with_config(CLOSED)
+class SessionCreated(TypedDict):
+    """The checkout session (a replay of the same request answers the same body, with header
+    `Idempotent-Replayed: true`)."""
+
+    sessionId: Uuid
+    checkoutUrl: Annotated[str, Field(description="where the customer pays")]
+    status: SessionStatusField
+    routing: Routing
+    expiresAt: Timestamp
+    createdAt: Timestamp
+
+
+@with_config(CLOSED)
+class WebhookTestData(TypedDict):
+    """`data` of a `webhook.test` event: the configuration it was sent for."""
+
+    webhookId: Uuid
+
+
+class Event(TypedDict):
+    """A webhook event as payorch sends it (Standard Webhooks' `id` is `id`)."""
+
+    id: str
+    type: str  # one of EVENT_TYPES, or `webhook.test` for a test send
+    createdAt: Timestamp
+    applicationId: Uuid
+    data: SessionRecord | RefundEventData | WebhookTestData
 
 
 def new_event_id() -> str:
@@ -75,13 +144,18 @@ def new_event_id() -> str:
 
 
 def event_body(
-    event_id: str, event_type: str, created_at: datetime, application_id: uuid.UUID, data: dict[str, Any]
+    event_id: str,
+    event_type: str,
+    created_at: datetime,
+    application_id: uuid.UUID,
+    data: SessionRecord | RefundEventData | WebhookTestData,
 ) -> dict[str, Any]:
-    """The body of a webhook delivery: `{id, type, createdAt, applicationId, data}`."""
-    return {
+    """The body of a webhook delivery: an `Event`, as the plain JSON object the outbox stores."""
+    event: Event = {
         "id": event_id,
         "type": event_type,
-        "createdAt": iso(created_at),
+        "createdAt": timestamp(created_at),
         "applicationId": str(application_id),
         "data": data,
     }
+    return dict(event)

@@ -1,25 +1,42 @@
-"""Refund rules: how much may be refunded, and what a refund looks like in the API."""
+"""Refund rules: how much may be refunded, and what a refund looks like in the API (each body's
+shape, a closed `TypedDict` that the OpenAPI document shows too, beside the function that builds it)."""
 
 from __future__ import annotations
 
 import enum
 import uuid
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Annotated, Any, Literal, NotRequired, Protocol, get_args
 
+from pydantic import with_config
+from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
+
+from payorch.engine.representations import (
+    CLOSED,
+    CurrencyCode,
+    Money,
+    Timestamp,
+    Uuid,
+    listed,
+    one_of,
+    timestamp,
+)
 from payorch.engine.session_states import REFUNDABLE, SessionStatus
 from payorch.values.errors import RefundExceedsBalance, SessionNotRefundable
 from payorch.values.money import to_major_units
-from payorch.values.timefmt import iso
 
 # The reasons a merchant may give for a refund (the interface's list): validated, stored, documented.
 RefundReason = Literal["REQUESTED_BY_CUSTOMER", "DUPLICATE", "FRAUDULENT", "OTHER"]
+REFUND_REASONS: tuple[RefundReason, ...] = get_args(RefundReason)
 
 
 class RefundStatus(enum.StrEnum):
     PENDING = "PENDING"
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
+
+
+RefundStatusField = Annotated[RefundStatus, listed(RefundStatus)]
 
 
 def refund_amount(
@@ -62,36 +79,73 @@ class RefundLike(Protocol):
     def updated_at(self) -> datetime: ...
 
 
-def refund_record(refund: RefundLike) -> dict[str, Any]:
+@with_config(CLOSED)
+class RefundRecord(TypedDict):
+    id: Uuid
+    amount: Money
+    currency: CurrencyCode
+    status: RefundStatusField
+    failureReason: str | None
+    reason: RefundReason | None
+    createdAt: Timestamp
+    updatedAt: Timestamp
+
+
+def refund_record(refund: RefundLike) -> RefundRecord:
     """A refund inside a session read record (section 2.9)."""
     return {
         "id": str(refund.id),
         "amount": to_major_units(refund.amount_minor, refund.currency),
         "currency": refund.currency,
-        "status": refund.status,
+        "status": RefundStatus(refund.status),
         "failureReason": refund.failure_reason,
-        "reason": refund.reason,
-        "createdAt": iso(refund.created_at),
-        "updatedAt": iso(refund.updated_at),
+        "reason": _reason(refund),
+        "createdAt": timestamp(refund.created_at),
+        "updatedAt": timestamp(refund.updated_at),
     }
+
+
+@with_config(CLOSED)
+class RefundCreated(TypedDict):
+    """The refund (PENDING until the provider confirms it; the outcome arrives by webhook)."""
+
+    refundId: Uuid
+    sessionId: Uuid
+    status: RefundStatusField
+    amount: Money
+    currency: CurrencyCode
+    reason: RefundReason | None
+    failureReason: NotRequired[str]
+    createdAt: Timestamp
 
 
 def refund_created_body(refund: RefundLike) -> dict[str, Any]:
-    """The answer to a refund creation (section 2.9)."""
-    body: dict[str, Any] = {
+    """The answer to a refund creation (section 2.9): a `RefundCreated`, as the plain JSON object the
+    Idempotency-Key keeps to replay."""
+    body: RefundCreated = {
         "refundId": str(refund.id),
         "sessionId": str(refund.session_id),
-        "status": refund.status,
+        "status": RefundStatus(refund.status),
         "amount": to_major_units(refund.amount_minor, refund.currency),
         "currency": refund.currency,
-        "reason": refund.reason,
-        "createdAt": iso(refund.created_at),
+        "reason": _reason(refund),
+        "createdAt": timestamp(refund.created_at),
     }
     if refund.failure_reason is not None:
         body["failureReason"] = refund.failure_reason
-    return body
+    return dict(body)
 
 
-def refund_event_data(refund: RefundLike) -> dict[str, Any]:
+@with_config(CLOSED)
+class RefundEventData(RefundRecord):
     """`data` of a refund.completed / refund.failed event: the refund record and its session id."""
+
+    sessionId: Uuid
+
+
+def refund_event_data(refund: RefundLike) -> RefundEventData:
     return {**refund_record(refund), "sessionId": str(refund.session_id)}
+
+
+def _reason(refund: RefundLike) -> RefundReason | None:
+    return None if refund.reason is None else one_of(refund.reason, REFUND_REASONS)

@@ -23,6 +23,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from payorch.engine.representations import EventType
+
 
 class SessionStatus(enum.StrEnum):
     PENDING = "PENDING"
@@ -69,7 +71,7 @@ class TransitionRefused(Exception):
 class Transition:
     status: SessionStatus
     failure_reason: str | None = None
-    emits: str | None = None  # the webhook event type this transition emits, if any
+    emits: EventType | None = None  # the webhook event this transition emits, if any
 
 
 def transition(status: SessionStatus, event: SessionEvent) -> Transition:

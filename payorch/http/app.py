@@ -7,7 +7,7 @@ import re
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
 from quart_schema import QuartSchema
 
-from payorch.http import openapi_models
+from payorch.http import openapi
 from payorch.http.context import PayorchApp, Services
 from payorch.http.errors import install_error_handlers
 from payorch.http.jsonio import ExactJsonProvider
@@ -63,10 +63,10 @@ def create_app(services: Services) -> PayorchApp:
         redoc_ui_path=None,
         scalar_ui_path=None,
         swagger_ui_path=None,  # /docs serves a Swagger UI of its own, without any outside asset
-        info=openapi_models.INFO,
-        tags=list(openapi_models.TAGS),
-        security_schemes=dict(openapi_models.SECURITY_SCHEMES),
-        openapi_provider_class=openapi_models.PayorchOpenAPIProvider,
+        info=openapi.INFO,
+        tags=list(openapi.TAGS),
+        security_schemes=dict(openapi.SECURITY_SCHEMES),
+        openapi_provider_class=openapi.PayorchOpenAPIProvider,
     )
     # QuartSchema installs its own JSON provider, which would parse amounts as float: put ours back.
     app.json = ExactJsonProvider(app)

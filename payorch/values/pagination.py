@@ -1,9 +1,14 @@
-"""Page arithmetic of the pagination envelope shared by every list."""
+"""Page arithmetic of the pagination envelope shared by every list, and the envelope's shape."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Generic, TypeVar
+
+from pydantic import ConfigDict, Field, with_config
+from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
+
+T = TypeVar("T")
 
 DEFAULT_PAGE = 1
 DEFAULT_LIMIT = 20
@@ -23,7 +28,20 @@ class PageRequest:
         return min((self.page - 1) * self.limit, MAX_OFFSET)
 
 
-def envelope(items: list[Any], request: PageRequest, total_items: int) -> dict[str, Any]:
+@with_config(ConfigDict(extra="forbid"))
+class Page(TypedDict, Generic[T]):
+    """One page of a list, newest first."""
+
+    items: list[T]
+    page: Annotated[int, Field(ge=1)]
+    limit: Annotated[int, Field(ge=1, le=MAX_LIMIT)]
+    totalItems: Annotated[int, Field(ge=0)]
+    totalPages: Annotated[int, Field(ge=0)]
+    hasPreviousPage: bool
+    hasNextPage: bool
+
+
+def envelope(items: list[T], request: PageRequest, total_items: int) -> Page[T]:
     """The envelope of section 2.2: the items of one page and where it stands among all pages."""
     total_pages = -(-total_items // request.limit)
     return {

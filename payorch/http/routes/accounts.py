@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from pydantic import TypeAdapter
 from quart import Blueprint, request
 from quart_schema import (
     document_response,
@@ -16,7 +17,8 @@ from quart_schema import (
 
 from payorch.engine.access_tokens import AccessClaims, issue_access_token
 from payorch.engine.passwords import hash_password, verify_password
-from payorch.http import openapi_models as api
+from payorch.http import openapi as api
+from payorch.http import representations as bodies
 from payorch.http.context import services
 from payorch.http.models import LoginRequest, SignupQuery, SignupRequest
 from payorch.http.validation import View, body_limit
@@ -31,6 +33,8 @@ tag_blueprint(blueprint, ["Accounts"])
 # Room for every valid body even with each character sent as a \u escape, and not much more.
 LOGIN_MAX_BODY_BYTES = 8 * 1024
 SIGNUP_MAX_BODY_BYTES = 64 * 1024
+# The signup answer holds the validated organization model: its type writes it as JSON.
+SIGNUP_RESPONSE = TypeAdapter(bodies.SignupResponse)
 
 
 def _charged_per_address(view: View[Any]) -> View[Any]:
@@ -47,7 +51,7 @@ def _charged_per_address(view: View[Any]) -> View[Any]:
 
 @blueprint.post("/merchants/signup")
 @security_scheme(api.NO_CREDENTIALS)
-@document_response(api.SignupResponse, 201)
+@document_response(bodies.SignupResponse, 201)
 @api.errors(400, 409, 410, 413, 429, 500)
 @_charged_per_address  # signup and login share one bucket per address
 @body_limit(SIGNUP_MAX_BODY_BYTES)
@@ -67,20 +71,25 @@ async def sign_up(data: SignupRequest, query_args: SignupQuery) -> tuple[dict[st
     await services().db.transaction(
         accounts_store.sign_up, token_hash=token_hash(query_args.token), account=account
     )
-    return {
-        "organization": account.organization,
-        "admin": data.admin.model_dump(mode="json", exclude={"password"}),
-    }, 201
+    body: bodies.SignupResponse = {
+        "organization": data.organization,
+        "admin": {
+            "email": str(data.admin.email),
+            "firstName": data.admin.firstName,
+            "lastName": data.admin.lastName,
+        },
+    }
+    return SIGNUP_RESPONSE.dump_python(body, mode="json"), 201
 
 
 @blueprint.post("/auth/login")
 @security_scheme(api.NO_CREDENTIALS)
-@document_response(api.LoginResponse, 200)
+@document_response(bodies.LoginResponse, 200)
 @api.errors(400, 401, 413, 429, 500)
 @_charged_per_address  # before the password check too, so guessing is limited, right or wrong
 @body_limit(LOGIN_MAX_BODY_BYTES)
 @validate_request(LoginRequest)
-async def log_in(data: LoginRequest) -> dict[str, Any]:
+async def log_in(data: LoginRequest) -> bodies.LoginResponse:
     """Exchange an admin's e-mail and password for an access token (JWT)."""
     account = data.email.lower()  # logins compare e-mails without regard to case
     services().limits.check_account_login(account)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from quart import Blueprint
 from quart_schema import (
     document_response,
@@ -13,7 +11,9 @@ from quart_schema import (
     validate_request,
 )
 
-from payorch.http import openapi_models as api
+from payorch.engine.representations import one_of, timestamp
+from payorch.http import openapi as api
+from payorch.http import representations as bodies
 from payorch.http.auth import Accept, Principal, application_for, authenticated, parse_id
 from payorch.http.context import services
 from payorch.http.models import (
@@ -27,9 +27,8 @@ from payorch.http.models import (
 from payorch.http.validation import body_limit, validate_optional_request
 from payorch.storage import applications as applications_store
 from payorch.storage.applications import ApiKey, Application
-from payorch.values.pagination import envelope
+from payorch.values.pagination import Page, envelope
 from payorch.values.secrets import api_key_prefix, new_api_key, token_hash
-from payorch.values.timefmt import iso
 
 blueprint = Blueprint("applications", __name__, url_prefix="/api/v1/applications")
 tag_blueprint(blueprint, ["Applications and API keys"])
@@ -39,39 +38,39 @@ tag_blueprint(blueprint, ["Applications and API keys"])
 APPLICATION_MAX_BODY_BYTES = 6 * FREE_FORM_MAX_BYTES + 4 * 1024
 
 
-def application_body(application: Application, api_keys: list[ApiKey] | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {
+def application_body(application: Application, api_keys: list[ApiKey] | None = None) -> bodies.Application:
+    body: bodies.Application = {
         "id": str(application.id),
         "name": application.name,
         "description": application.description,
         "isEnabled": application.is_enabled,
-        "createdAt": iso(application.created_at),
+        "createdAt": timestamp(application.created_at),
     }
     if api_keys is not None:
         body["apiKeys"] = [api_key_summary(key) for key in api_keys]
     return body
 
 
-def api_key_summary(key: ApiKey) -> dict[str, Any]:
+def api_key_summary(key: ApiKey) -> bodies.ApiKeySummary:
     return {
         "id": str(key.id),
         "keyPrefix": key.key_prefix,
         "description": key.description,
-        "status": key.status,
-        "createdAt": iso(key.created_at),
+        "status": one_of(key.status, bodies.API_KEY_STATUSES),
+        "createdAt": timestamp(key.created_at),
     }
 
 
 @blueprint.post("")
 @security_scheme(api.JWT)
-@document_response(api.Application, 201)
+@document_response(bodies.Application, 201)
 @api.errors(400, 401, 413, 429, 500)
 @authenticated(Accept.JWT)
 @body_limit(APPLICATION_MAX_BODY_BYTES)
 @validate_request(ApplicationCreateRequest)
 async def create_application(
     data: ApplicationCreateRequest, principal: Principal
-) -> tuple[dict[str, Any], int]:
+) -> tuple[bodies.Application, int]:
     """Create an application."""
     created = await services().db.transaction(
         applications_store.create_application,
@@ -84,11 +83,13 @@ async def create_application(
 
 @blueprint.get("")
 @security_scheme(api.JWT)
-@document_response(api.Page[api.Application], 200)
+@document_response(Page[bodies.Application], 200)
 @api.errors(400, 401, 429, 500)
 @authenticated(Accept.JWT)
 @validate_querystring(ApplicationListQuery)
-async def list_applications(query_args: ApplicationListQuery, principal: Principal) -> dict[str, Any]:
+async def list_applications(
+    query_args: ApplicationListQuery, principal: Principal
+) -> Page[bodies.Application]:
     """The merchant's applications; with `include=apiKeys`, each with its API keys."""
     page = query_args.page_request
     db = services().db
@@ -103,23 +104,23 @@ async def list_applications(query_args: ApplicationListQuery, principal: Princip
 
 @blueprint.get("/<application_id>")
 @security_scheme(api.JWT)
-@document_response(api.Application, 200)
+@document_response(bodies.Application, 200)
 @api.errors(401, 403, 404, 429, 500)
 @authenticated(Accept.JWT)
-async def get_application(application_id: str, principal: Principal) -> dict[str, Any]:
+async def get_application(application_id: str, principal: Principal) -> bodies.Application:
     """An application."""
     return application_body(await application_for(principal, application_id))
 
 
 @blueprint.patch("/<application_id>/status")
 @security_scheme(api.JWT)
-@document_response(api.Application, 200)
+@document_response(bodies.Application, 200)
 @api.errors(400, 401, 403, 404, 409, 413, 429, 500)
 @authenticated(Accept.JWT)
 @validate_request(ApplicationStatusRequest)
 async def set_application_status(
     application_id: str, data: ApplicationStatusRequest, principal: Principal
-) -> dict[str, Any]:
+) -> bodies.Application:
     """Enable or disable an application (409 when it already has that status)."""
     application = await application_for(principal, application_id)
     updated = await services().db.transaction(
@@ -131,13 +132,13 @@ async def set_application_status(
 
 @blueprint.post("/<application_id>/api-keys")
 @security_scheme(api.JWT)
-@document_response(api.ApiKeyCreated, 201)
+@document_response(bodies.ApiKeyCreated, 201)
 @api.errors(400, 401, 403, 404, 413, 429, 500)
 @authenticated(Accept.JWT)
 @validate_optional_request(ApiKeyCreateRequest)
 async def create_api_key(
     application_id: str, data: ApiKeyCreateRequest, principal: Principal
-) -> tuple[dict[str, Any], int]:
+) -> tuple[bodies.ApiKeyCreated, int]:
     """A new API key, shown in full this once; only its SHA-256 is kept."""
     application = await application_for(principal, application_id)
     key = new_api_key()
@@ -153,11 +154,13 @@ async def create_api_key(
 
 @blueprint.get("/<application_id>/api-keys")
 @security_scheme(api.JWT)
-@document_response(api.Page[api.ApiKeySummary], 200)
+@document_response(Page[bodies.ApiKeySummary], 200)
 @api.errors(400, 401, 403, 404, 429, 500)
 @authenticated(Accept.JWT)
 @validate_querystring(PageQuery)
-async def list_api_keys(application_id: str, query_args: PageQuery, principal: Principal) -> dict[str, Any]:
+async def list_api_keys(
+    application_id: str, query_args: PageQuery, principal: Principal
+) -> Page[bodies.ApiKeySummary]:
     """The application's API keys, revoked ones included, without the keys themselves."""
     application = await application_for(principal, application_id)
     page = query_args.page_request
@@ -167,10 +170,10 @@ async def list_api_keys(application_id: str, query_args: PageQuery, principal: P
 
 @blueprint.delete("/<application_id>/api-keys/<key_id>")
 @security_scheme(api.JWT)
-@document_response(api.Empty, 200)
+@document_response(bodies.Empty, 200)
 @api.errors(401, 403, 404, 429, 500)
 @authenticated(Accept.JWT)
-async def revoke_api_key(application_id: str, key_id: str, principal: Principal) -> dict[str, Any]:
+async def revoke_api_key(application_id: str, key_id: str, principal: Principal) -> bodies.Empty:
     """Revoke a key: its very next request gets 401; the application's other keys keep working."""
     application = await application_for(principal, application_id)
     await services().db.transaction(

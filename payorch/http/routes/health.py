@@ -5,7 +5,8 @@ from __future__ import annotations
 from quart import Blueprint, Response, jsonify
 from quart_schema import document_response, security_scheme, tag_blueprint
 
-from payorch.http import openapi_models as api
+from payorch.http import openapi as api
+from payorch.http import representations as bodies
 from payorch.http.context import services
 
 blueprint = Blueprint("health", __name__)
@@ -14,23 +15,25 @@ tag_blueprint(blueprint, ["Operations"])
 
 @blueprint.get("/healthz")
 @security_scheme(api.NO_CREDENTIALS)
-@document_response(api.Health, 200)
+@document_response(bodies.Health, 200)
 async def healthz() -> Response:
     """The process is up and serving HTTP."""
-    return jsonify({"status": "ok"})
+    body: bodies.Health = {"status": "ok"}
+    return jsonify(body)
 
 
 @blueprint.get("/readyz")
 @security_scheme(api.NO_CREDENTIALS)
-@document_response(api.Readiness, 200)
-@document_response(api.Readiness, 503)
+@document_response(bodies.Readiness, 200)
+@document_response(bodies.Readiness, 503)
 async def readyz() -> tuple[Response, int]:
     """The database answers, every supervisor runs, and this process holds its node identity (so the
     work it claims is its own): the service can do useful work."""
-    checks = {
+    checks: bodies.ReadinessChecks = {
         "database": await services().db.ping(),
         "supervisors": services().supervisors.all_running(),
         "node": services().node.id is not None,
     }
     ready = all(checks.values())
-    return jsonify({"status": "ok" if ready else "unavailable", "checks": checks}), 200 if ready else 503
+    body: bodies.Readiness = {"status": "ok" if ready else "unavailable", "checks": checks}
+    return jsonify(body), 200 if ready else 503

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
 
 from quart import Blueprint
 from quart_schema import document_response, security_scheme, tag_blueprint, validate_querystring
 
-from payorch.http import openapi_models as api
+from payorch.http import openapi as api
+from payorch.http import representations as bodies
 from payorch.http.auth import Accept, Principal, application_for, authenticated
 from payorch.http.context import services
 from payorch.http.models import PaymentMethodsQuery
@@ -19,18 +19,14 @@ from payorch.values.errors import FieldProblem, InvalidInput, NotPermitted
 blueprint = Blueprint("payment_methods", __name__, url_prefix="/api/v1")
 tag_blueprint(blueprint, ["Payment methods"])
 
-NO_ACTIVE_PROVIDER_CONNECTIONS = "NO_ACTIVE_PROVIDER_CONNECTIONS"
-CURRENCY_NOT_SUPPORTED = "CURRENCY_NOT_SUPPORTED"
-AMOUNT_OUT_OF_RANGE = "AMOUNT_OUT_OF_RANGE"
-
 
 @blueprint.get("/payment-methods")
 @security_scheme(api.JWT_OR_API_KEY)
-@document_response(api.PaymentMethodList, 200)
+@document_response(bodies.PaymentMethodList, 200)
 @api.errors(400, 401, 403, 404, 429, 500)
 @authenticated(Accept.JWT_OR_API_KEY)
 @validate_querystring(PaymentMethodsQuery)
-async def payment_methods(query_args: PaymentMethodsQuery, principal: Principal) -> dict[str, Any]:
+async def payment_methods(query_args: PaymentMethodsQuery, principal: Principal) -> bodies.PaymentMethodList:
     """Methods enabled on an active configuration whose provider takes this currency and amount;
     `warnings` say why the list is empty or short."""
     if principal.is_api_key:
@@ -49,7 +45,7 @@ async def payment_methods(query_args: PaymentMethodsQuery, principal: Principal)
     amount = money_of(Decimal(query_args.amount), query_args.currency, "amount")
     configs = await services().db.read(provider_configs.active_provider_configs, application.id)
     methods: list[str] = []
-    warnings: set[str] = set()
+    warnings: set[bodies.PaymentMethodWarning] = set()
     connected = False  # a link to a provider this deployment no longer offers connects nothing
     for config in configs:
         provider = services().providers.get(config.provider)
@@ -59,14 +55,14 @@ async def payment_methods(query_args: PaymentMethodsQuery, principal: Principal)
         for method in config.payment_methods:
             limits = provider.limits(amount.currency, method)
             if limits is None:
-                warnings.add(CURRENCY_NOT_SUPPORTED)
+                warnings.add("CURRENCY_NOT_SUPPORTED")
             elif not limits.min_minor <= amount.minor <= limits.max_minor:
-                warnings.add(AMOUNT_OUT_OF_RANGE)
+                warnings.add("AMOUNT_OUT_OF_RANGE")
             elif method not in methods:
                 methods.append(method)
     if not connected:
-        warnings.add(NO_ACTIVE_PROVIDER_CONNECTIONS)
-    body: dict[str, Any] = {"paymentMethods": sorted(methods)}
+        warnings.add("NO_ACTIVE_PROVIDER_CONNECTIONS")
+    body: bodies.PaymentMethodList = {"paymentMethods": sorted(methods)}
     if warnings:
         body["warnings"] = sorted(warnings)
     return body

@@ -4,14 +4,13 @@ application's actor. No JWT: the signature is the credential."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from quart import Blueprint, request
 from quart_schema import document_response, security_scheme, tag_blueprint
 
 from payorch.engine.context import credentials_of
 from payorch.engine.provider_events import ApplyProviderEvent
-from payorch.http import openapi_models as api
+from payorch.http import openapi as api
+from payorch.http import representations as bodies
 from payorch.http.auth import parse_id
 from payorch.http.context import services
 from payorch.http.requestlog import note_application
@@ -25,9 +24,9 @@ tag_blueprint(blueprint, ["Provider events"])
 
 @blueprint.post("/<provider_name>/<application_id>")
 @security_scheme(api.NO_CREDENTIALS)
-@document_response(api.ProviderEventReceived, 200)
+@document_response(bodies.ProviderEventReceived, 200)
 @api.errors(400, 404, 413, 500, 502, 503)
-async def receive_provider_event(provider_name: str, application_id: str) -> dict[str, Any]:
+async def receive_provider_event(provider_name: str, application_id: str) -> bodies.ProviderEventReceived:
     """Apply a provider's event once; a redelivered event answers 200 and changes nothing."""
     provider = services().providers.get(provider_name)
     if provider is None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 import trio
 from quart import Blueprint
@@ -15,7 +14,9 @@ from quart_schema import (
     validate_request,
 )
 
-from payorch.http import openapi_models as api
+from payorch.engine.representations import timestamp
+from payorch.http import openapi as api
+from payorch.http import representations as bodies
 from payorch.http.auth import Accept, Principal, application_for, authenticated
 from payorch.http.context import services
 from payorch.http.models import (
@@ -39,23 +40,22 @@ from payorch.values.errors import (
     ProviderUnavailable,
     UnsupportedPaymentMethod,
 )
-from payorch.values.pagination import envelope
+from payorch.values.pagination import Page, envelope
 from payorch.values.secretbox import key_fingerprint
-from payorch.values.timefmt import iso
 
 blueprint = Blueprint("providers", __name__, url_prefix="/api/v1")
 tag_blueprint(blueprint, ["Providers"])
 
 
-def config_body(config: ProviderConfig) -> dict[str, Any]:
+def config_body(config: ProviderConfig) -> bodies.ProviderConfig:
     return {
         "applicationId": str(config.application_id),
         "provider": config.provider,
         "isActive": config.is_active,
         "paymentMethods": list(config.payment_methods),
         "keyFingerprint": config.key_fingerprint,
-        "createdAt": iso(config.created_at),
-        "updatedAt": iso(config.updated_at),
+        "createdAt": timestamp(config.created_at),
+        "updatedAt": timestamp(config.updated_at),
     }
 
 
@@ -104,14 +104,14 @@ async def _register(provider: Provider, api_key: str, application_id: object) ->
 
 @blueprint.get("/providers")
 @security_scheme(api.JWT)
-@document_response(api.Page[api.ProviderCatalogueEntry], 200)
+@document_response(Page[bodies.ProviderCatalogueEntry], 200)
 @api.errors(400, 401, 429, 500)
 @authenticated(Accept.JWT)
 @validate_querystring(PageQuery)
-async def list_catalogue(query_args: PageQuery, principal: Principal) -> dict[str, Any]:
+async def list_catalogue(query_args: PageQuery, principal: Principal) -> Page[bodies.ProviderCatalogueEntry]:
     """The providers this deployment offers."""
     page = query_args.page_request
-    entries = [
+    entries: list[bodies.ProviderCatalogueEntry] = [
         {"name": item.name, "displayName": item.display_name, "paymentMethods": sorted(item.payment_methods)}
         for item in services().providers
     ]
@@ -120,13 +120,13 @@ async def list_catalogue(query_args: PageQuery, principal: Principal) -> dict[st
 
 @blueprint.post("/applications/<application_id>/providers")
 @security_scheme(api.JWT)
-@document_response(api.ProviderConfig, 201)
+@document_response(bodies.ProviderConfig, 201)
 @api.errors(400, 401, 403, 404, 409, 413, 422, 429, 500, 502)
 @authenticated(Accept.JWT)
 @validate_request(ProviderLinkRequest)
 async def link_provider(
     application_id: str, data: ProviderLinkRequest, principal: Principal
-) -> tuple[dict[str, Any], int]:
+) -> tuple[bodies.ProviderConfig, int]:
     """Link a provider: check the key, register payorch's event endpoint, store the key sealed."""
     application = await application_for(principal, application_id)
     provider = _provider(data.name)
@@ -163,13 +163,13 @@ async def link_provider(
 
 @blueprint.get("/applications/<application_id>/providers")
 @security_scheme(api.JWT)
-@document_response(api.Page[api.ProviderConfig], 200)
+@document_response(Page[bodies.ProviderConfig], 200)
 @api.errors(400, 401, 403, 404, 429, 500)
 @authenticated(Accept.JWT)
 @validate_querystring(PageQuery)
 async def list_provider_configs(
     application_id: str, query_args: PageQuery, principal: Principal
-) -> dict[str, Any]:
+) -> Page[bodies.ProviderConfig]:
     """The providers linked to the application."""
     application = await application_for(principal, application_id)
     page = query_args.page_request
@@ -191,13 +191,13 @@ async def _linked(application_id: uuid.UUID, name: str) -> tuple[Provider, Provi
 
 @blueprint.patch("/applications/<application_id>/providers/<provider_name>/api-key")
 @security_scheme(api.JWT)
-@document_response(api.Empty, 200)
+@document_response(bodies.Empty, 200)
 @api.errors(400, 401, 403, 404, 409, 413, 422, 429, 500, 502)
 @authenticated(Accept.JWT)
 @validate_request(ProviderApiKeyRequest)
 async def replace_api_key(
     application_id: str, provider_name: str, data: ProviderApiKeyRequest, principal: Principal
-) -> dict[str, Any]:
+) -> bodies.Empty:
     """Replace the stored key: checked with the provider, and the event endpoint registered anew."""
     application = await application_for(principal, application_id)
     provider, _ = await _linked(application.id, provider_name)
@@ -227,13 +227,13 @@ async def replace_api_key(
 
 @blueprint.patch("/applications/<application_id>/providers/<provider_name>/payment-methods")
 @security_scheme(api.JWT)
-@document_response(api.ProviderConfig, 200)
+@document_response(bodies.ProviderConfig, 200)
 @api.errors(400, 401, 403, 404, 409, 413, 422, 429, 500)
 @authenticated(Accept.JWT)
 @validate_request(ProviderPaymentMethodsRequest)
 async def set_payment_methods(
     application_id: str, provider_name: str, data: ProviderPaymentMethodsRequest, principal: Principal
-) -> dict[str, Any]:
+) -> bodies.ProviderConfig:
     """Replace the payment methods enabled on a linked provider."""
     application = await application_for(principal, application_id)
     provider, _ = await _linked(application.id, provider_name)

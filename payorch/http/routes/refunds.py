@@ -7,7 +7,8 @@ from quart_schema import document_headers, document_response, security_scheme, t
 
 from payorch.engine.idempotency import request_fingerprint
 from payorch.engine.refund_commands import CreateRefund, RefundDraft, refund_scope
-from payorch.http import openapi_models as api
+from payorch.engine.refund_rules import RefundCreated
+from payorch.http import openapi as api
 from payorch.http.auth import Accept, Principal, authenticated, parse_id
 from payorch.http.context import services
 from payorch.http.models import RefundCreateRequest
@@ -24,8 +25,8 @@ tag_blueprint(blueprint, ["Refunds"])
 @blueprint.post("/sessions/<session_id>/refunds")
 @security_scheme(api.JWT_OR_API_KEY)
 @document_headers(api.IdempotencyKeyHeader)
-@document_response(api.RefundCreated, 201)
-@document_response(api.RefundCreated, 202)
+@document_response(RefundCreated, 201)
+@document_response(RefundCreated, 202)
 @api.errors(400, 401, 403, 404, 413, 429, 500, 503)
 @api.coded_errors(409, 422)
 @authenticated(Accept.JWT_OR_API_KEY)

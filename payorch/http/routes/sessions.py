@@ -18,15 +18,16 @@ from quart_schema import (
 from payorch.engine.checkout import CreateSession, SessionDraft
 from payorch.engine.idempotency import MAX_KEY_LENGTH, Answer, request_fingerprint
 from payorch.engine.reads import session_page, session_with_record
-from payorch.http import openapi_models as api
+from payorch.engine.records import SessionCreated, SessionRecord
+from payorch.http import openapi as api
 from payorch.http.auth import Accept, Principal, application_for, authenticated, parse_id
 from payorch.http.context import services
 from payorch.http.models import PageQuery, SessionCreateRequest
-from payorch.http.openapi_models import IDEMPOTENCY_HEADER
+from payorch.http.openapi import IDEMPOTENCY_HEADER
 from payorch.http.requestlog import note_application
 from payorch.values.errors import FieldProblem, InvalidInput, NotFound, NotPermitted
 from payorch.values.money import Money, TooManyDecimals, UnknownCurrency
-from payorch.values.pagination import envelope
+from payorch.values.pagination import Page, envelope
 
 blueprint = Blueprint("sessions", __name__, url_prefix="/api/v1")
 tag_blueprint(blueprint, ["Sessions"])
@@ -83,7 +84,7 @@ async def _target_application(principal: Principal, requested: uuid.UUID | None)
 @blueprint.post("/sessions")
 @security_scheme(api.JWT_OR_API_KEY)
 @document_headers(api.IdempotencyKeyHeader)
-@document_response(api.SessionCreated, 201)
+@document_response(SessionCreated, 201)
 @api.errors(400, 401, 403, 404, 413, 429, 500, 502, 503)
 @api.coded_errors(409, 422)
 @authenticated(Accept.JWT_OR_API_KEY)
@@ -130,10 +131,10 @@ async def create_session(data: SessionCreateRequest, principal: Principal) -> tu
 
 @blueprint.get("/sessions/<session_id>")
 @security_scheme(api.JWT_OR_API_KEY)
-@document_response(api.SessionRecord, 200)
+@document_response(SessionRecord, 200)
 @api.errors(401, 403, 404, 429, 500)
 @authenticated(Accept.JWT_OR_API_KEY)
-async def get_session(session_id: str, principal: Principal) -> dict[str, Any]:
+async def get_session(session_id: str, principal: Principal) -> SessionRecord:
     """A session's read record. Another merchant's session is 404, as if it did not exist."""
     found = await services().db.read(session_with_record, parse_id(session_id, "session"))
     if found is None or not await may_read(principal, found[0].application_id):
@@ -155,11 +156,13 @@ async def may_read(principal: Principal, application_id: uuid.UUID) -> bool:
 
 @blueprint.get("/applications/<application_id>/sessions")
 @security_scheme(api.JWT_OR_API_KEY)
-@document_response(api.Page[api.SessionRecord], 200)
+@document_response(Page[SessionRecord], 200)
 @api.errors(400, 401, 403, 404, 429, 500)
 @authenticated(Accept.JWT_OR_API_KEY)
 @validate_querystring(PageQuery)
-async def list_sessions(application_id: str, query_args: PageQuery, principal: Principal) -> dict[str, Any]:
+async def list_sessions(
+    application_id: str, query_args: PageQuery, principal: Principal
+) -> Page[SessionRecord]:
     """The application's checkout sessions, each with its refunds where it can have any."""
     application = await application_for(principal, application_id)
     page = query_args.page_request

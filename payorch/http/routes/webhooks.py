@@ -15,9 +15,11 @@ from quart_schema import (
     validate_request,
 )
 
-from payorch.engine.records import EVENT_TYPES, event_body, new_event_id
+from payorch.engine.records import event_body, new_event_id
+from payorch.engine.representations import DELIVERY_STATUSES, EVENT_TYPES, one_of, timestamp
 from payorch.engine.webhook_signing import key_fingerprint, new_signing_secret
-from payorch.http import openapi_models as api
+from payorch.http import openapi as api
+from payorch.http import representations as bodies
 from payorch.http.auth import Accept, Principal, application_for, authenticated, parse_id
 from payorch.http.context import services
 from payorch.http.models import PageQuery, WebhookCreateRequest, WebhookUpdateRequest
@@ -28,46 +30,46 @@ from payorch.outbound.ssrf import UnsafeWebhookUrl, check_webhook_url
 from payorch.storage import webhooks as webhooks_store
 from payorch.storage.webhooks import DeliveryView, WebhookConfig
 from payorch.values.errors import FieldProblem, InvalidInput, NotFound
-from payorch.values.pagination import envelope
+from payorch.values.pagination import Page, envelope
 from payorch.values.timefmt import iso, utcnow
 
 blueprint = Blueprint("webhooks", __name__, url_prefix="/api/v1/applications/<application_id>/webhooks")
 tag_blueprint(blueprint, ["Webhooks"])
 
 
-def webhook_body(config: WebhookConfig, signing_secret: str | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {
+def webhook_body(config: WebhookConfig) -> bodies.WebhookConfig:
+    last_test_status = config.last_test_status
+    return {
         "id": str(config.id),
         "url": config.url,
         "isActive": config.is_active,
         "keyFingerprint": config.key_fingerprint,
-        "subscribedEvents": list(config.subscribed_events),
+        "subscribedEvents": [one_of(event, EVENT_TYPES) for event in config.subscribed_events],
         "lastTestAt": iso(config.last_test_at),
-        "lastTestStatus": config.last_test_status,
-        "createdAt": iso(config.created_at),
+        "lastTestStatus": None
+        if last_test_status is None
+        else one_of(last_test_status, bodies.WEBHOOK_TEST_STATUSES),
+        "createdAt": timestamp(config.created_at),
         "updatedAt": iso(config.updated_at),
     }
-    if signing_secret is not None:
-        body["signingSecret"] = signing_secret
-    return body
 
 
-def delivery_body(delivery: DeliveryView) -> dict[str, Any]:
+def delivery_body(delivery: DeliveryView) -> bodies.Delivery:
     return {
         "id": str(delivery.id),
         "eventId": delivery.event_id,
         "eventType": delivery.event_type,
-        "status": delivery.status,
+        "status": one_of(delivery.status, DELIVERY_STATUSES),
         "attempts": delivery.attempts,
         "nextAttemptAt": iso(delivery.next_attempt_at),
         "lastAttemptAt": iso(delivery.last_attempt_at),
         "lastStatusCode": delivery.last_status_code,
         "lastError": delivery.last_error,
         "deliveredAt": iso(delivery.delivered_at),
-        "createdAt": iso(delivery.created_at),
+        "createdAt": timestamp(delivery.created_at),
         "attemptLog": [
             {
-                "attemptedAt": iso(item["attempted_at"]),
+                "attemptedAt": timestamp(item["attempted_at"]),
                 "httpStatusCode": item["status_code"],
                 "error": item["error"],
                 "latencyMs": item["latency_ms"],
@@ -118,13 +120,13 @@ async def _config(application_id: uuid.UUID, webhook_id: str) -> WebhookConfig:
 
 @blueprint.post("")
 @security_scheme(api.JWT)
-@document_response(api.WebhookConfigCreated, 201)
+@document_response(bodies.WebhookConfigCreated, 201)
 @api.errors(400, 401, 403, 404, 413, 429, 500)
 @authenticated(Accept.JWT)
 @validate_request(WebhookCreateRequest)
 async def create_webhook(
     application_id: str, data: WebhookCreateRequest, principal: Principal
-) -> tuple[dict[str, Any], int]:
+) -> tuple[bodies.WebhookConfigCreated, int]:
     """A new configuration; its `signingSecret` is shown in this answer only."""
     application = await application_for(principal, application_id)
     events = _events(data.subscribedEvents)
@@ -138,16 +140,18 @@ async def create_webhook(
         secret=services().secrets.seal(secret),
         key_fingerprint=key_fingerprint(secret),
     )
-    return webhook_body(created, signing_secret=secret), 201
+    return {**webhook_body(created), "signingSecret": secret}, 201
 
 
 @blueprint.get("")
 @security_scheme(api.JWT)
-@document_response(api.Page[api.WebhookConfig], 200)
+@document_response(Page[bodies.WebhookConfig], 200)
 @api.errors(400, 401, 403, 404, 429, 500)
 @authenticated(Accept.JWT)
 @validate_querystring(PageQuery)
-async def list_webhooks(application_id: str, query_args: PageQuery, principal: Principal) -> dict[str, Any]:
+async def list_webhooks(
+    application_id: str, query_args: PageQuery, principal: Principal
+) -> Page[bodies.WebhookConfig]:
     """The application's webhook configurations (without their signing secrets)."""
     application = await application_for(principal, application_id)
     page = query_args.page_request
@@ -157,10 +161,10 @@ async def list_webhooks(application_id: str, query_args: PageQuery, principal: P
 
 @blueprint.get("/<webhook_id>")
 @security_scheme(api.JWT)
-@document_response(api.WebhookConfig, 200)
+@document_response(bodies.WebhookConfig, 200)
 @api.errors(401, 403, 404, 429, 500)
 @authenticated(Accept.JWT)
-async def get_webhook(application_id: str, webhook_id: str, principal: Principal) -> dict[str, Any]:
+async def get_webhook(application_id: str, webhook_id: str, principal: Principal) -> bodies.WebhookConfig:
     """A webhook configuration (without its signing secret)."""
     application = await application_for(principal, application_id)
     return webhook_body(await _config(application.id, webhook_id))
@@ -168,13 +172,13 @@ async def get_webhook(application_id: str, webhook_id: str, principal: Principal
 
 @blueprint.patch("/<webhook_id>")
 @security_scheme(api.JWT)
-@document_response(api.WebhookConfig, 200)
+@document_response(bodies.WebhookConfig, 200)
 @api.errors(400, 401, 403, 404, 413, 429, 500)
 @authenticated(Accept.JWT)
 @validate_request(WebhookUpdateRequest)
 async def update_webhook(
     application_id: str, webhook_id: str, data: WebhookUpdateRequest, principal: Principal
-) -> dict[str, Any]:
+) -> bodies.WebhookConfig:
     """Change the URL, the subscribed events or whether the configuration is active."""
     application = await application_for(principal, application_id)
     config = await _config(application.id, webhook_id)
@@ -193,10 +197,10 @@ async def update_webhook(
 
 @blueprint.delete("/<webhook_id>")
 @security_scheme(api.JWT)
-@document_response(api.Empty, 200)
+@document_response(bodies.Empty, 200)
 @api.errors(401, 403, 404, 429, 500)
 @authenticated(Accept.JWT)
-async def delete_webhook(application_id: str, webhook_id: str, principal: Principal) -> dict[str, Any]:
+async def delete_webhook(application_id: str, webhook_id: str, principal: Principal) -> bodies.Empty:
     """Delete a webhook configuration: it receives nothing more and leaves the lists."""
     application = await application_for(principal, application_id)
     config = await _config(application.id, webhook_id)
@@ -206,10 +210,10 @@ async def delete_webhook(application_id: str, webhook_id: str, principal: Princi
 
 @blueprint.patch("/<webhook_id>/secret")
 @security_scheme(api.JWT)
-@document_response(api.SecretRotated, 200)
+@document_response(bodies.SecretRotated, 200)
 @api.errors(401, 403, 404, 429, 500)
 @authenticated(Accept.JWT)
-async def rotate_secret(application_id: str, webhook_id: str, principal: Principal) -> dict[str, Any]:
+async def rotate_secret(application_id: str, webhook_id: str, principal: Principal) -> bodies.SecretRotated:
     """A new signing secret, shown this once. The old one keeps signing too for
     `webhooks.rotation_overlap_s`, so receivers can switch without losing a delivery."""
     application = await application_for(principal, application_id)
@@ -228,10 +232,12 @@ async def rotate_secret(application_id: str, webhook_id: str, principal: Princip
 
 @blueprint.post("/<webhook_id>/test")
 @security_scheme(api.JWT)
-@document_response(api.WebhookTestResult, 200)
+@document_response(bodies.WebhookTestResult, 200)
 @api.errors(401, 403, 404, 429, 500)
 @authenticated(Accept.JWT)
-async def test_webhook(application_id: str, webhook_id: str, principal: Principal) -> dict[str, Any]:
+async def test_webhook(
+    application_id: str, webhook_id: str, principal: Principal
+) -> bodies.WebhookTestResult:
     """Send a signed `webhook.test` event now and report how the endpoint answered. It goes out as a
     delivery does: the same client and checks, signed with both secrets during a rotation's overlap,
     at most the first 1024 bytes of the answer read."""
@@ -267,19 +273,19 @@ async def test_webhook(application_id: str, webhook_id: str, principal: Principa
         "httpStatusCode": result.status_code,
         "responseBody": result.response_excerpt,
         "latencyMs": result.latency_ms,
-        "deliveredAt": iso(delivered_at),
+        "deliveredAt": timestamp(delivered_at),
     }
 
 
 @blueprint.get("/<webhook_id>/deliveries")
 @security_scheme(api.JWT)
-@document_response(api.Page[api.Delivery], 200)
+@document_response(Page[bodies.Delivery], 200)
 @api.errors(400, 401, 403, 404, 429, 500)
 @authenticated(Accept.JWT)
 @validate_querystring(PageQuery)
 async def list_deliveries(
     application_id: str, webhook_id: str, query_args: PageQuery, principal: Principal
-) -> dict[str, Any]:
+) -> Page[bodies.Delivery]:
     """The delivery log: each event sent to this endpoint, its status and every attempt."""
     application = await application_for(principal, application_id)
     config = await _config(application.id, webhook_id)
@@ -290,12 +296,12 @@ async def list_deliveries(
 
 @blueprint.post("/<webhook_id>/deliveries/<delivery_id>/retry")
 @security_scheme(api.JWT)
-@document_response(api.DeliveryRetry, 202)
+@document_response(bodies.DeliveryRetry, 202)
 @api.errors(401, 403, 404, 429, 500)
 @authenticated(Accept.JWT)
 async def retry_delivery(
     application_id: str, webhook_id: str, delivery_id: str, principal: Principal
-) -> tuple[dict[str, Any], int]:
+) -> tuple[bodies.DeliveryRetry, int]:
     """Send a delivery again now, for example one that FAILED after its last scheduled attempt."""
     application = await application_for(principal, application_id)
     config = await _config(application.id, webhook_id)

@@ -1,41 +1,39 @@
-"""The OpenAPI document: response bodies as pydantic types, and how quart-schema turns routes into it.
+"""The OpenAPI document: how quart-schema turns the routes into it, and what it says beyond the bodies.
 
-Request bodies and query strings are documented from the models that validate them
-(`payorch.http.models`). Response bodies are built by hand in the routes (`application_body`,
-`session_record`, ...); the types here describe them for the document only and validate nothing at
-run time. They are closed (`additionalProperties: false`), so the schemathesis run of the test
-suite notices a field a route adds without documenting it.
+Every body's shape exists once, as the type the code validates or builds with: request bodies and
+query strings are the pydantic models that validate them (`http.models`); response bodies are the
+closed `TypedDict`s their builders build (`engine.records`, `engine.refund_rules`,
+`http.representations`, `values.pagination.Page`), which mypy checks each builder against. A field
+added to a response is added to its `TypedDict` and its builder; the document follows.
 
-Shapes that are sometimes absent (never null) are `NotRequired` keys of `TypedDict`s.
+What stays here: the security schemes, the two error shapes and their decorators (`errors()`,
+`coded_errors()`), the `Idempotency-Key` header, the document's info and tags, and the provider
+that completes what quart-schema generates.
 """
 
 from __future__ import annotations
 
 import inspect
 import re
-import uuid
 from collections.abc import Callable, Iterable
-from datetime import datetime
 from decimal import Decimal
 from http import HTTPStatus
-from typing import Annotated, Any, Generic, Literal, NotRequired, TypeVar
+from typing import Annotated, Any, NotRequired, TypeVar, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema, with_config
+from pydantic import Field, StringConstraints, with_config
 from quart_schema import APIKeySecurityScheme, HttpSecurityScheme, Info, Tag, document_response
 from quart_schema.conversion import model_schema
 from quart_schema.openapi import QUART_SCHEMA_OPERATION_ID_ATTRIBUTE, OpenAPIProvider
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 from werkzeug.routing.rules import Rule
 
-from payorch.engine.records import EventType
-from payorch.engine.refund_rules import RefundReason
-from payorch.http.models import JSON_NUMBER, JsonNumber, Organization
+from payorch.engine.idempotency import MAX_KEY_LENGTH
+from payorch.engine.representations import CLOSED
+from payorch.http.models import JsonNumber
 from payorch.values.errors import ErrorCode
+from payorch.values.pagination import Page
 
-T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
-
-CLOSED = ConfigDict(extra="forbid")
 
 # --- Security -----------------------------------------------------------------------------------
 
@@ -55,15 +53,6 @@ SECURITY_DESCRIPTIONS = {
 JWT: list[dict[str, list[str]]] = [{BEARER_AUTH: []}]
 JWT_OR_API_KEY: list[dict[str, list[str]]] = [{BEARER_AUTH: []}, {API_KEY_AUTH: []}]
 NO_CREDENTIALS: list[dict[str, list[str]]] = []
-
-# --- Scalars ------------------------------------------------------------------------------------
-
-Money = Annotated[Decimal, JSON_NUMBER]
-"""An amount in major currency units, a JSON number (never a string)."""
-Timestamp = datetime  # ISO 8601, UTC, milliseconds, `Z`: {"type": "string", "format": "date-time"}
-CurrencyCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")]
-SessionStatus = Literal["PENDING", "SUCCEEDED", "FAILED", "PARTIALLY_REFUNDED", "REFUNDED", "REVERSED"]
-RefundStatus = Literal["PENDING", "COMPLETED", "FAILED"]
 
 # --- Errors -------------------------------------------------------------------------------------
 
@@ -98,303 +87,6 @@ class ErrorB(TypedDict):
     retryAfter: NotRequired[int]
 
 
-# --- Pagination ---------------------------------------------------------------------------------
-
-
-class Page(BaseModel, Generic[T]):
-    """One page of a list, newest first."""
-
-    model_config = CLOSED
-
-    items: list[T]
-    page: Annotated[int, Field(ge=1)]
-    limit: Annotated[int, Field(ge=1, le=100)]
-    totalItems: Annotated[int, Field(ge=0)]
-    totalPages: Annotated[int, Field(ge=0)]
-    hasPreviousPage: bool
-    hasNextPage: bool
-
-
-@with_config(CLOSED)
-class Empty(TypedDict):
-    """Done: an empty object."""
-
-
-# --- Accounts -----------------------------------------------------------------------------------
-
-
-@with_config(CLOSED)
-class AdminProfile(TypedDict):
-    email: str
-    firstName: str
-    lastName: str
-
-
-@with_config(CLOSED)
-class SignupResponse(TypedDict):
-    """The merchant was created: the signup body again, without the password."""
-
-    organization: Organization
-    admin: AdminProfile
-
-
-@with_config(CLOSED)
-class LoginResponse(TypedDict):
-    """An access token (JWT) for `Authorization: Bearer`."""
-
-    accessToken: str
-    tokenType: Literal["Bearer"]
-    expiresIn: Annotated[int, Field(description="lifetime of the token in seconds")]
-
-
-# --- Applications and API keys ------------------------------------------------------------------
-
-
-@with_config(CLOSED)
-class ApiKeySummary(TypedDict):
-    """An API key, without the key."""
-
-    id: uuid.UUID
-    keyPrefix: Annotated[str, Field(description="the first 12 characters of the key")]
-    description: str
-    status: Literal["active", "revoked"]
-    createdAt: Timestamp
-
-
-@with_config(CLOSED)
-class ApiKeyCreated(ApiKeySummary):
-    """The new API key: `key` is shown in this answer only."""
-
-    key: Annotated[str, StringConstraints(pattern=r"^sk_[0-9A-Za-z]{40}$")]
-
-
-@with_config(CLOSED)
-class Application(TypedDict):
-    """An application of the merchant."""
-
-    id: uuid.UUID
-    name: str
-    description: dict[str, Any] | None
-    isEnabled: bool
-    createdAt: Timestamp
-    apiKeys: NotRequired[
-        Annotated[list[ApiKeySummary], Field(description="only when listed with include=apiKeys")]
-    ]
-
-
-# --- Providers ----------------------------------------------------------------------------------
-
-
-@with_config(CLOSED)
-class ProviderCatalogueEntry(TypedDict):
-    name: str
-    displayName: str
-    paymentMethods: list[str]
-
-
-@with_config(CLOSED)
-class ProviderConfig(TypedDict):
-    """A provider linked to an application."""
-
-    applicationId: uuid.UUID
-    provider: str
-    isActive: bool
-    paymentMethods: list[str]
-    keyFingerprint: Annotated[
-        str, Field(description="first 8 and last 4 characters of the provider API key, `...` between")
-    ]
-    createdAt: Timestamp
-    updatedAt: Timestamp
-
-
-@with_config(CLOSED)
-class ProviderEventReceived(TypedDict):
-    """The event was verified; `applied` is false for a redelivered or irrelevant event."""
-
-    received: Literal[True]
-    applied: bool
-
-
-# --- Sessions and refunds -----------------------------------------------------------------------
-
-
-@with_config(CLOSED)
-class Routing(TypedDict):
-    selectedProvider: str
-    score: Annotated[Decimal, WithJsonSchema({"type": "number", "minimum": 0, "maximum": 1})]
-
-
-@with_config(CLOSED)
-class SessionCreated(TypedDict):
-    """The checkout session (a replay of the same request answers the same body, with header
-    `Idempotent-Replayed: true`)."""
-
-    sessionId: uuid.UUID
-    checkoutUrl: Annotated[str, Field(description="where the customer pays")]
-    status: SessionStatus
-    routing: Routing
-    expiresAt: Timestamp
-    createdAt: Timestamp
-
-
-@with_config(CLOSED)
-class RefundRecord(TypedDict):
-    id: uuid.UUID
-    amount: Money
-    currency: CurrencyCode
-    status: RefundStatus
-    failureReason: str | None
-    reason: RefundReason | None
-    createdAt: Timestamp
-    updatedAt: Timestamp
-
-
-@with_config(CLOSED)
-class SessionRecord(TypedDict):
-    """A checkout session. `refunds` is a list in SUCCEEDED, PARTIALLY_REFUNDED, REFUNDED and
-    REVERSED, null otherwise."""
-
-    id: uuid.UUID
-    orderReference: str
-    amount: Money
-    currency: CurrencyCode
-    status: SessionStatus
-    failureReason: str | None
-    providerName: str | None
-    paymentMethod: str
-    expiresAt: Timestamp | None
-    createdAt: Timestamp
-    updatedAt: Timestamp
-    refunds: list[RefundRecord] | None
-
-
-@with_config(CLOSED)
-class RefundCreated(TypedDict):
-    """The refund (PENDING until the provider confirms it; the outcome arrives by webhook)."""
-
-    refundId: uuid.UUID
-    sessionId: uuid.UUID
-    status: RefundStatus
-    amount: Money
-    currency: CurrencyCode
-    reason: RefundReason | None
-    failureReason: NotRequired[str]
-    createdAt: Timestamp
-
-
-@with_config(CLOSED)
-class PaymentMethodList(TypedDict):
-    """The payment methods available now; `warnings` say why the list is empty or short."""
-
-    paymentMethods: list[str]
-    warnings: NotRequired[
-        list[Literal["NO_ACTIVE_PROVIDER_CONNECTIONS", "CURRENCY_NOT_SUPPORTED", "AMOUNT_OUT_OF_RANGE"]]
-    ]
-
-
-# --- Webhooks -----------------------------------------------------------------------------------
-
-
-@with_config(CLOSED)
-class WebhookConfig(TypedDict):
-    """A webhook configuration (its signing secret is never shown again)."""
-
-    id: uuid.UUID
-    url: str
-    isActive: bool
-    keyFingerprint: Annotated[str, Field(description="`sha256:` and the first 16 hex digits of the secret")]
-    subscribedEvents: list[EventType]
-    lastTestAt: Timestamp | None
-    lastTestStatus: Literal["SUCCEEDED", "FAILED"] | None
-    createdAt: Timestamp
-    updatedAt: Annotated[Timestamp | None, Field(description="null until the first change")]
-
-
-@with_config(CLOSED)
-class WebhookConfigCreated(WebhookConfig):
-    """The new webhook configuration, with its `signingSecret`: shown in this answer only."""
-
-    signingSecret: Annotated[str, StringConstraints(pattern=r"^whsec_")]
-
-
-@with_config(CLOSED)
-class SecretRotated(TypedDict):
-    """The new signing secret, shown this once; the old one keeps signing for a while."""
-
-    keyFingerprint: str
-    signingSecret: Annotated[str, StringConstraints(pattern=r"^whsec_")]
-
-
-@with_config(CLOSED)
-class WebhookTestResult(TypedDict):
-    """How the endpoint answered the `webhook.test` event; null status and body: no answer."""
-
-    success: bool
-    httpStatusCode: int | None
-    responseBody: Annotated[str, StringConstraints(max_length=1024)] | None
-    latencyMs: Annotated[int, Field(ge=0)]
-    deliveredAt: Timestamp
-
-
-@with_config(CLOSED)
-class DeliveryAttempt(TypedDict):
-    attemptedAt: Timestamp
-    httpStatusCode: int | None
-    error: str | None
-    latencyMs: int
-
-
-@with_config(CLOSED)
-class Delivery(TypedDict):
-    """One event sent to a webhook endpoint, and every attempt."""
-
-    id: uuid.UUID
-    eventId: str
-    eventType: str
-    status: Literal["PENDING", "DELIVERED", "FAILED"]
-    attempts: Annotated[int, Field(ge=0)]
-    nextAttemptAt: Timestamp | None
-    lastAttemptAt: Timestamp | None
-    lastStatusCode: int | None
-    lastError: str | None
-    deliveredAt: Timestamp | None
-    createdAt: Timestamp
-    attemptLog: list[DeliveryAttempt]
-
-
-@with_config(CLOSED)
-class DeliveryRetry(TypedDict):
-    """The delivery is queued to be sent again now."""
-
-    id: str
-    status: Literal["PENDING"]
-
-
-# --- Operations ---------------------------------------------------------------------------------
-
-
-@with_config(CLOSED)
-class Health(TypedDict):
-    """The process is up."""
-
-    status: Literal["ok"]
-
-
-@with_config(CLOSED)
-class ReadinessChecks(TypedDict):
-    database: bool
-    supervisors: bool
-    node: bool  # this process holds its node identity: other processes do not take its claims
-
-
-@with_config(CLOSED)
-class Readiness(TypedDict):
-    """Whether the database answers, every supervisor runs and the process holds its node identity."""
-
-    status: Literal["ok", "unavailable"]
-    checks: ReadinessChecks
-
-
 # --- Request headers ----------------------------------------------------------------------------
 
 IdempotencyKeyHeader = TypedDict(
@@ -402,16 +94,17 @@ IdempotencyKeyHeader = TypedDict(
     {
         "Idempotency-Key": Annotated[
             str,
-            StringConstraints(min_length=1, max_length=255),
+            StringConstraints(min_length=1, max_length=MAX_KEY_LENGTH),
             Field(
-                description="Required, 1 to 255 characters, chosen by the caller. The same key with the "
-                "same body answers the first answer again (header `Idempotent-Replayed: true`); with "
-                "another body 422 IDEMPOTENCY_KEY_MISMATCH; while the first runs 409 "
+                description=f"Required, 1 to {MAX_KEY_LENGTH} characters, chosen by the caller. The same key "
+                "with the same body answers the first answer again (header `Idempotent-Replayed: true`); "
+                "with another body 422 IDEMPOTENCY_KEY_MISMATCH; while the first runs 409 "
                 "IDEMPOTENCY_KEY_IN_PROGRESS."
             ),
         ]
     },
 )
+(IDEMPOTENCY_HEADER,) = IdempotencyKeyHeader.__annotations__  # the header's name, written once above
 
 # --- Response documentation shorthands ----------------------------------------------------------
 
@@ -508,7 +201,6 @@ PLAIN_RESPONSES: dict[str, dict[str, Any]] = {
 # Outside the merchant API: HTML pages for the customer (the sandbox's checkout, payorch's result page).
 UNDOCUMENTED_PREFIXES = ("/sandbox/", "/checkout/", "/static/")
 
-IDEMPOTENCY_HEADER = "Idempotency-Key"  # as in IdempotencyKeyHeader
 RETRY_AFTER: dict[str, Any] = {
     "description": "Seconds to wait before retrying (when the body carries `retryAfter`).",
     "schema": {"type": "integer", "minimum": 0},
@@ -526,6 +218,7 @@ class PayorchOpenAPIProvider(OpenAPIProvider):
       each property, where pydantic never puts it) and a query parameter is never `null`;
     - summaries are the first paragraph of a view's docstring, not its first line;
     - every response has a description, and errors 409/429/503 document the `Retry-After` header;
+    - a page of a list is a component of its own per kind of item (`Page[Application]`);
     - a Decimal default is written as a JSON number;
     - the sandbox's customer pages are left out, and /metrics is documented as text.
     """
@@ -558,6 +251,16 @@ class PayorchOpenAPIProvider(OpenAPIProvider):
                 for status, response in operation["responses"].items():
                     _complete_response(int(status), response, idempotent=idempotent)
         return paths, components
+
+    def build_response_object(
+        self, model: type[Any], headers_model: type[Any] | None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        response, components = super().build_response_object(model, headers_model)
+        if get_origin(model) is Page:  # every Page[...] is titled `Page`: name it after its items
+            (item,) = get_args(model)
+            response["content"]["application/json"]["schema"]["title"] = f"Page[{item.__name__}]"
+            response["description"] = f"One page of {item.__name__} items, newest first."
+        return response, components
 
     def build_querystring_parameters(self, model: type[Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         parameters, components = super().build_querystring_parameters(model)
@@ -629,12 +332,7 @@ def _complete_response(status: int, response: dict[str, Any], *, idempotent: boo
         if status in RETRY_AFTER_STATUSES:
             response.setdefault("headers", {})["Retry-After"] = RETRY_AFTER
     elif not response.get("description"):
-        title = str(schema.get("title", ""))
-        response["description"] = (
-            f"One page of {title[len('Page[') : -1]} items, newest first."
-            if title.startswith("Page[")
-            else HTTPStatus(status).phrase
-        )
+        response["description"] = HTTPStatus(status).phrase
     if idempotent and 200 <= status < 300:
         response.setdefault("headers", {})["Idempotent-Replayed"] = IDEMPOTENT_REPLAYED
 

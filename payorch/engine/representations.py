@@ -1,0 +1,66 @@
+"""What the interface's bodies are made of: scalars typed as the builders write them and documented as
+the OpenAPI document shows them, and the enumerations more than one floor speaks.
+
+Each response body is a `TypedDict` beside the function that builds it (`engine.records`,
+`engine.refund_rules`, `http.representations`): mypy checks every key a builder writes, and the
+OpenAPI document (`http.openapi`) is generated from the same types. Builders write JSON-ready values
+(text for times and ids, `Decimal` for amounts), so each scalar here is that Python type, annotated
+with the JSON Schema a client reads for it.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from decimal import Decimal
+from typing import Annotated, Literal, TypeVar, get_args
+
+from pydantic import ConfigDict, StringConstraints, WithJsonSchema
+
+from payorch.values.timefmt import iso
+
+T = TypeVar("T")
+
+CLOSED = ConfigDict(extra="forbid")
+"""Every body's `TypedDict` is closed (`additionalProperties: false`), so the schemathesis run of the
+test suite notices a key a route answers without documenting it."""
+
+Timestamp = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
+"""A moment as `values.timefmt.iso` writes it: ISO 8601, UTC, milliseconds, `Z`."""
+Uuid = Annotated[str, WithJsonSchema({"type": "string", "format": "uuid"})]
+"""An id, written as text."""
+Money = Annotated[Decimal, WithJsonSchema({"type": "number"})]
+"""An amount in major currency units, a JSON number (never a string)."""
+CurrencyCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")]
+
+# The events a merchant may subscribe to and receive (the interface's list).
+EventType = Literal["session.completed", "session.expired", "refund.completed", "refund.failed"]
+EVENT_TYPES: tuple[EventType, ...] = get_args(EventType)
+
+# What became of a webhook delivery: due (again), received by the merchant, or given up.
+DeliveryStatus = Literal["PENDING", "DELIVERED", "FAILED"]
+DELIVERY_STATUSES: tuple[DeliveryStatus, ...] = get_args(DeliveryStatus)
+
+
+def timestamp(moment: datetime) -> Timestamp:
+    """`moment` as the interface writes it, for a time that is never null."""
+    text = iso(moment)
+    assert text is not None  # iso answers None for None only
+    return text
+
+
+def one_of(value: object, members: tuple[T, ...]) -> T:
+    """The member of an enumeration that `value` (text read back from storage) equals.
+
+    Storage keeps only what was checked on the way in, so a value that is none of them is a broken
+    invariant (ValueError), not a bad request: answering it would contradict the document."""
+    for member in members:
+        if member == value:
+            return member
+    raise ValueError(f"{value!r} is not one of {', '.join(map(str, members))}")
+
+
+def listed(kind: type[enum.StrEnum]) -> WithJsonSchema:
+    """The JSON Schema of a `StrEnum` field written in place (`{"type": "string", "enum": [...]}`)
+    rather than as a component of its own, as the document has always shown its enumerations."""
+    return WithJsonSchema({"enum": [member.value for member in kind], "type": "string"})

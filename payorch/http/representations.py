@@ -1,0 +1,246 @@
+"""The response bodies only the HTTP routes build: one closed `TypedDict` each, the type its builder
+returns (`application_body`, `webhook_body`, ...) or a route's literal answer is checked against,
+and the shape the OpenAPI document (`http.openapi`) shows. Bodies the engine builds (sessions,
+refunds, events) have theirs beside their builders in `engine.records` and `engine.refund_rules`.
+
+Keys that are sometimes absent (never null) are `NotRequired`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, NotRequired, get_args
+
+from pydantic import Field, StringConstraints, with_config
+from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
+
+from payorch.engine.representations import CLOSED, DeliveryStatus, EventType, Timestamp, Uuid
+from payorch.http.models import Organization
+
+# --- Common -------------------------------------------------------------------------------------
+
+
+@with_config(CLOSED)
+class Empty(TypedDict):
+    """Done: an empty object."""
+
+
+# --- Accounts -----------------------------------------------------------------------------------
+
+
+@with_config(CLOSED)
+class AdminProfile(TypedDict):
+    email: str
+    firstName: str
+    lastName: str
+
+
+@with_config(CLOSED)
+class SignupResponse(TypedDict):
+    """The merchant was created: the signup body again, without the password."""
+
+    organization: Organization
+    admin: AdminProfile
+
+
+@with_config(CLOSED)
+class LoginResponse(TypedDict):
+    """An access token (JWT) for `Authorization: Bearer`."""
+
+    accessToken: str
+    tokenType: Literal["Bearer"]
+    expiresIn: Annotated[int, Field(description="lifetime of the token in seconds")]
+
+
+# --- Applications and API keys ------------------------------------------------------------------
+
+ApiKeyStatus = Literal["active", "revoked"]
+API_KEY_STATUSES: tuple[ApiKeyStatus, ...] = get_args(ApiKeyStatus)
+
+
+@with_config(CLOSED)
+class ApiKeySummary(TypedDict):
+    """An API key, without the key."""
+
+    id: Uuid
+    keyPrefix: Annotated[str, Field(description="the first 12 characters of the key")]
+    description: str
+    status: ApiKeyStatus
+    createdAt: Timestamp
+
+
+@with_config(CLOSED)
+class ApiKeyCreated(ApiKeySummary):
+    """The new API key: `key` is shown in this answer only."""
+
+    key: Annotated[str, StringConstraints(pattern=r"^sk_[0-9A-Za-z]{40}$")]
+
+
+@with_config(CLOSED)
+class Application(TypedDict):
+    """An application of the merchant."""
+
+    id: Uuid
+    name: str
+    description: dict[str, Any] | None
+    isEnabled: bool
+    createdAt: Timestamp
+    apiKeys: NotRequired[
+        Annotated[list[ApiKeySummary], Field(description="only when listed with include=apiKeys")]
+    ]
+
+
+# --- Providers ----------------------------------------------------------------------------------
+
+
+@with_config(CLOSED)
+class ProviderCatalogueEntry(TypedDict):
+    name: str
+    displayName: str
+    paymentMethods: list[str]
+
+
+@with_config(CLOSED)
+class ProviderConfig(TypedDict):
+    """A provider linked to an application."""
+
+    applicationId: Uuid
+    provider: str
+    isActive: bool
+    paymentMethods: list[str]
+    keyFingerprint: Annotated[
+        str, Field(description="first 8 and last 4 characters of the provider API key, `...` between")
+    ]
+    createdAt: Timestamp
+    updatedAt: Timestamp
+
+
+@with_config(CLOSED)
+class ProviderEventReceived(TypedDict):
+    """The event was verified; `applied` is false for a redelivered or irrelevant event."""
+
+    received: Literal[True]
+    applied: bool
+
+
+# --- Payment methods ----------------------------------------------------------------------------
+
+# Why the list of payment methods is empty or short.
+PaymentMethodWarning = Literal[
+    "NO_ACTIVE_PROVIDER_CONNECTIONS", "CURRENCY_NOT_SUPPORTED", "AMOUNT_OUT_OF_RANGE"
+]
+
+
+@with_config(CLOSED)
+class PaymentMethodList(TypedDict):
+    """The payment methods available now; `warnings` say why the list is empty or short."""
+
+    paymentMethods: list[str]
+    warnings: NotRequired[list[PaymentMethodWarning]]
+
+
+# --- Webhooks -----------------------------------------------------------------------------------
+
+# How a configuration's endpoint answered its last test send.
+WebhookTestStatus = Literal["SUCCEEDED", "FAILED"]
+WEBHOOK_TEST_STATUSES: tuple[WebhookTestStatus, ...] = get_args(WebhookTestStatus)
+SigningSecret = Annotated[str, StringConstraints(pattern=r"^whsec_")]
+
+
+@with_config(CLOSED)
+class WebhookConfig(TypedDict):
+    """A webhook configuration (its signing secret is never shown again)."""
+
+    id: Uuid
+    url: str
+    isActive: bool
+    keyFingerprint: Annotated[str, Field(description="`sha256:` and the first 16 hex digits of the secret")]
+    subscribedEvents: list[EventType]
+    lastTestAt: Timestamp | None
+    lastTestStatus: WebhookTestStatus | None
+    createdAt: Timestamp
+    updatedAt: Annotated[Timestamp | None, Field(description="null until the first change")]
+
+
+@with_config(CLOSED)
+class WebhookConfigCreated(WebhookConfig):
+    """The new webhook configuration, with its `signingSecret`: shown in this answer only."""
+
+    signingSecret: SigningSecret
+
+
+@with_config(CLOSED)
+class SecretRotated(TypedDict):
+    """The new signing secret, shown this once; the old one keeps signing for a while."""
+
+    keyFingerprint: str
+    signingSecret: SigningSecret
+
+
+@with_config(CLOSED)
+class WebhookTestResult(TypedDict):
+    """How the endpoint answered the `webhook.test` event; null status and body: no answer."""
+
+    success: bool
+    httpStatusCode: int | None
+    responseBody: Annotated[str, StringConstraints(max_length=1024)] | None
+    latencyMs: Annotated[int, Field(ge=0)]
+    deliveredAt: Timestamp
+
+
+@with_config(CLOSED)
+class DeliveryAttempt(TypedDict):
+    attemptedAt: Timestamp
+    httpStatusCode: int | None
+    error: str | None
+    latencyMs: int
+
+
+@with_config(CLOSED)
+class Delivery(TypedDict):
+    """One event sent to a webhook endpoint, and every attempt."""
+
+    id: Uuid
+    eventId: str
+    eventType: str
+    status: DeliveryStatus
+    attempts: Annotated[int, Field(ge=0)]
+    nextAttemptAt: Timestamp | None
+    lastAttemptAt: Timestamp | None
+    lastStatusCode: int | None
+    lastError: str | None
+    deliveredAt: Timestamp | None
+    createdAt: Timestamp
+    attemptLog: list[DeliveryAttempt]
+
+
+@with_config(CLOSED)
+class DeliveryRetry(TypedDict):
+    """The delivery is queued to be sent again now."""
+
+    id: str
+    status: Literal["PENDING"]
+
+
+# --- Operations ---------------------------------------------------------------------------------
+
+
+@with_config(CLOSED)
+class Health(TypedDict):
+    """The process is up."""
+
+    status: Literal["ok"]
+
+
+@with_config(CLOSED)
+class ReadinessChecks(TypedDict):
+    database: bool
+    supervisors: bool
+    node: bool  # this process holds its node identity: other processes do not take its claims
+
+
+@with_config(CLOSED)
+class Readiness(TypedDict):
+    """Whether the database answers, every supervisor runs and the process holds its node identity."""
+
+    status: Literal["ok", "unavailable"]
+    checks: ReadinessChecks
