@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, get_args
 from urllib.parse import urlsplit
 
 import jsonschema_rs
 import pytest
 
+from payorch.engine.refund_rules import REFUND_REASONS, RefundStatus
+from payorch.engine.representations import DELIVERY_STATUSES, EVENT_TYPES
+from payorch.engine.session_states import SessionStatus
 from payorch.http.context import PayorchApp
+from payorch.values.errors import ErrorCode
 from tests.helpers import Client
 
 OPENAPI_PATH = "/api/v1/openapi.json"
@@ -179,6 +183,24 @@ async def test_amounts_are_json_numbers(document: dict[str, Any]) -> None:
     assert refund_amount["type"] == "number" and refund_amount["minimum"] == 0.01
     score = schemas["Routing"]["properties"]["score"]
     assert score == {"type": "number", "minimum": 0, "maximum": 1}
+
+
+async def test_enumerations_are_documented_from_the_types_the_code_uses(document: dict[str, Any]) -> None:
+    schemas = document["components"]["schemas"]
+
+    def listed(schema: dict[str, Any]) -> list[str]:
+        (branch,) = [item for item in schema.get("anyOf", [schema]) if item != {"type": "null"}]
+        assert branch["type"] == "string"
+        return list(branch["enum"])
+
+    assert listed(schemas["SessionRecord"]["properties"]["status"]) == list(SessionStatus)
+    assert listed(schemas["SessionCreated"]["properties"]["status"]) == list(SessionStatus)
+    assert listed(schemas["RefundRecord"]["properties"]["status"]) == list(RefundStatus)
+    assert listed(schemas["RefundCreated"]["properties"]["status"]) == list(RefundStatus)
+    assert listed(schemas["RefundRecord"]["properties"]["reason"]) == list(REFUND_REASONS)
+    assert listed(schemas["WebhookConfig"]["properties"]["subscribedEvents"]["items"]) == list(EVENT_TYPES)
+    assert listed(schemas["Delivery"]["properties"]["status"]) == list(DELIVERY_STATUSES)
+    assert listed(schemas["ErrorB"]["properties"]["code"]) == list(get_args(ErrorCode))
 
 
 async def test_required_query_parameters_are_marked_required(document: dict[str, Any]) -> None:
