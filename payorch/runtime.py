@@ -39,11 +39,14 @@ from payorch.supervisors.housekeeping import forget_idle_state
 from payorch.supervisors.idempotency import run_idempotency_supervisor
 from payorch.supervisors.refunds import run_refund_supervisor
 from payorch.supervisors.webhooks import run_webhook_supervisor
+from payorch.values.clock import SYSTEM_CLOCK, Clock
 from payorch.values.secretbox import SecretBox
 
 
-def enabled_providers(settings: Settings, db: Database, secrets: SecretBox) -> list[Provider]:
-    """The provider adapters `config.toml` enables."""
+def enabled_providers(
+    settings: Settings, db: Database, secrets: SecretBox, clock: Clock = SYSTEM_CLOCK
+) -> list[Provider]:
+    """The provider adapters `config.toml` enables, reading time from `clock`."""
     providers: list[Provider] = []
     sandbox = settings.providers.sandbox
     if sandbox.enabled:
@@ -54,6 +57,7 @@ def enabled_providers(settings: Settings, db: Database, secrets: SecretBox) -> l
                 public_base_url=settings.server.public_base_url,
                 refund_delay_ms=sandbox.refund_delay_ms,
                 dispute_delay_ms=sandbox.dispute_delay_ms,
+                clock=clock,
             )
         )
     stripe = settings.providers.stripe
@@ -64,6 +68,7 @@ def enabled_providers(settings: Settings, db: Database, secrets: SecretBox) -> l
                 api_base=stripe.api_base,
                 timeout_s=stripe.timeout_s,
                 max_network_retries=stripe.max_network_retries,
+                clock=clock,
             )
         )
     return providers
@@ -76,10 +81,13 @@ class Runtime:
 
 
 @asynccontextmanager
-async def open_runtime(settings: Settings, db: Database) -> AsyncIterator[Runtime]:
-    """Services, the HTTP app, and every background task, running until the block is left."""
+async def open_runtime(
+    settings: Settings, db: Database, clock: Clock = SYSTEM_CLOCK
+) -> AsyncIterator[Runtime]:
+    """Services, the HTTP app, and every background task, running until the block is left. Every
+    part reads wall time from `clock` (a test hands in one it can move)."""
     secrets = SecretBox(settings.security.encryption_key)
-    providers = ProviderCatalogue(enabled_providers(settings, db, secrets))
+    providers = ProviderCatalogue(enabled_providers(settings, db, secrets, clock))
     health = ProviderHealth(RoutingPolicy())
     metrics = Metrics()
     node = NodeIdentity()
@@ -91,6 +99,7 @@ async def open_runtime(settings: Settings, db: Database) -> AsyncIterator[Runtim
         health=health,
         metrics=metrics,
         node=node,
+        clock=clock,
     )
     async with webhook_client(settings) as webhooks, trio.open_nursery() as nursery:
         # Held before anything is claimed, so every claim names a live node (`storage.nodes`).
@@ -111,6 +120,7 @@ async def open_runtime(settings: Settings, db: Database) -> AsyncIterator[Runtim
             limits=RequestLimits(settings.limits),
             api_keys=ApiKeyCache(settings.auth.api_key_cache_s),
             node=node,
+            clock=clock,
         )
         app = create_app(services)
         sandbox = providers.get("sandbox")
@@ -156,6 +166,7 @@ async def open_runtime(settings: Settings, db: Database) -> AsyncIterator[Runtim
                 secrets,
                 sandbox_client,
                 node,
+                clock,
             )
         yield Runtime(services=services, app=app)
         nursery.cancel_scope.cancel()

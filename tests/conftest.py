@@ -35,6 +35,7 @@ from payorch.runtime import Runtime, open_runtime
 from payorch.storage.database import Database, open_database
 from payorch.storage.migrations import migrate
 from tests import argon2_memo
+from tests.clock import ShiftedClock
 from tests.helpers import Client, Merchant, new_merchant
 
 # Each pytest-xdist worker ("gw0", "gw1"...) clones from a template of its own: CREATE DATABASE fails
@@ -67,17 +68,6 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     affinity = getattr(os, "sched_getaffinity", None)
     cpus = len(affinity(0)) if affinity else os.cpu_count() or 1
     return cpus + 1
-
-
-def pytest_make_parametrize_id(config: pytest.Config, val: object, argname: str) -> str | None:
-    """A random UUID parameter (`str(uuid.uuid4())` in a parametrize list) is named "uuid4" instead of
-    by its value: pytest-xdist runs a test only when every worker collected it under the same name, and
-    each worker draws its own UUID. Each worker still passes the UUID it drew."""
-    try:
-        drawn = val if isinstance(val, uuid.UUID) else uuid.UUID(val) if isinstance(val, str) else None
-    except ValueError:
-        return None
-    return "uuid4" if drawn is not None and drawn.version == 4 else None
 
 
 def database_url(server_url: str, database: str) -> str:
@@ -188,9 +178,16 @@ async def db(settings: Settings) -> AsyncIterator[Database]:
 
 
 @pytest.fixture
-async def runtime(settings: Settings, db: Database) -> AsyncIterator[Runtime]:
-    """Services, the app and the background tasks (actors, supervisors), as the service runs them."""
-    async with open_runtime(settings, db) as running:
+def clock() -> ShiftedClock:
+    """The runtime's clock: a test moves time forward with `clock.advance(seconds)`."""
+    return ShiftedClock()
+
+
+@pytest.fixture
+async def runtime(settings: Settings, db: Database, clock: ShiftedClock) -> AsyncIterator[Runtime]:
+    """Services, the app and the background tasks (actors, supervisors), as the service runs them,
+    on a clock the test can move."""
+    async with open_runtime(settings, db, clock) as running:
         yield running
 
 

@@ -17,7 +17,7 @@ from payorch.providers.sandbox.signing import (
     signature_header,
     verify_signature,
 )
-from payorch.values.timefmt import utcnow
+from payorch.values.clock import SYSTEM_CLOCK
 
 SECRET = "s" * 48
 
@@ -38,7 +38,10 @@ def compared(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, Any]]:
 
 def test_access_token_signature_is_compared_in_constant_time(compared: list[tuple[Any, Any]]) -> None:
     token = issue_access_token(
-        AccessClaims(user_id=uuid.uuid4(), merchant_id=uuid.uuid4()), secret=SECRET, ttl_s=60, now=utcnow()
+        AccessClaims(user_id=uuid.uuid4(), merchant_id=uuid.uuid4()),
+        secret=SECRET,
+        ttl_s=60,
+        now=SYSTEM_CLOCK.now(),
     )
     verify_access_token(token, secret=SECRET)
     assert compared

@@ -39,7 +39,7 @@ from payorch.values.errors import (
     ProviderUnavailable,
 )
 from payorch.values.money import Money
-from payorch.values.timefmt import iso, utcnow
+from payorch.values.timefmt import iso
 
 log = logging.getLogger("payorch.checkout")
 
@@ -141,7 +141,7 @@ class CreateSession(BatchCommand[PaymentsContext, Answer]):
             configs.values(), _accepts(context.providers), draft.payment_method, draft.amount
         )
         ranked = plan_route(candidates, context.health, trio.current_time())
-        expires_at = utcnow() + timedelta(seconds=context.settings.sessions.ttl_s)
+        expires_at = context.clock.now() + timedelta(seconds=context.settings.sessions.ttl_s)
         request = CheckoutRequest(
             session_id=session_id,
             application_id=draft.application_id,
@@ -207,6 +207,7 @@ class _StoreSession(BatchCommand[PaymentsContext, Answer]):
     ) -> None:
         stored: list[tuple[sessions.AnsweredSession, Reply[Answer]]] = []
         unavailable: list[str] = []
+        now = actor.context.clock.now()
         for store, reply in batch:
             key = store.command.idempotency_key
             actor.in_flight.pop(f"{SESSION_CREATE_SCOPE}:{key}", None)
@@ -216,7 +217,7 @@ class _StoreSession(BatchCommand[PaymentsContext, Answer]):
                 unavailable.append(key)
                 reply.fail(error)
                 continue
-            stored.append((store._answered(routed), reply))
+            stored.append((store._answered(routed, now), reply))
         db = actor.context.db
         if unavailable:
             await db.read(
@@ -240,8 +241,7 @@ class _StoreSession(BatchCommand[PaymentsContext, Answer]):
         for answered, reply in stored:
             reply.send(Answer(answered.status, answered.body))
 
-    def _answered(self, routed: _Routed) -> sessions.AnsweredSession:
-        created_at = utcnow()
+    def _answered(self, routed: _Routed, created_at: datetime) -> sessions.AnsweredSession:
         new = self.command.new_session(self.session_id, self.expires_at, routed)
         body = {
             "sessionId": str(new.id),

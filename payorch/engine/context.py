@@ -1,6 +1,6 @@
 """What the commands of every application's actor share: one `PaymentsContext` per service, built by
 the runtime, holding the settings, the database, the sealed-secret box, the providers and their
-health, the metrics and this node's identity, and timing every provider call the same way."""
+health, the metrics, this node's identity and the clock, and timing every provider call the same way."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from payorch.providers.catalogue import ProviderCatalogue
 from payorch.storage.database import Database
 from payorch.storage.nodes import NodeIdentity
 from payorch.storage.provider_configs import ProviderConfig
+from payorch.values.clock import Clock
 from payorch.values.secretbox import SecretBox
 
 
@@ -32,6 +33,7 @@ class PaymentsContext:
     health: ProviderHealth
     metrics: Metrics
     node: NodeIdentity  # what this process's claims are named by
+    clock: Clock  # wall time for everything stored or compared (`values.clock`)
 
     def credentials(self, config: ProviderConfig) -> Credentials:
         """The provider credentials `config` holds sealed, opened for one call."""

@@ -24,7 +24,6 @@ from payorch.engine.session_states import SessionEvent, SessionStatus
 from payorch.providers.base import CheckoutClosed, Credentials, CredentialsRejected, ProviderError
 from payorch.storage import provider_configs, sessions
 from payorch.storage.database import Connection
-from payorch.values.timefmt import utcnow
 
 log = logging.getLogger("payorch.expiry")
 
@@ -102,6 +101,7 @@ class ExpireSession:
             session_id=self.session_id,
             event=event,
             metrics=context.metrics,
+            now=context.clock.now(),
         )
 
 
@@ -113,7 +113,11 @@ async def _due(
     session = await sessions.get_session(conn, session_id)
     if session is None or session.application_id != application_id:
         return None
-    if session.status != SessionStatus.PENDING or session.expires_at is None or session.expires_at > utcnow():
+    if (
+        session.status != SessionStatus.PENDING
+        or session.expires_at is None
+        or session.expires_at > context.clock.now()
+    ):
         return None
     if session.provider_name is None or session.provider_reference is None:
         return _Due(closing=None)

@@ -112,6 +112,7 @@ async def claim_idempotency_key(
             lease_s=claim_lease_s(context.settings),
             retention_s=context.settings.idempotency.retention_s,
             owner=context.node.id,
+            now=context.clock.now(),
         )
         if isinstance(claim, keys_store.Claimed):
             return Fresh(claim, await then(conn, claim))
@@ -158,10 +159,13 @@ async def claim_idempotency_keys(
         lease_s=claim_lease_s(context.settings),
         retention_s=context.settings.idempotency.retention_s,
         owner=context.node.id,
+        now=context.clock.now(),
     )
     seen = [claim for claim in claims if claim.key not in claimed]
     if not seen:
         return claimed
+
+    now = context.clock.now()
 
     async def claim_each(conn: Connection) -> list[keys_store.ClaimResult]:
         return [
@@ -174,6 +178,7 @@ async def claim_idempotency_keys(
                 lease_s=claim_lease_s(context.settings),
                 retention_s=context.settings.idempotency.retention_s,
                 owner=context.node.id,
+                now=now,
             )
             for claim in seen
         ]

@@ -8,8 +8,8 @@ from datetime import datetime, timedelta
 from payorch.config import Settings
 from payorch.storage import accounts
 from payorch.storage.database import Database
+from payorch.values.clock import SYSTEM_CLOCK, Clock
 from payorch.values.secrets import new_invite_token, token_hash
-from payorch.values.timefmt import utcnow
 
 
 @dataclass(frozen=True)
@@ -19,10 +19,13 @@ class Invite:
     expires_at: datetime
 
 
-async def issue_invite(db: Database, settings: Settings, email: str) -> Invite:
-    """Store the hash of a new token valid for `signup.invite_ttl_s`; the token is returned once."""
+async def issue_invite(
+    db: Database, settings: Settings, email: str, *, clock: Clock = SYSTEM_CLOCK
+) -> Invite:
+    """Store the hash of a new token valid for `signup.invite_ttl_s` from `clock`'s now; the token is
+    returned once."""
     token = new_invite_token()
-    expires_at = utcnow() + timedelta(seconds=settings.signup.invite_ttl_s)
+    expires_at = clock.now() + timedelta(seconds=settings.signup.invite_ttl_s)
     await db.transaction(
         accounts.create_invite, token_hash=token_hash(token), email=email, expires_at=expires_at
     )

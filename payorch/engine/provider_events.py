@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 
 from payorch.engine.actors import ApplicationActor, Reply
 from payorch.engine.context import PaymentsContext
@@ -36,9 +37,15 @@ class ApplyProviderEvent:
 
     async def run(self, actor: ApplicationActor[PaymentsContext], reply: Reply[bool]) -> None:
         context: PaymentsContext = actor.context
-        reply.send(await context.db.transaction(self._apply, actor.application_id, context.metrics))
+        reply.send(
+            await context.db.transaction(
+                self._apply, actor.application_id, context.metrics, context.clock.now()
+            )
+        )
 
-    async def _apply(self, conn: Connection, application_id: uuid.UUID, metrics: Metrics) -> bool:
+    async def _apply(
+        self, conn: Connection, application_id: uuid.UUID, metrics: Metrics, now: datetime
+    ) -> bool:
         if not await outbox.first_sighting(conn, self.provider, application_id, self.event.id):
             return False
         event = self.event
@@ -56,6 +63,7 @@ class ApplyProviderEvent:
                 succeeded=event.kind is EventKind.REFUND_SUCCEEDED,
                 reason=event.reason,
                 metrics=metrics,
+                now=now,
             )
         session_event = _SESSION_EVENTS.get(event.kind)
         if session_event is None or event.session_id is None:
@@ -86,5 +94,10 @@ class ApplyProviderEvent:
                 },
             )
         return await apply_session_event(
-            conn, application_id=application_id, session_id=session.id, event=session_event, metrics=metrics
+            conn,
+            application_id=application_id,
+            session_id=session.id,
+            event=session_event,
+            metrics=metrics,
+            now=now,
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import outcome
@@ -84,6 +85,7 @@ async def _reserve(
     draft: RefundDraft,
     metrics: Metrics,
     owner: int | None,
+    now: datetime,
 ) -> _Submission:
     """Lock the session, check the balance, insert the refund (its first submission claimed by the
     node `owner`) and move the session's status."""
@@ -108,16 +110,19 @@ async def _reserve(
             provider_name=session.provider_name,
             first_submission_grace_s=FIRST_SUBMISSION_GRACE_S,
             owner=owner,
+            now=now,
         )
         metrics.refund_transition(RefundStatus.PENDING)
-        await _settle_session_status(conn, session.id, metrics)
+        await _settle_session_status(conn, session.id, metrics, now)
     config = await provider_configs.get_provider_config(conn, application_id, existing.provider_name)
     if config is None or session.provider_reference is None:
         raise NotFound("the provider of this session is no longer linked")
     return _submission(existing, session.provider_reference, config)
 
 
-async def _settle_session_status(conn: Connection, session_id: uuid.UUID, metrics: Metrics) -> None:
+async def _settle_session_status(
+    conn: Connection, session_id: uuid.UUID, metrics: Metrics, now: datetime
+) -> None:
     """Make a paid session's status follow the sum of its refunds that are not FAILED."""
     session = await sessions.lock_session(conn, session_id)
     assert session is not None
@@ -125,7 +130,7 @@ async def _settle_session_status(conn: Connection, session_id: uuid.UUID, metric
         return
     status = status_for_refunded(session.amount_minor, await refunds.refunded_minor(conn, session_id))
     if status != session.status:
-        await sessions.set_session_status(conn, session_id, status, None)
+        await sessions.set_session_status(conn, session_id, status, None, now=now)
         metrics.session_transition(session.status, status)
         log.info(
             "session state changed",
@@ -158,24 +163,26 @@ async def _submit(
 
 
 async def _fail_refund(
-    conn: Connection, refund_id: uuid.UUID, reason: str, metrics: Metrics
+    conn: Connection, refund_id: uuid.UUID, reason: str, metrics: Metrics, now: datetime
 ) -> Refund | None:
     """Mark a PENDING refund FAILED, give its amount back to the balance, emit `refund.failed`."""
     refund = await refunds.lock_refund(conn, refund_id)
     if refund is None or refund.status != RefundStatus.PENDING:
         return None
-    failed = await refunds.set_refund_outcome(conn, refund_id, RefundStatus.FAILED, reason)
+    failed = await refunds.set_refund_outcome(conn, refund_id, RefundStatus.FAILED, reason, now=now)
     metrics.refund_transition(RefundStatus.FAILED)
-    await _settle_session_status(conn, failed.session_id, metrics)
+    await _settle_session_status(conn, failed.session_id, metrics, now)
     await _emit_refund_event(conn, failed, "refund.failed")
     return failed
 
 
-async def _complete_refund(conn: Connection, refund_id: uuid.UUID, metrics: Metrics) -> Refund | None:
+async def _complete_refund(
+    conn: Connection, refund_id: uuid.UUID, metrics: Metrics, now: datetime
+) -> Refund | None:
     refund = await refunds.lock_refund(conn, refund_id)
     if refund is None or refund.status != RefundStatus.PENDING:
         return None
-    completed = await refunds.set_refund_outcome(conn, refund_id, RefundStatus.COMPLETED, None)
+    completed = await refunds.set_refund_outcome(conn, refund_id, RefundStatus.COMPLETED, None, now=now)
     metrics.refund_transition(RefundStatus.COMPLETED)
     await _emit_refund_event(conn, completed, "refund.completed")
     return completed
@@ -207,15 +214,16 @@ async def apply_refund_outcome(
     succeeded: bool,
     reason: str | None,
     metrics: Metrics,
+    now: datetime,
 ) -> bool:
-    """A provider's verdict on a refund, in this transaction, counted in `metrics` when given.
-    False when it changes nothing."""
+    """A provider's verdict on a refund, in this transaction at `now`, counted in `metrics`. False
+    when it changes nothing."""
     refund = await refunds.get_refund(conn, refund_id)
     if refund is None or refund.application_id != application_id:
         return False
     if succeeded:
-        return await _complete_refund(conn, refund_id, metrics) is not None
-    return await _fail_refund(conn, refund_id, reason or "PAYMENT_FAILED", metrics) is not None
+        return await _complete_refund(conn, refund_id, metrics, now) is not None
+    return await _fail_refund(conn, refund_id, reason or "PAYMENT_FAILED", metrics, now) is not None
 
 
 @dataclass(frozen=True)
@@ -238,6 +246,7 @@ class CreateRefund:
                 draft=self.draft,
                 metrics=context.metrics,
                 owner=context.node.id,
+                now=context.clock.now(),
             )
 
         fresh = await claim_idempotency_key(
@@ -270,11 +279,12 @@ class CreateRefund:
         scope: str,
         actor: ApplicationActor[PaymentsContext],
     ) -> Answer:
+        now = context.clock.now()
         try:
             submitted = result.unwrap()
         except RefundRefused as error:
             # The provider answered, and for good: the refund is FAILED now (refund.failed follows).
-            await _fail_refund(conn, refund.id, "PROVIDER_REFUSED", context.metrics)
+            await _fail_refund(conn, refund.id, "PROVIDER_REFUSED", context.metrics, now)
             log.warning(
                 "provider refused the refund", extra={"refundId": str(refund.id), "error": str(error)}
             )
@@ -282,10 +292,10 @@ class CreateRefund:
         else:
             status = 201 if submitted is not None else 202
         if submitted is not None:
-            await refunds.mark_submitted(conn, refund.id, submitted.reference)
+            await refunds.mark_submitted(conn, refund.id, submitted.reference, now=now)
         elif status == 202:
             await refunds.schedule_submission(
-                conn, refund.id, backoff_s(1, context.settings.refunds.retry_max_delay_s)
+                conn, refund.id, backoff_s(1, context.settings.refunds.retry_max_delay_s), now=now
             )
         current = await refunds.get_refund(conn, refund.id)
         assert current is not None
@@ -359,19 +369,20 @@ async def _record_attempt(
     result: outcome.Outcome[RefundSubmitted | None],
     context: PaymentsContext,
 ) -> bool:
+    now = context.clock.now()
     try:
         submitted = result.unwrap()
     except RefundRefused:
-        await _fail_refund(conn, refund.id, "PROVIDER_REFUSED", context.metrics)
+        await _fail_refund(conn, refund.id, "PROVIDER_REFUSED", context.metrics, now)
         return False
     if submitted is None:
         current = await refunds.get_refund(conn, refund.id)
         attempts = current.submit_attempts + 1 if current else 1
         await refunds.schedule_submission(
-            conn, refund.id, backoff_s(attempts, context.settings.refunds.retry_max_delay_s)
+            conn, refund.id, backoff_s(attempts, context.settings.refunds.retry_max_delay_s), now=now
         )
         return False
-    await refunds.mark_submitted(conn, refund.id, submitted.reference)
+    await refunds.mark_submitted(conn, refund.id, submitted.reference, now=now)
     return True
 
 

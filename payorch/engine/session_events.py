@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import logging
 import uuid
+from datetime import datetime
 
 from payorch.engine.records import event_body, new_event_id, session_record
 from payorch.engine.session_states import SessionEvent, SessionStatus, TransitionRefused, transition
 from payorch.metrics import Metrics
 from payorch.storage import outbox, sessions
 from payorch.storage.database import Connection
-from payorch.values.timefmt import utcnow
 
 log = logging.getLogger("payorch.sessions")
 
@@ -24,14 +24,15 @@ async def apply_session_event(
     session_id: uuid.UUID,
     event: SessionEvent,
     metrics: Metrics,
+    now: datetime,
 ) -> bool:
-    """Apply `event` to the session in this transaction, with the webhook event it emits, counted
-    in `metrics` when given. False when it does not apply (unknown session, or a state the event
+    """Apply `event` to the session in this transaction at `now`, with the webhook event it emits,
+    counted in `metrics`. False when it does not apply (unknown session, or a state the event
     does not move)."""
     session = await sessions.lock_session(conn, session_id)
     if session is None or session.application_id != application_id:
         return False
-    if event is SessionEvent.EXPIRED and (session.expires_at is None or session.expires_at > utcnow()):
+    if event is SessionEvent.EXPIRED and (session.expires_at is None or session.expires_at > now):
         return False
     try:
         change = transition(SessionStatus(session.status), event)
@@ -39,7 +40,9 @@ async def apply_session_event(
         return False
     if change.status == session.status and change.failure_reason == session.failure_reason:
         return False
-    updated = await sessions.set_session_status(conn, session_id, change.status, change.failure_reason)
+    updated = await sessions.set_session_status(
+        conn, session_id, change.status, change.failure_reason, now=now
+    )
     metrics.session_transition(session.status, updated.status)
     log.info(
         "session state changed",

@@ -20,6 +20,7 @@ from payorch.providers.catalogue import ProviderCatalogue
 from payorch.storage.database import Database
 from payorch.storage.nodes import NodeIdentity
 from payorch.supervision import SupervisorBoard
+from payorch.values.clock import Clock
 from payorch.values.secretbox import SecretBox
 
 
@@ -37,6 +38,7 @@ class Services:
     limits: RequestLimits  # per-credential and per-address token buckets of this process
     api_keys: ApiKeyCache  # active API keys recently seen, forgotten on revocation
     node: NodeIdentity  # what this process's claims are named by
+    clock: Clock  # wall time for everything stored or compared (`values.clock`)
 
 
 class PayorchApp(QuartTrio):

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import logging
 import ssl
-import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import cast
 
 import httpx
@@ -25,6 +23,7 @@ from payorch.engine.webhook_signing import webhook_headers
 from payorch.outbound.retry_after import retry_after_s
 from payorch.outbound.ssrf import UnsafeWebhookUrl, check_url_shape
 from payorch.outbound.text import storable_excerpt, storable_text
+from payorch.values.clock import Clock
 
 log = logging.getLogger("payorch.outbound")
 
@@ -71,6 +70,7 @@ async def send_signed(
     body: bytes,
     timeout_s: float,
     log_context: Mapping[str, str],
+    clock: Clock,
 ) -> AttemptResult:
     """POST `body` signed with `secrets` to `url` and report the answer; never raises (except
     `trio.Cancelled`). The URL's shape is checked again here, its host's addresses when `client`
@@ -82,11 +82,11 @@ async def send_signed(
     reason: str | None = None
     try:
         check_url_shape(url)
-        headers = webhook_headers(secrets, message_id, int(time.time()), body, fingerprint)
+        headers = webhook_headers(secrets, message_id, int(clock.now().timestamp()), body, fingerprint)
         # The excerpt is of the body as sent: a compressed answer could inflate far beyond what was read.
         headers["accept-encoding"] = "identity"
         with trio.move_on_after(timeout_s) as deadline:
-            await _post_and_read_excerpt(client, url, headers, body, answer)
+            await _post_and_read_excerpt(client, url, headers, body, answer, clock)
         if deadline.cancelled_caught and answer.status_code is None:
             error, reason = f"timed out after {timeout_s:g} s", TIMEOUT
     except UnsafeWebhookUrl as refused:
@@ -122,7 +122,7 @@ async def send_signed(
 
 
 async def _post_and_read_excerpt(
-    client: httpx.AsyncClient, url: str, headers: dict[str, str], body: bytes, answer: _Answer
+    client: httpx.AsyncClient, url: str, headers: dict[str, str], body: bytes, answer: _Answer, clock: Clock
 ) -> None:
     async with client.stream("POST", url, content=body, headers=headers) as response:
         if response.status_code not in _STATUS_RANGE:
@@ -130,7 +130,7 @@ async def _post_and_read_excerpt(
         answer.status_code = response.status_code
         value = response.headers.get("retry-after")
         if response.status_code in (429, 503) and value is not None:
-            answer.retry_after_s = retry_after_s(value, datetime.now(UTC))
+            answer.retry_after_s = retry_after_s(value, clock.now())
         excerpt = bytearray()
         try:
             # Raw: the bytes as sent (no decoding). An async generator, closed when left early.

@@ -53,15 +53,16 @@ async def create_invite(
     return invite_id
 
 
-async def sign_up(conn: Connection, *, token_hash: bytes, account: NewAccount) -> Account:
+async def sign_up(conn: Connection, *, token_hash: bytes, account: NewAccount, now: datetime) -> Account:
     """Use the invite once and create the merchant with its admin user, all or nothing.
 
     Raises `InviteInvalid` (unknown token), `InviteUsedOrExpired`, or `AccountExists`; in every case
     nothing changes and the invite stays usable if it was.
     """
     invite = await conn.fetchrow(
-        "SELECT id, used_at, expires_at <= now() AS expired FROM invites WHERE token_hash = $1 FOR UPDATE",
+        "SELECT id, used_at, expires_at <= $2 AS expired FROM invites WHERE token_hash = $1 FOR UPDATE",
         token_hash,
+        now,
     )
     if invite is None:
         raise InviteInvalid("invite token is unknown")
@@ -94,7 +95,7 @@ async def sign_up(conn: Connection, *, token_hash: bytes, account: NewAccount) -
             "an account with this admin e-mail or company registration number already exists"
         ) from None
     await conn.execute(
-        "UPDATE invites SET used_at = now(), merchant_id = $2 WHERE id = $1", invite["id"], merchant_id
+        "UPDATE invites SET used_at = $3, merchant_id = $2 WHERE id = $1", invite["id"], merchant_id, now
     )
     return Account(merchant_id=merchant_id, user_id=user_id)
 

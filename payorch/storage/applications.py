@@ -97,7 +97,7 @@ async def list_applications(
 
 
 async def set_application_enabled(
-    conn: Connection, application_id: uuid.UUID, is_enabled: bool
+    conn: Connection, application_id: uuid.UUID, is_enabled: bool, *, now: datetime
 ) -> Application:
     """Set `isEnabled`; `StatusUnchanged` when it already has that value."""
     current = await conn.fetchval(
@@ -109,10 +109,11 @@ async def set_application_enabled(
         state = "enabled" if is_enabled else "disabled"
         raise StatusUnchanged(f"application is already {state}")
     row = await conn.fetchrow(
-        f"""UPDATE applications SET is_enabled = $2, updated_at = now() WHERE id = $1
+        f"""UPDATE applications SET is_enabled = $2, updated_at = $3 WHERE id = $1
             RETURNING {_APPLICATION_COLUMNS}""",
         application_id,
         is_enabled,
+        now,
     )
     await notify_application_changed(conn, application_id)
     return _application(row)
@@ -162,13 +163,16 @@ async def api_keys_of_applications(
     return keys
 
 
-async def revoke_api_key(conn: Connection, application_id: uuid.UUID, key_id: uuid.UUID) -> None:
+async def revoke_api_key(
+    conn: Connection, application_id: uuid.UUID, key_id: uuid.UUID, *, now: datetime
+) -> None:
     """Revoke the key at once; revoking a revoked key again is accepted and changes nothing."""
     found = await conn.fetchval(
-        """UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())
+        """UPDATE api_keys SET revoked_at = coalesce(revoked_at, $3)
            WHERE id = $1 AND application_id = $2 RETURNING id""",
         key_id,
         application_id,
+        now,
     )
     if found is None:
         raise NotFound("API key not found")

@@ -12,6 +12,7 @@ releases exactly their claims.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from payorch.storage.database import Connection
 from payorch.storage.nodes import LIVE_NODES
@@ -38,31 +39,32 @@ async def gone_claim_owners(conn: Connection) -> list[int]:
     return list(owners)
 
 
-async def release_claims_of(conn: Connection, owners: list[int]) -> Released:
+async def release_claims_of(conn: Connection, owners: list[int], *, now: datetime) -> Released:
     """End every claim of `owners` (gone nodes): what is still to do is due now. A webhook
     delivery's attempt stays counted, as when a lease ends: its request may have been sent."""
     row = await conn.fetchrow(
         """WITH webhooks AS (
                UPDATE webhook_deliveries
                   SET claimed_by = NULL, claimed_until = NULL,
-                      next_attempt_at = CASE WHEN status = 'PENDING' THEN now() ELSE next_attempt_at END
+                      next_attempt_at = CASE WHEN status = 'PENDING' THEN $2 ELSE next_attempt_at END
                 WHERE claimed_by = ANY($1::integer[]) RETURNING 1),
            sandbox AS (
                UPDATE sandbox_deliveries
                   SET claimed_by = NULL,
                       deliver_at = CASE WHEN delivered_at IS NULL AND given_up_at IS NULL
-                                        THEN now() ELSE deliver_at END
+                                        THEN $2 ELSE deliver_at END
                 WHERE claimed_by = ANY($1::integer[]) RETURNING 1),
            submissions AS (
                UPDATE refunds
                   SET submit_claimed_by = NULL,
                       next_submit_at = CASE WHEN provider_reference IS NULL AND status = 'PENDING'
-                                            THEN now() ELSE next_submit_at END
+                                            THEN $2 ELSE next_submit_at END
                 WHERE submit_claimed_by = ANY($1::integer[]) RETURNING 1)
            SELECT (SELECT count(*) FROM webhooks) AS webhook_deliveries,
                   (SELECT count(*) FROM sandbox) AS sandbox_deliveries,
                   (SELECT count(*) FROM submissions) AS refund_submissions""",
         owners,
+        now,
     )
     return Released(
         webhook_deliveries=row["webhook_deliveries"],

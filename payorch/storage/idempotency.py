@@ -49,6 +49,7 @@ async def claim_idempotency_key(
     lease_s: float,
     retention_s: float,
     owner: int | None,
+    now: datetime,
 ) -> ClaimResult:
     """Claim `key` for a new request, made by the node `owner`, or say what became of the request
     that claimed it first.
@@ -59,14 +60,16 @@ async def claim_idempotency_key(
     """
     row = await conn.fetchrow(
         """INSERT INTO idempotency_keys AS k
-               (application_id, scope, key, fingerprint, resource_id, locked_until, expires_at, owner_node)
-           VALUES ($1, $2, $3, $4, $5,
-                   now() + make_interval(secs => $6), now() + make_interval(secs => $7), $8)
+               (application_id, scope, key, fingerprint, resource_id, locked_until, expires_at, owner_node,
+                created_at)
+           VALUES ($1, $2, $3, $4, $5, $9::timestamptz + make_interval(secs => $6),
+                   $9::timestamptz + make_interval(secs => $7), $8, $9)
            ON CONFLICT (application_id, scope, key) DO UPDATE
                SET fingerprint = EXCLUDED.fingerprint, resource_id = EXCLUDED.resource_id,
                    response_status = NULL, response_body = NULL, locked_until = EXCLUDED.locked_until,
-                   created_at = now(), expires_at = EXCLUDED.expires_at, owner_node = EXCLUDED.owner_node
-               WHERE k.expires_at <= now()
+                   created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at,
+                   owner_node = EXCLUDED.owner_node
+               WHERE k.expires_at <= $9
            RETURNING resource_id""",
         application_id,
         scope,
@@ -76,16 +79,18 @@ async def claim_idempotency_key(
         float(lease_s),
         float(retention_s),
         owner,
+        now,
     )
     if row is not None:
         return Claimed(row["resource_id"])
     existing = await conn.fetchrow(
         f"""SELECT fingerprint, resource_id, response_status, response_body,
-                   locked_until <= now() OR coalesce(owner_node <> ALL({LIVE_NODES}), false) AS abandoned
+                   locked_until <= $4 OR coalesce(owner_node <> ALL({LIVE_NODES}), false) AS abandoned
             FROM idempotency_keys WHERE application_id = $1 AND scope = $2 AND key = $3 FOR UPDATE""",
         application_id,
         scope,
         key,
+        now,
     )
     if bytes(existing["fingerprint"]) != fingerprint:
         return Mismatch()
@@ -93,13 +98,15 @@ async def claim_idempotency_key(
         return Replay(existing["response_status"], existing["response_body"])
     if existing["abandoned"]:
         await conn.execute(
-            """UPDATE idempotency_keys SET locked_until = now() + make_interval(secs => $4), owner_node = $5
+            """UPDATE idempotency_keys
+               SET locked_until = $6::timestamptz + make_interval(secs => $4), owner_node = $5
                WHERE application_id = $1 AND scope = $2 AND key = $3""",
             application_id,
             scope,
             key,
             float(lease_s),
             owner,
+            now,
         )
         return Claimed(existing["resource_id"])
     return InProgress()
@@ -120,21 +127,25 @@ async def claim_new_idempotency_keys(
     lease_s: float,
     retention_s: float,
     owner: int | None,
+    now: datetime,
 ) -> dict[str, uuid.UUID]:
     """Claim every key of `claims` (distinct keys) that is new or expired, in one statement, for the
     node `owner`: the resource id of each key claimed. A key left out was seen before:
     `claim_idempotency_key` says what became of its first request."""
     rows = await conn.fetch(
         """INSERT INTO idempotency_keys AS k
-               (application_id, scope, key, fingerprint, resource_id, locked_until, expires_at, owner_node)
+               (application_id, scope, key, fingerprint, resource_id, locked_until, expires_at, owner_node,
+                created_at)
            SELECT $1, $2, claim.key, claim.fingerprint, claim.resource_id,
-                  now() + make_interval(secs => $6), now() + make_interval(secs => $7), $8
+                  $9::timestamptz + make_interval(secs => $6),
+                  $9::timestamptz + make_interval(secs => $7), $8, $9
            FROM unnest($3::text[], $4::bytea[], $5::uuid[]) AS claim(key, fingerprint, resource_id)
            ON CONFLICT (application_id, scope, key) DO UPDATE
                SET fingerprint = EXCLUDED.fingerprint, resource_id = EXCLUDED.resource_id,
                    response_status = NULL, response_body = NULL, locked_until = EXCLUDED.locked_until,
-                   created_at = now(), expires_at = EXCLUDED.expires_at, owner_node = EXCLUDED.owner_node
-               WHERE k.expires_at <= now()
+                   created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at,
+                   owner_node = EXCLUDED.owner_node
+               WHERE k.expires_at <= $9
            RETURNING key, resource_id""",
         application_id,
         scope,
@@ -144,6 +155,7 @@ async def claim_new_idempotency_keys(
         float(lease_s),
         float(retention_s),
         owner,
+        now,
     )
     return {row["key"]: row["resource_id"] for row in rows}
 

@@ -44,7 +44,8 @@ def _config(row: asyncpg.Record) -> ProviderConfig:
 # alive but wedged, after this long: more than a link's provider calls take (each bounded by its
 # provider's timeout), so a live change's claim is never taken.
 BUSY_S = 60
-_ABANDONED = f"(busy_until < now() OR coalesce(busy_owner <> ALL({LIVE_NODES}), false))"
+# `{now}`: the statement's parameter holding the time.
+_ABANDONED = "(busy_until < {now} OR coalesce(busy_owner <> ALL(" + LIVE_NODES + "), false))"
 
 
 async def begin_link(
@@ -56,6 +57,7 @@ async def begin_link(
     credentials: bytes,
     key_fingerprint: str,
     owner: int | None,
+    now: datetime,
 ) -> None:
     """Claim the link for the node `owner` before talking to the provider, so two concurrent links
     cannot both register an endpoint. `ProviderAlreadyLinked` when the application is linked (or
@@ -64,15 +66,16 @@ async def begin_link(
     # A link whose process died while talking to the provider is abandoned.
     await conn.execute(
         f"""DELETE FROM provider_configs WHERE application_id = $1 AND provider = $2
-            AND webhook_secret IS NULL AND {_ABANDONED}""",
+            AND webhook_secret IS NULL AND {_ABANDONED.format(now="$3")}""",
         application_id,
         provider,
+        now,
     )
     try:
         await conn.execute(
             """INSERT INTO provider_configs (application_id, provider, payment_methods, credentials,
-                   key_fingerprint, busy_until, busy_owner)
-               VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6), $7)""",
+                   key_fingerprint, busy_until, busy_owner, created_at, updated_at)
+               VALUES ($1, $2, $3, $4, $5, $8::timestamptz + make_interval(secs => $6), $7, $8, $8)""",
             application_id,
             provider,
             payment_methods,
@@ -80,6 +83,7 @@ async def begin_link(
             key_fingerprint,
             float(BUSY_S),
             owner,
+            now,
         )
     except asyncpg.UniqueViolationError:
         raise ProviderAlreadyLinked(f"provider {provider!r} is already linked to this application") from None
@@ -95,19 +99,21 @@ async def abandon_link(conn: Connection, application_id: uuid.UUID, provider: st
 
 
 async def begin_key_change(
-    conn: Connection, application_id: uuid.UUID, provider: str, owner: int | None
+    conn: Connection, application_id: uuid.UUID, provider: str, owner: int | None, *, now: datetime
 ) -> None:
     """Claim the configuration for a key change by the node `owner`; `ChangeInProgress` while
     another change runs."""
     claimed = await conn.fetchval(
-        f"""UPDATE provider_configs SET busy_until = now() + make_interval(secs => $3), busy_owner = $4
+        f"""UPDATE provider_configs
+            SET busy_until = $5::timestamptz + make_interval(secs => $3), busy_owner = $4
             WHERE application_id = $1 AND provider = $2 AND webhook_secret IS NOT NULL
-              AND (busy_until IS NULL OR {_ABANDONED})
+              AND (busy_until IS NULL OR {_ABANDONED.format(now="$5")})
             RETURNING provider""",
         application_id,
         provider,
         float(BUSY_S),
         owner,
+        now,
     )
     if claimed is None:
         if await get_provider_config(conn, application_id, provider) is None:
@@ -170,11 +176,12 @@ async def finish_change(
     key_fingerprint: str,
     webhook_reference: str,
     webhook_secret: bytes,
+    now: datetime,
 ) -> ProviderConfig:
     """Store what the provider answered (credentials, event endpoint and its secret) and release."""
     row = await conn.fetchrow(
         f"""UPDATE provider_configs SET credentials = $3, key_fingerprint = $4, webhook_reference = $5,
-               webhook_secret = $6, busy_until = NULL, busy_owner = NULL, updated_at = now()
+               webhook_secret = $6, busy_until = NULL, busy_owner = NULL, updated_at = $7
            WHERE application_id = $1 AND provider = $2 RETURNING {_COLUMNS}""",
         application_id,
         provider,
@@ -182,6 +189,7 @@ async def finish_change(
         key_fingerprint,
         webhook_reference,
         webhook_secret,
+        now,
     )
     if row is None:
         raise NotFound("provider configuration not found")
@@ -189,14 +197,15 @@ async def finish_change(
 
 
 async def set_payment_methods(
-    conn: Connection, application_id: uuid.UUID, provider: str, payment_methods: list[str]
+    conn: Connection, application_id: uuid.UUID, provider: str, payment_methods: list[str], *, now: datetime
 ) -> ProviderConfig:
     row = await conn.fetchrow(
-        f"""UPDATE provider_configs SET payment_methods = $3, updated_at = now()
+        f"""UPDATE provider_configs SET payment_methods = $3, updated_at = $4
             WHERE application_id = $1 AND provider = $2 RETURNING {_COLUMNS}""",
         application_id,
         provider,
         payment_methods,
+        now,
     )
     if row is None:
         raise NotFound("provider configuration not found")

@@ -61,13 +61,16 @@ async def insert_refund(
     provider_name: str,
     first_submission_grace_s: float,
     owner: int | None,
+    now: datetime,
 ) -> Refund:
     """A PENDING refund whose first submission the node `owner` makes: the supervisors leave it alone
     for `first_submission_grace_s`, unless that node is gone first (`storage.claim_takeover`)."""
     row = await conn.fetchrow(
         f"""INSERT INTO refunds (id, session_id, application_id, amount_minor, currency, status, reason,
-                                 line_items, provider_name, next_submit_at, submit_claimed_by)
-            VALUES ($1, $2, $3, $4, $5, 'PENDING', $6, $7, $8, now() + make_interval(secs => $9), $10)
+                                 line_items, provider_name, next_submit_at, submit_claimed_by, created_at,
+                                 updated_at)
+            VALUES ($1, $2, $3, $4, $5, 'PENDING', $6, $7, $8,
+                    $11::timestamptz + make_interval(secs => $9), $10, $11, $11)
             RETURNING {_COLUMNS}""",
         refund_id,
         session_id,
@@ -79,6 +82,7 @@ async def insert_refund(
         provider_name,
         float(first_submission_grace_s),
         owner,
+        now,
     )
     return _refund(row)
 
@@ -136,36 +140,43 @@ async def refunds_of_sessions(
     return found
 
 
-async def mark_submitted(conn: Connection, refund_id: uuid.UUID, provider_reference: str) -> None:
+async def mark_submitted(
+    conn: Connection, refund_id: uuid.UUID, provider_reference: str, *, now: datetime
+) -> None:
     await conn.execute(
         """UPDATE refunds SET provider_reference = $2, next_submit_at = NULL, submit_claimed_by = NULL,
-               submit_attempts = submit_attempts + 1, updated_at = now()
+               submit_attempts = submit_attempts + 1, updated_at = $3
            WHERE id = $1 AND provider_reference IS NULL""",
         refund_id,
         provider_reference,
+        now,
     )
 
 
-async def schedule_submission(conn: Connection, refund_id: uuid.UUID, delay_s: float) -> None:
+async def schedule_submission(
+    conn: Connection, refund_id: uuid.UUID, delay_s: float, *, now: datetime
+) -> None:
     await conn.execute(
         """UPDATE refunds SET submit_attempts = submit_attempts + 1, submit_claimed_by = NULL,
-               next_submit_at = now() + make_interval(secs => $2), updated_at = now()
+               next_submit_at = $3::timestamptz + make_interval(secs => $2), updated_at = $3
            WHERE id = $1 AND provider_reference IS NULL""",
         refund_id,
         float(delay_s),
+        now,
     )
 
 
 async def set_refund_outcome(
-    conn: Connection, refund_id: uuid.UUID, status: str, failure_reason: str | None
+    conn: Connection, refund_id: uuid.UUID, status: str, failure_reason: str | None, *, now: datetime
 ) -> Refund:
     row = await conn.fetchrow(
         f"""UPDATE refunds SET status = $2, failure_reason = $3, next_submit_at = NULL,
-                   submit_claimed_by = NULL, updated_at = now()
+                   submit_claimed_by = NULL, updated_at = $4
             WHERE id = $1 RETURNING {_COLUMNS}""",
         refund_id,
         status,
         failure_reason,
+        now,
     )
     return _refund(row)
 
@@ -177,28 +188,31 @@ class DueSubmission:
 
 
 async def claim_due_submissions(
-    conn: Connection, limit: int, lease_s: float, owner: int | None
+    conn: Connection, limit: int, lease_s: float, owner: int | None, *, now: datetime
 ) -> list[DueSubmission]:
     """Refunds due for another submission, claimed by the node `owner` for `lease_s` (FOR UPDATE
     SKIP LOCKED, so two processes never take the same one; the claim of a process that died is
     released as soon as another sees it gone, `storage.claim_takeover`, or at the lease's end)."""
     rows = await conn.fetch(
-        """UPDATE refunds SET next_submit_at = now() + make_interval(secs => $2), submit_claimed_by = $3
+        """UPDATE refunds
+           SET next_submit_at = $4::timestamptz + make_interval(secs => $2), submit_claimed_by = $3
            WHERE id IN (SELECT id FROM refunds
-                        WHERE provider_reference IS NULL AND status = 'PENDING' AND next_submit_at <= now()
+                        WHERE provider_reference IS NULL AND status = 'PENDING' AND next_submit_at <= $4
                         ORDER BY next_submit_at LIMIT $1 FOR UPDATE SKIP LOCKED)
            RETURNING id, application_id""",
         limit,
         float(lease_s),
         owner,
+        now,
     )
     return [DueSubmission(row["id"], row["application_id"]) for row in rows]
 
 
-async def release_submission_claims(conn: Connection, refund_ids: list[uuid.UUID]) -> None:
+async def release_submission_claims(conn: Connection, refund_ids: list[uuid.UUID], *, now: datetime) -> None:
     """Hand claimed submissions back: due again now."""
     await conn.execute(
-        """UPDATE refunds SET next_submit_at = now(), submit_claimed_by = NULL
+        """UPDATE refunds SET next_submit_at = $2, submit_claimed_by = NULL
            WHERE id = ANY($1::uuid[]) AND provider_reference IS NULL AND status = 'PENDING'""",
         refund_ids,
+        now,
     )

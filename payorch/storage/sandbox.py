@@ -1,7 +1,8 @@
 """The sandbox provider's own tables: webhook endpoints, checkouts, refunds, events and their deliveries.
 
 These are the provider's side of the world, as an external provider would keep them; payorch's own
-tables are never touched from here. Times compare against the database's clock (`now()`).
+tables are never touched from here. Times come from the caller (`now`): the sandbox keeps payorch's
+clock, as a provider's clock agrees with its merchants'.
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ class SandboxCheckout:
     paid_at: datetime | None
     refund_failure_code: str | None
     created_at: datetime
-    expired: bool  # expires_at has passed, by the database's clock
+
+    def expired(self, now: datetime) -> bool:
+        """Whether `expires_at` has passed at `now`."""
+        return self.expires_at <= now
 
 
 @dataclass(frozen=True)
@@ -120,7 +124,7 @@ class ClaimedDelivery:
 
 _CHECKOUT_COLUMNS = """id, account, amount_minor, currency, payment_method, order_reference, customer_email,
     client_reference, application_id, success_url, failure_url, expires_at, status, paid_at,
-    refund_failure_code, created_at, expires_at <= now() AS expired"""
+    refund_failure_code, created_at"""
 _REFUND_COLUMNS = ", ".join(SandboxRefund.__dataclass_fields__)
 _EVENT_COLUMNS = ", ".join(SandboxEvent.__dataclass_fields__)
 _DELIVERY_COLUMNS = ", ".join(Delivery.__dataclass_fields__)
@@ -138,18 +142,20 @@ def _refund(row: asyncpg.Record) -> SandboxRefund:
 
 
 async def save_webhook_endpoint(
-    conn: Connection, *, endpoint_id: str, account: str, url: str, sealed_secret: bytes
+    conn: Connection, *, endpoint_id: str, account: str, url: str, sealed_secret: bytes, now: datetime
 ) -> str:
     """Register `url` for `account` with this secret; the id of the endpoint (an existing endpoint
     for the same URL keeps its id and takes the new secret)."""
     found: str = await conn.fetchval(
-        """INSERT INTO sandbox_webhook_endpoints (id, account, url, secret) VALUES ($1, $2, $3, $4)
-           ON CONFLICT (account, url) DO UPDATE SET secret = EXCLUDED.secret, updated_at = now()
+        """INSERT INTO sandbox_webhook_endpoints (id, account, url, secret, created_at, updated_at)
+           VALUES ($1, $2, $3, $4, $5, $5)
+           ON CONFLICT (account, url) DO UPDATE SET secret = EXCLUDED.secret, updated_at = $5
            RETURNING id""",
         endpoint_id,
         account,
         url,
         sealed_secret,
+        now,
     )
     return found
 
@@ -157,15 +163,17 @@ async def save_webhook_endpoint(
 # Checkouts
 
 
-async def insert_checkout(conn: Connection, new: NewCheckout) -> tuple[SandboxCheckout, bool]:
+async def insert_checkout(
+    conn: Connection, new: NewCheckout, *, now: datetime
+) -> tuple[SandboxCheckout, bool]:
     """Store `new`, unless the account already used its idempotency key: then the checkout made with
     that key. The flag says whether this call created it."""
     row = await conn.fetchrow(
         f"""WITH created AS (
                 INSERT INTO sandbox_checkouts (id, account, idempotency_key, amount_minor, currency,
                     payment_method, order_reference, customer_email, client_reference, application_id,
-                    success_url, failure_url, expires_at)
-                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+                    success_url, failure_url, expires_at, created_at)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
                 ON CONFLICT (account, idempotency_key) DO NOTHING
                 RETURNING {_CHECKOUT_COLUMNS})
             SELECT {_CHECKOUT_COLUMNS}, TRUE AS created FROM created
@@ -185,6 +193,7 @@ async def insert_checkout(conn: Connection, new: NewCheckout) -> tuple[SandboxCh
         new.success_url,
         new.failure_url,
         new.expires_at,
+        now,
     )
     if row is not None:
         values = dict(row.items())
@@ -213,26 +222,30 @@ async def lock_checkout(conn: Connection, checkout_id: str) -> SandboxCheckout |
     return _checkout(row) if row else None
 
 
-async def close_checkout(conn: Connection, account: str, checkout_id: str) -> SandboxCheckout | None:
-    """Expire the account's checkout now unless it is paid, after any payment of it under way."""
+async def close_checkout(
+    conn: Connection, account: str, checkout_id: str, *, now: datetime
+) -> SandboxCheckout | None:
+    """Expire the account's checkout at `now` unless it is paid, after any payment of it under way."""
     row = await conn.fetchrow(
         f"""UPDATE sandbox_checkouts
-               SET expires_at = CASE WHEN status = 'paid' THEN expires_at ELSE least(expires_at, now()) END
+               SET expires_at = CASE WHEN status = 'paid' THEN expires_at ELSE least(expires_at, $3) END
              WHERE id = $1 AND account = $2 RETURNING {_CHECKOUT_COLUMNS}""",
         checkout_id,
         account,
+        now,
     )
     return _checkout(row) if row else None
 
 
 async def mark_checkout_paid(
-    conn: Connection, checkout_id: str, *, refund_failure_code: str | None
+    conn: Connection, checkout_id: str, *, refund_failure_code: str | None, now: datetime
 ) -> SandboxCheckout:
     row = await conn.fetchrow(
-        f"""UPDATE sandbox_checkouts SET status = 'paid', paid_at = now(), refund_failure_code = $2
+        f"""UPDATE sandbox_checkouts SET status = 'paid', paid_at = $3, refund_failure_code = $2
             WHERE id = $1 RETURNING {_CHECKOUT_COLUMNS}""",
         checkout_id,
         refund_failure_code,
+        now,
     )
     return _checkout(row)
 
@@ -259,13 +272,14 @@ async def refunded_minor(conn: Connection, checkout_id: str) -> int:
     return int(total)
 
 
-async def insert_refund(conn: Connection, new: NewRefund) -> tuple[SandboxRefund, bool]:
+async def insert_refund(conn: Connection, new: NewRefund, *, now: datetime) -> tuple[SandboxRefund, bool]:
     """Store `new`, completing `delay_ms` from now, unless the account already used its idempotency
     key: then the refund made with that key. The flag says whether this call created it."""
     row = await conn.fetchrow(
         f"""INSERT INTO sandbox_refunds (id, account, idempotency_key, checkout_id, amount_minor, currency,
-                client_reference, reason, outcome, failure_code, completes_at)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now() + $11::int * interval '1 millisecond')
+                client_reference, reason, outcome, failure_code, completes_at, created_at)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
+                    $12::timestamptz + $11::int * interval '1 millisecond', $12)
             ON CONFLICT (account, idempotency_key) DO NOTHING
             RETURNING {_REFUND_COLUMNS}""",
         new.id,
@@ -279,6 +293,7 @@ async def insert_refund(conn: Connection, new: NewRefund) -> tuple[SandboxRefund
         new.outcome,
         new.failure_code,
         new.delay_ms,
+        now,
     )
     if row is not None:
         return _refund(row), True
@@ -300,12 +315,14 @@ async def queue_event(
     refund_id: str | None,
     body: str,
     delay_ms: int,
+    now: datetime,
 ) -> SandboxEvent:
-    """Store the event, due `delay_ms` from now (the transaction's start), with one delivery to each
-    endpoint the account has registered."""
+    """Store the event, due `delay_ms` after `now`, with one delivery to each endpoint the account
+    has registered."""
     row = await conn.fetchrow(
-        f"""INSERT INTO sandbox_events (id, account, type, checkout_id, refund_id, body, deliver_at)
-            VALUES ($1, $2, $3, $4, $5, $6, now() + $7::int * interval '1 millisecond')
+        f"""INSERT INTO sandbox_events (id, account, type, checkout_id, refund_id, body, deliver_at,
+                                        created_at)
+            VALUES ($1, $2, $3, $4, $5, $6, $8::timestamptz + $7::int * interval '1 millisecond', $8)
             RETURNING {_EVENT_COLUMNS}""",
         event_id,
         account,
@@ -314,6 +331,7 @@ async def queue_event(
         refund_id,
         body,
         delay_ms,
+        now,
     )
     await conn.execute(
         """INSERT INTO sandbox_deliveries (event_id, endpoint_id, deliver_at)
@@ -344,7 +362,7 @@ async def deliveries_of_event(conn: Connection, event_id: str) -> list[Delivery]
 
 
 async def claim_due_deliveries(
-    conn: Connection, *, limit: int, lease_s: float, owner: int | None
+    conn: Connection, *, limit: int, lease_s: float, owner: int | None, now: datetime
 ) -> list[ClaimedDelivery]:
     """Up to `limit` due deliveries, each counted as an attempt, leased for `lease_s` and named by
     the node `owner`: another sender skips them until then, and takes them over as soon as it sees
@@ -352,12 +370,13 @@ async def claim_due_deliveries(
     rows = await conn.fetch(
         """WITH due AS (
                SELECT event_id, endpoint_id FROM sandbox_deliveries
-               WHERE delivered_at IS NULL AND given_up_at IS NULL AND deliver_at <= now()
+               WHERE delivered_at IS NULL AND given_up_at IS NULL AND deliver_at <= $4
                ORDER BY deliver_at, event_id
                LIMIT $1
                FOR UPDATE SKIP LOCKED)
            UPDATE sandbox_deliveries d
-           SET deliver_at = now() + make_interval(secs => $2), attempts = d.attempts + 1, claimed_by = $3
+           SET deliver_at = $4::timestamptz + make_interval(secs => $2), attempts = d.attempts + 1,
+               claimed_by = $3
            FROM due, sandbox_events e, sandbox_webhook_endpoints w
            WHERE d.event_id = due.event_id AND d.endpoint_id = due.endpoint_id
              AND e.id = d.event_id AND w.id = d.endpoint_id
@@ -365,32 +384,35 @@ async def claim_due_deliveries(
         limit,
         lease_s,
         owner,
+        now,
     )
     return [ClaimedDelivery(**dict(row.items())) for row in rows]
 
 
-async def mark_delivered(conn: Connection, event_id: str, endpoint_id: str) -> None:
+async def mark_delivered(conn: Connection, event_id: str, endpoint_id: str, *, now: datetime) -> None:
     await conn.execute(
-        """UPDATE sandbox_deliveries SET delivered_at = now(), last_error = NULL, claimed_by = NULL
+        """UPDATE sandbox_deliveries SET delivered_at = $3, last_error = NULL, claimed_by = NULL
            WHERE event_id = $1 AND endpoint_id = $2 AND delivered_at IS NULL""",
         event_id,
         endpoint_id,
+        now,
     )
 
 
 async def mark_failed_attempt(
-    conn: Connection, event_id: str, endpoint_id: str, *, error: str, retry_in_s: float | None
+    conn: Connection, event_id: str, endpoint_id: str, *, error: str, retry_in_s: float | None, now: datetime
 ) -> None:
-    """Record a failed attempt: due again `retry_in_s` from now, or given up when that is None."""
+    """Record a failed attempt: due again `retry_in_s` after `now`, or given up when that is None."""
     await conn.execute(
         """UPDATE sandbox_deliveries
            SET last_error = $3, claimed_by = NULL,
                deliver_at = CASE WHEN $4::float8 IS NULL THEN deliver_at
-                                 ELSE now() + make_interval(secs => $4::float8) END,
-               given_up_at = CASE WHEN $4::float8 IS NULL THEN now() END
+                                 ELSE $5::timestamptz + make_interval(secs => $4::float8) END,
+               given_up_at = CASE WHEN $4::float8 IS NULL THEN $5 END
            WHERE event_id = $1 AND endpoint_id = $2 AND delivered_at IS NULL""",
         event_id,
         endpoint_id,
         error,
         retry_in_s,
+        now,
     )

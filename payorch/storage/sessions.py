@@ -133,14 +133,15 @@ async def lock_session(conn: Connection, session_id: uuid.UUID) -> CheckoutSessi
 
 
 async def set_session_status(
-    conn: Connection, session_id: uuid.UUID, status: str, failure_reason: str | None
+    conn: Connection, session_id: uuid.UUID, status: str, failure_reason: str | None, *, now: datetime
 ) -> CheckoutSession:
     row = await conn.fetchrow(
-        f"""UPDATE checkout_sessions SET status = $2, failure_reason = $3, updated_at = now()
+        f"""UPDATE checkout_sessions SET status = $2, failure_reason = $3, updated_at = $4
             WHERE id = $1 RETURNING {_COLUMNS}""",
         session_id,
         status,
         failure_reason,
+        now,
     )
     return _session(row)
 
@@ -167,19 +168,22 @@ class DueExpiry:
     application_id: uuid.UUID
 
 
-async def sessions_due_for_expiry(conn: Connection, limit: int) -> list[DueExpiry]:
+async def sessions_due_for_expiry(conn: Connection, limit: int, *, now: datetime) -> list[DueExpiry]:
     rows = await conn.fetch(
         """SELECT id, application_id FROM checkout_sessions
-           WHERE status = 'PENDING' AND expires_at <= now() ORDER BY expires_at LIMIT $1""",
+           WHERE status = 'PENDING' AND expires_at <= $2 ORDER BY expires_at LIMIT $1""",
         limit,
+        now,
     )
     return [DueExpiry(row["id"], row["application_id"]) for row in rows]
 
 
-async def seconds_until_next_expiry(conn: Connection) -> float | None:
-    """Seconds until the earliest PENDING session expires (<= 0 when one is due); None if none."""
+async def seconds_until_next_expiry(conn: Connection, *, now: datetime) -> float | None:
+    """Seconds from `now` until the earliest PENDING session expires (<= 0 when one is due); None
+    if none."""
     value = await conn.fetchval(
-        """SELECT extract(epoch FROM min(expires_at) - now()) FROM checkout_sessions
-           WHERE status = 'PENDING'"""
+        """SELECT extract(epoch FROM min(expires_at) - $1::timestamptz) FROM checkout_sessions
+           WHERE status = 'PENDING'""",
+        now,
     )
     return float(value) if value is not None else None

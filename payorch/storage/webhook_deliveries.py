@@ -32,7 +32,7 @@ from payorch.storage.database import Connection
 
 # Each new outbox event (oldest first, those another process is fanning out skipped) gets one
 # delivery per active configuration of its application that subscribes to its type, and is marked
-# fanned out. `{also}` adds to the one row of the answer (how many events were fanned out).
+# fanned out, at `$3` (now). `{also}` adds to the one row of the answer (how many events were fanned out).
 _FAN_OUT = """WITH events AS (
         SELECT seq, application_id, session_id, type FROM outbox_events
         WHERE fanned_out_at IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED),
@@ -40,23 +40,23 @@ _FAN_OUT = """WITH events AS (
         INSERT INTO webhook_deliveries (id, config_id, application_id, event_seq, session_id, status,
                                         next_attempt_at)
         SELECT gen_random_uuid(), c.id, c.application_id, e.seq, e.session_id, 'PENDING',
-               now() + make_interval(secs => $2)
+               $3::timestamptz + make_interval(secs => $2)
         FROM events e JOIN webhook_configs c ON c.application_id = e.application_id
         WHERE c.is_active AND c.deleted_at IS NULL AND e.type = ANY(c.subscribed_events)
         ORDER BY e.seq
         ON CONFLICT (config_id, event_seq) DO NOTHING),
     marked AS (
-        UPDATE outbox_events o SET fanned_out_at = now() FROM events e WHERE o.seq = e.seq)
+        UPDATE outbox_events o SET fanned_out_at = $3 FROM events e WHERE o.seq = e.seq)
     SELECT (SELECT count(*) FROM events){also}"""
 
 # Also: the transaction commits without waiting for its WAL to reach the disk (see `fan_out_and_claim`).
 _ASYNCHRONOUS_COMMIT = ", set_config('synchronous_commit', 'off', true)"
 
 
-async def fan_out_events(conn: Connection, first_wait_s: float, limit: int = 200) -> int:
+async def fan_out_events(conn: Connection, first_wait_s: float, *, now: datetime, limit: int = 200) -> int:
     """Give each new outbox event one delivery per active configuration of its application that
     subscribes to its type; returns how many events were fanned out (one statement)."""
-    fanned_out: int = await conn.fetchval(_FAN_OUT.format(also=""), limit, float(first_wait_s))
+    fanned_out: int = await conn.fetchval(_FAN_OUT.format(also=""), limit, float(first_wait_s), now)
     return fanned_out
 
 
@@ -77,24 +77,37 @@ class ClaimedDelivery:
 
 # A delivery that may be attempted now: PENDING, due, not claimed by an attempt in flight (a claim
 # by hand, `retry_delivery`, makes a delivery due without ending a lease), and not preceded by a
-# PENDING delivery of its session to the same configuration.
-_CLAIMABLE = """d.status = 'PENDING' AND d.next_attempt_at <= now()
-    AND (d.claimed_until IS NULL OR d.claimed_until <= now())
+# PENDING delivery of its session to the same configuration. `$now` is the statement's parameter
+# holding the time.
+_CLAIMABLE = """d.status = 'PENDING' AND d.next_attempt_at <= $now
+    AND (d.claimed_until IS NULL OR d.claimed_until <= $now)
     AND NOT EXISTS (
         SELECT 1 FROM webhook_deliveries earlier
         WHERE earlier.config_id = d.config_id AND earlier.session_id = d.session_id
           AND earlier.event_seq < d.event_seq AND earlier.status = 'PENDING')"""
 
-_IN_FLIGHT = "status = 'PENDING' AND claimed_until > now()"
+_IN_FLIGHT = "status = 'PENDING' AND claimed_until > $now"
 
 # Attempts in flight to every endpoint of the merchant `a.merchant_id` (of the application `a`).
 _MERCHANT_IN_FLIGHT = """(SELECT count(*) FROM webhook_deliveries f
     JOIN applications fa ON fa.id = f.application_id
-    WHERE fa.merchant_id = a.merchant_id AND f.status = 'PENDING' AND f.claimed_until > now())"""
+    WHERE fa.merchant_id = a.merchant_id AND f.status = 'PENDING' AND f.claimed_until > $now)"""
+
+
+def _at(statement: str, parameter: int) -> str:
+    """`statement` with its fragments' `$now` as the statement's parameter `$<parameter>`."""
+    return statement.replace("$now", f"${parameter}")
 
 
 async def claim_due_deliveries(
-    conn: Connection, *, limit: int, per_endpoint: int, per_merchant: int, lease_s: float, owner: int | None
+    conn: Connection,
+    *,
+    limit: int,
+    per_endpoint: int,
+    per_merchant: int,
+    lease_s: float,
+    owner: int | None,
+    now: datetime,
 ) -> list[ClaimedDelivery]:
     """Up to `limit` claimable deliveries, claimed by the node `owner` for `lease_s` with their
     attempt counted, never
@@ -106,7 +119,8 @@ async def claim_due_deliveries(
     # not being claimed for by another process right now (SKIP LOCKED). Their locks make the
     # per-endpoint count below exact.
     endpoints = await conn.fetch(
-        f"""SELECT c.id FROM webhook_configs c
+        _at(
+            f"""SELECT c.id FROM webhook_configs c
             JOIN applications a ON a.id = c.application_id
             JOIN (SELECT d.config_id, min(d.next_attempt_at) AS waiting_since
                   FROM webhook_deliveries d WHERE {_CLAIMABLE} GROUP BY d.config_id) due
@@ -116,14 +130,18 @@ async def claim_due_deliveries(
               AND {_MERCHANT_IN_FLIGHT} < $3
             ORDER BY due.waiting_since, c.id LIMIT $1
             FOR NO KEY UPDATE OF c SKIP LOCKED""",
+            4,
+        ),
         limit,
         per_endpoint,
         per_merchant,
+        now,
     )
     if not endpoints:
         return []
     rows = await conn.fetch(
-        f"""WITH claimable AS (
+        _at(
+            f"""WITH claimable AS (
                 SELECT d.id, d.config_id, d.next_attempt_at,
                        row_number() OVER (PARTITION BY d.config_id ORDER BY d.next_attempt_at, d.event_seq)
                            AS place
@@ -148,19 +166,22 @@ async def claim_due_deliveries(
                 WHERE ranked.merchant_place <= $5 - ranked.merchant_attempts
                 ORDER BY ranked.place, ranked.next_attempt_at, ranked.id LIMIT $3)
             UPDATE webhook_deliveries d
-               SET attempts = d.attempts + 1, last_attempt_at = now(),
-                   claimed_until = now() + make_interval(secs => $4),
-                   next_attempt_at = now() + make_interval(secs => $4), claimed_by = $6
+               SET attempts = d.attempts + 1, last_attempt_at = $now,
+                   claimed_until = $now::timestamptz + make_interval(secs => $4),
+                   next_attempt_at = $now::timestamptz + make_interval(secs => $4), claimed_by = $6
               FROM picked, webhook_configs c, outbox_events e
              WHERE d.id = picked.id AND c.id = d.config_id AND e.seq = d.event_seq AND d.status = 'PENDING'
          RETURNING d.id, d.config_id, d.application_id, d.attempts, c.url, c.secret, c.previous_secret,
                    c.previous_secret_expires_at, c.key_fingerprint, e.id AS event_id, e.payload""",
+            7,
+        ),
         [row["id"] for row in endpoints],
         per_endpoint,
         limit,
         float(lease_s),
         per_merchant,
         owner,
+        now,
     )
     claimed = []
     for row in rows:
@@ -190,6 +211,7 @@ async def fan_out_and_claim(
     per_merchant: int,
     lease_s: float,
     owner: int | None,
+    now: datetime,
 ) -> Round:
     """One round of the delivery supervisor in one transaction: fan new events out
     (`fan_out_events`), then claim up to `limit` due deliveries (`claim_due_deliveries`; none when
@@ -202,7 +224,7 @@ async def fan_out_and_claim(
     again, and delivery is at least once anyway. The attempt recorded after each delivery commits
     durably, and with it every round before."""
     fanned_out: int = await conn.fetchval(
-        _FAN_OUT.format(also=_ASYNCHRONOUS_COMMIT), fan_out_limit, float(first_wait_s)
+        _FAN_OUT.format(also=_ASYNCHRONOUS_COMMIT), fan_out_limit, float(first_wait_s), now
     )
     claimed: list[ClaimedDelivery] = []
     if limit > 0:
@@ -213,19 +235,21 @@ async def fan_out_and_claim(
             per_merchant=per_merchant,
             lease_s=lease_s,
             owner=owner,
+            now=now,
         )
     return Round(fanned_out=fanned_out, claimed=claimed)
 
 
-async def release_claims(conn: Connection, delivery_ids: list[uuid.UUID]) -> None:
+async def release_claims(conn: Connection, delivery_ids: list[uuid.UUID], *, now: datetime) -> None:
     """Hand claimed deliveries back unattempted (shutdown): due again now, the claim's attempt not
     counted. A delivery whose attempt was recorded meanwhile is left as it is."""
     await conn.execute(
         """UPDATE webhook_deliveries
-              SET next_attempt_at = now(), attempts = greatest(attempts - 1, 0), claimed_until = NULL,
+              SET next_attempt_at = $2, attempts = greatest(attempts - 1, 0), claimed_until = NULL,
                   claimed_by = NULL
            WHERE id = ANY($1::uuid[]) AND status = 'PENDING' AND claimed_until IS NOT NULL""",
         delivery_ids,
+        now,
     )
 
 
@@ -239,28 +263,33 @@ async def record_attempt(
     response_body: str | None,
     outcome: str,
     retry_in_s: float | None,
+    now: datetime,
 ) -> None:
     """Log one attempt and move the delivery on, its claim ended: DELIVERED, FAILED, or PENDING
     again in `retry_in_s`. Text must be fit to store (no NUL); see `payorch.outbound.text`."""
     await conn.execute(
-        """INSERT INTO webhook_attempts (delivery_id, status_code, error, latency_ms, response_body)
-           VALUES ($1, $2, $3, $4, $5)""",
+        """INSERT INTO webhook_attempts (delivery_id, status_code, error, latency_ms, response_body,
+                                         attempted_at)
+           VALUES ($1, $2, $3, $4, $5, $6)""",
         delivery_id,
         status_code,
         error,
         latency_ms,
         response_body,
+        now,
     )
     await conn.execute(
         """UPDATE webhook_deliveries
               SET status = $2, last_status_code = $3, last_error = $4, claimed_until = NULL,
                   claimed_by = NULL,
-                  next_attempt_at = CASE WHEN $2 = 'PENDING' THEN now() + make_interval(secs => $5) END,
-                  delivered_at = CASE WHEN $2 = 'DELIVERED' THEN now() END
+                  next_attempt_at = CASE WHEN $2 = 'PENDING'
+                                         THEN $6::timestamptz + make_interval(secs => $5) END,
+                  delivered_at = CASE WHEN $2 = 'DELIVERED' THEN $6 END
             WHERE id = $1""",
         delivery_id,
         outcome,
         status_code,
         error,
         float(retry_in_s or 0),
+        now,
     )

@@ -97,17 +97,23 @@ async def list_webhooks(
 
 
 async def update_webhook(
-    conn: Connection, application_id: uuid.UUID, webhook_id: uuid.UUID, changes: dict[str, Any]
+    conn: Connection,
+    application_id: uuid.UUID,
+    webhook_id: uuid.UUID,
+    changes: dict[str, Any],
+    *,
+    now: datetime,
 ) -> WebhookConfig:
     """Apply `changes` (url, is_active, subscribed_events) and stamp updated_at."""
     allowed = {"url", "is_active", "subscribed_events"}
     assert set(changes) <= allowed
-    assignments = ", ".join(f"{name} = ${index}" for index, name in enumerate(changes, start=3))
+    assignments = ", ".join(f"{name} = ${index}" for index, name in enumerate(changes, start=4))
     row = await conn.fetchrow(
-        f"""UPDATE webhook_configs SET {assignments}{", " if changes else ""}updated_at = now()
+        f"""UPDATE webhook_configs SET {assignments}{", " if changes else ""}updated_at = $3
             WHERE id = $1 AND application_id = $2 AND deleted_at IS NULL RETURNING {_CONFIG_COLUMNS}""",
         webhook_id,
         application_id,
+        now,
         *changes.values(),
     )
     if row is None:
@@ -123,31 +129,37 @@ async def rotate_secret(
     secret: bytes,
     key_fingerprint: str,
     overlap_s: float,
+    now: datetime,
 ) -> WebhookConfig:
     """The new secret signs from now on; the old one also signs for `overlap_s` more seconds."""
     row = await conn.fetchrow(
         f"""UPDATE webhook_configs
-            SET previous_secret = secret, previous_secret_expires_at = now() + make_interval(secs => $5),
-                secret = $3, key_fingerprint = $4, updated_at = now()
+            SET previous_secret = secret,
+                previous_secret_expires_at = $6::timestamptz + make_interval(secs => $5),
+                secret = $3, key_fingerprint = $4, updated_at = $6
             WHERE id = $1 AND application_id = $2 AND deleted_at IS NULL RETURNING {_CONFIG_COLUMNS}""",
         webhook_id,
         application_id,
         secret,
         key_fingerprint,
         float(overlap_s),
+        now,
     )
     if row is None:
         raise NotFound("webhook configuration not found")
     return _config(row)
 
 
-async def delete_webhook(conn: Connection, application_id: uuid.UUID, webhook_id: uuid.UUID) -> None:
+async def delete_webhook(
+    conn: Connection, application_id: uuid.UUID, webhook_id: uuid.UUID, *, now: datetime
+) -> None:
     """Delete the configuration; its pending deliveries are given up."""
     deleted = await conn.fetchval(
-        """UPDATE webhook_configs SET deleted_at = now(), is_active = false, updated_at = now()
+        """UPDATE webhook_configs SET deleted_at = $3, is_active = false, updated_at = $3
            WHERE id = $1 AND application_id = $2 AND deleted_at IS NULL RETURNING id""",
         webhook_id,
         application_id,
+        now,
     )
     if deleted is None:
         raise NotFound("webhook configuration not found")
@@ -163,10 +175,10 @@ async def record_test(conn: Connection, webhook_id: uuid.UUID, at: datetime, sta
     )
 
 
-async def deactivate(conn: Connection, webhook_id: uuid.UUID, reason: str) -> None:
+async def deactivate(conn: Connection, webhook_id: uuid.UUID, reason: str, *, now: datetime) -> None:
     """The receiver said 410 Gone: stop sending to it."""
     await conn.execute(
-        "UPDATE webhook_configs SET is_active = false, updated_at = now() WHERE id = $1", webhook_id
+        "UPDATE webhook_configs SET is_active = false, updated_at = $2 WHERE id = $1", webhook_id, now
     )
     await fail_pending_deliveries(conn, webhook_id, reason)
 
@@ -223,13 +235,16 @@ async def list_deliveries(
     return [DeliveryView(**dict(row.items()), attempt_log=log[row["id"]]) for row in rows], int(total)
 
 
-async def retry_delivery(conn: Connection, webhook_id: uuid.UUID, delivery_id: uuid.UUID) -> None:
+async def retry_delivery(
+    conn: Connection, webhook_id: uuid.UUID, delivery_id: uuid.UUID, *, now: datetime
+) -> None:
     """Send a delivery again now (by hand), whatever became of it."""
     found = await conn.fetchval(
-        """UPDATE webhook_deliveries SET status = 'PENDING', next_attempt_at = now()
+        """UPDATE webhook_deliveries SET status = 'PENDING', next_attempt_at = $3
            WHERE id = $1 AND config_id = $2 RETURNING id""",
         delivery_id,
         webhook_id,
+        now,
     )
     if found is None:
         raise NotFound("delivery not found")

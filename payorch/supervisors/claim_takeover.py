@@ -25,7 +25,7 @@ async def take_over_claims_of_gone_nodes(services: Background) -> claim_takeover
     gone = await services.db.read(claim_takeover.gone_claim_owners)
     if not gone:
         return None
-    released = await services.db.transaction(claim_takeover.release_claims_of, gone)
+    released = await services.db.transaction(claim_takeover.release_claims_of, gone, now=services.clock.now())
     log.warning(
         "took over the claims of nodes that are gone",
         extra={

@@ -13,6 +13,7 @@ from payorch.metrics import Metrics
 from payorch.storage.database import Database
 from payorch.storage.nodes import NodeIdentity
 from payorch.supervision import SupervisorBoard
+from payorch.values.clock import Clock
 from payorch.values.secretbox import SecretBox
 
 
@@ -37,3 +38,6 @@ class Background(Protocol):
 
     @property
     def supervisors(self) -> SupervisorBoard: ...
+
+    @property
+    def clock(self) -> Clock: ...  # wall time for everything stored or compared

@@ -37,7 +37,7 @@ async def expire_due_sessions(services: Background) -> int:
                 expired += 1
 
     while True:
-        due = await services.db.read(sessions.sessions_due_for_expiry, BATCH)
+        due = await services.db.read(sessions.sessions_due_for_expiry, BATCH, now=services.clock.now())
         async with trio.open_nursery() as expiring:
             for item in due:
                 expiring.start_soon(expire, item)
@@ -48,7 +48,7 @@ async def expire_due_sessions(services: Background) -> int:
 async def _expiry_loop(services: Background) -> None:
     while True:
         await expire_due_sessions(services)
-        wait = await services.db.read(sessions.seconds_until_next_expiry)
+        wait = await services.db.read(sessions.seconds_until_next_expiry, now=services.clock.now())
         await trio.sleep(MAX_SLEEP_S if wait is None else min(max(wait, 0.01), MAX_SLEEP_S))
 
 

@@ -7,7 +7,6 @@ import trio
 from payorch.storage.idempotency import delete_expired_idempotency_keys
 from payorch.supervision import supervised
 from payorch.supervisors.context import Background
-from payorch.values.timefmt import utcnow
 
 SWEEP_EVERY_S = 60.0
 
@@ -16,7 +15,7 @@ async def delete_expired_keys(services: Background) -> int:
     """Delete every key past its retention now; returns how many."""
     deleted = 0
     while True:
-        batch = await services.db.transaction(delete_expired_idempotency_keys, utcnow())
+        batch = await services.db.transaction(delete_expired_idempotency_keys, services.clock.now())
         deleted += batch
         if batch == 0:
             return deleted

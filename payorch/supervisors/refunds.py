@@ -18,7 +18,9 @@ BATCH = 50
 async def submit_due_refunds(services: Background) -> int:
     """Submit every refund due now; returns how many the provider acknowledged."""
     lease_s = services.settings.refunds.submit_timeout_s * 2 + 30
-    due = await services.db.transaction(refunds.claim_due_submissions, BATCH, lease_s, services.node.id)
+    due = await services.db.transaction(
+        refunds.claim_due_submissions, BATCH, lease_s, services.node.id, now=services.clock.now()
+    )
     acknowledged = 0
     unfinished = {item.refund_id for item in due}
     try:
@@ -36,7 +38,9 @@ async def submit_due_refunds(services: Background) -> int:
         if unfinished:
             # Shutting down: hand the claims back so another process need not wait out the lease.
             with trio.CancelScope(shield=True), trio.move_on_after(5):
-                await services.db.transaction(refunds.release_submission_claims, list(unfinished))
+                await services.db.transaction(
+                    refunds.release_submission_claims, list(unfinished), now=services.clock.now()
+                )
     return acknowledged
 
 

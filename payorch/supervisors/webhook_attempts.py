@@ -21,7 +21,6 @@ from payorch.storage import webhook_deliveries, webhooks
 from payorch.storage.database import Connection
 from payorch.storage.webhook_deliveries import ClaimedDelivery
 from payorch.supervisors.context import Background
-from payorch.values.timefmt import utcnow
 
 log = logging.getLogger("payorch.supervisors.webhooks")
 
@@ -78,7 +77,7 @@ async def _send(services: Background, client: httpx.AsyncClient, delivery: Claim
         secret=delivery.secret,
         previous_secret=delivery.previous_secret,
         previous_secret_expires_at=delivery.previous_secret_expires_at,
-        now=utcnow(),
+        now=services.clock.now(),
     )
     return await send_signed(
         client,
@@ -89,6 +88,7 @@ async def _send(services: Background, client: httpx.AsyncClient, delivery: Claim
         body=dumps_exact(delivery.payload).encode(),
         timeout_s=services.settings.webhooks.timeout_s,
         log_context=_ids(delivery),
+        clock=services.clock,
     )
 
 
@@ -106,6 +106,8 @@ async def _record(
         retry_in = None if gone else retry_wait_s(schedule, delivery.attempts, result.retry_after_s)
         outcome = FAILED if retry_in is None else PENDING
 
+    now = services.clock.now()
+
     async def record(conn: Connection) -> None:
         await webhook_deliveries.record_attempt(
             conn,
@@ -116,9 +118,10 @@ async def _record(
             response_body=result.response_excerpt,
             outcome=outcome,
             retry_in_s=retry_in,
+            now=now,
         )
         if gone:
-            await webhooks.deactivate(conn, delivery.config_id, "the receiver answered 410 Gone")
+            await webhooks.deactivate(conn, delivery.config_id, "the receiver answered 410 Gone", now=now)
 
     await services.db.transaction(record)
     return outcome, retry_in
@@ -141,6 +144,7 @@ async def _record_internal_failure(
             response_body=None,
             outcome=outcome,
             retry_in_s=retry_in,
+            now=services.clock.now(),
         )
     except Exception:
         log.exception(

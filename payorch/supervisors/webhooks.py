@@ -103,6 +103,7 @@ async def _round(
         per_merchant=IN_FLIGHT_PER_MERCHANT,
         lease_s=services.settings.webhooks.timeout_s + LEASE_MARGIN_S,
         owner=services.node.id,
+        now=services.clock.now(),
     )
     for delivery in done.claimed:
         slots.in_flight.add(delivery.id)
@@ -146,7 +147,9 @@ async def _delivery_loop(services: Background) -> None:
         # crash leaves them to their leases instead: counted, and not due again at once.
         if slots.in_flight and _is_cancellation(stopped):
             with trio.move_on_after(HAND_BACK_TIMEOUT_S, shield=True):
-                await services.db.transaction(webhook_deliveries.release_claims, list(slots.in_flight))
+                await services.db.transaction(
+                    webhook_deliveries.release_claims, list(slots.in_flight), now=services.clock.now()
+                )
         raise
 
 

@@ -9,7 +9,3 @@ def iso(moment: datetime | None) -> str | None:
     if moment is None:
         return None
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)

@@ -9,33 +9,36 @@ import jwt
 import pytest
 
 from payorch.engine.access_tokens import AccessClaims, issue_access_token, verify_access_token
+from payorch.values.clock import SYSTEM_CLOCK
 from payorch.values.errors import AuthenticationRequired
-from payorch.values.timefmt import utcnow
 
 SECRET = "s" * 48
 CLAIMS = AccessClaims(user_id=uuid.uuid4(), merchant_id=uuid.uuid4())
 
 
 def test_issued_token_verifies_to_its_claims() -> None:
-    token = issue_access_token(CLAIMS, secret=SECRET, ttl_s=60, now=utcnow())
+    token = issue_access_token(CLAIMS, secret=SECRET, ttl_s=60, now=SYSTEM_CLOCK.now())
     assert verify_access_token(token, secret=SECRET) == CLAIMS
 
 
 def test_token_past_its_lifetime_is_refused() -> None:
-    token = issue_access_token(CLAIMS, secret=SECRET, ttl_s=60, now=utcnow() - timedelta(seconds=61))
+    token = issue_access_token(
+        CLAIMS, secret=SECRET, ttl_s=60, now=SYSTEM_CLOCK.now() - timedelta(seconds=61)
+    )
     with pytest.raises(AuthenticationRequired, match="expired"):
         verify_access_token(token, secret=SECRET)
 
 
 def test_token_signed_with_another_secret_is_refused() -> None:
-    token = issue_access_token(CLAIMS, secret="o" * 48, ttl_s=60, now=utcnow())
+    token = issue_access_token(CLAIMS, secret="o" * 48, ttl_s=60, now=SYSTEM_CLOCK.now())
     with pytest.raises(AuthenticationRequired):
         verify_access_token(token, secret=SECRET)
 
 
 def test_unsigned_token_is_refused() -> None:
     payload = jwt.decode(
-        issue_access_token(CLAIMS, secret=SECRET, ttl_s=60, now=utcnow()), options={"verify_signature": False}
+        issue_access_token(CLAIMS, secret=SECRET, ttl_s=60, now=SYSTEM_CLOCK.now()),
+        options={"verify_signature": False},
     )
     unsigned = jwt.encode(payload, key=None, algorithm="none")
     with pytest.raises(AuthenticationRequired):
@@ -43,7 +46,7 @@ def test_unsigned_token_is_refused() -> None:
 
 
 def test_token_with_a_subject_that_is_not_a_uuid_is_refused() -> None:
-    now = int(utcnow().timestamp())
+    now = int(SYSTEM_CLOCK.now().timestamp())
     token = jwt.encode(
         {"sub": "admin", "mid": str(uuid.uuid4()), "iat": now, "exp": now + 60, "jti": "x"},
         SECRET,

@@ -15,7 +15,6 @@ from payorch.engine.invites import issue_invite
 from payorch.storage import accounts
 from payorch.storage.database import Connection, Database
 from payorch.values.secrets import token_hash
-from payorch.values.timefmt import utcnow
 from tests.helpers import Client, Merchant, new_api_key, new_application, signup_body
 
 LISTS = ["applications", "api-keys", "sessions"]
@@ -114,12 +113,13 @@ async def quick_merchant(db: Database, settings: Settings) -> Merchant:
             admin_first_name="Ada",
             admin_last_name="Lovelace",
         ),
+        now=datetime.now(UTC),
     )
     token = issue_access_token(
         AccessClaims(user_id=account.user_id, merchant_id=account.merchant_id),
         secret=settings.auth.jwt_secret,
         ttl_s=settings.auth.jwt_ttl_s,
-        now=utcnow(),
+        now=datetime.now(UTC),
     )
     return Merchant(email=email, access_token=token)
 

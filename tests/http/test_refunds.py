@@ -18,7 +18,7 @@ from payorch.providers.sandbox import SandboxProvider
 from payorch.storage import outbox
 from payorch.storage.database import Connection, Database
 from payorch.supervisors.idempotency import delete_expired_keys
-from payorch.values.timefmt import utcnow
+from payorch.values.clock import SYSTEM_CLOCK
 from tests.helpers import Client, Shop, create_session, new_shop, post_json, session_body
 
 
@@ -301,7 +301,9 @@ async def test_expired_idempotency_keys_are_deleted(
     await create_session(client, shop, "old")
 
     async def age(conn: Connection) -> None:
-        await conn.execute("UPDATE idempotency_keys SET expires_at = $1", utcnow() - timedelta(seconds=1))
+        await conn.execute(
+            "UPDATE idempotency_keys SET expires_at = $1", SYSTEM_CLOCK.now() - timedelta(seconds=1)
+        )
 
     await db.transaction(age)
     assert await delete_expired_keys(app.services) == 1

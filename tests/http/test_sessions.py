@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -157,6 +158,7 @@ async def test_key_claimed_by_another_process_is_409_in_progress(
         lease_s=60,
         retention_s=86400,
         owner=None,
+        now=datetime.now(UTC),
     )
     response = await create_session(client, shop, "key-1")
     # The stored fingerprint is another request's: a mismatch is reported before "in progress".

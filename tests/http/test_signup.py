@@ -11,8 +11,8 @@ from payorch.config import Settings
 from payorch.engine.invites import issue_invite
 from payorch.storage import accounts
 from payorch.storage.database import Connection, Database
+from payorch.values.clock import SYSTEM_CLOCK
 from payorch.values.secrets import token_hash
-from payorch.values.timefmt import utcnow
 from tests.helpers import PASSWORD, Client, signup_body
 
 
@@ -91,7 +91,7 @@ async def test_expired_token_is_410(client: Client, db: Database) -> None:
         accounts.create_invite,
         token_hash=token_hash("expired-token"),
         email="owner@acme.example",
-        expires_at=utcnow() - timedelta(seconds=1),
+        expires_at=SYSTEM_CLOCK.now() - timedelta(seconds=1),
     )
     response = await _signup(client, "expired-token", signup_body("owner@acme.example", "REG-1"))
     assert response.status_code == 410
@@ -100,9 +100,9 @@ async def test_expired_token_is_410(client: Client, db: Database) -> None:
 
 async def test_invite_lifetime_comes_from_settings(db: Database, settings: Settings) -> None:
     ttl = timedelta(seconds=settings.signup.invite_ttl_s)
-    before = utcnow()
+    before = SYSTEM_CLOCK.now()
     invite = await issue_invite(db, settings, "owner@acme.example")
-    after = utcnow()
+    after = SYSTEM_CLOCK.now()
     assert before + ttl <= invite.expires_at <= after + ttl
 
 

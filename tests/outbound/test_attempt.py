@@ -21,6 +21,7 @@ from payorch.outbound.attempt import (
     AttemptResult,
     send_signed,
 )
+from payorch.values.clock import SYSTEM_CLOCK
 
 SECRET = "whsec_" + "A" * 32
 URL = "https://hooks.example/in"
@@ -61,6 +62,7 @@ async def send(handler: Callable[[httpx.Request], object], timeout_s: float = 5)
             body=b"{}",
             timeout_s=timeout_s,
             log_context={"deliveryId": "d-1"},
+            clock=SYSTEM_CLOCK,
         )
 
 

@@ -15,6 +15,7 @@ from payorch.outbound.attempt import REFUSED, send_signed
 from payorch.outbound.client import webhook_client
 from payorch.outbound.guarded_transport import GuardedTransport
 from payorch.outbound.ssrf import UnsafeWebhookUrl
+from payorch.values.clock import SYSTEM_CLOCK
 from tests import webhook_receiver as receiving
 from tests.webhook_receiver import WebhookReceiver
 
@@ -45,6 +46,7 @@ async def test_a_strict_client_refuses_a_host_resolving_to_loopback_before_conne
             body=BODY,
             timeout_s=strict.webhooks.timeout_s,
             log_context={},
+            clock=SYSTEM_CLOCK,
         )
     assert (result.status_code, result.failure_reason) == (None, REFUSED)
     assert result.error is not None and result.error.startswith("refused: ")

@@ -8,6 +8,7 @@ from payorch.providers.base import Credentials
 from payorch.providers.sandbox import SandboxProvider
 from payorch.storage.database import Database
 from payorch.values.secretbox import SecretBox
+from tests.clock import ShiftedClock
 from tests.conftest import TEST_ENCRYPTION_KEY
 from tests.providers.helpers import DISPUTE_DELAY_MS, REFUND_DELAY_MS, SANDBOX_KEY
 
@@ -18,7 +19,7 @@ def secrets() -> SecretBox:
 
 
 @pytest.fixture
-def sandbox(db: Database, secrets: SecretBox) -> SandboxProvider:
+def sandbox(db: Database, secrets: SecretBox, clock: ShiftedClock) -> SandboxProvider:
     """The sandbox on the test database, on its own (no app): for adapter and sender tests."""
     return SandboxProvider(
         db,
@@ -26,6 +27,7 @@ def sandbox(db: Database, secrets: SecretBox) -> SandboxProvider:
         public_base_url="http://payorch.test",
         refund_delay_ms=REFUND_DELAY_MS,
         dispute_delay_ms=DISPUTE_DELAY_MS,
+        clock=clock,
     )
 
 

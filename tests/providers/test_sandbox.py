@@ -173,7 +173,7 @@ async def test_create_checkout_stores_what_the_page_and_events_need(
     assert (checkout.order_reference, checkout.customer_email) == ("ORDER-42", "buyer@example.com")
     assert (checkout.success_url, checkout.failure_url) == ("https://shop.example/ok", None)
     assert checkout.expires_at == request.expires_at
-    assert (checkout.status, checkout.expired) == ("open", False)
+    assert (checkout.status, checkout.expired(sandbox.clock.now())) == ("open", False)
 
 
 async def test_create_checkout_with_the_same_key_returns_the_same_checkout(
@@ -239,7 +239,7 @@ async def test_a_checkout_past_its_expiry_reads_as_expired(
 ) -> None:
     _, checkout_id = await new_checkout(sandbox, credentials, expires_in=timedelta(seconds=-1))
     checkout = await sandbox.checkout(checkout_id)
-    assert checkout is not None and checkout.expired
+    assert checkout is not None and checkout.expired(sandbox.clock.now())
 
 
 # Closing a checkout at expiry
@@ -251,7 +251,7 @@ async def test_closing_an_open_checkout_makes_it_unpayable(
     _, checkout_id = await new_checkout(sandbox, credentials)
     assert await sandbox.close_checkout(credentials, checkout_id) is CheckoutClosed.CLOSED
     checkout = await sandbox.checkout(checkout_id)
-    assert checkout is not None and checkout.expired
+    assert checkout is not None and checkout.expired(sandbox.clock.now())
     assert await sandbox.close_checkout(credentials, checkout_id) is CheckoutClosed.CLOSED
 
 
@@ -262,7 +262,7 @@ async def test_closing_a_paid_checkout_says_paid_and_leaves_it_paid(
     await sandbox.pay(checkout_id, "4242424242424242")
     assert await sandbox.close_checkout(credentials, checkout_id) is CheckoutClosed.PAID
     checkout = await sandbox.checkout(checkout_id)
-    assert checkout is not None and checkout.status == "paid" and not checkout.expired
+    assert checkout is not None and checkout.status == "paid" and not checkout.expired(sandbox.clock.now())
 
 
 async def test_closing_another_accounts_checkout_is_a_provider_error_and_changes_nothing(
@@ -272,4 +272,4 @@ async def test_closing_another_accounts_checkout_is_a_provider_error_and_changes
     with pytest.raises(ProviderError):
         await sandbox.close_checkout(Credentials(api_key="sk_sandbox_someone_else"), checkout_id)
     checkout = await sandbox.checkout(checkout_id)
-    assert checkout is not None and not checkout.expired
+    assert checkout is not None and not checkout.expired(sandbox.clock.now())

@@ -23,7 +23,9 @@ from payorch.providers.sandbox.sender import retry_delay_s
 from payorch.storage import sandbox as store
 from payorch.storage.database import Database
 from payorch.storage.nodes import NodeIdentity
+from payorch.values.clock import Clock
 from payorch.values.secretbox import SecretBox
+from tests.clock import ShiftedClock
 from tests.providers.helpers import events_of, new_checkout
 
 RECEIVER_URL = "http://receiver.test/events"
@@ -63,11 +65,11 @@ async def receiver_client(receiver: Receiver) -> AsyncIterator[httpx.AsyncClient
 
 @asynccontextmanager
 async def running_sender(
-    db: Database, secrets: SecretBox, client: httpx.AsyncClient, **options: Any
+    db: Database, secrets: SecretBox, client: httpx.AsyncClient, clock: Clock, **options: Any
 ) -> AsyncIterator[None]:
-    """The sender, running until the block is left."""
+    """The sender, running until the block is left, on the sandbox's `clock`."""
     async with trio.open_nursery() as nursery:
-        await nursery.start(partial(run_event_sender, db, secrets, client, NodeIdentity(), **options))
+        await nursery.start(partial(run_event_sender, db, secrets, client, NodeIdentity(), clock, **options))
         yield
         nursery.cancel_scope.cancel()
 
@@ -129,7 +131,7 @@ async def test_sender_delivers_a_queued_event_signed_to_the_receiver(
 ) -> None:
     registration = await sandbox.register_webhook(credentials, RECEIVER_URL)
     event = await _paid_event(sandbox, credentials, db)
-    async with running_sender(db, secrets, receiver_client):
+    async with running_sender(db, secrets, receiver_client, sandbox.clock):
         delivery = await wait_for_delivery(db, event.id)
     assert (delivery.delivered_at is not None, delivery.attempts) == (True, 1)
     ((path, headers, body, _),) = receiver.received
@@ -151,7 +153,7 @@ async def test_sender_retries_after_a_500_until_a_2xx(
     await sandbox.register_webhook(credentials, RECEIVER_URL)
     receiver.statuses = [500, 503]
     event = await _paid_event(sandbox, credentials, db)
-    async with running_sender(db, secrets, receiver_client, retry_base_s=0.05):
+    async with running_sender(db, secrets, receiver_client, sandbox.clock, retry_base_s=0.05):
         delivery = await wait_for_delivery(db, event.id)
     assert delivery.delivered_at is not None
     assert delivery.attempts == 3
@@ -170,7 +172,7 @@ async def test_failed_attempt_is_due_again_after_its_backoff(
     await sandbox.register_webhook(credentials, RECEIVER_URL)
     receiver.statuses = [500]
     event = await _paid_event(sandbox, credentials, db)
-    async with running_sender(db, secrets, receiver_client, retry_base_s=30):
+    async with running_sender(db, secrets, receiver_client, sandbox.clock, retry_base_s=30):
         delivery = await wait_for_attempt_recorded(db, event.id)
     assert (delivery.attempts, delivery.delivered_at, delivery.last_error) == (1, None, "HTTP 500")
     assert delivery.deliver_at - event.deliver_at >= timedelta(seconds=30)
@@ -184,7 +186,7 @@ async def test_network_error_counts_as_a_failed_attempt(
     event = await _paid_event(sandbox, credentials, db)
     async with (
         httpx.AsyncClient() as client,
-        running_sender(db, secrets, client, max_attempts=2, retry_base_s=0.05),
+        running_sender(db, secrets, client, sandbox.clock, max_attempts=2, retry_base_s=0.05),
     ):
         delivery = await wait_for_delivery(db, event.id)
     assert delivery.given_up_at is not None and delivery.delivered_at is None
@@ -203,7 +205,7 @@ async def test_delivery_is_given_up_after_max_attempts(
     await sandbox.register_webhook(credentials, RECEIVER_URL)
     receiver.statuses = [500] * 10
     event = await _paid_event(sandbox, credentials, db)
-    async with running_sender(db, secrets, receiver_client, max_attempts=3, retry_base_s=0.05):
+    async with running_sender(db, secrets, receiver_client, sandbox.clock, max_attempts=3, retry_base_s=0.05):
         delivery = await wait_for_delivery(db, event.id)
     assert (delivery.attempts, delivery.given_up_at is not None) == (3, True)
     assert len(receiver.received) == 3
@@ -224,7 +226,7 @@ async def test_one_undeliverable_endpoint_does_not_hold_up_the_others(
     await lost.register_webhook(credentials, "http://receiver.test/lost")
     await sandbox.register_webhook(credentials, RECEIVER_URL)
     event = await _paid_event(sandbox, credentials, db)
-    async with running_sender(db, secrets, receiver_client, retry_base_s=30):
+    async with running_sender(db, secrets, receiver_client, sandbox.clock, retry_base_s=30):
         deliveries = await wait_for_attempts_recorded(db, event.id)
     outcomes = sorted((delivery.delivered_at is not None, delivery.last_error) for delivery in deliveries)
     assert outcomes == [(False, "UnreadableSecret"), (True, None)]
@@ -232,21 +234,25 @@ async def test_one_undeliverable_endpoint_does_not_hold_up_the_others(
 
 
 async def test_events_are_not_sent_before_they_are_due(
-    sandbox: SandboxProvider,
     credentials: Credentials,
     db: Database,
     secrets: SecretBox,
-    receiver: Receiver,
+    clock: ShiftedClock,
     receiver_client: httpx.AsyncClient,
 ) -> None:
+    # A lost dispute an hour after the payment: no slowness of this machine makes it due early.
+    sandbox = SandboxProvider(
+        db, secrets, public_base_url="http://payorch.test", dispute_delay_ms=3_600_000, clock=clock
+    )
     await sandbox.register_webhook(credentials, RECEIVER_URL)
     _, checkout_id = await new_checkout(sandbox, credentials)
-    await sandbox.pay(checkout_id, "4000000000000259")  # the lost dispute is due 2 s later
+    await sandbox.pay(checkout_id, "4000000000000259")
     paid, dispute = await events_of(db, checkout_id)
-    async with running_sender(db, secrets, receiver_client):
+    async with running_sender(db, secrets, receiver_client, clock):
         await wait_for_delivery(db, paid.id)
         (pending,) = await db.read(store.deliveries_of_event, dispute.id)
         assert (pending.attempts, pending.delivered_at) == (0, None)
+        clock.advance(3600)
         delivered = await wait_for_delivery(db, dispute.id)
     assert delivered.delivered_at is not None and delivered.delivered_at >= dispute.deliver_at
 

@@ -21,6 +21,7 @@ from payorch.storage import claim_takeover, idempotency, provider_configs
 from payorch.storage.database import Connection, Database
 from payorch.storage.nodes import NodeIdentity, hold_node_identity
 from payorch.storage.webhook_deliveries import claim_due_deliveries
+from payorch.values.clock import SYSTEM_CLOCK
 from payorch.values.errors import ProviderAlreadyLinked
 from tests.helpers import eventually
 from tests.storage.test_webhook_deliveries import _application, _endpoint, _events
@@ -47,6 +48,7 @@ async def _claim_key(db: Database, application_id: uuid.UUID, owner: int | None)
         lease_s=60,
         retention_s=86400,
         owner=owner,
+        now=SYSTEM_CLOCK.now(),
     )
 
 
@@ -80,6 +82,7 @@ async def _begin_link(db: Database, application_id: uuid.UUID, owner: int | None
         credentials=b"sealed",
         key_fingerprint="sk_sandb...0000",
         owner=owner,
+        now=SYSTEM_CLOCK.now(),
     )
 
 
@@ -109,7 +112,13 @@ async def test_deliveries_claimed_by_a_gone_node_are_due_again_and_a_live_nodes_
 
     async def claim(owner: int, limit: int) -> int:
         claimed = await db.transaction(
-            claim_due_deliveries, limit=limit, per_endpoint=4, per_merchant=16, lease_s=60, owner=owner
+            claim_due_deliveries,
+            limit=limit,
+            per_endpoint=4,
+            per_merchant=16,
+            lease_s=60,
+            owner=owner,
+            now=SYSTEM_CLOCK.now(),
         )
         return len(claimed)
 
@@ -120,7 +129,7 @@ async def test_deliveries_claimed_by_a_gone_node_are_due_again_and_a_live_nodes_
             assert await db.read(claim_takeover.gone_claim_owners) == []
         gone = await db.read(claim_takeover.gone_claim_owners)
         assert gone == [doomed]
-        released = await db.transaction(claim_takeover.release_claims_of, gone)
+        released = await db.transaction(claim_takeover.release_claims_of, gone, now=SYSTEM_CLOCK.now())
         assert released == claim_takeover.Released(
             webhook_deliveries=1, sandbox_deliveries=0, refund_submissions=0
         )
@@ -137,7 +146,13 @@ async def test_a_running_service_takes_over_a_gone_nodes_deliveries_by_itself_an
     await _events(db, application_id, 1)
     async with another_node(database_dsn) as doomed:
         claimed = await db.transaction(
-            claim_due_deliveries, limit=1, per_endpoint=4, per_merchant=16, lease_s=600, owner=doomed
+            claim_due_deliveries,
+            limit=1,
+            per_endpoint=4,
+            per_merchant=16,
+            lease_s=600,
+            owner=doomed,
+            now=SYSTEM_CLOCK.now(),
         )
         assert len(claimed) == 1
     async with open_runtime(settings, db) as runtime:

@@ -19,6 +19,7 @@ from payorch.storage import outbox, webhooks
 from payorch.storage.database import Connection, Database
 from payorch.storage.outbox import OutboxDoorbell
 from payorch.storage.webhook_deliveries import fan_out_and_claim
+from payorch.values.clock import SYSTEM_CLOCK
 from tests.helpers import new_application, new_merchant
 
 
@@ -138,6 +139,7 @@ async def test_one_round_fans_a_committed_event_out_and_claims_its_delivery(
             per_merchant=16,
             lease_s=60,
             owner=None,
+            now=SYSTEM_CLOCK.now(),
         )
         return done.fanned_out, [delivery.config_id for delivery in done.claimed]
 
@@ -159,6 +161,7 @@ async def test_a_round_without_free_slots_fans_out_and_claims_nothing(
         per_merchant=16,
         lease_s=60,
         owner=None,
+        now=SYSTEM_CLOCK.now(),
     )
     assert (done.fanned_out, done.claimed) == (1, [])
 
@@ -176,6 +179,7 @@ async def test_a_round_commits_without_waiting_for_the_disk_and_nothing_else_doe
             per_merchant=16,
             lease_s=60,
             owner=None,
+            now=SYSTEM_CLOCK.now(),
         )
         return str(await conn.fetchval("SHOW synchronous_commit"))
 

@@ -20,6 +20,7 @@ from payorch.storage.webhook_deliveries import (
     record_attempt,
     release_claims,
 )
+from payorch.values.clock import SYSTEM_CLOCK
 from tests.helpers import new_application, new_merchant
 
 SHARE = 2
@@ -58,7 +59,7 @@ async def _events(db: Database, application_id: uuid.UUID, count: int) -> None:
                 event_type="session.completed",
                 payload={},
             )
-        await fan_out_events(conn, 0)
+        await fan_out_events(conn, 0, now=SYSTEM_CLOCK.now())
 
     await db.transaction(add)
 
@@ -80,6 +81,7 @@ async def claim(db: Database, limit: int = 10, per_merchant: int = 100) -> list[
         per_merchant=per_merchant,
         lease_s=60,
         owner=None,
+        now=SYSTEM_CLOCK.now(),
     )
 
 
@@ -144,6 +146,7 @@ async def test_a_recorded_attempt_frees_its_endpoints_share(
         response_body="",
         outcome="DELIVERED",
         retry_in_s=None,
+        now=SYSTEM_CLOCK.now(),
     )
     assert per_endpoint(await claim(db), endpoints) == {"slow": 0, "quick": 1}
 
@@ -153,13 +156,25 @@ async def test_a_second_process_claiming_meanwhile_skips_the_endpoints_being_cla
 ) -> None:
     async def both(conn: Connection) -> tuple[list[Any], list[Any]]:
         mine = await claim_due_deliveries(
-            conn, limit=1, per_endpoint=SHARE, per_merchant=100, lease_s=60, owner=None
+            conn,
+            limit=1,
+            per_endpoint=SHARE,
+            per_merchant=100,
+            lease_s=60,
+            owner=None,
+            now=SYSTEM_CLOCK.now(),
         )
         other = await asyncpg.connect(settings.database.url)  # another process, while this one claims
         try:
             async with other.transaction():
                 theirs = await claim_due_deliveries(
-                    other, limit=10, per_endpoint=SHARE, per_merchant=100, lease_s=60, owner=None
+                    other,
+                    limit=10,
+                    per_endpoint=SHARE,
+                    per_merchant=100,
+                    lease_s=60,
+                    owner=None,
+                    now=SYSTEM_CLOCK.now(),
                 )
         finally:
             await other.close()
@@ -178,7 +193,7 @@ async def test_a_claim_handed_back_is_due_again_unattempted(
     db: Database, endpoints: dict[str, uuid.UUID]
 ) -> None:
     claimed = await claim(db)
-    await db.transaction(release_claims, [item.id for item in claimed])
+    await db.transaction(release_claims, [item.id for item in claimed], now=SYSTEM_CLOCK.now())
 
     async def state(conn: Connection) -> list[Any]:
         return list(

@@ -25,7 +25,6 @@ from payorch.http.validation import View, body_limit
 from payorch.storage import accounts as accounts_store
 from payorch.values.errors import InvalidLogin, InviteInvalid
 from payorch.values.secrets import token_hash
-from payorch.values.timefmt import utcnow
 
 blueprint = Blueprint("accounts", __name__, url_prefix="/api/v1")
 tag_blueprint(blueprint, ["Accounts"])
@@ -69,7 +68,10 @@ async def sign_up(data: SignupRequest, query_args: SignupQuery) -> tuple[dict[st
         admin_last_name=data.admin.lastName,
     )
     await services().db.transaction(
-        accounts_store.sign_up, token_hash=token_hash(query_args.token), account=account
+        accounts_store.sign_up,
+        token_hash=token_hash(query_args.token),
+        account=account,
+        now=services().clock.now(),
     )
     body: bodies.SignupResponse = {
         "organization": data.organization,
@@ -102,6 +104,6 @@ async def log_in(data: LoginRequest) -> bodies.LoginResponse:
         AccessClaims(user_id=found.user_id, merchant_id=found.merchant_id),
         secret=settings.auth.jwt_secret,
         ttl_s=settings.auth.jwt_ttl_s,
-        now=utcnow(),
+        now=services().clock.now(),
     )
     return {"accessToken": token, "tokenType": "Bearer", "expiresIn": settings.auth.jwt_ttl_s}

@@ -124,7 +124,7 @@ async def set_application_status(
     """Enable or disable an application (409 when it already has that status)."""
     application = await application_for(principal, application_id)
     updated = await services().db.transaction(
-        applications_store.set_application_enabled, application.id, data.isEnabled
+        applications_store.set_application_enabled, application.id, data.isEnabled, now=services().clock.now()
     )
     services().api_keys.forget_application(application.id)  # its keys' next request sees the status
     return application_body(updated)
@@ -177,7 +177,10 @@ async def revoke_api_key(application_id: str, key_id: str, principal: Principal)
     """Revoke a key: its very next request gets 401; the application's other keys keep working."""
     application = await application_for(principal, application_id)
     await services().db.transaction(
-        applications_store.revoke_api_key, application.id, parse_id(key_id, "API key")
+        applications_store.revoke_api_key,
+        application.id,
+        parse_id(key_id, "API key"),
+        now=services().clock.now(),
     )
     services().api_keys.forget_application(application.id)  # the key's very next request is 401
     return {}

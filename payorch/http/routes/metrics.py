@@ -17,6 +17,7 @@ from payorch.http.context import Services, services
 from payorch.metrics import OutboxBacklog, RuntimeSnapshot
 from payorch.storage.database import Database
 from payorch.storage.metrics_queries import outbox_backlog
+from payorch.values.clock import Clock
 
 log = logging.getLogger("payorch.metrics")
 
@@ -38,7 +39,7 @@ async def metrics() -> Response:
 
 
 async def _snapshot(found: Services) -> RuntimeSnapshot:
-    backlog = await _outbox_backlog(found.db)
+    backlog = await _outbox_backlog(found.db, found.clock)
     # Read after the await, so the in-memory state is that of the moment the page is rendered.
     return RuntimeSnapshot(
         mailbox_depths=list(found.actors.mailbox_depths().values()),
@@ -50,10 +51,10 @@ async def _snapshot(found: Services) -> RuntimeSnapshot:
     )
 
 
-async def _outbox_backlog(db: Database) -> OutboxBacklog | None:
+async def _outbox_backlog(db: Database, clock: Clock) -> OutboxBacklog | None:
     with trio.move_on_after(BACKLOG_QUERY_TIMEOUT_S):
         try:
-            return await db.read(outbox_backlog)
+            return await db.read(outbox_backlog, now=clock.now())
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
             log.warning("metrics: could not read the outbox backlog", extra={"error": repr(error)})
             return None

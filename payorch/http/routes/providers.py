@@ -141,6 +141,7 @@ async def link_provider(
         credentials=secrets.seal(data.credentials.apiKey),
         key_fingerprint=key_fingerprint(data.credentials.apiKey),
         owner=services().node.id,
+        now=services().clock.now(),
     )
     try:
         registration = await _register(provider, data.credentials.apiKey, application.id)
@@ -156,6 +157,7 @@ async def link_provider(
         key_fingerprint=key_fingerprint(data.credentials.apiKey),
         webhook_reference=registration.reference,
         webhook_secret=secrets.seal(registration.secret),
+        now=services().clock.now(),
     )
     services().actors.forget_application(application.id)  # the next session routes with it
     return config_body(linked), 201
@@ -204,7 +206,11 @@ async def replace_api_key(
     await _check_key(provider, data.apiKey)
     db, secrets = services().db, services().secrets
     await db.transaction(
-        provider_configs_store.begin_key_change, application.id, provider.name, services().node.id
+        provider_configs_store.begin_key_change,
+        application.id,
+        provider.name,
+        services().node.id,
+        now=services().clock.now(),
     )
     try:
         registration = await _register(provider, data.apiKey, application.id)
@@ -220,6 +226,7 @@ async def replace_api_key(
         key_fingerprint=key_fingerprint(data.apiKey),
         webhook_reference=registration.reference,
         webhook_secret=secrets.seal(registration.secret),
+        now=services().clock.now(),
     )
     services().actors.forget_application(application.id)  # the next session uses the new key
     return {}
@@ -239,7 +246,11 @@ async def set_payment_methods(
     provider, _ = await _linked(application.id, provider_name)
     methods = _check_methods(provider, data.paymentMethods)
     updated = await services().db.transaction(
-        provider_configs_store.set_payment_methods, application.id, provider.name, methods
+        provider_configs_store.set_payment_methods,
+        application.id,
+        provider.name,
+        methods,
+        now=services().clock.now(),
     )
     services().actors.forget_application(application.id)  # the next session routes with them
     return config_body(updated)

@@ -31,7 +31,7 @@ from payorch.storage import webhooks as webhooks_store
 from payorch.storage.webhooks import DeliveryView, WebhookConfig
 from payorch.values.errors import FieldProblem, InvalidInput, NotFound
 from payorch.values.pagination import Page, envelope
-from payorch.values.timefmt import iso, utcnow
+from payorch.values.timefmt import iso
 
 blueprint = Blueprint("webhooks", __name__, url_prefix="/api/v1/applications/<application_id>/webhooks")
 tag_blueprint(blueprint, ["Webhooks"])
@@ -190,7 +190,7 @@ async def update_webhook(
     if data.subscribedEvents is not None:
         changes["subscribed_events"] = _events(data.subscribedEvents)
     updated = await services().db.transaction(
-        webhooks_store.update_webhook, application.id, config.id, changes
+        webhooks_store.update_webhook, application.id, config.id, changes, now=services().clock.now()
     )
     return webhook_body(updated)
 
@@ -204,7 +204,9 @@ async def delete_webhook(application_id: str, webhook_id: str, principal: Princi
     """Delete a webhook configuration: it receives nothing more and leaves the lists."""
     application = await application_for(principal, application_id)
     config = await _config(application.id, webhook_id)
-    await services().db.transaction(webhooks_store.delete_webhook, application.id, config.id)
+    await services().db.transaction(
+        webhooks_store.delete_webhook, application.id, config.id, now=services().clock.now()
+    )
     return {}
 
 
@@ -226,6 +228,7 @@ async def rotate_secret(application_id: str, webhook_id: str, principal: Princip
         secret=services().secrets.seal(secret),
         key_fingerprint=key_fingerprint(secret),
         overlap_s=services().settings.webhooks.rotation_overlap_s,
+        now=services().clock.now(),
     )
     return {"keyFingerprint": rotated.key_fingerprint, "signingSecret": secret}
 
@@ -244,7 +247,7 @@ async def test_webhook(
     application = await application_for(principal, application_id)
     config = await _config(application.id, webhook_id)
     event_id = new_event_id()
-    delivered_at = utcnow()
+    delivered_at = services().clock.now()
     body = event_body(event_id, "webhook.test", delivered_at, application.id, {"webhookId": str(config.id)})
     secrets = signing_secrets(
         services().secrets,
@@ -264,6 +267,7 @@ async def test_webhook(
             body=dumps_exact(body).encode(),
             timeout_s=timeout_s,
             log_context={"webhookId": str(config.id), "eventId": event_id},
+            clock=services().clock,
         )
     await services().db.transaction(
         webhooks_store.record_test, config.id, delivered_at, "SUCCEEDED" if result.succeeded else "FAILED"
@@ -306,6 +310,9 @@ async def retry_delivery(
     application = await application_for(principal, application_id)
     config = await _config(application.id, webhook_id)
     await services().db.transaction(
-        webhooks_store.retry_delivery, config.id, parse_id(delivery_id, "delivery")
+        webhooks_store.retry_delivery,
+        config.id,
+        parse_id(delivery_id, "delivery"),
+        now=services().clock.now(),
     )
     return {"id": delivery_id, "status": "PENDING"}, 202

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import time
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -46,6 +45,7 @@ from payorch.providers.sandbox import simulator
 from payorch.providers.sandbox.signing import SignatureInvalid, new_signing_secret, verify_signature
 from payorch.storage import sandbox as store
 from payorch.storage.database import Database
+from payorch.values.clock import SYSTEM_CLOCK, Clock
 from payorch.values.money import UnknownCurrency, currency_exponent
 from payorch.values.secretbox import SecretBox
 
@@ -105,7 +105,9 @@ class SandboxProvider:
         public_base_url: str,
         refund_delay_ms: int = 500,
         dispute_delay_ms: int = 2000,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        self.clock = clock  # the sandbox's time is payorch's: its checkouts expire with the sessions
         self._db = db
         self._secrets = secrets
         self._public_base_url = public_base_url.rstrip("/")
@@ -142,6 +144,7 @@ class SandboxProvider:
                 account=account,
                 url=url,
                 sealed_secret=self._secrets.seal(secret),
+                now=self.clock.now(),
             )
         return WebhookRegistration(reference=endpoint_id, secret=secret)
 
@@ -173,7 +176,9 @@ class SandboxProvider:
             expires_at=request.expires_at,
         )
         with _unavailable_as_provider_error():
-            checkout, _ = await self._db.read(store.insert_checkout, new)  # one statement
+            checkout, _ = await self._db.read(
+                store.insert_checkout, new, now=self.clock.now()
+            )  # one statement
         if (checkout.client_reference, checkout.amount_minor, checkout.currency) != (
             new.client_reference,
             new.amount_minor,
@@ -200,7 +205,10 @@ class SandboxProvider:
         try:
             with _unavailable_as_provider_error():
                 refund = await self._db.transaction(
-                    simulator.refund_checkout, order, refund_delay_ms=self._refund_delay_ms
+                    simulator.refund_checkout,
+                    order,
+                    refund_delay_ms=self._refund_delay_ms,
+                    now=self.clock.now(),
                 )
         except simulator.RefundRefused as exc:
             raise SandboxRefundRefused(f"sandbox refused the refund: {exc}") from None
@@ -211,7 +219,9 @@ class SandboxProvider:
         for a checkout the account does not have."""
         account = sandbox_account(credentials)
         with _unavailable_as_provider_error():
-            checkout = await self._db.transaction(store.close_checkout, account, reference)
+            checkout = await self._db.transaction(
+                store.close_checkout, account, reference, now=self.clock.now()
+            )
         if checkout is None:
             raise ProviderError(f"sandbox: no checkout {reference!r} in this account")
         return CheckoutClosed.PAID if checkout.status == "paid" else CheckoutClosed.CLOSED
@@ -220,7 +230,7 @@ class SandboxProvider:
         """Verify the `Sandbox-Signature` of `body` (300 s tolerance) and translate the event;
         `EventRejected` when it is not authentic or not a sandbox event."""
         try:
-            verify_signature(headers, body, secret, now=time.time())
+            verify_signature(headers, body, secret, now=self.clock.now().timestamp())
         except SignatureInvalid as exc:
             raise EventRejected(str(exc)) from None
         try:
@@ -258,7 +268,11 @@ class SandboxProvider:
     async def pay(self, checkout_id: str, entry: str) -> simulator.PaymentResult:
         """Pay the checkout with a card number or BLIK code, as its page's form does."""
         return await self._db.transaction(
-            simulator.pay_checkout, checkout_id, entry, dispute_delay_ms=self._dispute_delay_ms
+            simulator.pay_checkout,
+            checkout_id,
+            entry,
+            dispute_delay_ms=self._dispute_delay_ms,
+            now=self.clock.now(),
         )
 
 

@@ -10,6 +10,7 @@ HTML with inline style only: no script, no external asset, works in any browser 
 
 from __future__ import annotations
 
+from datetime import datetime
 from html import escape
 
 from quart import Blueprint, Quart, Response, current_app, request
@@ -83,11 +84,11 @@ def _not_found() -> Response:
     return _html("No such checkout", "<p>This checkout does not exist.</p>", 404)
 
 
-def _closed(checkout: SandboxCheckout, *, status_on_open: int) -> Response | None:
+def _closed(checkout: SandboxCheckout, now: datetime, *, status_on_open: int) -> Response | None:
     """The page for a checkout that can no longer be paid; None while it can."""
     if checkout.status == "paid":
         return _html("Already paid", f"{_summary(checkout)}<p>This checkout is paid.</p>", status_on_open)
-    if checkout.expired:
+    if checkout.expired(now):
         return _html("Checkout expired", f"{_summary(checkout)}<p>This checkout has expired.</p>", 410)
     return None
 
@@ -97,9 +98,9 @@ async def show_checkout(checkout_id: str) -> Response:
     """The checkout page: amount, order, the payment form and the test data."""
     provider = _provider()
     checkout = await provider.checkout(checkout_id) if provider else None
-    if checkout is None:
+    if provider is None or checkout is None:
         return _not_found()
-    closed = _closed(checkout, status_on_open=200)
+    closed = _closed(checkout, provider.clock.now(), status_on_open=200)
     if closed is not None:
         return closed
     return _html("Sandbox checkout", _summary(checkout) + _form(checkout) + _test_data(), 200)
@@ -112,7 +113,7 @@ async def pay_checkout(checkout_id: str) -> Response:
     checkout = await provider.checkout(checkout_id) if provider else None
     if provider is None or checkout is None:
         return _not_found()
-    closed = _closed(checkout, status_on_open=409)
+    closed = _closed(checkout, provider.clock.now(), status_on_open=409)
     if closed is not None:
         return closed
     field = simulator.FIELD_OF_METHOD[checkout.payment_method]
@@ -139,5 +140,5 @@ async def pay_checkout(checkout_id: str) -> Response:
         content = f"{_summary(checkout)}<p>The payment was declined (<code>{reason}</code>). Try again:</p>"
         return _html("Payment declined", content + _form(checkout) + _test_data(), 402)
     # Paid or expired between the page's read and the payment's lock.
-    closed = _closed(checkout, status_on_open=409)
+    closed = _closed(checkout, provider.clock.now(), status_on_open=409)
     return closed if closed is not None else _not_found()

@@ -16,7 +16,6 @@ socket. Given an ordinary client, it sends to the network like an external provi
 from __future__ import annotations
 
 import logging
-import time
 
 import httpx
 import trio
@@ -25,6 +24,7 @@ from payorch.providers.sandbox.signing import SIGNATURE_HEADER, signature_header
 from payorch.storage import sandbox as store
 from payorch.storage.database import Database
 from payorch.storage.nodes import NodeIdentity
+from payorch.values.clock import Clock
 from payorch.values.secretbox import SecretBox
 
 log = logging.getLogger("payorch.sandbox.sender")
@@ -44,6 +44,7 @@ async def run_event_sender(
     secrets: SecretBox,
     client: httpx.AsyncClient,
     node: NodeIdentity,
+    clock: Clock,
     *,
     poll_interval_s: float = 0.1,
     batch_size: int = 20,
@@ -59,7 +60,7 @@ async def run_event_sender(
     while True:
         try:
             claimed = await db.transaction(
-                store.claim_due_deliveries, limit=batch_size, lease_s=lease_s, owner=node.id
+                store.claim_due_deliveries, limit=batch_size, lease_s=lease_s, owner=node.id, now=clock.now()
             )
         except Exception:
             log.exception("claiming sandbox deliveries failed")
@@ -75,6 +76,7 @@ async def run_event_sender(
                     db,
                     secrets,
                     client,
+                    clock,
                     delivery,
                     attempt_timeout_s,
                     retry_base_s,
@@ -87,6 +89,7 @@ async def _deliver(
     db: Database,
     secrets: SecretBox,
     client: httpx.AsyncClient,
+    clock: Clock,
     delivery: store.ClaimedDelivery,
     attempt_timeout_s: float,
     retry_base_s: float,
@@ -96,9 +99,11 @@ async def _deliver(
     """Make one attempt and record its answer; never raises (but for cancellation)."""
     where = {"eventId": delivery.event_id, "endpointId": delivery.endpoint_id, "attempt": delivery.attempts}
     try:
-        error = await _attempt(secrets, client, delivery, attempt_timeout_s)
+        error = await _attempt(secrets, client, delivery, attempt_timeout_s, clock)
         if error is None:
-            await db.transaction(store.mark_delivered, delivery.event_id, delivery.endpoint_id)
+            await db.transaction(
+                store.mark_delivered, delivery.event_id, delivery.endpoint_id, now=clock.now()
+            )
             log.info("sandbox event delivered", extra=where)
             return
         retry_in_s = (
@@ -112,6 +117,7 @@ async def _deliver(
             delivery.endpoint_id,
             error=error,
             retry_in_s=retry_in_s,
+            now=clock.now(),
         )
         if retry_in_s is None:
             log.warning("sandbox event delivery given up", extra={**where, "error": error})
@@ -123,7 +129,11 @@ async def _deliver(
 
 
 async def _attempt(
-    secrets: SecretBox, client: httpx.AsyncClient, delivery: store.ClaimedDelivery, timeout_s: float
+    secrets: SecretBox,
+    client: httpx.AsyncClient,
+    delivery: store.ClaimedDelivery,
+    timeout_s: float,
+    clock: Clock,
 ) -> str | None:
     """POST the event once; None when the receiver answered 2xx, else what went wrong."""
     body = delivery.body.encode()
@@ -132,7 +142,7 @@ async def _attempt(
         headers = {
             "Content-Type": "application/json",
             "User-Agent": "payorch-sandbox/1",
-            SIGNATURE_HEADER: signature_header(secret, body, int(time.time())),
+            SIGNATURE_HEADER: signature_header(secret, body, int(clock.now().timestamp())),
         }
         with trio.fail_after(timeout_s):
             response = await client.post(delivery.url, content=body, headers=headers)

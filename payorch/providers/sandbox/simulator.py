@@ -24,8 +24,8 @@ import enum
 import json
 import secrets
 import string
-import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from payorch.storage import sandbox as store
@@ -171,11 +171,12 @@ async def _queue(
     event_type: EventType,
     data: dict[str, Any],
     *,
+    now: datetime,
     delay_ms: int = 0,
     refund_id: str | None = None,
 ) -> store.SandboxEvent:
     event_id = new_id("evt_sbx_")
-    created = int(time.time() + delay_ms / 1000)  # the moment the event happens
+    created = int(now.timestamp() + delay_ms / 1000)  # the moment the event happens
     return await store.queue_event(
         conn,
         event_id=event_id,
@@ -185,6 +186,7 @@ async def _queue(
         refund_id=refund_id,
         body=event_body(event_id, event_type, data, created=created),
         delay_ms=delay_ms,
+        now=now,
     )
 
 
@@ -207,7 +209,7 @@ class PaymentResult:
 
 
 async def pay_checkout(
-    conn: Connection, checkout_id: str, entry: str, *, dispute_delay_ms: int
+    conn: Connection, checkout_id: str, entry: str, *, dispute_delay_ms: int, now: datetime
 ) -> PaymentResult:
     """Pay the checkout with the card number or BLIK code `entry`, and queue the events that follow.
 
@@ -218,19 +220,21 @@ async def pay_checkout(
         return PaymentResult(PaymentStatus.NOT_FOUND)
     if checkout.status == "paid":
         return PaymentResult(PaymentStatus.ALREADY_PAID, checkout)
-    if checkout.expired:
+    if checkout.expired(now):
         return PaymentResult(PaymentStatus.EXPIRED, checkout)
     outcome = outcome_of(checkout.payment_method, entry)
     if not outcome.paid:
         data = {**_checkout_data(checkout), "failure_code": outcome.failure_code}
-        await _queue(conn, checkout, EventType.CHECKOUT_PAYMENT_FAILED, data)
+        await _queue(conn, checkout, EventType.CHECKOUT_PAYMENT_FAILED, data, now=now)
         return PaymentResult(PaymentStatus.DECLINED, checkout, outcome.failure_code)
-    paid = await store.mark_checkout_paid(conn, checkout.id, refund_failure_code=outcome.refund_failure_code)
-    await _queue(conn, paid, EventType.CHECKOUT_PAID, _checkout_data(paid))
+    paid = await store.mark_checkout_paid(
+        conn, checkout.id, refund_failure_code=outcome.refund_failure_code, now=now
+    )
+    await _queue(conn, paid, EventType.CHECKOUT_PAID, _checkout_data(paid), now=now)
     if outcome.dispute_lost:
-        # Both delays count from the transaction's start, which is also `paid_at`.
+        # Both delays count from `now`, which is also `paid_at`.
         data = {**_checkout_data(paid), "dispute_id": new_id("dp_sbx_")}
-        await _queue(conn, paid, EventType.DISPUTE_LOST, data, delay_ms=dispute_delay_ms)
+        await _queue(conn, paid, EventType.DISPUTE_LOST, data, now=now, delay_ms=dispute_delay_ms)
     return PaymentResult(PaymentStatus.PAID, paid)
 
 
@@ -253,7 +257,7 @@ class RefundOrder:
 
 
 async def refund_checkout(
-    conn: Connection, order: RefundOrder, *, refund_delay_ms: int
+    conn: Connection, order: RefundOrder, *, refund_delay_ms: int, now: datetime
 ) -> store.SandboxRefund:
     """Refund part or all of a paid checkout of the account; the outcome event follows after
     `refund_delay_ms`. The same idempotency key gives back the refund it made first; `RefundRefused`
@@ -289,6 +293,7 @@ async def refund_checkout(
             failure_code=failure_code,
             delay_ms=refund_delay_ms,
         ),
+        now=now,
     )
     if not created:  # the key was used for a refund of another checkout
         return _same_refund(refund, order)
@@ -302,7 +307,7 @@ async def refund_checkout(
     if failure_code:
         data["failure_code"] = failure_code
     event_type = EventType.REFUND_FAILED if failure_code else EventType.REFUND_SUCCEEDED
-    await _queue(conn, checkout, event_type, data, delay_ms=refund_delay_ms, refund_id=refund.id)
+    await _queue(conn, checkout, event_type, data, now=now, delay_ms=refund_delay_ms, refund_id=refund.id)
     return refund
 
 

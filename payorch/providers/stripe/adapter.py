@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from datetime import datetime
@@ -52,6 +51,7 @@ from payorch.providers.stripe.events import (
     payorch_session_id,
     refund_outcome,
 )
+from payorch.values.clock import SYSTEM_CLOCK, Clock
 
 if TYPE_CHECKING:
     from stripe.params import RefundCreateParams
@@ -115,7 +115,9 @@ class StripeProvider:
         api_base: str = "",
         timeout_s: float = 10.0,
         max_network_retries: int = 2,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        self._clock = clock  # the clock session expiries are read against
         self._public_base_url = public_base_url.rstrip("/")
         self._api_base = api_base
         self._max_network_retries = max_network_retries
@@ -331,7 +333,7 @@ class StripeProvider:
             "success_url": request.success_url or result_page_url(self._public_base_url, request.session_id),
             "cancel_url": request.failure_url
             or result_page_url(self._public_base_url, request.session_id, cancelled=True),
-            "expires_at": checkout_expiry(request.expires_at, time.time()),
+            "expires_at": checkout_expiry(request.expires_at, self._clock.now().timestamp()),
         }
         if request.customer_email:
             params["customer_email"] = request.customer_email
