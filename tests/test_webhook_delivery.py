@@ -9,10 +9,10 @@ from urllib.parse import urlsplit
 
 import pytest
 import standardwebhooks
-import trio
 
 from payorch.config import Settings
-from payorch.storage.database import Database
+from payorch.storage import webhooks
+from payorch.storage.database import Connection, Database
 from tests import webhook_receiver as receiving
 from tests.helpers import Client, Shop, create_session, eventually, new_shop, post_json
 from tests.webhook_receiver import ReceivedRequest, WebhookReceiver, assert_signed_during_overlap
@@ -60,6 +60,28 @@ async def pay(client: Client, shop: Shop, key: str = "k") -> str:
     created = await (await create_session(client, shop, key)).get_json()
     await client.post(urlsplit(created["checkoutUrl"]).path, form={"card_number": "4242424242424242"})
     return str(created["sessionId"])
+
+
+async def all_that_will_be_sent(db: Database, session_id: str) -> list[tuple[str, str]] | None:
+    """Every delivery there will ever be of the session's events, (event type, status), once each
+    of its events is fanned out (a fan-out happens once per event); None before that."""
+
+    async def read(conn: Connection) -> list[tuple[str, str]] | None:
+        waiting = await conn.fetchval(
+            "SELECT count(*) FROM outbox_events WHERE session_id = $1 AND fanned_out_at IS NULL",
+            uuid.UUID(session_id),
+        )
+        if waiting:
+            return None
+        return await webhooks.delivery_statuses(conn, uuid.UUID(session_id))
+
+    return await db.read(read)
+
+
+async def succeeded(client: Client, shop: Shop, session_id: str) -> bool:
+    """Whether the session is paid (its `session.completed` event committed with that)."""
+    response = await client.get(f"/api/v1/sessions/{session_id}", headers=shop.headers)
+    return bool((await response.get_json())["status"] == "SUCCEEDED")
 
 
 def types_of(requests: list[ReceivedRequest]) -> list[str]:
@@ -156,7 +178,7 @@ async def test_retry_after_from_the_receiver_is_honoured(
 
 
 async def test_410_gone_deactivates_the_configuration(
-    client: Client, shop: Shop, webhook_receiver: WebhookReceiver
+    client: Client, shop: Shop, db: Database, webhook_receiver: WebhookReceiver
 ) -> None:
     config = await subscribe(client, shop, webhook_receiver)
     webhook_receiver.script([410])
@@ -168,8 +190,10 @@ async def test_410_gone_deactivates_the_configuration(
         return (await (await client.get(path, headers=shop.merchant.headers)).get_json())["isActive"] is False
 
     await eventually(inactive)
-    await pay(client, shop, "second")
-    await trio.sleep(1)  # nothing may arrive; give a wrong delivery time to show itself
+    second = await pay(client, shop, "second")
+    await eventually(lambda: succeeded(client, shop, second))
+    # The session's event is fanned out to no configuration: nothing of it will ever be sent.
+    assert await eventually(lambda: all_that_will_be_sent(db, second)) == []
     assert len(webhook_receiver.requests) == 1
 
 
@@ -194,7 +218,7 @@ async def test_session_events_arrive_in_order_even_when_the_first_needs_retries(
 
 
 async def test_inactive_and_unsubscribed_configurations_receive_nothing(
-    client: Client, shop: Shop, webhook_receiver: WebhookReceiver
+    client: Client, shop: Shop, db: Database, webhook_receiver: WebhookReceiver
 ) -> None:
     inactive = await subscribe(client, shop, webhook_receiver, path="/inactive")
     await client.patch(
@@ -204,10 +228,12 @@ async def test_inactive_and_unsubscribed_configurations_receive_nothing(
     )
     await subscribe(client, shop, webhook_receiver, events=["refund.failed"], path="/refunds-only")
     await subscribe(client, shop, webhook_receiver, events=["session.completed"], path="/sessions")
-    await pay(client, shop)
+    session_id = await pay(client, shop)
     (request,) = await webhook_receiver.wait_for(1, timeout_s=10)
     assert request.path.endswith("/sessions")
-    await trio.sleep(1)  # give a wrong delivery time to show itself
+    # The event was fanned out to that one configuration only: nothing else will ever be sent.
+    deliveries = await eventually(lambda: all_that_will_be_sent(db, session_id))
+    assert [event_type for event_type, _ in deliveries] == ["session.completed"]
     assert len(webhook_receiver.requests) == 1
 
 

@@ -12,11 +12,13 @@ from urllib.parse import urlsplit
 import pytest
 import trio
 
-from payorch.config import SessionSettings, Settings
+from payorch.config import Settings
 from payorch.providers.sandbox.signing import SIGNATURE_HEADER, signature_header
-from payorch.runtime import open_runtime
+from payorch.runtime import Runtime, open_runtime
 from payorch.storage import outbox, provider_configs, sessions
 from payorch.storage.database import Connection, Database
+from payorch.supervisors.expiry import expire_due_sessions
+from tests.clock import ShiftedClock
 from tests.helpers import Client, Shop, create_session, new_shop, session_body
 
 
@@ -110,17 +112,16 @@ async def test_declined_card_leaves_the_session_pending(client: Client, shop: Sh
     await _await_status(client, shop, created["sessionId"], "SUCCEEDED")
 
 
-async def test_pending_session_expires_to_failed_within_a_second(
-    client: Client, db: Database, settings: Settings
+async def test_pending_session_expires_to_failed_once_its_ttl_has_passed_and_not_before(
+    client: Client, shop: Shop, db: Database, settings: Settings, runtime: Runtime, clock: ShiftedClock
 ) -> None:
-    short = settings.model_copy(update={"sessions": SessionSettings(ttl_s=1)})
-    async with open_runtime(short, db) as runtime:
-        client = runtime.app.test_client()
-        shop = await new_shop(client, db, short)
-        created = await _created(client, shop)
-        expires_at = time.time() + 1
-        record = await _await_status(client, shop, created["sessionId"], "FAILED")
-        assert time.time() - expires_at < 1.5
+    created = await _created(client, shop)
+    clock.advance(settings.sessions.ttl_s - 1)
+    # What the expiry supervisor runs finds nothing due a second before the session's expiry.
+    assert await expire_due_sessions(runtime.services) == 0
+    assert (await _record(client, shop, created["sessionId"]))["status"] == "PENDING"
+    clock.advance(2)
+    record = await _await_status(client, shop, created["sessionId"], "FAILED")
     assert record["failureReason"] == "EXPIRED"
     (event,) = await _events(db, created["sessionId"])
     assert event["type"] == "session.expired"
@@ -128,15 +129,14 @@ async def test_pending_session_expires_to_failed_within_a_second(
 
 
 async def test_session_that_expired_while_the_service_was_down_expires_after_restart(
-    db: Database, settings: Settings
+    db: Database, settings: Settings, clock: ShiftedClock
 ) -> None:
-    short = settings.model_copy(update={"sessions": SessionSettings(ttl_s=1)})
-    async with open_runtime(short, db) as runtime:
+    async with open_runtime(settings, db, clock) as runtime:
         client = runtime.app.test_client()
-        shop = await new_shop(client, db, short)
+        shop = await new_shop(client, db, settings)
         created = await _created(client, shop)
-    await trio.sleep(1.2)  # the service is down while the session's expiry passes
-    async with open_runtime(short, db) as restarted:
+    clock.advance(settings.sessions.ttl_s + 1)  # the service is down while the session's expiry passes
+    async with open_runtime(settings, db, clock) as restarted:
         await _await_status(restarted.app.test_client(), shop, created["sessionId"], "FAILED")
 
 
