@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit
@@ -14,6 +15,7 @@ from payorch.config import Settings
 from payorch.storage import webhooks
 from payorch.storage.database import Connection, Database
 from tests import webhook_receiver as receiving
+from tests.clock import ShiftedClock
 from tests.helpers import Client, Shop, create_session, eventually, new_shop, post_json
 from tests.webhook_receiver import ReceivedRequest, WebhookReceiver, assert_signed_during_overlap
 
@@ -123,18 +125,45 @@ async def test_completed_session_is_delivered_signed_per_standard_webhooks(
     assert request.headers["webhook-key-fingerprint"] == config["keyFingerprint"]
 
 
+def scheduled_wait_s(item: dict[str, Any]) -> float:
+    """How long after its last attempt a PENDING delivery is due again, as recorded."""
+    attempted = datetime.fromisoformat(item["attemptLog"][-1]["attemptedAt"])
+    return (datetime.fromisoformat(item["nextAttemptAt"]) - attempted).total_seconds()
+
+
+async def pending_after(
+    client: Client, shop: Shop, config: dict[str, Any], attempts: int
+) -> dict[str, Any] | None:
+    """The configuration's only delivery once it is PENDING after `attempts` recorded attempts."""
+    item = await delivery_in(client, shop, config, "PENDING")
+    return item if item is not None and len(item["attemptLog"]) == attempts else None
+
+
 async def test_failed_attempts_are_retried_on_schedule_with_the_same_webhook_id(
-    client: Client, shop: Shop, webhook_receiver: WebhookReceiver
+    db: Database, settings: Settings, clock: ShiftedClock, webhook_receiver: WebhookReceiver
 ) -> None:
-    config = await subscribe(client, shop, webhook_receiver)
-    webhook_receiver.script([500, 502])
-    await pay(client, shop)
-    requests = await webhook_receiver.wait_for(3, timeout_s=10)
+    from payorch.runtime import open_runtime
+
+    spaced = settings.model_copy(
+        update={"webhooks": settings.webhooks.model_copy(update={"retry_schedule_s": [0, 60, 120, 240]})}
+    )
+    async with open_runtime(spaced, db, clock) as runtime:
+        client = runtime.app.test_client()
+        shop = await new_shop(client, db, spaced)
+        config = await subscribe(client, shop, webhook_receiver)
+        webhook_receiver.script([500, 502])
+        await pay(client, shop)
+        item = await eventually(lambda: pending_after(client, shop, config, 1))
+        assert scheduled_wait_s(item) == 60
+        clock.advance(60)
+        item = await eventually(lambda: pending_after(client, shop, config, 2))
+        assert scheduled_wait_s(item) == 120
+        clock.advance(120)
+        item = await eventually(lambda: delivery_in(client, shop, config, "DELIVERED"))
+    requests = webhook_receiver.requests
+    assert len(requests) == 3
     assert len({request.headers["webhook-id"] for request in requests}) == 1
     assert all(request.verified for request in requests)
-    assert requests[1].received_at_trio - requests[0].received_at_trio >= 0.15
-
-    item = await eventually(lambda: delivery_in(client, shop, config, "DELIVERED"))
     assert item["attempts"] == 3
     assert [attempt["httpStatusCode"] for attempt in item["attemptLog"]] == [500, 502, 200]
 
@@ -159,22 +188,25 @@ async def test_delivery_fails_after_the_last_attempt_and_can_be_retried_by_hand(
 
 
 async def test_retry_after_from_the_receiver_is_honoured(
-    db: Database, settings: Settings, webhook_receiver: WebhookReceiver
+    db: Database, settings: Settings, clock: ShiftedClock, webhook_receiver: WebhookReceiver
 ) -> None:
     from payorch.runtime import open_runtime
 
-    # A Retry-After is honoured up to the schedule's longest wait: make that longer than 1 s.
+    # A Retry-After is honoured up to the schedule's longest wait: make that longer than 30 s.
     longer = settings.model_copy(
-        update={"webhooks": settings.webhooks.model_copy(update={"retry_schedule_s": [0, 0.2, 0.2, 30]})}
+        update={"webhooks": settings.webhooks.model_copy(update={"retry_schedule_s": [0, 0.2, 0.2, 60]})}
     )
-    async with open_runtime(longer, db) as runtime:
+    async with open_runtime(longer, db, clock) as runtime:
         client = runtime.app.test_client()
         shop = await new_shop(client, db, longer)
-        await subscribe(client, shop, webhook_receiver)
-        webhook_receiver.script([(503, {"Retry-After": "1"}, b"busy")])
+        config = await subscribe(client, shop, webhook_receiver)
+        webhook_receiver.script([(503, {"Retry-After": "30"}, b"busy")])
         await pay(client, shop)
-        first, second = await webhook_receiver.wait_for(2, timeout_s=10)
-    assert second.received_at_trio - first.received_at_trio >= 0.95
+        item = await eventually(lambda: pending_after(client, shop, config, 1))
+        assert scheduled_wait_s(item) == 30  # the receiver's wait, not the schedule's 0.2 s
+        clock.advance(30)
+        await webhook_receiver.wait_for(2, timeout_s=10)
+        await eventually(lambda: delivery_in(client, shop, config, "DELIVERED"))
 
 
 async def test_410_gone_deactivates_the_configuration(

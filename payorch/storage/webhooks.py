@@ -214,6 +214,8 @@ class DeliveryView:
 async def list_deliveries(
     conn: Connection, webhook_id: uuid.UUID, page: PageRequest
 ) -> tuple[list[DeliveryView], int]:
+    """A page of the configuration's deliveries, newest first, each with its attempts; three
+    statements, so run it in a snapshot (`Database.snapshot`)."""
     total = await conn.fetchval("SELECT count(*) FROM webhook_deliveries WHERE config_id = $1", webhook_id)
     rows = await conn.fetch(
         """SELECT d.id, e.id AS event_id, e.type AS event_type, d.status, d.attempts, d.next_attempt_at,

@@ -294,7 +294,8 @@ async def list_deliveries(
     application = await application_for(principal, application_id)
     config = await _config(application.id, webhook_id)
     page = query_args.page_request
-    found, total = await services().db.read(webhooks_store.list_deliveries, config.id, page)
+    # One snapshot: a delivery's attempt log never shows an attempt its status does not yet.
+    found, total = await services().db.snapshot(webhooks_store.list_deliveries, config.id, page)
     return envelope([delivery_body(item) for item in found], page, total)
 
 
