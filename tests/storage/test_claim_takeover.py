@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 
 import pytest
 import trio
@@ -38,7 +39,10 @@ async def another_node(database_dsn: str) -> AsyncIterator[int]:
         nursery.cancel_scope.cancel()
 
 
-async def _claim_key(db: Database, application_id: uuid.UUID, owner: int | None) -> idempotency.ClaimResult:
+async def _claim_key(
+    db: Database, application_id: uuid.UUID, owner: int | None, after_s: float = 0
+) -> idempotency.ClaimResult:
+    """Claim key-1 (a 60 s lease) for `owner`, `after_s` seconds from now."""
     return await db.transaction(
         idempotency.claim_idempotency_key,
         application_id=application_id,
@@ -48,7 +52,7 @@ async def _claim_key(db: Database, application_id: uuid.UUID, owner: int | None)
         lease_s=60,
         retention_s=86400,
         owner=owner,
-        now=SYSTEM_CLOCK.now(),
+        now=SYSTEM_CLOCK.now() + timedelta(seconds=after_s),
     )
 
 
@@ -64,6 +68,20 @@ async def test_a_key_claimed_by_a_live_node_stays_in_progress_and_is_taken_over_
     async with another_node(database_dsn) as survivor:
         assert await _claim_key(db, application_id, owner=survivor) == first
         assert isinstance(await _claim_key(db, application_id, owner=None), idempotency.InProgress)
+
+
+async def test_a_live_nodes_key_claim_is_taken_over_only_once_its_lease_has_run_out(
+    db: Database, settings: Settings, database_dsn: str
+) -> None:
+    application_id = await _application(db, settings)
+    async with another_node(database_dsn) as wedged:
+        first = await _claim_key(db, application_id, owner=wedged)
+        assert isinstance(first, idempotency.Claimed)
+        # Alive but never finishing: in progress until the lease's last moment, taken over after it.
+        assert isinstance(
+            await _claim_key(db, application_id, owner=None, after_s=59.9), idempotency.InProgress
+        )
+        assert await _claim_key(db, application_id, owner=None, after_s=60) == first
 
 
 async def test_a_node_takes_a_new_id_and_never_one_a_gone_node_had(db: Database, database_dsn: str) -> None:
@@ -100,6 +118,32 @@ async def test_a_link_a_gone_node_was_making_may_be_made_again_at_once(
 async def _owners(conn: Connection) -> list[int | None]:
     rows = await conn.fetch("SELECT claimed_by FROM webhook_deliveries WHERE claimed_until IS NOT NULL")
     return [row["claimed_by"] for row in rows]
+
+
+async def test_a_live_nodes_delivery_claim_is_claimable_again_only_once_its_lease_has_run_out(
+    db: Database, settings: Settings, database_dsn: str
+) -> None:
+    application_id = await _application(db, settings)
+    await _endpoint(db, application_id, "only")
+    await _events(db, application_id, 1)
+    start = SYSTEM_CLOCK.now()
+
+    async def claim(owner: int | None, after_s: float) -> int:
+        claimed = await db.transaction(
+            claim_due_deliveries,
+            limit=1,
+            per_endpoint=4,
+            per_merchant=16,
+            lease_s=60,
+            owner=owner,
+            now=start + timedelta(seconds=after_s),
+        )
+        return len(claimed)
+
+    async with another_node(database_dsn) as wedged:
+        assert await claim(wedged, after_s=0) == 1
+        assert await claim(None, after_s=59.9) == 0
+        assert await claim(None, after_s=60) == 1  # the lease ran out: attempted again, counted again
 
 
 async def test_deliveries_claimed_by_a_gone_node_are_due_again_and_a_live_nodes_stay_claimed(
