@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ssl
-from functools import partial
+from functools import lru_cache, partial
+from pathlib import Path
 
 import httpx
 
@@ -29,9 +30,7 @@ def webhook_client(settings: Settings, max_connections: int = MAX_CONNECTIONS) -
     `webhooks.timeout_s` per request, no redirects followed, nothing taken from the environment
     (proxies, .netrc credentials). The delivery supervisor has one of its own, so that test sends
     can never take the connections deliveries need; test sends share the runtime's."""
-    context = ssl.create_default_context()
-    if settings.webhooks.ca_bundle:
-        context.load_verify_locations(cafile=str(settings.webhooks.ca_bundle))
+    context = tls_context(settings.webhooks.ca_bundle)
     resolve = partial(
         resolve_public_addresses,
         allow_private_networks=settings.webhooks.allow_private_networks,
@@ -45,3 +44,20 @@ def webhook_client(settings: Settings, max_connections: int = MAX_CONNECTIONS) -
     return httpx.AsyncClient(
         transport=transport, timeout=settings.webhooks.timeout_s, follow_redirects=False, trust_env=False
     )
+
+
+def tls_context(ca_bundle: Path | None) -> ssl.SSLContext:
+    """The TLS settings webhooks are verified with: the system CAs, plus `ca_bundle` when set. Built
+    once per bundle file and kept, as reading the system's CAs costs tens of milliseconds of CPU;
+    a bundle file that changes is read again."""
+    if ca_bundle is None:
+        return _tls_context(None, 0)
+    return _tls_context(str(ca_bundle), Path(ca_bundle).stat().st_mtime_ns)
+
+
+@lru_cache(maxsize=8)
+def _tls_context(ca_bundle: str | None, modified_ns: int) -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    if ca_bundle is not None:
+        context.load_verify_locations(cafile=ca_bundle)
+    return context
