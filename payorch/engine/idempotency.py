@@ -66,7 +66,7 @@ class Answer:
     """An HTTP answer to give (and, for idempotent requests, to replay)."""
 
     status: int
-    body: dict[str, Any]
+    body: Mapping[str, object]
     replayed: bool = False
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 import uuid
 from datetime import datetime
-from typing import Annotated, Any, Literal, NotRequired, Protocol, get_args
+from typing import Annotated, Literal, NotRequired, Protocol, get_args
 
 from pydantic import with_config
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
@@ -119,9 +119,8 @@ class RefundCreated(TypedDict):
     createdAt: Timestamp
 
 
-def refund_created_body(refund: RefundLike) -> dict[str, Any]:
-    """The answer to a refund creation (section 2.9): a `RefundCreated`, as the plain JSON object the
-    Idempotency-Key keeps to replay."""
+def refund_created_body(refund: RefundLike) -> RefundCreated:
+    """The answer to a refund creation (section 2.9), which the Idempotency-Key keeps to replay."""
     body: RefundCreated = {
         "refundId": str(refund.id),
         "sessionId": str(refund.session_id),
@@ -133,7 +132,7 @@ def refund_created_body(refund: RefundLike) -> dict[str, Any]:
     }
     if refund.failure_reason is not None:
         body["failureReason"] = refund.failure_reason
-    return dict(body)
+    return body
 
 
 @with_config(CLOSED)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -161,7 +161,13 @@ async def claim_new_idempotency_keys(
 
 
 async def complete_idempotency_key(
-    conn: Connection, *, application_id: uuid.UUID, scope: str, key: str, status: int, body: dict[str, Any]
+    conn: Connection,
+    *,
+    application_id: uuid.UUID,
+    scope: str,
+    key: str,
+    status: int,
+    body: Mapping[str, object],
 ) -> None:
     """Store the answer to replay for `key` (in the transaction that made what it describes)."""
     await conn.execute(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import secrets
 import uuid
+from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -69,7 +70,7 @@ async def add_event(
     application_id: uuid.UUID,
     session_id: uuid.UUID | None,
     event_type: str,
-    payload: dict[str, Any],
+    payload: Mapping[str, object],
 ) -> None:
     """Write an event in the caller's transaction; it is announced when the transaction commits
     (the database's doorbell in this process, NOTIFY for the others)."""

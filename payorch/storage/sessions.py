@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -84,7 +84,7 @@ class AnsweredSession:
     scope: str
     key: str
     status: int
-    body: dict[str, Any]
+    body: Mapping[str, object]
 
 
 _NEW_FIELDS = list(NewSession.__dataclass_fields__)
