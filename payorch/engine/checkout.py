@@ -22,6 +22,8 @@ from payorch.engine.idempotency import (
     claim_idempotency_keys,
     in_progress,
 )
+from payorch.engine.records import SessionCreated
+from payorch.engine.representations import timestamp
 from payorch.engine.routing import eligible_providers, plan_route
 from payorch.engine.session_states import SessionStatus
 from payorch.providers.base import (
@@ -39,7 +41,6 @@ from payorch.values.errors import (
     ProviderUnavailable,
 )
 from payorch.values.money import Money
-from payorch.values.timefmt import iso
 
 log = logging.getLogger("payorch.checkout")
 
@@ -243,13 +244,13 @@ class _StoreSession(BatchCommand[PaymentsContext, Answer]):
 
     def _answered(self, routed: _Routed, created_at: datetime) -> sessions.AnsweredSession:
         new = self.command.new_session(self.session_id, self.expires_at, routed)
-        body = {
+        body: SessionCreated = {
             "sessionId": str(new.id),
             "checkoutUrl": new.checkout_url,
-            "status": SessionStatus.PENDING.value,
+            "status": SessionStatus.PENDING,
             "routing": {"selectedProvider": routed.provider, "score": Decimal(str(routed.score))},
-            "expiresAt": iso(new.expires_at),
-            "createdAt": iso(created_at),
+            "expiresAt": timestamp(new.expires_at),
+            "createdAt": timestamp(created_at),
         }
         return sessions.AnsweredSession(
             session=new,
