@@ -18,14 +18,24 @@ from payorch.storage.database import open_database
 from payorch.storage.migrations import migrate
 from payorch.values.timefmt import iso
 
+_CONFIG_HELP = "configuration file (default: $PAYORCH_CONFIG or ./config.toml)"
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="payorch", description="payorch payment orchestration service")
-    parser.add_argument("--config", help="configuration file (default: $PAYORCH_CONFIG or ./config.toml)")
+    parser.add_argument("--config", help=_CONFIG_HELP)
+    # `--config` is taken after the command too (`payorch serve --config F`); given twice, the later
+    # one counts. SUPPRESS: a command given none keeps what came before it.
+    takes_config = argparse.ArgumentParser(add_help=False)
+    takes_config.add_argument("--config", default=argparse.SUPPRESS, help=_CONFIG_HELP)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("serve", help="serve the HTTP API (migrates the database first)")
-    commands.add_parser("migrate", help="apply pending database migrations and exit")
-    invite = commands.add_parser("invite", help="make a one-time merchant signup link")
+    commands.add_parser(
+        "serve", parents=[takes_config], help="serve the HTTP API (migrates the database first)"
+    )
+    commands.add_parser("migrate", parents=[takes_config], help="apply pending database migrations and exit")
+    invite = commands.add_parser(
+        "invite", parents=[takes_config], help="make a one-time merchant signup link"
+    )
     invite.add_argument("--email", required=True, help="the merchant contact the link is for")
     invite.add_argument("--json", action="store_true", help='print {"token", "signupUrl", "expiresAt"}')
     return parser
@@ -59,6 +69,17 @@ def _is_email(value: str) -> bool:
     return True
 
 
+def _warn_if_links_point_at_this_host(settings: Settings) -> None:
+    server = settings.server
+    if server.public_base_url_follows_bind and not server.bind_is_loopback:
+        logging.getLogger("payorch.cli").warning(
+            "server.public_base_url is not set, so checkout, signup and provider event links use "
+            "server.bind's address, which customers and providers may not reach: set "
+            "server.public_base_url to the address they reach this service at",
+            extra={"publicBaseUrl": server.public_base_url, "bind": server.bind},
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     configure_logging()
@@ -72,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if args.command == "serve":
+            _warn_if_links_point_at_this_host(settings)
             trio.run(serve_until_signalled, settings)
         elif args.command == "migrate":
             trio.run(_migrate, settings)

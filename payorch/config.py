@@ -7,6 +7,7 @@ Relative paths in the file are resolved against the directory of the configurati
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import secrets
@@ -16,7 +17,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from cryptography.fernet import Fernet
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -44,11 +53,12 @@ class _Section(BaseModel):
 
 class ServerSettings(_Section):
     bind: str = "127.0.0.1:8080"
-    public_base_url: str = "http://127.0.0.1:8080"
+    public_base_url: str = ""  # empty: follows bind (see `_follow_bind`)
     max_body_bytes: PositiveInt = 1_048_576
     graceful_timeout_s: PositiveFloat = 10.0
     state_dir: Path = Path("var")
     trusted_proxy_hops: NonNegativeInt = 0
+    _public_base_url_follows_bind: bool = PrivateAttr(default=False)
 
     @field_validator("bind")
     @classmethod
@@ -61,9 +71,36 @@ class ServerSettings(_Section):
     @field_validator("public_base_url")
     @classmethod
     def _url_is_http(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https://")
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("must be empty (to follow server.bind) or start with http:// or https://")
         return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _follow_bind(self) -> ServerSettings:
+        """An empty `public_base_url` becomes `http://` + `bind`, a wildcard host (0.0.0.0, [::])
+        replaced by loopback: `PAYORCH_SERVER__BIND=127.0.0.1:18080` alone moves every link too."""
+        if not self.public_base_url:
+            host, _, port = self.bind.rpartition(":")
+            host = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}.get(host, host)  # noqa: S104
+            self.__dict__["public_base_url"] = f"http://{host}:{port}"  # frozen: set once, here
+            self._public_base_url_follows_bind = True
+        return self
+
+    @property
+    def public_base_url_follows_bind(self) -> bool:
+        """Whether `public_base_url` was left empty and so follows `bind`."""
+        return self._public_base_url_follows_bind
+
+    @property
+    def bind_is_loopback(self) -> bool:
+        """Whether only this host can reach `bind` (127.0.0.0/8, ::1, localhost)."""
+        host = self.bind.rpartition(":")[0].strip("[]")
+        if host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
 
 
 class DatabaseSettings(_Section):

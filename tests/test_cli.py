@@ -138,6 +138,59 @@ def test_config_option_beats_config_environment_variable(tmp_path: Path) -> None
     assert "max_body_bytes" not in result.stderr
 
 
+@pytest.mark.parametrize("command", [["migrate"], ["serve"], ["invite", "--email", "ops@merchant.example"]])
+def test_config_option_is_taken_after_the_command_too(tmp_path: Path, command: list[str]) -> None:
+    env = cli_environment(tmp_path, UNREACHABLE_DATABASE)
+    missing = tmp_path / "absent.toml"
+    result = payorch(*command, "--config", str(missing), env=env)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"payorch: {missing}: configuration file not found"]
+
+
+def test_config_option_after_the_command_beats_the_one_before(tmp_path: Path) -> None:
+    env = cli_environment(tmp_path, UNREACHABLE_DATABASE)
+    result = payorch(
+        "--config",
+        str(tmp_path / "first.toml"),
+        "migrate",
+        "--config",
+        str(tmp_path / "second.toml"),
+        env=env,
+    )
+    assert result.returncode == 2
+    assert "second.toml" in result.stderr
+    assert "first.toml" not in result.stderr
+
+
+def _warnings(stderr: str) -> list[dict[str, Any]]:
+    records = [json.loads(line) for line in stderr.splitlines()]
+    return [record for record in records if record["level"] == "warning"]
+
+
+def test_serve_warns_when_links_follow_a_bind_customers_may_not_reach(tmp_path: Path) -> None:
+    # The database is unreachable: serve logs its warning, then fails before binding anything.
+    config = '[server]\nbind = "0.0.0.0:0"\n'
+    result = payorch("serve", env=cli_environment(tmp_path, UNREACHABLE_DATABASE, config))
+    assert result.returncode == 1
+    (warning,) = _warnings(result.stderr)
+    assert "server.public_base_url is not set" in warning["msg"]
+    assert warning["publicBaseUrl"] == "http://127.0.0.1:0"
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        '[server]\nbind = "127.0.0.1:0"\n',
+        '[server]\nbind = "0.0.0.0:0"\npublic_base_url = "https://pay.example.com"\n',
+    ],
+    ids=["loopback_bind", "public_base_url_set"],
+)
+def test_serve_does_not_warn_when_links_are_set_or_local(tmp_path: Path, config: str) -> None:
+    result = payorch("serve", env=cli_environment(tmp_path, UNREACHABLE_DATABASE, config))
+    assert result.returncode == 1
+    assert _warnings(result.stderr) == []
+
+
 def test_unreachable_database_exits_1_with_the_failure_logged_as_json(tmp_path: Path) -> None:
     result = payorch("migrate", env=cli_environment(tmp_path, UNREACHABLE_DATABASE))
     assert result.returncode == 1

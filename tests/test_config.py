@@ -198,6 +198,50 @@ def test_public_base_url_loses_its_trailing_slash(tmp_path: Path) -> None:
     assert load_settings(path, ensure_secrets=False).server.public_base_url == "https://pay.example.com"
 
 
+def test_explicit_public_base_url_does_not_follow_bind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_config(tmp_path, '[server]\npublic_base_url = "https://pay.example.com"\n')
+    monkeypatch.setenv("PAYORCH_SERVER__BIND", "0.0.0.0:18080")
+    server = load_settings(path, ensure_secrets=False).server
+    assert server.public_base_url == "https://pay.example.com"
+    assert not server.public_base_url_follows_bind
+
+
+def test_shipped_config_public_base_url_follows_a_bind_set_in_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PAYORCH_SERVER__BIND", "127.0.0.1:18080")
+    server = load_settings(REPO_CONFIG, ensure_secrets=False).server
+    assert server.public_base_url == "http://127.0.0.1:18080"
+    assert server.public_base_url_follows_bind
+
+
+FOLLOWED_BINDS = {
+    "loopback": ("127.0.0.1:18080", "http://127.0.0.1:18080", True),
+    "any_ipv4_address_as_loopback": ("0.0.0.0:8080", "http://127.0.0.1:8080", False),
+    "any_ipv6_address_as_loopback": ("[::]:8080", "http://[::1]:8080", False),
+    "ipv6_loopback": ("[::1]:9000", "http://[::1]:9000", True),
+    "localhost": ("localhost:8080", "http://localhost:8080", True),
+    "a_host_name": ("pay.internal:8080", "http://pay.internal:8080", False),
+    "a_private_address": ("10.1.2.3:8080", "http://10.1.2.3:8080", False),
+}
+
+
+@pytest.mark.parametrize(("bind", "url", "loopback"), list(FOLLOWED_BINDS.values()), ids=list(FOLLOWED_BINDS))
+def test_empty_public_base_url_follows_bind(tmp_path: Path, bind: str, url: str, loopback: bool) -> None:
+    path = write_config(tmp_path, f'[server]\nbind = "{bind}"\npublic_base_url = ""\n')
+    server = load_settings(path, ensure_secrets=False).server
+    assert server.public_base_url == url
+    assert server.public_base_url_follows_bind
+    assert server.bind_is_loopback is loopback
+
+
+def test_absent_public_base_url_follows_bind(tmp_path: Path) -> None:
+    path = write_config(tmp_path, '[server]\nbind = "127.0.0.1:9999"\n')
+    assert load_settings(path, ensure_secrets=False).server.public_base_url == "http://127.0.0.1:9999"
+
+
 # Relative paths
 
 

@@ -50,10 +50,10 @@ async def _text(response: Any) -> str:
 
 
 async def test_checkout_url_is_served_by_the_app(
-    client: Client, provider: SandboxProvider, credentials: Credentials
+    client: Client, provider: SandboxProvider, credentials: Credentials, settings: Settings
 ) -> None:
     created = await provider.create_checkout(credentials, checkout_request(), idempotency_key="k1")
-    assert created.url.startswith("http://127.0.0.1:8080/sandbox/checkout/")  # server.public_base_url
+    assert created.url.startswith(f"{settings.server.public_base_url}/sandbox/checkout/")
     assert (await client.get(urlsplit(created.url).path)).status_code == 200
 
 
