@@ -15,7 +15,9 @@ from payorch.engine.refund_rules import RefundEventData, RefundRecord
 from payorch.engine.representations import (
     CLOSED,
     CurrencyCode,
+    EventType,
     Money,
+    TestEventType,
     Timestamp,
     Uuid,
     listed,
@@ -133,7 +135,7 @@ class Event(TypedDict):
     """A webhook event as payorch sends it (Standard Webhooks' `id` is `id`)."""
 
     id: str
-    type: str  # one of EVENT_TYPES, or `webhook.test` for a test send
+    type: EventType | TestEventType
     createdAt: Timestamp
     applicationId: Uuid
     data: SessionRecord | RefundEventData | WebhookTestData
@@ -145,7 +147,7 @@ def new_event_id() -> str:
 
 def event_body(
     event_id: str,
-    event_type: str,
+    event_type: EventType | TestEventType,
     created_at: datetime,
     application_id: uuid.UUID,
     data: SessionRecord | RefundEventData | WebhookTestData,

@@ -29,6 +29,7 @@ from payorch.engine.refund_rules import (
     refund_created_body,
     refund_event_data,
 )
+from payorch.engine.representations import EventType
 from payorch.engine.session_states import REFUNDABLE, WITH_REFUNDS, SessionStatus, status_for_refunded
 from payorch.metrics import Metrics
 from payorch.providers.base import ProviderError, RefundRefused, RefundRequest, RefundSubmitted
@@ -188,7 +189,7 @@ async def _complete_refund(
     return completed
 
 
-async def _emit_refund_event(conn: Connection, refund: Refund, event_type: str) -> None:
+async def _emit_refund_event(conn: Connection, refund: Refund, event_type: EventType) -> None:
     log.info(
         "refund state changed",
         extra={"applicationId": str(refund.application_id), "refundId": str(refund.id), "to": refund.status},

@@ -36,6 +36,10 @@ CurrencyCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")]
 # The events a merchant may subscribe to and receive (the interface's list).
 EventType = Literal["session.completed", "session.expired", "refund.completed", "refund.failed"]
 EVENT_TYPES: tuple[EventType, ...] = get_args(EventType)
+# The event a test send carries (`POST .../webhooks/{id}/test`): never subscribed to, never a
+# delivery, so not one of the interface's event types.
+TestEventType = Literal["webhook.test"]
+TEST_EVENT_TYPE: TestEventType = get_args(TestEventType)[0]
 
 # What became of a webhook delivery: due (again), received by the merchant, or given up.
 DeliveryStatus = Literal["PENDING", "DELIVERED", "FAILED"]

@@ -16,7 +16,13 @@ from quart_schema import (
 )
 
 from payorch.engine.records import event_body, new_event_id
-from payorch.engine.representations import DELIVERY_STATUSES, EVENT_TYPES, one_of, timestamp
+from payorch.engine.representations import (
+    DELIVERY_STATUSES,
+    EVENT_TYPES,
+    TEST_EVENT_TYPE,
+    one_of,
+    timestamp,
+)
 from payorch.engine.webhook_signing import key_fingerprint, new_signing_secret
 from payorch.http import openapi as api
 from payorch.http import representations as bodies
@@ -248,7 +254,7 @@ async def test_webhook(
     config = await _config(application.id, webhook_id)
     event_id = new_event_id()
     delivered_at = services().clock.now()
-    body = event_body(event_id, "webhook.test", delivered_at, application.id, {"webhookId": str(config.id)})
+    body = event_body(event_id, TEST_EVENT_TYPE, delivered_at, application.id, {"webhookId": str(config.id)})
     secrets = signing_secrets(
         services().secrets,
         secret=config.secret,
