@@ -205,9 +205,26 @@ class StripeSettings(_Section):
         return value.rstrip("/")
 
 
+class MollieSettings(_Section):
+    """Mollie (docs/providers.md). Off by default: it needs a Mollie account's API key per application."""
+
+    enabled: bool = False
+    api_base: str = ""  # empty: Mollie's own API (https://api.mollie.com); tests point it at a fake
+    timeout_s: PositiveFloat = 10.0
+    max_concurrent_calls: Annotated[int, Field(ge=1, le=1000)] = 16
+
+    @field_validator("api_base")
+    @classmethod
+    def _empty_or_http(cls, value: str) -> str:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("must be empty or start with http:// or https://")
+        return value.rstrip("/")
+
+
 class ProviderSettings(_Section):
     sandbox: SandboxSettings = SandboxSettings()
     stripe: StripeSettings = StripeSettings()
+    mollie: MollieSettings = MollieSettings()
 
 
 class LimitSettings(_Section):

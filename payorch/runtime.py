@@ -25,6 +25,7 @@ from payorch.metrics import Metrics
 from payorch.outbound.client import webhook_client
 from payorch.providers.base import Provider
 from payorch.providers.catalogue import ProviderCatalogue
+from payorch.providers.mollie import MollieProvider
 from payorch.providers.sandbox import SandboxProvider
 from payorch.providers.sandbox.pages import serve_checkout_pages
 from payorch.providers.sandbox.sender import run_event_sender
@@ -69,6 +70,16 @@ def enabled_providers(
                 timeout_s=stripe.timeout_s,
                 max_network_retries=stripe.max_network_retries,
                 clock=clock,
+            )
+        )
+    mollie = settings.providers.mollie
+    if mollie.enabled:
+        providers.append(
+            MollieProvider(
+                public_base_url=settings.server.public_base_url,
+                api_base=mollie.api_base,
+                timeout_s=mollie.timeout_s,
+                max_concurrent_calls=mollie.max_concurrent_calls,
             )
         )
     return providers

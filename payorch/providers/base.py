@@ -96,6 +96,9 @@ class EventKind(enum.Enum):
     REFUNDS_CHANGED = (
         "refunds_changed"  # some refunds of `payment_reference` moved on: which, resolve_event finds
     )
+    # The provider names one of its objects that changed and nothing more (Mollie's classic webhook):
+    # what changed, resolve_event reads with the stored credentials.
+    PROVIDER_OBJECT_CHANGED = "provider_object_changed"
     REFUND_SUCCEEDED = "refund_succeeded"
     REFUND_FAILED = "refund_failed"
     IGNORED = "ignored"  # authentic, but nothing payorch acts on
@@ -122,6 +125,12 @@ def result_page_url(public_base_url: str, session_id: uuid.UUID, *, cancelled: b
     whose merchant gave no `redirectUrls` (`http/routes/checkout_result.py`)."""
     url = f"{public_base_url.rstrip('/')}/checkout/{session_id}/result"
     return f"{url}?checkout=cancelled" if cancelled else url
+
+
+def provider_events_url(public_base_url: str, provider: str, application_id: uuid.UUID) -> str:
+    """payorch's endpoint for `provider`'s events about an application's payments
+    (`http/routes/provider_events.py`), for a provider told where to call with each payment (Mollie)."""
+    return f"{public_base_url.rstrip('/')}/api/v1/provider-events/{provider}/{application_id}"
 
 
 @dataclass(frozen=True)

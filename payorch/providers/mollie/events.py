@@ -1,0 +1,122 @@
+"""Mollie's classic webhook, and what payorch reads from the objects it names.
+
+Mollie calls the `webhookUrl` of a payment (https://docs.mollie.com/reference/webhooks) whenever the
+payment's status changes, and also when one of its refunds or chargebacks changes: a form body with
+one field, `id=tr_...`, unsigned. The status is deliberately not in the call: payorch fetches the
+payment (and, where its `_links` say it has any, its refunds and chargebacks) with the merchant's
+stored key and applies what it reads there (`MollieProvider.resolve_event`). A forged call names a
+payment the key cannot read (nothing happens) or a real one (its real state is applied, once).
+
+Each state read becomes an event whose id is the object and its state (`tr_x:paid`,
+`tr_x/re_y:refunded`, `tr_x/chb_z:chargeback`), so it is applied once however often Mollie calls.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any, Final
+from urllib.parse import parse_qs
+
+from payorch.providers.base import EventKind, EventRejected, ProviderEvent
+
+# Mollie's final payment statuses -> payorch's event kinds; open, pending and authorized say nothing
+# payorch acts on. A failed or canceled Mollie payment cannot be paid any more, but the session stays
+# PENDING (as for a declined attempt anywhere) until it expires.
+_PAYMENT_OUTCOMES: Final[Mapping[str, tuple[EventKind, str | None]]] = {
+    "paid": (EventKind.PAYMENT_SUCCEEDED, None),
+    "failed": (EventKind.PAYMENT_DECLINED, "PAYMENT_FAILED"),
+    "canceled": (EventKind.PAYMENT_DECLINED, "PAYMENT_FAILED"),
+    "expired": (EventKind.CHECKOUT_EXPIRED, None),
+}
+# Mollie's final refund statuses; queued, pending and processing are on their way.
+_REFUND_OUTCOMES: Final[Mapping[str, EventKind]] = {
+    "refunded": EventKind.REFUND_SUCCEEDED,
+    "failed": EventKind.REFUND_FAILED,
+    "canceled": EventKind.REFUND_FAILED,
+}
+
+
+def parse_webhook(body: bytes) -> ProviderEvent:
+    """The payment a webhook call names, to be read from Mollie; `EventRejected` when the body is
+    not Mollie's form with one `id`. An id that is not a payment's is authentic-looking noise."""
+    try:
+        fields = parse_qs(body.decode("ascii"), strict_parsing=True)
+    except (UnicodeDecodeError, ValueError):
+        raise EventRejected("not a Mollie webhook call: the body is not a form with an id") from None
+    ids = fields.get("id", [])
+    if len(ids) != 1 or not ids[0]:
+        raise EventRejected("not a Mollie webhook call: it names no id")
+    object_id = ids[0]
+    if not object_id.startswith("tr_"):
+        return ProviderEvent(id=f"webhook:{object_id}", kind=EventKind.IGNORED)
+    return ProviderEvent(
+        id=f"webhook:{object_id}", kind=EventKind.PROVIDER_OBJECT_CHANGED, payment_reference=object_id
+    )
+
+
+def payment_outcome(payment: Mapping[str, Any]) -> ProviderEvent | None:
+    """The payment's state as payorch's event, once Mollie settled it; None while it is open."""
+    status = payment.get("status")
+    found = _PAYMENT_OUTCOMES.get(status) if isinstance(status, str) else None
+    if found is None:
+        return None
+    kind, reason = found
+    return ProviderEvent(
+        id=f"{payment.get('id')}:{status}",
+        kind=kind,
+        session_id=payorch_id(payment, "payorch_session_id"),
+        checkout_reference=_text(payment.get("id")),
+        reason=reason,
+    )
+
+
+def refund_outcome(payment: Mapping[str, Any], refund: Mapping[str, Any]) -> ProviderEvent | None:
+    """A refund's outcome once Mollie settled it; None while it is on its way or not payorch's."""
+    status = refund.get("status")
+    kind = _REFUND_OUTCOMES.get(status) if isinstance(status, str) else None
+    refund_id = payorch_id(refund, "payorch_refund_id")
+    if kind is None or refund_id is None:
+        return None
+    return ProviderEvent(
+        id=f"{payment.get('id')}/{refund.get('id')}:{status}",
+        kind=kind,
+        session_id=payorch_id(payment, "payorch_session_id"),
+        refund_id=refund_id,
+        reason="PAYMENT_FAILED" if kind is EventKind.REFUND_FAILED else None,
+    )
+
+
+def chargeback_outcome(payment: Mapping[str, Any], chargeback: Mapping[str, Any]) -> ProviderEvent | None:
+    """A chargeback is a lost dispute: Mollie has debited the amount by the time it reports one. A
+    reversed chargeback (`reversedAt`) was withdrawn by the bank: nothing to apply."""
+    if chargeback.get("reversedAt"):
+        return None
+    return ProviderEvent(
+        id=f"{payment.get('id')}/{chargeback.get('id')}:chargeback",
+        kind=EventKind.DISPUTE_LOST,
+        session_id=payorch_id(payment, "payorch_session_id"),
+        checkout_reference=_text(payment.get("id")),
+    )
+
+
+def has_link(found: Mapping[str, Any], name: str) -> bool:
+    """Whether a Mollie object's HAL `_links` names `name` (a payment links `refunds` and
+    `chargebacks` only when it has some)."""
+    links = found.get("_links")
+    return isinstance(links, dict) and isinstance(links.get(name), dict)
+
+
+def payorch_id(found: Mapping[str, Any], key: str) -> uuid.UUID | None:
+    """payorch's id under `key` in a Mollie object's metadata; None for anything else (the account
+    may serve other integrations too)."""
+    metadata = found.get("metadata")
+    value = metadata.get(key) if isinstance(metadata, dict) else None
+    try:
+        return uuid.UUID(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None

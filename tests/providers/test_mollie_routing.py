@@ -1,0 +1,153 @@
+"""Routing between two real providers: Stripe and Mollie both linked, each at its fake on loopback
+(tests/fake_stripe.py, tests/fake_mollie.py), both running at once. The route follows the score, a
+creation that fails or times out at one cascades to the other (both ways), and a provider that keeps
+failing is skipped for its cool-down."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from payorch.config import EngineSettings, Settings
+from payorch.engine.routing import Circuit
+from payorch.runtime import Runtime, open_runtime
+from payorch.storage.database import Database
+from tests import fake_mollie as mollie_fake
+from tests import fake_stripe as stripe_fake
+from tests.fake_mollie import FakeMollie, ReceivedMollieRequest, ScriptedFailure
+from tests.fake_stripe import FakeStripe
+from tests.helpers import Client, Shop, create_session, eventually, session_body
+from tests.providers.mollie_support import MOLLIE_KEY, created, mollie_settings, new_linked_shop, record
+
+# The Stripe SDK's HTTPXClient hands httpx the encoded form as `data=`, which httpx deprecates.
+pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>':DeprecationWarning")
+
+fake_mollie = mollie_fake.fake_mollie
+fake_stripe = stripe_fake.fake_stripe
+STRIPE_KEY = "sk_test_51ShopKey0123456789abcdef"
+BOTH = (("stripe", STRIPE_KEY), ("mollie", MOLLIE_KEY))
+
+
+@pytest.fixture
+def settings(settings: Settings, fake_mollie: FakeMollie, fake_stripe: FakeStripe) -> Settings:
+    fake_mollie.accept_key(MOLLIE_KEY)
+    fake_stripe.accept_key(STRIPE_KEY)
+    return mollie_settings(settings, fake_mollie, stripe_api_base=fake_stripe.url)
+
+
+@pytest.fixture
+async def shop(client: Client, db: Database, settings: Settings) -> Shop:
+    """A merchant's application linked to Stripe and Mollie."""
+    return await new_linked_shop(client, db, settings, *BOTH)
+
+
+def _prefer(runtime: Runtime, provider: str) -> None:
+    """Give the other provider a history (one success taking 0.5 s, score 0.9333) so that `provider`,
+    never used (score 1.0), ranks first."""
+    other = {"mollie": "stripe", "stripe": "mollie"}[provider]
+    runtime.services.health.record_success(other, 0.5, trio.current_time())
+
+
+async def _served(fake: FakeMollie) -> list[ReceivedMollieRequest] | None:
+    return fake.requests_to("POST", "/v2/payments") or None
+
+
+def _mollie_creations(fake: FakeMollie) -> list[int]:
+    return [r.status for r in fake.requests_to("POST", "/v2/payments")]
+
+
+def _stripe_creations(fake: FakeStripe) -> list[int]:
+    return [r.status for r in fake.requests_to("POST", "/v1/checkout/sessions")]
+
+
+async def test_with_stripe_and_mollie_linked_the_route_follows_the_score(
+    client: Client, shop: Shop, runtime: Runtime, fake_mollie: FakeMollie, fake_stripe: FakeStripe
+) -> None:
+    health = runtime.services.health
+    health.record_success("stripe", 3.0, trio.current_time())  # Stripe slow: 0.85 against Mollie's 1.0
+    first = await created(client, shop, "first")
+    assert first["routing"]["selectedProvider"] == "mollie"
+    assert (_mollie_creations(fake_mollie), _stripe_creations(fake_stripe)) == ([201], [])
+    # One failure of Mollie's (0.8133 against Stripe's 0.85): Stripe ranks first now.
+    health.record_failure("mollie", 0.1, trio.current_time())
+    second = await created(client, shop, "second")
+    assert second["routing"]["selectedProvider"] == "stripe"
+    assert (_mollie_creations(fake_mollie), _stripe_creations(fake_stripe)) == ([201], [200])
+    assert (await record(client, shop, second["sessionId"]))["providerName"] == "stripe"
+
+
+async def test_mollie_answering_500_at_creation_cascades_to_stripe(
+    client: Client, shop: Shop, runtime: Runtime, fake_mollie: FakeMollie, fake_stripe: FakeStripe
+) -> None:
+    _prefer(runtime, "mollie")
+    fake_mollie.fail_next("POST", "/v2/payments", 500)
+    session = await created(client, shop)
+    assert session["routing"]["selectedProvider"] == "stripe"
+    assert (await record(client, shop, session["sessionId"]))["providerName"] == "stripe"
+    (attempt,) = fake_mollie.requests_to("POST", "/v2/payments")
+    assert (attempt.status, attempt.headers["idempotency-key"]) == (
+        500,
+        f"payorch-session-{session['sessionId']}",
+    )
+    assert _stripe_creations(fake_stripe) == [200]
+    assert runtime.services.health.snapshot(trio.current_time())["mollie"].consecutive_failures == 1
+
+
+async def test_stripe_answering_500_at_creation_cascades_back_to_mollie(
+    client: Client, shop: Shop, runtime: Runtime, fake_mollie: FakeMollie, fake_stripe: FakeStripe
+) -> None:
+    _prefer(runtime, "stripe")
+    fake_stripe.fail_next("POST", "/v1/checkout/sessions", 500, 500, 500)
+    session = await created(client, shop)
+    assert session["routing"]["selectedProvider"] == "mollie"
+    assert session["checkoutUrl"].startswith(fake_mollie.url)
+    assert _stripe_creations(fake_stripe) == [500, 500, 500]
+    assert _mollie_creations(fake_mollie) == [201]
+
+
+async def test_mollie_timing_out_at_creation_cascades_to_stripe_and_its_late_payment_stays_the_only_one(
+    db: Database, settings: Settings, fake_mollie: FakeMollie, fake_stripe: FakeStripe
+) -> None:
+    impatient = settings.model_copy(update={"engine": EngineSettings(provider_timeout_s=1.0)})
+    async with open_runtime(impatient, db) as runtime:
+        client = runtime.app.test_client()
+        shop = await new_linked_shop(client, db, impatient, *BOTH)
+        _prefer(runtime, "mollie")
+        # Mollie takes 3 s, and then creates the payment: payorch gave up on it after 1 s.
+        fake_mollie.fail_next("POST", "/v2/payments", ScriptedFailure(status=None, delay_s=3))
+        session = await created(client, shop)
+        stored = await record(client, shop, session["sessionId"])
+        assert runtime.services.health.snapshot(trio.current_time())["mollie"].consecutive_failures == 1
+    assert session["routing"]["selectedProvider"] == stored["providerName"] == "stripe"
+    assert session["checkoutUrl"] == fake_stripe.only("POST", "/v1/checkout/sessions").answer["url"]
+    # The abandoned call reaches Mollie late, carrying the session's key: at most this one payment
+    # exists at Mollie for the session, unpaid, its checkout link known to no one; it expires there.
+    (abandoned,) = await eventually(lambda: _served(fake_mollie))
+    assert abandoned.headers["idempotency-key"] == f"payorch-session-{session['sessionId']}"
+    assert fake_mollie.payment(abandoned.answer["id"])["status"] == "open"
+
+
+async def test_a_mollie_that_keeps_failing_is_skipped_for_its_cool_down(
+    client: Client,
+    db: Database,
+    settings: Settings,
+    runtime: Runtime,
+    fake_mollie: FakeMollie,
+    fake_stripe: FakeStripe,
+) -> None:
+    mollie_only = await new_linked_shop(client, db, settings, ("mollie", MOLLIE_KEY))
+    fake_mollie.fail_next("POST", "/v2/payments", 500, 500, 500)
+    for attempt in range(3):
+        response = await create_session(client, mollie_only, f"down-{attempt}", session_body())
+        assert response.status_code != 201
+    now = trio.current_time()
+    figures = runtime.services.health.snapshot(now)["mollie"]
+    assert (figures.consecutive_failures, figures.circuit) == (3, Circuit.OPEN)
+    assert figures.reopens_at is not None and 29 < figures.reopens_at - now <= 30
+
+    both = await new_linked_shop(client, db, settings, *BOTH)
+    session = await created(client, both, "while-open")
+    assert session["routing"]["selectedProvider"] == "stripe"
+    assert _mollie_creations(fake_mollie) == [500, 500, 500]  # not asked while its circuit is open
+    # Once the 30 s cool-down is over, one session may try Mollie again (the probe).
+    assert runtime.services.health.snapshot(now + 30)["mollie"].circuit is Circuit.HALF_OPEN
