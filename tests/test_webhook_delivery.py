@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -139,18 +141,32 @@ async def pending_after(
     return item if item is not None and len(item["attemptLog"]) == attempts else None
 
 
+@asynccontextmanager
+async def subscribed_with_schedule(
+    db: Database, settings: Settings, clock: ShiftedClock, receiver: WebhookReceiver, schedule: list[float]
+) -> AsyncIterator[tuple[Client, Shop, dict[str, Any]]]:
+    """A running service on `clock` whose retries follow `schedule`, and a shop subscribed to
+    `receiver`."""
+    from payorch.runtime import open_runtime
+
+    scheduled = settings.model_copy(
+        update={"webhooks": settings.webhooks.model_copy(update={"retry_schedule_s": schedule})}
+    )
+    async with open_runtime(scheduled, db, clock) as runtime:
+        client = runtime.app.test_client()
+        shop = await new_shop(client, db, scheduled)
+        yield client, shop, await subscribe(client, shop, receiver)
+
+
 async def test_failed_attempts_are_retried_on_schedule_with_the_same_webhook_id(
     db: Database, settings: Settings, clock: ShiftedClock, webhook_receiver: WebhookReceiver
 ) -> None:
-    from payorch.runtime import open_runtime
-
-    spaced = settings.model_copy(
-        update={"webhooks": settings.webhooks.model_copy(update={"retry_schedule_s": [0, 60, 120, 240]})}
-    )
-    async with open_runtime(spaced, db, clock) as runtime:
-        client = runtime.app.test_client()
-        shop = await new_shop(client, db, spaced)
-        config = await subscribe(client, shop, webhook_receiver)
+    schedule = [0.0, 60, 120, 240]
+    async with subscribed_with_schedule(db, settings, clock, webhook_receiver, schedule) as (
+        client,
+        shop,
+        config,
+    ):
         webhook_receiver.script([500, 502])
         await pay(client, shop)
         item = await eventually(lambda: pending_after(client, shop, config, 1))
@@ -190,16 +206,13 @@ async def test_delivery_fails_after_the_last_attempt_and_can_be_retried_by_hand(
 async def test_retry_after_from_the_receiver_is_honoured(
     db: Database, settings: Settings, clock: ShiftedClock, webhook_receiver: WebhookReceiver
 ) -> None:
-    from payorch.runtime import open_runtime
-
     # A Retry-After is honoured up to the schedule's longest wait: make that longer than 30 s.
-    longer = settings.model_copy(
-        update={"webhooks": settings.webhooks.model_copy(update={"retry_schedule_s": [0, 0.2, 0.2, 60]})}
-    )
-    async with open_runtime(longer, db, clock) as runtime:
-        client = runtime.app.test_client()
-        shop = await new_shop(client, db, longer)
-        config = await subscribe(client, shop, webhook_receiver)
+    schedule = [0, 0.2, 0.2, 60]
+    async with subscribed_with_schedule(db, settings, clock, webhook_receiver, schedule) as (
+        client,
+        shop,
+        config,
+    ):
         webhook_receiver.script([(503, {"Retry-After": "30"}, b"busy")])
         await pay(client, shop)
         item = await eventually(lambda: pending_after(client, shop, config, 1))
