@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import httpx
 
+from payorch.engine.representations import DeliveryStatus
 from payorch.jsonexact import dumps_exact
 from payorch.outbound.attempt import INTERNAL, AttemptResult, send_signed
 from payorch.outbound.signing import signing_secrets
@@ -23,8 +24,6 @@ from payorch.storage.webhook_deliveries import ClaimedDelivery
 from payorch.supervisors.context import Background
 
 log = logging.getLogger("payorch.supervisors.webhooks")
-
-DELIVERED, FAILED, PENDING = "DELIVERED", "FAILED", "PENDING"
 
 
 def retry_wait_s(schedule: Sequence[float], attempts_made: int, retry_after_s: float | None) -> float | None:
@@ -94,17 +93,18 @@ async def _send(services: Background, client: httpx.AsyncClient, delivery: Claim
 
 async def _record(
     services: Background, delivery: ClaimedDelivery, result: AttemptResult
-) -> tuple[str, float | None]:
+) -> tuple[DeliveryStatus, float | None]:
     """Record the attempt in one transaction; returns the delivery's outcome and the wait before
     its next attempt."""
     schedule = services.settings.webhooks.retry_schedule_s
     gone = result.status_code == 410
     retry_in: float | None = None
+    outcome: DeliveryStatus
     if result.succeeded:
-        outcome = DELIVERED
+        outcome = "DELIVERED"
     else:
         retry_in = None if gone else retry_wait_s(schedule, delivery.attempts, result.retry_after_s)
-        outcome = FAILED if retry_in is None else PENDING
+        outcome = "FAILED" if retry_in is None else "PENDING"
 
     now = services.clock.now()
 
@@ -133,7 +133,7 @@ async def _record_internal_failure(
     """Count the attempt as failed and schedule the next per the schedule alone. If even that cannot
     be recorded, the claim stays: the delivery is due again when its lease runs out."""
     retry_in = retry_wait_s(services.settings.webhooks.retry_schedule_s, delivery.attempts, None)
-    outcome = FAILED if retry_in is None else PENDING
+    outcome: DeliveryStatus = "FAILED" if retry_in is None else "PENDING"
     try:
         await services.db.transaction(
             webhook_deliveries.record_attempt,
@@ -151,11 +151,11 @@ async def _record_internal_failure(
             "webhook delivery attempt could not be recorded; it is due again when its lease runs out",
             extra=_ids(delivery),
         )
-        outcome = PENDING
+        outcome = "PENDING"
     _count(services, outcome, INTERNAL)
 
 
-def _count(services: Background, outcome: str, failure_reason: str | None) -> None:
+def _count(services: Background, outcome: DeliveryStatus, failure_reason: str | None) -> None:
     services.metrics.webhook_delivery_attempt(outcome)
     if failure_reason is not None:
         services.metrics.webhook_attempt_failure(failure_reason)
