@@ -15,6 +15,7 @@ from typing_extensions import TypedDict  # pydantic needs this one on Python < 3
 
 from payorch.engine.representations import CLOSED, DeliveryStatus, EventType, Timestamp, Uuid
 from payorch.http.models import Organization
+from payorch.storage.applications import ApiKeyStatus
 
 # --- Common -------------------------------------------------------------------------------------
 
@@ -53,8 +54,7 @@ class LoginResponse(TypedDict):
 
 # --- Applications and API keys ------------------------------------------------------------------
 
-ApiKeyStatus = Literal["active", "revoked"]
-API_KEY_STATUSES: tuple[ApiKeyStatus, ...] = get_args(ApiKeyStatus)
+# A key's `status` (`ApiKeyStatus`) is defined in `storage.applications`, which derives it.
 
 
 @with_config(CLOSED)

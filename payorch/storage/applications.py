@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import asyncpg
 
@@ -13,6 +13,10 @@ from payorch.storage.application_changes import notify_application_changed
 from payorch.storage.database import Connection
 from payorch.values.errors import NotFound, StatusUnchanged
 from payorch.values.pagination import PageRequest
+
+# Whether an API key still authenticates: the interface's `status` of a key, which storage derives
+# from `revoked_at`.
+ApiKeyStatus = Literal["active", "revoked"]
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,7 @@ class ApiKey:
     revoked_at: datetime | None
 
     @property
-    def status(self) -> str:
+    def status(self) -> ApiKeyStatus:
         return "revoked" if self.revoked_at else "active"
 
 

@@ -11,7 +11,7 @@ from quart_schema import (
     validate_request,
 )
 
-from payorch.engine.representations import one_of, timestamp
+from payorch.engine.representations import timestamp
 from payorch.http import openapi as api
 from payorch.http import representations as bodies
 from payorch.http.auth import Accept, Principal, application_for, authenticated, parse_id
@@ -56,7 +56,7 @@ def api_key_summary(key: ApiKey) -> bodies.ApiKeySummary:
         "id": str(key.id),
         "keyPrefix": key.key_prefix,
         "description": key.description,
-        "status": one_of(key.status, bodies.API_KEY_STATUSES),
+        "status": key.status,
         "createdAt": timestamp(key.created_at),
     }
 
