@@ -1,4 +1,4 @@
-"""payorch serve | migrate | invite: the operator's commands."""
+"""payorch serve | migrate | invite | check-config | rotate-credentials: the operator's commands."""
 
 from __future__ import annotations
 
@@ -6,16 +6,20 @@ import argparse
 import json
 import logging
 import sys
+from pathlib import Path
+from typing import Any
 
 import trio
 from pydantic import EmailStr, TypeAdapter, ValidationError
 
-from payorch.config import ConfigError, Settings, config_path_from, load_settings
+from payorch.config import REDACTED, ConfigError, Settings, config_path_from, load_settings, redacted
 from payorch.engine.invites import issue_invite
+from payorch.engine.key_rotation import rotate_sealed_secrets
 from payorch.logs import configure_logging
 from payorch.service import database_url, serve_until_signalled
 from payorch.storage.database import open_database
 from payorch.storage.migrations import migrate
+from payorch.values.secretbox import SecretBox
 from payorch.values.timefmt import iso
 
 _CONFIG_HELP = "configuration file (default: $PAYORCH_CONFIG or ./config.toml)"
@@ -38,6 +42,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     invite.add_argument("--email", required=True, help="the merchant contact the link is for")
     invite.add_argument("--json", action="store_true", help='print {"token", "signupUrl", "expiresAt"}')
+    check = commands.add_parser(
+        "check-config",
+        parents=[takes_config],
+        help="validate the configuration and print it as it takes effect, secrets redacted (starts nothing)",
+    )
+    check.add_argument("--json", action="store_true", help="print JSON instead of TOML")
+    commands.add_parser(
+        "rotate-credentials",
+        parents=[takes_config],
+        help="re-encrypt every stored provider credential and signing secret under the first of "
+        "security.encryption_keys (safe while serving; run again to resume)",
+    )
     return parser
 
 
@@ -59,6 +75,69 @@ async def _invite(settings: Settings, email: str, as_json: bool) -> None:
         )
     else:
         print(invite.signup_url)
+
+
+def _check_config(settings: Settings, path: Path, as_json: bool) -> None:
+    shown = redacted(settings)
+    if as_json:
+        print(json.dumps(shown, indent=2))
+        return
+    print(f"# {path}: valid. The configuration as it takes effect (PAYORCH_* variables applied, paths")
+    print(f"# resolved, an empty public_base_url following bind), every secret shown as {REDACTED}.")
+    if not settings.auth.jwt_secret or not settings.security.keys:
+        print("# An empty auth.jwt_secret or security.encryption_key is generated at the first start")
+        print("# and kept under server.state_dir.")
+    print("\n".join(_toml_lines(shown)))
+
+
+def _toml_lines(table: dict[str, Any], name: str = "") -> list[str]:
+    values = [(key, value) for key, value in table.items() if not isinstance(value, dict)]
+    lines = [f"\n[{name}]"] if name and values else []
+    lines += [f"{key} = {_toml_value(value)}" for key, value in values]
+    for key, value in table.items():
+        if isinstance(value, dict):
+            lines += _toml_lines(value, f"{name}.{key}" if name else key)
+    return lines
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    return json.dumps("" if value is None else str(value))  # a JSON string is a TOML basic string
+
+
+async def _rotate_credentials(settings: Settings) -> int:
+    secrets = SecretBox(settings.security.keys)
+    async with open_database(await database_url(settings), min_size=1, max_size=1) as db:
+        await migrate(db)
+        counts = await rotate_sealed_secrets(db, secrets)
+    for column in counts:
+        print(
+            f"{column.column}: {column.reencrypted} re-encrypted, {column.current} already under the first "
+            f"key, {column.unreadable} unreadable, {column.changed} changed meanwhile, {column.left} left"
+        )
+    logging.getLogger("payorch.cli").info(
+        "stored secrets re-encrypted under the first key",
+        extra={
+            "keys": len(settings.security.keys),
+            "columns": {column.column: vars(column) for column in counts},
+        },
+    )
+    unreadable = sum(column.unreadable for column in counts)
+    left = sum(column.left for column in counts)
+    if unreadable:
+        print(
+            f"payorch: {unreadable} stored secrets decrypt with none of security.encryption_keys and were "
+            "left as they are: is a key that sealed them missing from the list?",
+            file=sys.stderr,
+        )
+    if left:
+        print(f"payorch: {left} stored secrets kept changing meanwhile: run again", file=sys.stderr)
+    return 1 if unreadable or left else 0
 
 
 def _is_email(value: str) -> bool:
@@ -83,8 +162,10 @@ def _warn_if_links_point_at_this_host(settings: Settings) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     configure_logging()
+    path = config_path_from(args.config)
     try:
-        settings = load_settings(config_path_from(args.config))
+        # check-config leaves server.state_dir alone: it generates no secret there.
+        settings = load_settings(path, ensure_secrets=args.command != "check-config")
     except ConfigError as exc:
         print(f"payorch: {exc}", file=sys.stderr)
         return 2
@@ -97,6 +178,10 @@ def main(argv: list[str] | None = None) -> int:
             trio.run(serve_until_signalled, settings)
         elif args.command == "migrate":
             trio.run(_migrate, settings)
+        elif args.command == "check-config":
+            _check_config(settings, path, args.json)
+        elif args.command == "rotate-credentials":
+            return trio.run(_rotate_credentials, settings)
         else:
             trio.run(_invite, settings, args.email, args.json)
     except Exception:

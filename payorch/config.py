@@ -131,17 +131,45 @@ class AuthSettings(_Section):
 
 
 class SecuritySettings(_Section):
-    encryption_key: str = ""
+    """The Fernet keys that seal provider credentials and signing secrets at rest: the first of
+    `keys` seals, every one of them opens (docs/operations.md, "Replacing the encryption key")."""
 
-    @field_validator("encryption_key")
+    encryption_key: str | list[str] = ""
+    encryption_keys: list[str] = Field(default_factory=list)
+
+    @field_validator("encryption_key", "encryption_keys")
     @classmethod
-    def _is_fernet_key(cls, value: str) -> str:
-        if value:
+    def _are_fernet_keys(cls, value: str | list[str]) -> str | list[str]:
+        listed = [value] if isinstance(value, str) else value
+        for number, key in enumerate(listed, start=1):
+            if isinstance(value, str) and not key:
+                continue  # empty: generated (see `load_settings`)
             try:
-                Fernet(value.encode())
+                Fernet(key.encode())
             except (ValueError, TypeError):
-                raise ValueError("must be a Fernet key: url-safe base64 of 32 bytes") from None
+                which = "" if isinstance(value, str) else f"key {number} of {len(listed)} (counting from 1) "
+                raise ValueError(f"{which}must be a Fernet key: url-safe base64 of 32 bytes") from None
         return value
+
+    @model_validator(mode="after")
+    def _one_list(self) -> SecuritySettings:
+        if self.encryption_keys and any(key not in self.encryption_keys for key in self._listed_key()):
+            raise ValueError(
+                "security.encryption_key holds a key that security.encryption_keys does not: list "
+                "every key in encryption_keys (the one that encrypts first) and leave encryption_key empty"
+            )
+        return self
+
+    def _listed_key(self) -> list[str]:
+        if isinstance(self.encryption_key, str):
+            return [self.encryption_key] if self.encryption_key else []
+        return list(self.encryption_key)
+
+    @property
+    def keys(self) -> list[str]:
+        """Every key, the one that encrypts first: `encryption_keys` if set, else `encryption_key` (one
+        key, or a list); empty when neither is set (`load_settings` then generates one)."""
+        return list(self.encryption_keys) or self._listed_key()
 
 
 class SignupSettings(_Section):
@@ -355,14 +383,12 @@ def _with_generated_secrets(settings: Settings) -> Settings:
     jwt_secret = settings.auth.jwt_secret or _kept_secret(
         state_dir / "jwt_secret", lambda: secrets.token_urlsafe(48)
     )
-    encryption_key = settings.security.encryption_key or _kept_secret(
-        state_dir / "encryption_key", lambda: Fernet.generate_key().decode()
-    )
+    security = settings.security
+    if not security.keys:
+        generated = _kept_secret(state_dir / "encryption_key", lambda: Fernet.generate_key().decode())
+        security = security.model_copy(update={"encryption_key": generated})
     return settings.model_copy(
-        update={
-            "auth": settings.auth.model_copy(update={"jwt_secret": jwt_secret}),
-            "security": settings.security.model_copy(update={"encryption_key": encryption_key}),
-        }
+        update={"auth": settings.auth.model_copy(update={"jwt_secret": jwt_secret}), "security": security}
     )
 
 
@@ -383,4 +409,39 @@ def _kept_secret(path: Path, generate: Any) -> str:
     value = str(generate())
     with os.fdopen(fd, "w") as handle:
         handle.write(value + "\n")
+    return value
+
+
+REDACTED = "<redacted>"
+# A setting whose name ends so holds a secret: `payorch check-config` shows it only as REDACTED.
+_SECRET_NAME = re.compile(r"(secret|password|token|(^|_)keys?)$")
+# A password inside a URL: `scheme://user:PASSWORD@host`, or `password=PASSWORD` in its query. Up
+# to the last `@`, so a password holding one is redacted whole (more rather than less).
+_URL_PASSWORD = re.compile(r"(?<=://)([^/@:]*):(.*)@")
+_QUERY_PASSWORD = re.compile(r"(?i)(\bpassword=)[^&#\s]*")
+
+
+def redacted(settings: BaseModel) -> dict[str, Any]:
+    """Every setting of `settings` as plain data (paths as text), secrets replaced by REDACTED: a
+    setting named `*secret`, `*password`, `*token`, `*key` or `*keys` (an empty one stays empty, so
+    "generated" shows; a list keeps its length), and the password of any URL."""
+    shown: dict[str, Any] = {}
+    for name in type(settings).model_fields:
+        value = getattr(settings, name)
+        if isinstance(value, BaseModel):
+            shown[name] = redacted(value)
+        elif _SECRET_NAME.search(name):
+            shown[name] = [REDACTED for _ in value] if isinstance(value, list) else REDACTED if value else ""
+        else:
+            shown[name] = _plain(value)
+    return shown
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, str) and "://" in value:
+        return _QUERY_PASSWORD.sub(r"\1" + REDACTED, _URL_PASSWORD.sub(r"\1:" + REDACTED + "@", value))
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
     return value

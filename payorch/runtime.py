@@ -97,7 +97,7 @@ async def open_runtime(
 ) -> AsyncIterator[Runtime]:
     """Services, the HTTP app, and every background task, running until the block is left. Every
     part reads wall time from `clock` (a test hands in one it can move)."""
-    secrets = SecretBox(settings.security.encryption_key)
+    secrets = SecretBox(settings.security.keys)
     providers = ProviderCatalogue(enabled_providers(settings, db, secrets, clock))
     health = ProviderHealth(RoutingPolicy())
     metrics = Metrics()

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -79,7 +80,7 @@ def test_python_dash_m_payorch_offers_serve_migrate_and_invite() -> None:
         [sys.executable, "-m", "payorch", "--help"], capture_output=True, text=True, timeout=60, check=False
     )
     assert result.returncode == 0
-    for command in ("serve", "migrate", "invite"):
+    for command in ("serve", "migrate", "invite", "check-config", "rotate-credentials"):
         assert command in result.stdout
 
 
@@ -196,6 +197,86 @@ def test_unreachable_database_exits_1_with_the_failure_logged_as_json(tmp_path: 
     assert result.returncode == 1
     log = [json.loads(line) for line in result.stderr.splitlines()]
     assert [entry["msg"] for entry in log if entry["level"] == "error"] == ["payorch migrate failed"]
+
+
+# payorch check-config
+
+JWT_SECRET = "jwt-secret-never-printed-0123456789abcdef"
+CHECKED_KEY = "S2vYjcy6bBtRN0mTGqkLVxr40z2HDG5cf7rjzmoAPpM="
+CHECKED_CONFIG = (
+    f'[server]\nbind = "0.0.0.0:18080"\n[auth]\njwt_secret = "{JWT_SECRET}"\n'
+    f'[security]\nencryption_keys = ["{CHECKED_KEY}"]\n'
+)
+DATABASE_PASSWORD = "db-password-never-printed"
+
+
+@pytest.mark.parametrize("config_first", [True, False], ids=["config_before", "config_after"])
+def test_check_config_prints_the_effective_configuration_as_toml_without_secrets(
+    tmp_path: Path, config_first: bool
+) -> None:
+    env = cli_environment(tmp_path, f"postgresql://payorch:{DATABASE_PASSWORD}@127.0.0.1:9/x", CHECKED_CONFIG)
+    config = env.pop("PAYORCH_CONFIG")
+    env["PAYORCH_LIMITS__BURST"] = "7"
+    args = ("--config", config, "check-config") if config_first else ("check-config", "--config", config)
+    result = payorch(*args, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    for secret in (JWT_SECRET, CHECKED_KEY, DATABASE_PASSWORD):
+        assert secret not in result.stdout
+    shown = tomllib.loads(result.stdout)
+    assert shown["limits"]["burst"] == 7  # the environment's
+    assert shown["server"]["public_base_url"] == "http://127.0.0.1:18080"  # follows bind
+    assert shown["server"]["state_dir"] == str(tmp_path / "state")
+    assert shown["auth"]["jwt_secret"] == "<redacted>"
+    assert shown["security"]["encryption_keys"] == ["<redacted>"]
+    assert shown["database"]["url"] == "postgresql://payorch:<redacted>@127.0.0.1:9/x"
+    assert shown["webhooks"]["ca_bundle"] == ""
+    assert not (tmp_path / "state").exists()  # no secret generated, nothing started
+
+
+def test_check_config_json(tmp_path: Path) -> None:
+    result = payorch(
+        "check-config", "--json", env=cli_environment(tmp_path, UNREACHABLE_DATABASE, CHECKED_CONFIG)
+    )
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    assert shown["auth"]["jwt_secret"] == "<redacted>"
+    assert shown["webhooks"]["ca_bundle"] is None
+    assert JWT_SECRET not in result.stdout
+
+
+def test_check_config_of_a_file_with_no_secrets_generates_none(tmp_path: Path) -> None:
+    result = payorch("check-config", env=cli_environment(tmp_path, UNREACHABLE_DATABASE, ""))
+    assert result.returncode == 0, result.stderr
+    assert "generated at the first start" in result.stdout
+    assert tomllib.loads(result.stdout)["security"] == {"encryption_key": "", "encryption_keys": []}
+    assert not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize(
+    ("config_text", "extra_env", "named"), list(BAD_CONFIGS.values()), ids=list(BAD_CONFIGS)
+)
+def test_check_config_of_a_bad_config_exits_2_naming_the_key(
+    tmp_path: Path, config_text: str, extra_env: dict[str, str], named: str
+) -> None:
+    result = payorch(
+        "check-config", env=cli_environment(tmp_path, UNREACHABLE_DATABASE, config_text) | extra_env
+    )
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+    assert named in result.stderr
+
+
+def test_check_config_names_a_bad_encryption_key_by_its_place_without_echoing_it(tmp_path: Path) -> None:
+    config = f'[security]\nencryption_keys = ["{CHECKED_KEY}", "bm90LWEta2V5"]\n'
+    result = payorch("check-config", env=cli_environment(tmp_path, UNREACHABLE_DATABASE, config))
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("payorch: invalid setting security.encryption_keys: ")
+    assert "key 2 of 2" in line
+    assert CHECKED_KEY not in line
+    assert "bm90LWEta2V5" not in line
 
 
 # payorch migrate

@@ -13,7 +13,7 @@ import pytest
 from cryptography.fernet import Fernet
 from pydantic import BaseModel
 
-from payorch.config import ConfigError, Settings, config_path_from, load_settings
+from payorch.config import REDACTED, ConfigError, Settings, config_path_from, load_settings, redacted
 
 REPO_CONFIG = Path(__file__).resolve().parent.parent / "config.toml"
 
@@ -308,6 +308,136 @@ def test_configured_secrets_are_used_and_nothing_is_generated(tmp_path: Path) ->
     assert settings.auth.jwt_secret == "s" * 40
     assert settings.security.encryption_key == key
     assert not (tmp_path / "state").exists()
+
+
+# Encryption keys: one, or a list with the one that encrypts first
+
+KEY_A = Fernet.generate_key().decode()
+KEY_B = Fernet.generate_key().decode()
+
+
+def test_one_encryption_key_is_the_only_key(tmp_path: Path) -> None:
+    path = write_config(tmp_path, f'[security]\nencryption_key = "{KEY_A}"\n')
+    assert load_settings(path, ensure_secrets=False).security.keys == [KEY_A]
+
+
+def test_encryption_keys_list_every_key_the_first_first(tmp_path: Path) -> None:
+    path = write_config(tmp_path, f'[security]\nencryption_keys = ["{KEY_B}", "{KEY_A}"]\n')
+    assert load_settings(path, ensure_secrets=False).security.keys == [KEY_B, KEY_A]
+
+
+def test_encryption_key_may_hold_a_list(tmp_path: Path) -> None:
+    path = write_config(tmp_path, f'[security]\nencryption_key = ["{KEY_B}", "{KEY_A}"]\n')
+    assert load_settings(path, ensure_secrets=False).security.keys == [KEY_B, KEY_A]
+
+
+def test_encryption_key_list_from_the_environment_is_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_config(tmp_path, f'[security]\nencryption_key = "{KEY_A}"\n')
+    monkeypatch.setenv("PAYORCH_SECURITY__ENCRYPTION_KEY", f'["{KEY_B}", "{KEY_A}"]')
+    assert load_settings(path, ensure_secrets=False).security.keys == [KEY_B, KEY_A]
+
+
+def test_encryption_keys_from_the_environment_may_keep_the_files_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_config(tmp_path, f'[security]\nencryption_key = "{KEY_A}"\n')
+    monkeypatch.setenv("PAYORCH_SECURITY__ENCRYPTION_KEYS", f'["{KEY_B}", "{KEY_A}"]')
+    assert load_settings(path, ensure_secrets=False).security.keys == [KEY_B, KEY_A]
+
+
+def test_encryption_key_missing_from_encryption_keys_is_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_config(tmp_path, f'[security]\nencryption_key = "{KEY_A}"\n')
+    monkeypatch.setenv("PAYORCH_SECURITY__ENCRYPTION_KEYS", f'["{KEY_B}"]')
+    with pytest.raises(ConfigError, match=r"^invalid setting security: .*encryption_keys") as error:
+        load_settings(path, ensure_secrets=False)
+    assert KEY_A not in str(error.value)
+    assert KEY_B not in str(error.value)
+
+
+def test_a_bad_key_in_the_list_is_named_by_its_place_and_not_echoed(tmp_path: Path) -> None:
+    bad = "c2hvcnQ="  # base64, but of 5 bytes
+    path = write_config(tmp_path, f'[security]\nencryption_keys = ["{KEY_B}", "{bad}"]\n')
+    with pytest.raises(
+        ConfigError, match=r"^invalid setting security\.encryption_keys: .*key 2 of 2"
+    ) as error:
+        load_settings(path, ensure_secrets=False)
+    assert bad not in str(error.value)
+    assert KEY_B not in str(error.value)
+
+
+def test_a_bad_key_in_an_encryption_key_list_is_named(tmp_path: Path) -> None:
+    path = write_config(tmp_path, f'[security]\nencryption_key = ["not-a-key", "{KEY_A}"]\n')
+    with pytest.raises(
+        ConfigError, match=r"^invalid setting security\.encryption_key: .*key 1 of 2"
+    ) as error:
+        load_settings(path, ensure_secrets=False)
+    assert "not-a-key" not in str(error.value)
+
+
+def test_with_encryption_keys_set_no_key_is_generated(tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path, f'[server]\nstate_dir = "state"\n[security]\nencryption_keys = ["{KEY_A}"]\n'
+    )
+    assert load_settings(path).security.keys == [KEY_A]
+    assert not (tmp_path / "state" / "encryption_key").exists()
+
+
+def test_with_no_key_set_one_is_generated_and_is_the_only_key(tmp_path: Path) -> None:
+    settings = load_settings(write_config(tmp_path, "[security]\nencryption_keys = []\n"))
+    (key,) = settings.security.keys
+    assert key == settings.security.encryption_key
+    Fernet(key.encode())
+
+
+# What check-config prints: every setting, no secret
+
+
+def test_redacted_settings_hold_no_secret_and_keep_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jwt_secret = "j" * 40
+    path = write_config(
+        tmp_path,
+        f'[auth]\njwt_secret = "{jwt_secret}"\n[security]\nencryption_keys = ["{KEY_B}", "{KEY_A}"]\n'
+        f'encryption_key = "{KEY_A}"\n',
+    )
+    monkeypatch.setenv("PAYORCH_DATABASE__URL", "postgresql://payorch:pg-p%40ss@db.internal:5432/payorch")
+    monkeypatch.setenv("PAYORCH_SERVER__BIND", "0.0.0.0:9090")
+    shown = redacted(load_settings(path, ensure_secrets=False))
+    text = repr(shown)
+    for secret in (jwt_secret, KEY_A, KEY_B, "pg-p%40ss", "pg-p"):
+        assert secret not in text
+    assert shown["auth"]["jwt_secret"] == REDACTED
+    assert shown["security"] == {"encryption_key": REDACTED, "encryption_keys": [REDACTED, REDACTED]}
+    assert shown["database"]["url"] == f"postgresql://payorch:{REDACTED}@db.internal:5432/payorch"
+    assert shown["server"]["bind"] == "0.0.0.0:9090"
+    assert shown["server"]["public_base_url"] == "http://127.0.0.1:9090"
+    assert shown["server"]["state_dir"] == str(tmp_path / "var")
+    assert shown["auth"]["api_key_cache_s"] == 5.0  # a `key` in the middle of a name is no secret
+    assert set(setting_keys(Settings)) == {
+        f"{section}.{key}" for section, keys in _flat(shown).items() for key in keys
+    }
+
+
+def test_redacted_settings_show_an_empty_secret_as_empty(tmp_path: Path) -> None:
+    shown = redacted(load_settings(write_config(tmp_path, ""), ensure_secrets=False))
+    assert shown["auth"]["jwt_secret"] == ""
+    assert shown["security"] == {"encryption_key": "", "encryption_keys": []}
+
+
+def _flat(shown: dict[str, Any], prefix: str = "") -> dict[str, list[str]]:
+    """Leaf keys by dotted section."""
+    found: dict[str, list[str]] = {}
+    for key, value in shown.items():
+        if isinstance(value, dict):
+            found.update(_flat(value, f"{prefix}{key}."))
+        else:
+            found.setdefault(prefix.rstrip("."), []).append(key)
+    return found
 
 
 # Bad configuration: ConfigError with one line naming what is wrong
