@@ -36,12 +36,12 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 
 
 def idempotency_key() -> str:
-    """The request's `Idempotency-Key`: required, 1 to 255 characters."""
+    """The request's `Idempotency-Key`: required, 1 to `MAX_KEY_LENGTH` characters."""
     key = request.headers.get(IDEMPOTENCY_HEADER, "")
     if not key or len(key) > MAX_KEY_LENGTH:
         raise InvalidInput(
             f"header {IDEMPOTENCY_HEADER} is required: 1 to {MAX_KEY_LENGTH} characters",
-            [FieldProblem(IDEMPOTENCY_HEADER, "required, 1 to 255 characters")],
+            [FieldProblem(IDEMPOTENCY_HEADER, f"required, 1 to {MAX_KEY_LENGTH} characters")],
         )
     return key
 

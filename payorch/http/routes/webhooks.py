@@ -275,9 +275,8 @@ async def test_webhook(
             log_context={"webhookId": str(config.id), "eventId": event_id},
             clock=services().clock,
         )
-    await services().db.transaction(
-        webhooks_store.record_test, config.id, delivered_at, "SUCCEEDED" if result.succeeded else "FAILED"
-    )
+    status: bodies.WebhookTestStatus = "SUCCEEDED" if result.succeeded else "FAILED"
+    await services().db.transaction(webhooks_store.record_test, config.id, delivered_at, status)
     return {
         "success": result.succeeded,
         "httpStatusCode": result.status_code,
