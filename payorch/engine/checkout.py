@@ -23,7 +23,6 @@ from payorch.engine.idempotency import (
     in_progress,
 )
 from payorch.engine.records import SessionCreated
-from payorch.engine.representations import timestamp
 from payorch.engine.routing import eligible_providers, plan_route
 from payorch.engine.session_states import SessionStatus
 from payorch.providers.base import (
@@ -41,6 +40,7 @@ from payorch.values.errors import (
     ProviderUnavailable,
 )
 from payorch.values.money import Money
+from payorch.values.timefmt import iso
 
 log = logging.getLogger("payorch.checkout")
 
@@ -249,8 +249,8 @@ class _StoreSession(BatchCommand[PaymentsContext, Answer]):
             "checkoutUrl": new.checkout_url,
             "status": SessionStatus.PENDING,
             "routing": {"selectedProvider": routed.provider, "score": Decimal(str(routed.score))},
-            "expiresAt": timestamp(new.expires_at),
-            "createdAt": timestamp(created_at),
+            "expiresAt": iso(new.expires_at),
+            "createdAt": iso(created_at),
         }
         return sessions.AnsweredSession(
             session=new,

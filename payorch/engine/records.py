@@ -21,7 +21,6 @@ from payorch.engine.representations import (
     Timestamp,
     Uuid,
     listed,
-    timestamp,
 )
 from payorch.engine.session_states import WITH_REFUNDS, SessionStatus
 from payorch.values.money import to_major_units
@@ -99,8 +98,8 @@ def session_record(session: SessionLike, refunds: list[RefundRecord] | None = No
         "providerName": session.provider_name,
         "paymentMethod": session.payment_method,
         "expiresAt": iso(session.expires_at),
-        "createdAt": timestamp(session.created_at),
-        "updatedAt": timestamp(session.updated_at),
+        "createdAt": iso(session.created_at),
+        "updatedAt": iso(session.updated_at),
         "refunds": (refunds or []) if status in WITH_REFUNDS else None,
     }
 
@@ -156,7 +155,7 @@ def event_body(
     return {
         "id": event_id,
         "type": event_type,
-        "createdAt": timestamp(created_at),
+        "createdAt": iso(created_at),
         "applicationId": str(application_id),
         "data": data,
     }

@@ -19,11 +19,11 @@ from payorch.engine.representations import (
     Uuid,
     listed,
     one_of,
-    timestamp,
 )
 from payorch.engine.session_states import REFUNDABLE, SessionStatus
 from payorch.values.errors import RefundExceedsBalance, SessionNotRefundable
 from payorch.values.money import to_major_units
+from payorch.values.timefmt import iso
 
 # The reasons a merchant may give for a refund (the interface's list): validated, stored, documented.
 RefundReason = Literal["REQUESTED_BY_CUSTOMER", "DUPLICATE", "FRAUDULENT", "OTHER"]
@@ -100,8 +100,8 @@ def refund_record(refund: RefundLike) -> RefundRecord:
         "status": RefundStatus(refund.status),
         "failureReason": refund.failure_reason,
         "reason": _reason(refund),
-        "createdAt": timestamp(refund.created_at),
-        "updatedAt": timestamp(refund.updated_at),
+        "createdAt": iso(refund.created_at),
+        "updatedAt": iso(refund.updated_at),
     }
 
 
@@ -128,7 +128,7 @@ def refund_created_body(refund: RefundLike) -> RefundCreated:
         "amount": to_major_units(refund.amount_minor, refund.currency),
         "currency": refund.currency,
         "reason": _reason(refund),
-        "createdAt": timestamp(refund.created_at),
+        "createdAt": iso(refund.created_at),
     }
     if refund.failure_reason is not None:
         body["failureReason"] = refund.failure_reason

@@ -11,13 +11,10 @@ with the JSON Schema a client reads for it.
 from __future__ import annotations
 
 import enum
-from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Literal, TypeVar, get_args
 
 from pydantic import ConfigDict, StringConstraints, WithJsonSchema
-
-from payorch.values.timefmt import iso
 
 T = TypeVar("T")
 
@@ -44,13 +41,6 @@ TEST_EVENT_TYPE: TestEventType = get_args(TestEventType)[0]
 # What became of a webhook delivery: due (again), received by the merchant, or given up.
 DeliveryStatus = Literal["PENDING", "DELIVERED", "FAILED"]
 DELIVERY_STATUSES: tuple[DeliveryStatus, ...] = get_args(DeliveryStatus)
-
-
-def timestamp(moment: datetime) -> Timestamp:
-    """`moment` as the interface writes it, for a time that is never null."""
-    text = iso(moment)
-    assert text is not None  # iso answers None for None only
-    return text
 
 
 def one_of(value: object, members: tuple[T, ...]) -> T:

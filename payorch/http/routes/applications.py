@@ -11,7 +11,6 @@ from quart_schema import (
     validate_request,
 )
 
-from payorch.engine.representations import timestamp
 from payorch.http import openapi as api
 from payorch.http import representations as bodies
 from payorch.http.auth import Accept, Principal, application_for, authenticated, parse_id
@@ -29,6 +28,7 @@ from payorch.storage import applications as applications_store
 from payorch.storage.applications import ApiKey, Application
 from payorch.values.pagination import Page, envelope
 from payorch.values.secrets import api_key_prefix, new_api_key, token_hash
+from payorch.values.timefmt import iso
 
 blueprint = Blueprint("applications", __name__, url_prefix="/api/v1/applications")
 tag_blueprint(blueprint, ["Applications and API keys"])
@@ -44,7 +44,7 @@ def application_body(application: Application, api_keys: list[ApiKey] | None = N
         "name": application.name,
         "description": application.description,
         "isEnabled": application.is_enabled,
-        "createdAt": timestamp(application.created_at),
+        "createdAt": iso(application.created_at),
     }
     if api_keys is not None:
         body["apiKeys"] = [api_key_summary(key) for key in api_keys]
@@ -57,7 +57,7 @@ def api_key_summary(key: ApiKey) -> bodies.ApiKeySummary:
         "keyPrefix": key.key_prefix,
         "description": key.description,
         "status": key.status,
-        "createdAt": timestamp(key.created_at),
+        "createdAt": iso(key.created_at),
     }
 
 

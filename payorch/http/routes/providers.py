@@ -14,7 +14,6 @@ from quart_schema import (
     validate_request,
 )
 
-from payorch.engine.representations import timestamp
 from payorch.http import openapi as api
 from payorch.http import representations as bodies
 from payorch.http.auth import Accept, Principal, application_for, authenticated
@@ -42,6 +41,7 @@ from payorch.values.errors import (
 )
 from payorch.values.pagination import Page, envelope
 from payorch.values.secretbox import key_fingerprint
+from payorch.values.timefmt import iso
 
 blueprint = Blueprint("providers", __name__, url_prefix="/api/v1")
 tag_blueprint(blueprint, ["Providers"])
@@ -54,8 +54,8 @@ def config_body(config: ProviderConfig) -> bodies.ProviderConfig:
         "isActive": config.is_active,
         "paymentMethods": list(config.payment_methods),
         "keyFingerprint": config.key_fingerprint,
-        "createdAt": timestamp(config.created_at),
-        "updatedAt": timestamp(config.updated_at),
+        "createdAt": iso(config.created_at),
+        "updatedAt": iso(config.updated_at),
     }
 
 

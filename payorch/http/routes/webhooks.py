@@ -21,7 +21,6 @@ from payorch.engine.representations import (
     EVENT_TYPES,
     TEST_EVENT_TYPE,
     one_of,
-    timestamp,
 )
 from payorch.engine.webhook_signing import key_fingerprint, new_signing_secret
 from payorch.http import openapi as api
@@ -55,7 +54,7 @@ def webhook_body(config: WebhookConfig) -> bodies.WebhookConfig:
         "lastTestStatus": None
         if last_test_status is None
         else one_of(last_test_status, bodies.WEBHOOK_TEST_STATUSES),
-        "createdAt": timestamp(config.created_at),
+        "createdAt": iso(config.created_at),
         "updatedAt": iso(config.updated_at),
     }
 
@@ -72,10 +71,10 @@ def delivery_body(delivery: DeliveryView) -> bodies.Delivery:
         "lastStatusCode": delivery.last_status_code,
         "lastError": delivery.last_error,
         "deliveredAt": iso(delivery.delivered_at),
-        "createdAt": timestamp(delivery.created_at),
+        "createdAt": iso(delivery.created_at),
         "attemptLog": [
             {
-                "attemptedAt": timestamp(item["attempted_at"]),
+                "attemptedAt": iso(item["attempted_at"]),
                 "httpStatusCode": item["status_code"],
                 "error": item["error"],
                 "latencyMs": item["latency_ms"],
@@ -282,7 +281,7 @@ async def test_webhook(
         "httpStatusCode": result.status_code,
         "responseBody": result.response_excerpt,
         "latencyMs": result.latency_ms,
-        "deliveredAt": timestamp(delivered_at),
+        "deliveredAt": iso(delivered_at),
     }
 
 
