@@ -69,7 +69,6 @@ def enabled_providers(
                 api_base=stripe.api_base,
                 timeout_s=stripe.timeout_s,
                 max_network_retries=stripe.max_network_retries,
-                clock=clock,
             )
         )
     mollie = settings.providers.mollie

@@ -142,7 +142,8 @@ class CreateSession(BatchCommand[PaymentsContext, Answer]):
             configs.values(), _accepts(context.providers), draft.payment_method, draft.amount
         )
         ranked = plan_route(candidates, context.health, trio.current_time())
-        expires_at = context.clock.now() + timedelta(seconds=context.settings.sessions.ttl_s)
+        requested_at = context.clock.now()
+        expires_at = requested_at + timedelta(seconds=context.settings.sessions.ttl_s)
         request = CheckoutRequest(
             session_id=session_id,
             application_id=draft.application_id,
@@ -152,6 +153,7 @@ class CreateSession(BatchCommand[PaymentsContext, Answer]):
             customer_email=str(draft.customer.get("email", "")),
             locale=draft.locale,
             expires_at=expires_at,
+            requested_at=requested_at,
             success_url=(draft.redirect_urls or {}).get("success"),
             failure_url=(draft.redirect_urls or {}).get("failure"),
             order_items=draft.order_items or [],

@@ -50,6 +50,10 @@ class CheckoutRequest:
     customer_email: str
     locale: str | None
     expires_at: datetime
+    # When payorch asked (the moment `expires_at` counts from). A provider derives any other time it
+    # sends from this, never from its own clock, so that asking again with the same idempotency
+    # key sends the same parameters.
+    requested_at: datetime
     success_url: str | None
     failure_url: str | None
     order_items: list[dict[str, Any]] = field(default_factory=list)

@@ -38,6 +38,7 @@ def checkout_request(
         customer_email="buyer@example.com",
         locale=None,
         expires_at=datetime.now(UTC) + expires_in,
+        requested_at=datetime.now(UTC),
         success_url=success_url,
         failure_url=failure_url,
     )

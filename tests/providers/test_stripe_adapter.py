@@ -67,6 +67,7 @@ def _request(
         "customer_email": "buyer@example.com",
         "locale": None,
         "expires_at": datetime.now(UTC) + timedelta(minutes=30),
+        "requested_at": datetime.now(UTC),
         "success_url": None,
         "failure_url": None,
     }

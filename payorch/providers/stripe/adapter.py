@@ -51,7 +51,6 @@ from payorch.providers.stripe.events import (
     payorch_session_id,
     refund_outcome,
 )
-from payorch.values.clock import SYSTEM_CLOCK, Clock
 
 if TYPE_CHECKING:
     from stripe.params import RefundCreateParams
@@ -82,8 +81,10 @@ class StripeRefundRefused(RefundRefused):
 
 
 def checkout_expiry(expires_at: datetime, now: float) -> int:
-    """Stripe's `expires_at` for a checkout payorch expires at `expires_at`: the same instant, clamped
-    into the 30 min - 24 h Stripe allows (with `EXPIRY_MARGIN_S` to spare at both ends)."""
+    """Stripe's `expires_at` for a checkout payorch expires at `expires_at`, asked for at `now` (the
+    request's `requested_at`, so that the same request always sends the same value): the same
+    instant, clamped into the 30 min - 24 h Stripe allows (with `EXPIRY_MARGIN_S` to spare at both
+    ends, which also covers a retry of the same request up to a minute later)."""
     earliest = now + CHECKOUT_MIN_LIFETIME_S + EXPIRY_MARGIN_S
     latest = now + CHECKOUT_MAX_LIFETIME_S - EXPIRY_MARGIN_S
     return math.ceil(min(max(expires_at.timestamp(), earliest), latest))
@@ -115,9 +116,7 @@ class StripeProvider:
         api_base: str = "",
         timeout_s: float = 10.0,
         max_network_retries: int = 2,
-        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self._clock = clock  # the clock session expiries are read against
         self._public_base_url = public_base_url.rstrip("/")
         self._api_base = api_base
         self._max_network_retries = max_network_retries
@@ -333,7 +332,7 @@ class StripeProvider:
             "success_url": request.success_url or result_page_url(self._public_base_url, request.session_id),
             "cancel_url": request.failure_url
             or result_page_url(self._public_base_url, request.session_id, cancelled=True),
-            "expires_at": checkout_expiry(request.expires_at, self._clock.now().timestamp()),
+            "expires_at": checkout_expiry(request.expires_at, request.requested_at.timestamp()),
         }
         if request.customer_email:
             params["customer_email"] = request.customer_email
