@@ -15,6 +15,7 @@ from typing_extensions import TypedDict  # pydantic needs this one on Python < 3
 
 from payorch.engine.representations import CLOSED, DeliveryStatus, EventType, Timestamp, Uuid
 from payorch.http.models import Organization
+from payorch.providers.base import EventDelivery
 from payorch.storage.applications import ApiKeyStatus
 
 # --- Common -------------------------------------------------------------------------------------
@@ -97,6 +98,15 @@ class ProviderCatalogueEntry(TypedDict):
     name: str
     displayName: str
     paymentMethods: list[str]
+    eventDelivery: Annotated[
+        EventDelivery,
+        Field(
+            description="how the provider's events reach payorch: `registered_endpoint`, an endpoint "
+            "payorch registers with the provider when a key is linked (signed events); "
+            "`per_payment_url`, the URL payorch names in each payment (payorch reads the payment "
+            "back with the linked key before applying anything). Nothing to set up either way."
+        ),
+    ]
 
 
 @with_config(CLOSED)

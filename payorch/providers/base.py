@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from payorch.values.money import Money
 
@@ -142,6 +142,13 @@ class Credentials:
     api_key: str
 
 
+# How a provider's events reach payorch: to an endpoint payorch registers with the provider when
+# a key is linked, signed with a secret the provider gives (`registered_endpoint`), or to the URL
+# payorch names in each payment it creates, unsigned, so payorch reads the object back with the
+# merchant's key before it believes anything (`per_payment_url`).
+EventDelivery = Literal["registered_endpoint", "per_payment_url"]
+
+
 class Provider(Protocol):
     """A payment provider adapter. Methods that talk to the provider raise `ProviderError` when it
     fails or times out, so routing can count it and cascade to the next candidate."""
@@ -149,6 +156,7 @@ class Provider(Protocol):
     name: str
     display_name: str
     payment_methods: frozenset[str]
+    event_delivery: EventDelivery
 
     def limits(self, currency: str, payment_method: str) -> Limits | None:
         """The amounts accepted for `payment_method` in `currency`; None if not accepted at all."""

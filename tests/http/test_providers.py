@@ -48,6 +48,7 @@ SANDBOX_ENTRY = {
     "name": "sandbox",
     "displayName": "Sandbox (test mode)",
     "paymentMethods": ["apple_pay", "blik", "card"],
+    "eventDelivery": "registered_endpoint",
 }
 
 

@@ -112,7 +112,12 @@ async def list_catalogue(query_args: PageQuery, principal: Principal) -> Page[bo
     """The providers this deployment offers."""
     page = query_args.page_request
     entries: list[bodies.ProviderCatalogueEntry] = [
-        {"name": item.name, "displayName": item.display_name, "paymentMethods": sorted(item.payment_methods)}
+        {
+            "name": item.name,
+            "displayName": item.display_name,
+            "paymentMethods": sorted(item.payment_methods),
+            "eventDelivery": item.event_delivery,
+        }
         for item in services().providers
     ]
     return envelope(entries[page.offset : page.offset + page.limit], page, len(entries))

@@ -51,6 +51,7 @@ from payorch.providers.base import (
     CheckoutRequest,
     Credentials,
     CredentialsRejected,
+    EventDelivery,
     EventKind,
     Limits,
     ProviderError,
@@ -104,6 +105,7 @@ class MollieProvider:
 
     name = "mollie"
     display_name = "Mollie"
+    event_delivery: EventDelivery = "per_payment_url"
     payment_methods = PAYMENT_METHODS
 
     def __init__(

@@ -31,6 +31,7 @@ from payorch.providers.base import (
     CheckoutRequest,
     Credentials,
     CredentialsRejected,
+    EventDelivery,
     EventKind,
     EventRejected,
     Limits,
@@ -95,6 +96,7 @@ class SandboxProvider:
 
     name = "sandbox"
     display_name = "Sandbox (test mode)"
+    event_delivery: EventDelivery = "registered_endpoint"
     payment_methods = frozenset({"card", "blik", "apple_pay"})
 
     def __init__(

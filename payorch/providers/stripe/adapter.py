@@ -34,6 +34,7 @@ from payorch.providers.base import (
     CheckoutRequest,
     Credentials,
     CredentialsRejected,
+    EventDelivery,
     EventKind,
     Limits,
     ProviderError,
@@ -107,6 +108,7 @@ class StripeProvider:
 
     name = "stripe"
     display_name = "Stripe"
+    event_delivery: EventDelivery = "registered_endpoint"
     payment_methods = PAYMENT_METHODS
 
     def __init__(
