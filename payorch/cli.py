@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from pydantic import EmailStr, TypeAdapter, ValidationError
 from payorch.config import REDACTED, ConfigError, Settings, config_path_from, load_settings, redacted
 from payorch.engine.invites import issue_invite
 from payorch.engine.key_rotation import rotate_sealed_secrets
-from payorch.logs import configure_logging
+from payorch.logs import configure_logging, set_log_level
 from payorch.service import database_url, serve_until_signalled
 from payorch.storage.database import open_database
 from payorch.storage.migrations import migrate
@@ -169,13 +170,15 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"payorch: {exc}", file=sys.stderr)
         return 2
+    set_log_level(settings.logging.level)
     if args.command == "invite" and not _is_email(args.email):
         print(f"payorch: --email {args.email!r} is not an e-mail address", file=sys.stderr)
         return 2
     try:
         if args.command == "serve":
             _warn_if_links_point_at_this_host(settings)
-            trio.run(serve_until_signalled, settings)
+            # SIGHUP reads the same file and the same environment again.
+            trio.run(serve_until_signalled, settings, partial(load_settings, path))
         elif args.command == "migrate":
             trio.run(_migrate, settings)
         elif args.command == "check-config":

@@ -14,7 +14,7 @@ import secrets
 import time
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, TypeVar
 
 from cryptography.fernet import Fernet
 from pydantic import (
@@ -44,7 +44,12 @@ NonNegativeFloat = Annotated[float, Field(ge=0)]
 
 
 class ConfigError(Exception):
-    """The configuration cannot be used; the message is one line that names the key."""
+    """The configuration cannot be used; the message is one line that names the key (`key`, dotted,
+    when one setting is to blame)."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 class _Section(BaseModel):
@@ -262,6 +267,13 @@ class LimitSettings(_Section):
     failed_logins_per_account_per_hour: PositiveInt = 20
 
 
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+class LoggingSettings(_Section):
+    level: LogLevel = "info"
+
+
 class Settings(BaseSettings):
     """Every setting of the service; see `config.toml` for what each key means."""
 
@@ -281,6 +293,82 @@ class Settings(BaseSettings):
     webhooks: WebhookSettings = WebhookSettings()
     providers: ProviderSettings = ProviderSettings()
     limits: LimitSettings = LimitSettings()
+    logging: LoggingSettings = LoggingSettings()
+
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+# What a running service cannot change without a restart (`payorch serve` reloads the rest on
+# SIGHUP): a dotted key, or a whole section. What the HTTP server and the database pool were built
+# with, the identity of links already handed out and registered with providers, the secrets every
+# process must share, the actors' mailboxes, and the sandbox (its pages and event sender exist only
+# when it was enabled at start).
+RESTART_ONLY = frozenset(
+    {
+        "server.bind",
+        "server.public_base_url",
+        "server.graceful_timeout_s",
+        "server.state_dir",
+        "server.trusted_proxy_hops",
+        "database",
+        "auth.jwt_secret",
+        "security",
+        "engine.actor_idle_s",
+        "engine.mailbox_size",
+        "providers.sandbox",
+    }
+)
+
+
+def keep_restart_only(running: Settings, loaded: Settings) -> tuple[Settings, list[str]]:
+    """`loaded` with every `RESTART_ONLY` key at its `running` value, and the dotted keys whose value
+    `loaded` would have changed (kept: they take effect at the next start)."""
+    return _keep_running(running, loaded, "")
+
+
+def _keep_running(running: _Model, loaded: _Model, prefix: str) -> tuple[_Model, list[str]]:
+    update: dict[str, Any] = {}
+    changed: list[str] = []
+    for name in type(loaded).model_fields:
+        key = f"{prefix}{name}"
+        old, new = getattr(running, name), getattr(loaded, name)
+        if key in RESTART_ONLY:
+            if old != new:
+                update[name] = old
+                changed += _differing_keys(old, new, key)
+        elif isinstance(new, BaseModel):
+            merged, inner = _keep_running(old, new, f"{key}.")
+            if inner:
+                update[name] = merged
+                changed += inner
+    return (loaded.model_copy(update=update) if update else loaded), changed
+
+
+def _differing_keys(old: Any, new: Any, key: str) -> list[str]:
+    if isinstance(old, BaseModel) and isinstance(new, BaseModel):
+        return [
+            found
+            for name in type(new).model_fields
+            for found in _differing_keys(getattr(old, name), getattr(new, name), f"{key}.{name}")
+        ]
+    return [key] if old != new else []
+
+
+class LiveSettings:
+    """The settings a running service reads now. Built once by the runtime from those it started
+    with; a reload (`runtime.Runtime.reload`) replaces `current`, so every `x.settings.y` read after
+    it sees the new values. `generation` counts the configurations loaded (1: the one it started
+    with); `loaded_at` is the wall time (Unix seconds) the current one was loaded at."""
+
+    def __init__(self, settings: Settings, loaded_at: float) -> None:
+        self.current = settings
+        self.generation = 1
+        self.loaded_at = loaded_at
+
+    def replace(self, settings: Settings, loaded_at: float) -> None:
+        self.current = settings
+        self.generation += 1
+        self.loaded_at = loaded_at
 
 
 def config_path_from(argument: str | None) -> Path:
@@ -324,7 +412,7 @@ def load_settings(path: Path, *, ensure_secrets: bool = True) -> Settings:
     try:
         loaded: Settings = _FileSettings()
     except ValidationError as exc:
-        raise ConfigError(_first_error_line(exc)) from None
+        raise ConfigError(_first_error_line(exc), key=_error_key(exc)) from None
     except SettingsError as exc:
         raise ConfigError(_environment_error_line(exc)) from None
     settings = _resolve_paths(loaded, path.resolve().parent)
@@ -338,9 +426,13 @@ def load_settings(path: Path, *, ensure_secrets: bool = True) -> Settings:
     return settings
 
 
+def _error_key(exc: ValidationError) -> str:
+    return ".".join(str(part) for part in exc.errors()[0]["loc"])
+
+
 def _first_error_line(exc: ValidationError) -> str:
     error = exc.errors()[0]
-    key = ".".join(str(part) for part in error["loc"])
+    key = _error_key(exc)
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
     value = error.get("input")
     shown = "" if isinstance(value, dict) or "secret" in key or "key" in key else f" (got {value!r})"

@@ -61,3 +61,9 @@ def configure_logging(level: int = logging.INFO) -> None:
     logging.getLogger("pgserver").setLevel(logging.WARNING)
     # The Stripe SDK logs every request at INFO; ours already says what matters.
     logging.getLogger("stripe").setLevel(logging.WARNING)
+
+
+def set_log_level(level: str) -> None:
+    """Log records of `level` ("debug", "info", "warning", "error") and above from now on
+    (`logging.level`; `payorch serve` sets it at start and on each reload)."""
+    logging.getLogger().setLevel(level.upper())

@@ -46,6 +46,8 @@ class RuntimeSnapshot:
     supervisors: Mapping[str, bool]  # name -> running now
     supervisor_restarts: Mapping[str, int]  # name -> restarts after a crash since the process started
     outbox: OutboxBacklog | None  # None when the database did not answer in time
+    config_generation: int  # configurations loaded: 1 at start, one more per successful reload
+    config_loaded_at: float  # Unix time the running configuration was loaded (start or last reload)
 
 
 class _SnapshotCollector:
@@ -117,6 +119,17 @@ class _SnapshotCollector:
             "1 when this scrape could read the outbox backlog from the database, else 0.",
             value=1 if snapshot.outbox is not None else 0,
         )
+        yield GaugeMetricFamily(
+            "payorch_config_generation",
+            "The running configuration's generation: 1 as loaded at start, one more for each "
+            "successful reload (SIGHUP).",
+            value=snapshot.config_generation,
+        )
+        yield GaugeMetricFamily(
+            "payorch_config_last_reload_timestamp_seconds",
+            "Unix time the running configuration was loaded: at start, or by the last successful reload.",
+            value=snapshot.config_loaded_at,
+        )
 
 
 class Metrics:
@@ -183,6 +196,11 @@ class Metrics:
             ["kind"],
             registry=self.registry,
         )
+        self._config_reload_failures = Counter(
+            "payorch_config_reload_failures",
+            "Reloads (SIGHUP) refused because the configuration did not validate; the running one stayed.",
+            registry=self.registry,
+        )
         self._snapshot = _SnapshotCollector()
         self.registry.register(self._snapshot)
 
@@ -219,6 +237,10 @@ class Metrics:
         """Count `count` claims of gone processes released by this one (`supervisors.claim_takeover`)."""
         if count:
             self._claims_taken_over.labels(kind).inc(count)
+
+    def config_reload_failed(self) -> None:
+        """Count one reload refused: the configuration did not validate."""
+        self._config_reload_failures.inc()
 
     def exposition(self, snapshot: RuntimeSnapshot) -> bytes:
         """Every metric in the Prometheus text format, the state gauges read from `snapshot`."""

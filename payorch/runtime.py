@@ -2,18 +2,23 @@
 
 `open_runtime` owns one nursery holding the application actors and the supervisors; leaving it
 cancels them all. The HTTP server is started beside it by `service.run`; tests use it directly.
+`Runtime.reload` applies a reloaded configuration (SIGHUP) to the running parts: every part reads
+its settings through `LiveSettings` at each use, and what was built from them (rate limiters, the
+provider adapters, the webhook test-send client) is reconfigured or replaced here.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import logging
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 
 import httpx
 import trio
+from pydantic import BaseModel
 
-from payorch.config import Settings
+from payorch.config import ConfigError, LiveSettings, Settings, keep_restart_only
 from payorch.engine.actors import ActorRegistry
 from payorch.engine.context import PaymentsContext
 from payorch.engine.routing import ProviderHealth, RoutingPolicy
@@ -21,8 +26,9 @@ from payorch.http.api_key_cache import ApiKeyCache
 from payorch.http.app import create_app
 from payorch.http.context import PayorchApp, Services
 from payorch.http.ratelimits import RequestLimits
+from payorch.logs import set_log_level
 from payorch.metrics import Metrics
-from payorch.outbound.client import webhook_client
+from payorch.outbound.client import CurrentClient, close_after, webhook_client
 from payorch.providers.base import Provider
 from payorch.providers.catalogue import ProviderCatalogue
 from payorch.providers.mollie import MollieProvider
@@ -43,51 +49,191 @@ from payorch.supervisors.webhooks import run_webhook_supervisor
 from payorch.values.clock import SYSTEM_CLOCK, Clock
 from payorch.values.secretbox import SecretBox
 
+log = logging.getLogger("payorch.runtime")
+
+# Every provider payorch has an adapter for, as named in `[providers.<name>]`.
+PROVIDER_NAMES = ("sandbox", "stripe", "mollie")
+# A replaced client or adapter is closed this long after the longest its calls may still take.
+RETIRE_MARGIN_S = 5.0
+
 
 def enabled_providers(
     settings: Settings, db: Database, secrets: SecretBox, clock: Clock = SYSTEM_CLOCK
 ) -> list[Provider]:
     """The provider adapters `config.toml` enables, reading time from `clock`."""
-    providers: list[Provider] = []
-    sandbox = settings.providers.sandbox
-    if sandbox.enabled:
-        providers.append(
-            SandboxProvider(
-                db,
-                secrets,
-                public_base_url=settings.server.public_base_url,
-                refund_delay_ms=sandbox.refund_delay_ms,
-                dispute_delay_ms=sandbox.dispute_delay_ms,
-                clock=clock,
-            )
-        )
-    stripe = settings.providers.stripe
-    if stripe.enabled:
-        providers.append(
-            StripeProvider(
-                public_base_url=settings.server.public_base_url,
-                api_base=stripe.api_base,
-                timeout_s=stripe.timeout_s,
-                max_network_retries=stripe.max_network_retries,
-            )
-        )
-    mollie = settings.providers.mollie
-    if mollie.enabled:
-        providers.append(
-            MollieProvider(
-                public_base_url=settings.server.public_base_url,
-                api_base=mollie.api_base,
-                timeout_s=mollie.timeout_s,
-                max_concurrent_calls=mollie.max_concurrent_calls,
-            )
-        )
-    return providers
+    return [
+        provider_adapter(name, settings, db, secrets, clock)
+        for name in PROVIDER_NAMES
+        if getattr(settings.providers, name).enabled
+    ]
 
 
-@dataclass(frozen=True)
+def provider_adapter(
+    name: str, settings: Settings, db: Database, secrets: SecretBox, clock: Clock
+) -> Provider:
+    """The adapter of the provider `name`, built from `[providers.<name>]`."""
+    if name == "sandbox":
+        sandbox = settings.providers.sandbox
+        return SandboxProvider(
+            db,
+            secrets,
+            public_base_url=settings.server.public_base_url,
+            refund_delay_ms=sandbox.refund_delay_ms,
+            dispute_delay_ms=sandbox.dispute_delay_ms,
+            clock=clock,
+        )
+    if name == "stripe":
+        stripe = settings.providers.stripe
+        return StripeProvider(
+            public_base_url=settings.server.public_base_url,
+            api_base=stripe.api_base,
+            timeout_s=stripe.timeout_s,
+            max_network_retries=stripe.max_network_retries,
+        )
+    if name == "mollie":
+        mollie = settings.providers.mollie
+        return MollieProvider(
+            public_base_url=settings.server.public_base_url,
+            api_base=mollie.api_base,
+            timeout_s=mollie.timeout_s,
+            max_concurrent_calls=mollie.max_concurrent_calls,
+        )
+    raise ValueError(f"no provider adapter is named {name!r}")
+
+
+def longest_provider_call_s(settings: Settings) -> float:
+    """The longest a call to a provider adapter can take under `settings`: a deadline of the engine
+    (`engine.provider_timeout_s`, `refunds.submit_timeout_s`), or every try of one SDK request."""
+    stripe, mollie = settings.providers.stripe, settings.providers.mollie
+    return max(
+        settings.engine.provider_timeout_s,
+        settings.refunds.submit_timeout_s,
+        stripe.timeout_s * (stripe.max_network_retries + 2),  # its tries, and payorch's one after a 429
+        mollie.timeout_s,
+    )
+
+
 class Runtime:
-    services: Services
-    app: PayorchApp
+    """The running parts: `services` (what the HTTP app and the supervisors use) and `app`; `reload`
+    applies a reloaded configuration to them."""
+
+    def __init__(
+        self, services: Services, app: PayorchApp, nursery: trio.Nursery, db: Database, clock: Clock
+    ) -> None:
+        self.services = services
+        self.app = app
+        self._nursery = nursery
+        self._db = db
+        self._clock = clock
+        self._keepers: dict[Provider, trio.CancelScope] = {}
+
+    def start_connection_keeper(self, provider: Provider) -> None:
+        """Run the connection pool of `provider` (Stripe's) until it is retired or the runtime stops."""
+        if isinstance(provider, StripeProvider):
+            scope = trio.CancelScope()
+            self._keepers[provider] = scope
+            self._nursery.start_soon(_within, scope, provider.keep_connections_until_cancelled)
+
+    def reload(self, loaded: Settings) -> None:
+        """Make `loaded` the running configuration, from the next read of any setting on; the keys
+        of `config.RESTART_ONLY` keep their running value and are logged. Nothing awaits in
+        between, so no request sees half of it. `ConfigError` (nothing changed) when it cannot be
+        applied: a `webhooks.ca_bundle` that cannot be read."""
+        services = self.services
+        running = services.settings
+        settings, kept = keep_restart_only(running, loaded)
+        changed = _changed_keys(running, settings)
+        test_sends = services.test_send_client
+        new_client = None
+        if settings.webhooks != test_sends.built_from:
+            try:
+                new_client = webhook_client(settings)
+            except (OSError, ssl.SSLError) as error:
+                raise ConfigError(
+                    f"invalid setting webhooks.ca_bundle: cannot be read as PEM certificates ({error})",
+                    key="webhooks.ca_bundle",
+                ) from None
+        # From here on nothing fails, and nothing awaits.
+        if new_client is not None:
+            self._nursery.start_soon(close_after, test_sends.client, _longest_send_s(running))
+            test_sends.client, test_sends.built_from = new_client, settings.webhooks
+        if settings.limits != running.limits:
+            services.limits.reconfigure(settings.limits)
+        services.api_keys.ttl_s = settings.auth.api_key_cache_s
+        self.app.config["MAX_CONTENT_LENGTH"] = settings.server.max_body_bytes
+        if settings.providers != running.providers:
+            self._replace_providers(running, settings)
+        if settings.logging.level != running.logging.level:
+            set_log_level(settings.logging.level)
+        services.live.replace(settings, loaded_at=self._clock.now().timestamp())
+        log.info(
+            "configuration reloaded",
+            extra={"generation": services.live.generation, "changed": changed},
+        )
+        if kept:
+            log.warning(
+                "configuration reloaded, but these keys need a restart: they keep their running value",
+                extra={"generation": services.live.generation, "restartOnly": kept},
+            )
+
+    def _replace_providers(self, running: Settings, settings: Settings) -> None:
+        """Offer the providers `settings` enables: an adapter whose `[providers.<name>]` did not change
+        stays as it is; the others are built anew, and those replaced or disabled are closed once
+        their calls in flight are over."""
+        services = self.services
+        offered: list[Provider] = []
+        for name in PROVIDER_NAMES:
+            section = getattr(settings.providers, name)
+            if not section.enabled:
+                continue
+            current = services.providers.get(name)
+            if current is not None and section == getattr(running.providers, name):
+                offered.append(current)
+                continue
+            adapter = provider_adapter(name, settings, self._db, services.secrets, self._clock)
+            self.start_connection_keeper(adapter)
+            offered.append(adapter)
+        retired = [provider for provider in services.providers if provider not in offered]
+        services.providers.replace(offered)
+        for provider in retired:
+            scope = self._keepers.pop(provider, None)
+            if scope is not None:
+                self._nursery.start_soon(
+                    _cancel_after, scope, longest_provider_call_s(running) + RETIRE_MARGIN_S
+                )
+
+
+def _changed_keys(running: Settings, settings: Settings) -> list[str]:
+    """The dotted keys whose value differs, secrets named but never shown."""
+    return [
+        key
+        for name in type(settings).model_fields
+        for key in _differing(getattr(running, name), getattr(settings, name), name)
+    ]
+
+
+def _differing(old: object, new: object, key: str) -> list[str]:
+    if isinstance(old, BaseModel) and isinstance(new, BaseModel):
+        return [
+            found
+            for name in type(new).model_fields
+            for found in _differing(getattr(old, name), getattr(new, name), f"{key}.{name}")
+        ]
+    return [key] if old != new else []
+
+
+def _longest_send_s(settings: Settings) -> float:
+    return settings.webhooks.timeout_s + RETIRE_MARGIN_S
+
+
+async def _within(scope: trio.CancelScope, run: Callable[[], Awaitable[None]]) -> None:
+    with scope:
+        await run()
+
+
+async def _cancel_after(scope: trio.CancelScope, delay_s: float) -> None:
+    await trio.sleep(delay_s)
+    scope.cancel()
 
 
 @asynccontextmanager
@@ -96,13 +242,14 @@ async def open_runtime(
 ) -> AsyncIterator[Runtime]:
     """Services, the HTTP app, and every background task, running until the block is left. Every
     part reads wall time from `clock` (a test hands in one it can move)."""
+    live = LiveSettings(settings, loaded_at=clock.now().timestamp())
     secrets = SecretBox(settings.security.keys)
     providers = ProviderCatalogue(enabled_providers(settings, db, secrets, clock))
     health = ProviderHealth(RoutingPolicy())
     metrics = Metrics()
     node = NodeIdentity()
     context = PaymentsContext(
-        settings=settings,
+        live=live,
         db=db,
         secrets=secrets,
         providers=providers,
@@ -111,75 +258,83 @@ async def open_runtime(
         node=node,
         clock=clock,
     )
-    async with webhook_client(settings) as webhooks, trio.open_nursery() as nursery:
-        # Held before anything is claimed, so every claim names a live node (`storage.nodes`).
-        await nursery.start(hold_node_identity, db.dsn, node)
-        actors = ActorRegistry(
-            nursery, context, mailbox_size=settings.engine.mailbox_size, idle_s=settings.engine.actor_idle_s
-        )
-        services = Services(
-            settings=settings,
-            db=db,
-            secrets=secrets,
-            providers=providers,
-            health=health,
-            actors=actors,
-            supervisors=SupervisorBoard(),
-            webhooks=webhooks,
-            metrics=metrics,
-            limits=RequestLimits(settings.limits),
-            api_keys=ApiKeyCache(settings.auth.api_key_cache_s),
-            node=node,
-            clock=clock,
-        )
-        app = create_app(services)
-        sandbox = providers.get("sandbox")
-        if isinstance(sandbox, SandboxProvider):
-            serve_checkout_pages(app, sandbox)
-        nursery.start_soon(
-            supervised,
-            services.supervisors,
-            "application changes",
-            keep_fresh,
-            db.dsn,
-            [services.api_keys, actors],
-        )
-        nursery.start_soon(
-            supervised,
-            services.supervisors,
-            "idle state",
-            forget_idle_state,
-            [services.api_keys, services.limits],
-        )
-        await nursery.start(run_claim_takeover, services)
-        await nursery.start(run_expiry_supervisor, services)
-        await nursery.start(run_refund_supervisor, services)
-        await nursery.start(run_idempotency_supervisor, services)
-        await nursery.start(run_webhook_supervisor, services)
-        stripe_provider = providers.get("stripe")
-        if isinstance(stripe_provider, StripeProvider):
-            nursery.start_soon(stripe_provider.keep_connections_until_cancelled)
-        if settings.providers.sandbox.enabled:
-            # The sandbox lives in this process: it hands its signed events to payorch's own HTTP
-            # app (same route, same signature check) instead of going out over the network.
-            sandbox_client = httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app),  # type: ignore[arg-type]  # ASGI typing differs
-                base_url=settings.server.public_base_url,
+    test_sends = CurrentClient(webhook_client(settings), settings.webhooks)
+    try:
+        async with trio.open_nursery() as nursery:
+            # Held before anything is claimed, so every claim names a live node (`storage.nodes`).
+            await nursery.start(hold_node_identity, db.dsn, node)
+            actors = ActorRegistry(
+                nursery,
+                context,
+                mailbox_size=settings.engine.mailbox_size,
+                idle_s=settings.engine.actor_idle_s,
             )
-            nursery.start_soon(_closing, sandbox_client)
+            services = Services(
+                live=live,
+                db=db,
+                secrets=secrets,
+                providers=providers,
+                health=health,
+                actors=actors,
+                supervisors=SupervisorBoard(),
+                test_send_client=test_sends,
+                metrics=metrics,
+                limits=RequestLimits(settings.limits),
+                api_keys=ApiKeyCache(settings.auth.api_key_cache_s),
+                node=node,
+                clock=clock,
+            )
+            app = create_app(services)
+            runtime = Runtime(services, app, nursery, db, clock)
+            sandbox = providers.get("sandbox")
+            if isinstance(sandbox, SandboxProvider):
+                serve_checkout_pages(app, sandbox)
             nursery.start_soon(
                 supervised,
                 services.supervisors,
-                "sandbox events",
-                run_event_sender,
-                db,
-                secrets,
-                sandbox_client,
-                node,
-                clock,
+                "application changes",
+                keep_fresh,
+                db.dsn,
+                [services.api_keys, actors],
             )
-        yield Runtime(services=services, app=app)
-        nursery.cancel_scope.cancel()
+            nursery.start_soon(
+                supervised,
+                services.supervisors,
+                "idle state",
+                forget_idle_state,
+                [services.api_keys, services.limits],
+            )
+            await nursery.start(run_claim_takeover, services)
+            await nursery.start(run_expiry_supervisor, services)
+            await nursery.start(run_refund_supervisor, services)
+            await nursery.start(run_idempotency_supervisor, services)
+            await nursery.start(run_webhook_supervisor, services)
+            for provider in providers:
+                runtime.start_connection_keeper(provider)
+            if settings.providers.sandbox.enabled:
+                # The sandbox lives in this process: it hands its signed events to payorch's own HTTP
+                # app (same route, same signature check) instead of going out over the network.
+                sandbox_client = httpx.AsyncClient(
+                    transport=httpx.ASGITransport(app=app),  # type: ignore[arg-type]  # ASGI typing differs
+                    base_url=settings.server.public_base_url,
+                )
+                nursery.start_soon(_closing, sandbox_client)
+                nursery.start_soon(
+                    supervised,
+                    services.supervisors,
+                    "sandbox events",
+                    run_event_sender,
+                    db,
+                    secrets,
+                    sandbox_client,
+                    node,
+                    clock,
+                )
+            yield runtime
+            nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await test_sends.client.aclose()
 
 
 async def _closing(client: httpx.AsyncClient) -> None:

@@ -8,13 +8,19 @@
 Cancellation is the shutdown: `shutdown` set (by SIGTERM/SIGINT in `serve_until_signalled`) makes
 hypercorn stop accepting and finish in-flight requests within `server.graceful_timeout_s`; then the
 tree unwinds and the pool closes.
+
+SIGHUP reloads the configuration: `serve_until_signalled` asks for it, and a task beside hypercorn
+loads it again (`reload_settings`, in a worker thread) and applies it (`Runtime.reload`), one
+SIGHUP after the other, in the order they came; requests are served meanwhile.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
@@ -25,8 +31,8 @@ from hypercorn.middleware import ProxyFixMiddleware
 from hypercorn.trio import serve as hypercorn_serve
 from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
 
-from payorch.config import Settings
-from payorch.runtime import open_runtime
+from payorch.config import ConfigError, Settings
+from payorch.runtime import Runtime, open_runtime
 from payorch.storage.database import Database, open_database
 from payorch.storage.migrations import migrate
 
@@ -96,13 +102,39 @@ def client_address_from_proxies(app: ASGIFramework, trusted_hops: int) -> ASGIFr
     return ProxyFixMiddleware(app, mode="legacy", trusted_hops=trusted_hops)
 
 
+async def reload_when_asked(
+    runtime: Runtime, requests: trio.MemoryReceiveChannel[None], reload_settings: Callable[[], Settings]
+) -> None:
+    """For each request (a SIGHUP), in order, until the channel closes: load the configuration with
+    `reload_settings` and apply it. One that does not load, or cannot be applied, changes nothing:
+    one log line names the key, and the running configuration stays."""
+    async for _ in requests:
+        try:
+            loaded = await trio.to_thread.run_sync(reload_settings)
+            runtime.reload(loaded)
+        except ConfigError as error:
+            runtime.services.metrics.config_reload_failed()
+            log.error(
+                "configuration not reloaded: the running one stays",
+                extra={
+                    "error": str(error),
+                    "key": error.key,
+                    "generation": runtime.services.live.generation,
+                },
+            )
+
+
 async def run(
     settings: Settings,
     *,
     shutdown: trio.Event,
+    reload_settings: Callable[[], Settings] | None = None,
+    reload_requests: trio.MemoryReceiveChannel[None] | None = None,
     task_status: trio.TaskStatus[RunningService] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve until `shutdown` is set, then stop gracefully. Reports `RunningService` when ready."""
+    """Serve until `shutdown` is set, then stop gracefully. Reports `RunningService` when ready. With
+    `reload_settings`, each message on `reload_requests` reloads the configuration (until the
+    channel closes, which its sender does once it sets `shutdown`)."""
     async with trio_asyncio.open_loop():
         dsn = await database_url(settings)
         async with open_database(
@@ -123,22 +155,35 @@ async def run(
                     )
                 )
                 log.info("serving", extra={"addresses": addresses})
+                if reload_settings is not None and reload_requests is not None:
+                    nursery.start_soon(reload_when_asked, runtime, reload_requests, reload_settings)
                 task_status.started(RunningService(addresses=addresses, db=db))
     log.info("stopped")
 
 
-async def serve_until_signalled(settings: Settings) -> None:
-    """Run the service until SIGTERM or SIGINT, then shut down gracefully."""
+async def serve_until_signalled(
+    settings: Settings, reload_settings: Callable[[], Settings] | None = None
+) -> None:
+    """Run the service until SIGTERM or SIGINT, then shut down gracefully. SIGHUP reloads the
+    configuration with `reload_settings` (ignored without one)."""
     shutdown = trio.Event()
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    asked, reload_requests = trio.open_memory_channel[None](math.inf)
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with trio.open_nursery() as nursery:
 
-            async def stop_on_signal() -> None:
-                async for signum in signals:
-                    log.info("shutting down", extra={"signal": signal.Signals(signum).name})
-                    shutdown.set()
-                    return
+            async def on_signals() -> None:
+                async with asked:
+                    async for signum in signals:
+                        if signum == signal.SIGHUP:
+                            log.info("reloading the configuration", extra={"signal": "SIGHUP"})
+                            asked.send_nowait(None)
+                            continue
+                        log.info("shutting down", extra={"signal": signal.Signals(signum).name})
+                        shutdown.set()
+                        return
 
-            nursery.start_soon(stop_on_signal)
-            await run(settings, shutdown=shutdown)
+            nursery.start_soon(on_signals)
+            await run(
+                settings, shutdown=shutdown, reload_settings=reload_settings, reload_requests=reload_requests
+            )
             nursery.cancel_scope.cancel()

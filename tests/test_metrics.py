@@ -34,6 +34,9 @@ METRIC_NAMES = {
     "payorch_supervisor_up",
     "payorch_supervisor_restarts_total",
     "payorch_metrics_database_up",
+    "payorch_config_generation",
+    "payorch_config_last_reload_timestamp_seconds",
+    "payorch_config_reload_failures_total",
 }
 
 

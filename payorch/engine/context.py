@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import trio
 
-from payorch.config import Settings
+from payorch.config import LiveSettings, Settings
 from payorch.engine.routing import ProviderHealth
 from payorch.metrics import Metrics
 from payorch.providers.base import Credentials, CredentialsRejected, ProviderError, RefundRefused
@@ -26,7 +26,7 @@ from payorch.values.secretbox import SecretBox
 class PaymentsContext:
     """What the commands need; one per service, shared by every actor."""
 
-    settings: Settings
+    live: LiveSettings  # the settings now: read them through `settings`
     db: Database
     secrets: SecretBox
     providers: ProviderCatalogue
@@ -34,6 +34,11 @@ class PaymentsContext:
     metrics: Metrics
     node: NodeIdentity  # what this process's claims are named by
     clock: Clock  # wall time for everything stored or compared (`values.clock`)
+
+    @property
+    def settings(self) -> Settings:
+        """The settings now: a reload replaces them, so read them once where values must agree."""
+        return self.live.current
 
     def credentials(self, config: ProviderConfig) -> Credentials:
         """The provider credentials `config` holds sealed, opened for one call."""

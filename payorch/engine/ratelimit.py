@@ -78,6 +78,18 @@ class RateLimiter:
         self.max_keys = max_keys
         self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()  # least recently used first
 
+    def reconfigure(self, rate: float, burst: int) -> None:
+        """Refill at `rate` and hold at most `burst` from now on, every bucket included: a bucket
+        keeps its tokens, down to the new `burst` if it held more."""
+        if rate <= 0 or burst < 1:
+            raise ValueError("a rate limiter needs rate > 0 and burst >= 1")
+        self.rate = rate
+        self.burst = burst
+        for bucket in self._buckets.values():
+            bucket.rate = rate
+            bucket.burst = burst
+            bucket.tokens = min(bucket.tokens, float(burst))
+
     def __len__(self) -> int:
         """How many buckets are held (idle ones may not have been dropped yet)."""
         return len(self._buckets)

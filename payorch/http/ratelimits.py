@@ -53,6 +53,16 @@ class RequestLimits:
         )
         self.test_sends = InFlightLimit(TEST_SENDS_PER_MERCHANT)
 
+    def reconfigure(self, settings: LimitSettings) -> None:
+        """Apply reloaded `limits.*` from the next request on. Buckets keep their tokens (at most the
+        new burst), so a lowered limit holds at once and a raised one fills up at its new rate."""
+        self.per_credential.reconfigure(settings.requests_per_second, settings.burst)
+        self.per_client_address.reconfigure(settings.login_per_minute / 60.0, settings.login_per_minute)
+        self.failed_logins_per_account.reconfigure(
+            settings.failed_logins_per_account_per_hour / 3600.0,
+            settings.failed_logins_per_account_per_hour,
+        )
+
     def forget_idle(self) -> None:
         """Drop every bucket that refilled (they are dropped as requests come too; this is for
         when none come)."""

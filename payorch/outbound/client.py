@@ -1,4 +1,4 @@
-"""The one HTTP client for outgoing webhooks."""
+"""The HTTP client for outgoing webhooks, and how a reloaded configuration replaces it."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from functools import lru_cache, partial
 from pathlib import Path
 
 import httpx
+import trio
 
-from payorch.config import Settings
+from payorch.config import Settings, WebhookSettings
 from payorch.outbound.guarded_transport import GuardedTransport
 from payorch.outbound.ssrf import resolve_public_addresses
 
@@ -44,6 +45,25 @@ def webhook_client(settings: Settings, max_connections: int = MAX_CONNECTIONS) -
     return httpx.AsyncClient(
         transport=transport, timeout=settings.webhooks.timeout_s, follow_redirects=False, trust_env=False
     )
+
+
+class CurrentClient:
+    """A webhook client that a reloaded configuration replaces: `client` is the one to send with
+    now, built from the `webhooks` settings in `built_from`."""
+
+    def __init__(self, client: httpx.AsyncClient, built_from: WebhookSettings) -> None:
+        self.client = client
+        self.built_from = built_from
+
+
+async def close_after(client: httpx.AsyncClient, delay_s: float) -> None:
+    """Close `client`, replaced, once `delay_s` have passed: what a request already sent on it may
+    still take. At once when cancelled (the service stops)."""
+    try:
+        await trio.sleep(delay_s)
+    finally:
+        with trio.CancelScope(shield=True):
+            await client.aclose()
 
 
 def tls_context(ca_bundle: Path | None) -> ssl.SSLContext:

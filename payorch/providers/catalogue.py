@@ -1,4 +1,5 @@
-"""The providers this deployment offers: those enabled in `config.toml`."""
+"""The providers this deployment offers: those enabled in `config.toml`, replaced as a whole when the
+configuration is reloaded (`replace`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ from payorch.providers.base import Provider
 
 class ProviderCatalogue:
     def __init__(self, providers: list[Provider]) -> None:
+        self._providers = {provider.name: provider for provider in providers}
+
+    def replace(self, providers: list[Provider]) -> None:
+        """Offer `providers` from now on, instead of those offered until now. A call already made
+        to an adapter that goes finishes on it: whoever holds one keeps it for the call."""
         self._providers = {provider.name: provider for provider in providers}
 
     def get(self, name: str) -> Provider | None:

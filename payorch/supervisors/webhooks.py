@@ -17,7 +17,9 @@ first, and a session's events in order per endpoint. So a receiver that takes th
 holds at most its own share of the slots and delays only its own deliveries. The loop has an HTTP
 client of its own, sized to its slots, whose connections stay open between deliveries (one TLS
 handshake per receiver, not per delivery): test sends (`POST .../webhooks/{id}/test`) go through
-the runtime's and cannot take its connections.
+the runtime's and cannot take its connections. A reload that changes `webhooks.*` (timeout, CA
+bundle, private networks) gives the loop a new client at its next round; attempts already made
+finish on the old one, closed once they are over.
 
 A claim is a lease in the database, named by this node: if this process dies mid-delivery, the
 delivery is due again as soon as another node sees it gone (`supervisors.claim_takeover`), or when
@@ -33,7 +35,7 @@ import httpx
 import trio
 import triopg
 
-from payorch.outbound.client import webhook_client
+from payorch.outbound.client import CurrentClient, close_after, webhook_client
 from payorch.storage import webhook_deliveries
 from payorch.storage.outbox import OutboxDoorbell
 from payorch.storage.webhook_deliveries import ClaimedDelivery
@@ -94,14 +96,15 @@ async def _round(
 ) -> int:
     """Fan new events out and claim due deliveries into the free slots, in one transaction; start
     an attempt for each claim. Returns how many events were fanned out."""
+    webhooks = services.settings.webhooks
     done = await services.db.transaction(
         webhook_deliveries.fan_out_and_claim,
-        first_wait_s=services.settings.webhooks.retry_schedule_s[0],
+        first_wait_s=webhooks.retry_schedule_s[0],
         fan_out_limit=FAN_OUT_BATCH,
         limit=max(slots.free, 0),
         per_endpoint=IN_FLIGHT_PER_ENDPOINT,
         per_merchant=IN_FLIGHT_PER_MERCHANT,
-        lease_s=services.settings.webhooks.timeout_s + LEASE_MARGIN_S,
+        lease_s=webhooks.timeout_s + LEASE_MARGIN_S,
         owner=services.node.id,
         now=services.clock.now(),
     )
@@ -128,20 +131,35 @@ def _is_cancellation(error: BaseException) -> bool:
     return isinstance(error, trio.Cancelled)
 
 
+def _current_client(services: Background, current: CurrentClient, nursery: trio.Nursery) -> httpx.AsyncClient:
+    """The client to attempt deliveries with now: rebuilt when a reload changed `webhooks.*` (the
+    runtime checked that it builds), the one it replaces closed once its attempts are over."""
+    settings = services.settings
+    if settings.webhooks != current.built_from:
+        nursery.start_soon(close_after, current.client, current.built_from.timeout_s + LEASE_MARGIN_S)
+        current.client = webhook_client(settings, 2 * DELIVERY_SLOTS)
+        current.built_from = settings.webhooks
+    return current.client
+
+
 async def _delivery_loop(services: Background) -> None:
     doorbell = services.db.outbox_doorbell
     slots = DeliverySlots(DELIVERY_SLOTS, doorbell)
     try:
         # A client of its own: its connections serve deliveries only (one per slot, and room to spare).
-        async with (
-            webhook_client(services.settings, 2 * DELIVERY_SLOTS) as client,
-            trio.open_nursery() as nursery,
-        ):
-            nursery.start_soon(_listen, services.db.dsn, doorbell.origin, slots)
-            while True:
-                fanned_out = await _round(services, client, slots, nursery)
-                if fanned_out < FAN_OUT_BATCH:  # else more events wait: fan them out at once
-                    await slots.wait_for_wake(IDLE_WAIT_S)
+        settings = services.settings
+        current = CurrentClient(webhook_client(settings, 2 * DELIVERY_SLOTS), settings.webhooks)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_listen, services.db.dsn, doorbell.origin, slots)
+                while True:
+                    client = _current_client(services, current, nursery)
+                    fanned_out = await _round(services, client, slots, nursery)
+                    if fanned_out < FAN_OUT_BATCH:  # else more events wait: fan them out at once
+                        await slots.wait_for_wake(IDLE_WAIT_S)
+        finally:
+            with trio.CancelScope(shield=True):
+                await current.client.aclose()
     except BaseException as stopped:
         # Shutting down: hand the claims back so another process need not wait out the lease. A
         # crash leaves them to their leases instead: counted, and not due again at once.

@@ -129,3 +129,14 @@ def test_refilled_buckets_are_dropped_without_any_request() -> None:
     limiter.take("busy", now=9.5)
     limiter.forget_idle(now=10.0)
     assert len(limiter) == 1
+
+
+def test_reconfigure_keeps_tokens_up_to_the_new_burst_and_refills_at_the_new_rate() -> None:
+    limiter = RateLimiter(rate=1.0, burst=10)
+    for _ in range(2):
+        assert limiter.take("k", 0.0) is None  # 8 tokens left
+    limiter.reconfigure(rate=0.5, burst=3)
+    for _ in range(3):
+        assert limiter.take("k", 0.0) is None
+    assert limiter.take("k", 0.0) == pytest.approx(2.0)  # one token at 0.5 per second
+    assert limiter.take("new", 0.0) is None  # a new key gets the new burst

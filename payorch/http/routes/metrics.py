@@ -48,6 +48,8 @@ async def _snapshot(found: Services) -> RuntimeSnapshot:
         supervisors=dict(found.supervisors.running),
         supervisor_restarts=dict(found.supervisors.restarts),
         outbox=backlog,
+        config_generation=found.live.generation,
+        config_loaded_at=found.live.loaded_at,
     )
 
 
