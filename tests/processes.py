@@ -32,16 +32,23 @@ def free_port() -> int:
         return port
 
 
+def config_text(more: str = "") -> str:
+    """What `serve_environment` writes to the configuration file: `more` after its own lines."""
+    return f"[server]\ngraceful_timeout_s = {GRACEFUL_TIMEOUT_S}\n{more}"
+
+
 def serve_environment(
-    database_dsn: str, tmp_path: Path, port: int, extra: dict[str, str] | None = None
+    database_dsn: str, tmp_path: Path, port: int, extra: dict[str, str] | None = None, config: str = ""
 ) -> dict[str, str]:
+    """The environment of `payorch serve` on `port`; its configuration file, `tmp_path/config.toml`,
+    holds `config_text(config)`."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    config = tmp_path / "config.toml"
-    config.write_text(f"[server]\ngraceful_timeout_s = {GRACEFUL_TIMEOUT_S}\n")
+    (tmp_path / "config.toml").write_text(config_text(config))
+    config_path = tmp_path / "config.toml"
     env = {name: value for name, value in os.environ.items() if not name.upper().startswith("PAYORCH_")}
     env.pop("XDG_RUNTIME_DIR", None)  # as in most containers; nothing may write plain text to stderr
     env.update(
-        PAYORCH_CONFIG=str(config),
+        PAYORCH_CONFIG=str(config_path),
         PAYORCH_SERVER__BIND=f"127.0.0.1:{port}",
         PAYORCH_SERVER__PUBLIC_BASE_URL=f"http://127.0.0.1:{port}",
         PAYORCH_SERVER__STATE_DIR=str(tmp_path / "state"),
@@ -91,12 +98,13 @@ async def wait_until_healthy(
 
 @asynccontextmanager
 async def serving(
-    database_dsn: str, tmp_path: Path, extra_env: dict[str, str] | None = None
+    database_dsn: str, tmp_path: Path, extra_env: dict[str, str] | None = None, config: str = ""
 ) -> AsyncIterator[tuple[trio.Process, str, Path]]:
-    """`payorch serve` running and healthy: its process, base URL and the file holding its stderr."""
+    """`payorch serve` running and healthy: its process, base URL and the file holding its stderr.
+    Its configuration file is `tmp_path/config.toml`, holding `config_text(config)`."""
     for attempt in range(1, START_ATTEMPTS + 1):
         port = free_port()
-        env = serve_environment(database_dsn, tmp_path, port, extra_env)  # creates tmp_path
+        env = serve_environment(database_dsn, tmp_path, port, extra_env, config)  # creates tmp_path
         stderr_path = tmp_path / "stderr.log"
         with stderr_path.open("wb") as stderr:
             process = await trio.lowlevel.open_process(
