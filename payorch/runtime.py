@@ -153,6 +153,7 @@ class Runtime:
                     f"invalid setting webhooks.ca_bundle: cannot be read as PEM certificates ({error})",
                     key="webhooks.ca_bundle",
                 ) from None
+        offered = self._providers_for(running, settings) if settings.providers != running.providers else None
         # From here on nothing fails, and nothing awaits.
         if new_client is not None:
             self._nursery.start_soon(close_after, test_sends.client, _longest_send_s(running))
@@ -161,8 +162,8 @@ class Runtime:
             services.limits.reconfigure(settings.limits)
         services.api_keys.ttl_s = settings.auth.api_key_cache_s
         self.app.config["MAX_CONTENT_LENGTH"] = settings.server.max_body_bytes
-        if settings.providers != running.providers:
-            self._replace_providers(running, settings)
+        if offered is not None:
+            self._offer(offered, running)
         if settings.logging.level != running.logging.level:
             set_log_level(settings.logging.level)
         services.live.replace(settings, loaded_at=self._clock.now().timestamp())
@@ -176,23 +177,28 @@ class Runtime:
                 extra={"generation": services.live.generation, "restartOnly": kept},
             )
 
-    def _replace_providers(self, running: Settings, settings: Settings) -> None:
-        """Offer the providers `settings` enables: an adapter whose `[providers.<name>]` did not change
-        stays as it is; the others are built anew, and those replaced or disabled are closed once
-        their calls in flight are over."""
-        services = self.services
+    def _providers_for(self, running: Settings, settings: Settings) -> list[Provider]:
+        """The adapters of the providers `settings` enables: the running one where its
+        `[providers.<name>]` did not change, else one built anew."""
         offered: list[Provider] = []
         for name in PROVIDER_NAMES:
             section = getattr(settings.providers, name)
             if not section.enabled:
                 continue
-            current = services.providers.get(name)
+            current = self.services.providers.get(name)
             if current is not None and section == getattr(running.providers, name):
                 offered.append(current)
-                continue
-            adapter = provider_adapter(name, settings, self._db, services.secrets, self._clock)
-            self.start_connection_keeper(adapter)
-            offered.append(adapter)
+            else:
+                offered.append(provider_adapter(name, settings, self._db, self.services.secrets, self._clock))
+        return offered
+
+    def _offer(self, offered: list[Provider], running: Settings) -> None:
+        """Offer `offered` from now on; the adapters no longer offered (replaced or disabled) are
+        closed once their calls in flight are over."""
+        services = self.services
+        for provider in offered:
+            if provider not in self._keepers and services.providers.get(provider.name) is not provider:
+                self.start_connection_keeper(provider)
         retired = [provider for provider in services.providers if provider not in offered]
         services.providers.replace(offered)
         for provider in retired:

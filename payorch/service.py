@@ -122,6 +122,13 @@ async def reload_when_asked(
                     "generation": runtime.services.live.generation,
                 },
             )
+        except Exception:
+            # A bug, not the file: the service keeps serving on the configuration it had.
+            runtime.services.metrics.config_reload_failed()
+            log.exception(
+                "configuration not reloaded: the running one stays",
+                extra={"key": None, "generation": runtime.services.live.generation},
+            )
 
 
 async def run(
