@@ -67,9 +67,7 @@ async def authenticate(accept: Accept) -> Principal:
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise AuthenticationRequired("Authorization must be 'Bearer <access token>'")
-        claims = verify_access_token(token.strip(), secret=services().settings.auth.jwt_secret)
-        services().limits.charge_credential(f"merchant:{claims.merchant_id}")
-        return Principal(merchant_id=claims.merchant_id, user_id=claims.user_id)
+        return principal_of_access_token(token.strip())
     if api_key is not None:
         if accept is Accept.JWT:
             raise WrongCredentialKind(
@@ -81,6 +79,15 @@ async def authenticate(accept: Accept) -> Principal:
         "credentials required: Authorization: Bearer <access token>"
         + (f" or {API_KEY_HEADER}: <api key>" if accept is Accept.JWT_OR_API_KEY else "")
     )
+
+
+def principal_of_access_token(token: str) -> Principal:
+    """The admin an access token (JWT) names, charged one token of the merchant's bucket:
+    `AuthenticationRequired` for a forged or expired token, `RateLimited` for an empty bucket. The
+    API's `Authorization: Bearer` and the console's session cookie both come here."""
+    claims = verify_access_token(token, secret=services().settings.auth.jwt_secret)
+    services().limits.charge_credential(f"merchant:{claims.merchant_id}")
+    return Principal(merchant_id=claims.merchant_id, user_id=claims.user_id)
 
 
 async def _api_key_principal(api_key: str) -> Principal:

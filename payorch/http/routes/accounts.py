@@ -42,10 +42,36 @@ def _charged_per_address(view: View[Any]) -> View[Any]:
 
     @functools.wraps(view)
     async def charged(*args: Any, **kwargs: Any) -> Any:
-        services().limits.charge_login(request.remote_addr)
+        charge_login_attempt()
         return await view(*args, **kwargs)
 
     return charged
+
+
+def charge_login_attempt() -> None:
+    """Count one login or signup attempt against the client address's bucket (`RateLimited` when it
+    is empty). Login through the API and the console's sign-in share it."""
+    services().limits.charge_login(request.remote_addr)
+
+
+async def admin_access_token(data: LoginRequest) -> str:
+    """The access token (JWT) of the admin whose e-mail and password `data` holds: `RateLimited` when
+    the account has used up its failed logins, `InvalidLogin` (counted against the account) when the
+    e-mail or the password is wrong. The one check behind the API's login and the console's sign-in;
+    the caller charges the client address first (`charge_login_attempt`)."""
+    account = data.email.lower()  # logins compare e-mails without regard to case
+    services().limits.check_account_login(account)
+    settings = services().settings
+    found = await services().db.read(accounts_store.find_login, data.email)
+    if not await verify_password(data.password, found.password_hash if found else None) or found is None:
+        services().limits.count_failed_login(account)
+        raise InvalidLogin("e-mail or password is incorrect")
+    return issue_access_token(
+        AccessClaims(user_id=found.user_id, merchant_id=found.merchant_id),
+        secret=settings.auth.jwt_secret,
+        ttl_s=settings.auth.jwt_ttl_s,
+        now=services().clock.now(),
+    )
 
 
 @blueprint.post("/merchants/signup")
@@ -93,17 +119,5 @@ async def sign_up(data: SignupRequest, query_args: SignupQuery) -> tuple[dict[st
 @validate_request(LoginRequest)
 async def log_in(data: LoginRequest) -> bodies.LoginResponse:
     """Exchange an admin's e-mail and password for an access token (JWT)."""
-    account = data.email.lower()  # logins compare e-mails without regard to case
-    services().limits.check_account_login(account)
-    settings = services().settings
-    found = await services().db.read(accounts_store.find_login, data.email)
-    if not await verify_password(data.password, found.password_hash if found else None) or found is None:
-        services().limits.count_failed_login(account)
-        raise InvalidLogin("e-mail or password is incorrect")
-    token = issue_access_token(
-        AccessClaims(user_id=found.user_id, merchant_id=found.merchant_id),
-        secret=settings.auth.jwt_secret,
-        ttl_s=settings.auth.jwt_ttl_s,
-        now=services().clock.now(),
-    )
-    return {"accessToken": token, "tokenType": "Bearer", "expiresIn": settings.auth.jwt_ttl_s}
+    token = await admin_access_token(data)
+    return {"accessToken": token, "tokenType": "Bearer", "expiresIn": services().settings.auth.jwt_ttl_s}

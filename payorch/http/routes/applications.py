@@ -26,7 +26,7 @@ from payorch.http.models import (
 from payorch.http.validation import body_limit, validate_optional_request
 from payorch.storage import applications as applications_store
 from payorch.storage.applications import ApiKey, Application
-from payorch.values.pagination import Page, envelope
+from payorch.values.pagination import Page, PageRequest, envelope
 from payorch.values.secrets import api_key_prefix, new_api_key, token_hash
 from payorch.values.timefmt import iso
 
@@ -61,6 +61,82 @@ def api_key_summary(key: ApiKey) -> bodies.ApiKeySummary:
     }
 
 
+# The operations behind the routes below, which the console's pages call too: one path to the data,
+# with the same ownership checks (`application_for`) and the same effects on the API key cache.
+
+
+async def create_application_of(principal: Principal, data: ApplicationCreateRequest) -> Application:
+    """A new, enabled application of the principal's merchant."""
+    return await services().db.transaction(
+        applications_store.create_application,
+        merchant_id=principal.merchant_id,
+        name=data.name,
+        description=data.description,
+    )
+
+
+async def applications_of(
+    principal: Principal, page: PageRequest, *, with_api_keys: bool
+) -> tuple[list[tuple[Application, list[ApiKey] | None]], int]:
+    """A page of the merchant's applications, newest first, each with its API keys when asked, and
+    how many there are in all."""
+    db = services().db
+    found, total = await db.read(applications_store.list_applications, principal.merchant_id, page)
+    if not with_api_keys:
+        return [(item, None) for item in found], total
+    keys = await db.read(applications_store.api_keys_of_applications, [item.id for item in found])
+    return [(item, keys[item.id]) for item in found], total
+
+
+async def set_status_of(
+    principal: Principal, application_id: str, data: ApplicationStatusRequest
+) -> Application:
+    """Enable or disable the application (`StatusUnchanged` when it already has that status)."""
+    application = await application_for(principal, application_id)
+    updated = await services().db.transaction(
+        applications_store.set_application_enabled, application.id, data.isEnabled, now=services().clock.now()
+    )
+    services().api_keys.forget_application(application.id)  # its keys' next request sees the status
+    return updated
+
+
+async def create_api_key_of(
+    principal: Principal, application_id: str, data: ApiKeyCreateRequest
+) -> tuple[str, ApiKey]:
+    """A new API key of the application: the key itself (for the caller to show this once) and what
+    is kept of it (its SHA-256 and prefix)."""
+    application = await application_for(principal, application_id)
+    key = new_api_key()
+    created = await services().db.transaction(
+        applications_store.create_api_key,
+        application_id=application.id,
+        key_hash=token_hash(key),
+        key_prefix=api_key_prefix(key),
+        description=data.description,
+    )
+    return key, created
+
+
+async def api_keys_of(
+    principal: Principal, application_id: str, page: PageRequest
+) -> tuple[list[ApiKey], int]:
+    """A page of the application's API keys, revoked ones included, and how many there are."""
+    application = await application_for(principal, application_id)
+    return await services().db.read(applications_store.list_api_keys, application.id, page)
+
+
+async def revoke_api_key_of(principal: Principal, application_id: str, key_id: str) -> None:
+    """Revoke the key at once (revoking it again changes nothing)."""
+    application = await application_for(principal, application_id)
+    await services().db.transaction(
+        applications_store.revoke_api_key,
+        application.id,
+        parse_id(key_id, "API key"),
+        now=services().clock.now(),
+    )
+    services().api_keys.forget_application(application.id)  # the key's very next request is 401
+
+
 @blueprint.post("")
 @security_scheme(api.JWT)
 @document_response(bodies.Application, 201)
@@ -72,13 +148,7 @@ async def create_application(
     data: ApplicationCreateRequest, principal: Principal
 ) -> tuple[bodies.Application, int]:
     """Create an application."""
-    created = await services().db.transaction(
-        applications_store.create_application,
-        merchant_id=principal.merchant_id,
-        name=data.name,
-        description=data.description,
-    )
-    return application_body(created), 201
+    return application_body(await create_application_of(principal, data)), 201
 
 
 @blueprint.get("")
@@ -92,14 +162,8 @@ async def list_applications(
 ) -> Page[bodies.Application]:
     """The merchant's applications; with `include=apiKeys`, each with its API keys."""
     page = query_args.page_request
-    db = services().db
-    found, total = await db.read(applications_store.list_applications, principal.merchant_id, page)
-    if query_args.include == "apiKeys":
-        keys = await db.read(applications_store.api_keys_of_applications, [item.id for item in found])
-        items = [application_body(item, keys[item.id]) for item in found]
-    else:
-        items = [application_body(item) for item in found]
-    return envelope(items, page, total)
+    found, total = await applications_of(principal, page, with_api_keys=query_args.include == "apiKeys")
+    return envelope([application_body(item, keys) for item, keys in found], page, total)
 
 
 @blueprint.get("/<application_id>")
@@ -122,12 +186,7 @@ async def set_application_status(
     application_id: str, data: ApplicationStatusRequest, principal: Principal
 ) -> bodies.Application:
     """Enable or disable an application (409 when it already has that status)."""
-    application = await application_for(principal, application_id)
-    updated = await services().db.transaction(
-        applications_store.set_application_enabled, application.id, data.isEnabled, now=services().clock.now()
-    )
-    services().api_keys.forget_application(application.id)  # its keys' next request sees the status
-    return application_body(updated)
+    return application_body(await set_status_of(principal, application_id, data))
 
 
 @blueprint.post("/<application_id>/api-keys")
@@ -140,15 +199,7 @@ async def create_api_key(
     application_id: str, data: ApiKeyCreateRequest, principal: Principal
 ) -> tuple[bodies.ApiKeyCreated, int]:
     """A new API key, shown in full this once; only its SHA-256 is kept."""
-    application = await application_for(principal, application_id)
-    key = new_api_key()
-    created = await services().db.transaction(
-        applications_store.create_api_key,
-        application_id=application.id,
-        key_hash=token_hash(key),
-        key_prefix=api_key_prefix(key),
-        description=data.description,
-    )
+    key, created = await create_api_key_of(principal, application_id, data)
     return {"key": key, **api_key_summary(created)}, 201
 
 
@@ -162,9 +213,8 @@ async def list_api_keys(
     application_id: str, query_args: PageQuery, principal: Principal
 ) -> Page[bodies.ApiKeySummary]:
     """The application's API keys, revoked ones included, without the keys themselves."""
-    application = await application_for(principal, application_id)
     page = query_args.page_request
-    found, total = await services().db.read(applications_store.list_api_keys, application.id, page)
+    found, total = await api_keys_of(principal, application_id, page)
     return envelope([api_key_summary(key) for key in found], page, total)
 
 
@@ -175,12 +225,5 @@ async def list_api_keys(
 @authenticated(Accept.JWT)
 async def revoke_api_key(application_id: str, key_id: str, principal: Principal) -> bodies.Empty:
     """Revoke a key: its very next request gets 401; the application's other keys keep working."""
-    application = await application_for(principal, application_id)
-    await services().db.transaction(
-        applications_store.revoke_api_key,
-        application.id,
-        parse_id(key_id, "API key"),
-        now=services().clock.now(),
-    )
-    services().api_keys.forget_application(application.id)  # the key's very next request is 401
+    await revoke_api_key_of(principal, application_id, key_id)
     return {}
