@@ -38,6 +38,9 @@ from tests import argon2_memo
 from tests.clock import ShiftedClock
 from tests.helpers import Client, Merchant, new_merchant
 
+# The browser tests' fixtures (live_service, browser) and hooks, for tests of any folder.
+pytest_plugins = ("tests.browser.plugin",)
+
 # Each pytest-xdist worker ("gw0", "gw1"...) clones from a template of its own: CREATE DATABASE fails
 # while another session is connected to its template, so two workers must never share one.
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")

@@ -1,0 +1,148 @@
+"""The browser tests' pytest plugin (tests/conftest.py loads it): fixtures for any test that drives a
+real browser at payorch's pages, and a line at the end of every run saying whether such tests ran in
+Chromium or were skipped, and why.
+
+    live_service   payorch's app (the test's `runtime`) served by hypercorn on 127.0.0.1 over real HTTP
+    browser        the test process's headless Chromium (started at first use, quit at the end),
+                   as a `tests.browser.driver.Browser` writing screenshots to `browser_artifacts`
+    browser_artifacts   the test's folder for screenshots: `<tmp_path>/browser`, or
+                   `<--browser-artifacts DIR>/<test name>` when the option is given
+
+A test that uses `browser` is marked `browser` (`-m "not browser"` leaves them out) and is skipped,
+with one reason, where Debian's Chromium or ChromeDriver is not installed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import pytest
+import trio
+
+if TYPE_CHECKING:
+    from payorch.runtime import Runtime
+    from tests.browser.driver import Browser, LazyChromium
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+MARKER = "browser"
+INSTALL_HINT = "apt-get install chromium chromium-driver (.ci/run installs them)"
+
+
+def missing_browser() -> str | None:
+    """Why the browser tests cannot run here, or None when Debian's Chromium and ChromeDriver are in place."""
+    missing = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.exists()]
+    if missing:
+        return f"browser tests skipped: {' and '.join(missing)} not installed; {INSTALL_HINT}"
+    return None
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--browser-artifacts",
+        metavar="DIR",
+        default=None,
+        help="write the browser tests' screenshots under DIR/<test name>/ (default: <tmp_path>/browser)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{MARKER}: drives headless Chromium (skipped without it)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    reason = missing_browser()
+    for item in items:
+        if MARKER in getattr(item, "fixturenames", ()):
+            item.add_marker(MARKER)
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    reports = [
+        report
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        if isinstance(report, pytest.TestReport) and MARKER in report.keywords
+    ]
+    if not reports:
+        return
+    reason = missing_browser()
+    if reason:
+        terminalreporter.write_line(reason, yellow=True, bold=True)
+        return
+    folder = terminalreporter.config.getoption("--browser-artifacts") or "<tmp_path>/browser of each test"
+    passed = sum(1 for report in reports if report.when == "call" and report.passed)
+    terminalreporter.write_line(
+        f"browser tests: {passed} passed in headless {CHROMIUM}; screenshots in {folder}", green=True
+    )
+
+
+@dataclass(frozen=True)
+class LiveService:
+    """payorch served over HTTP at `base_url` (`http://127.0.0.1:<port>`)."""
+
+    base_url: str
+
+    def url(self, path_or_url: str) -> str:
+        """The address of a path here, or of a URL payorch built (checkoutUrl): its path, here. payorch
+        under test builds its links from `bind`'s port 0, which the browser cannot reach."""
+        parts = urlsplit(path_or_url)
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+        return f"{self.base_url}{path}"
+
+
+@pytest.fixture
+async def live_service(runtime: Runtime) -> AsyncIterator[LiveService]:
+    """The test's app behind hypercorn on a free loopback port, in the test's own trio loop."""
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    config.graceful_timeout = 1.0
+    shutdown = trio.Event()
+    async with trio.open_nursery() as nursery:
+        addresses: list[str] = await nursery.start(
+            partial(serve, runtime.app, config, shutdown_trigger=shutdown.wait)
+        )
+        yield LiveService(base_url=addresses[0])
+        shutdown.set()
+        nursery.cancel_scope.deadline = trio.current_time() + 2
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[LazyChromium]:
+    """This test process's Chromium: started by the first test that asks, quit when the run ends."""
+    from tests.browser.driver import LazyChromium
+
+    lazy = LazyChromium()
+    yield lazy
+    lazy.close()
+
+
+@pytest.fixture
+def browser_artifacts(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    chosen = request.config.getoption("--browser-artifacts")
+    if chosen is None:
+        return tmp_path / "browser"
+    return Path(chosen) / re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.nodeid).strip("-")
+
+
+@pytest.fixture
+async def browser(chromium: LazyChromium, browser_artifacts: Path) -> AsyncIterator[Browser]:
+    """The process's Chromium for this test, on a blank page with no cookies and an empty console."""
+    from tests.browser.driver import Browser, forget_everything
+
+    driver = await trio.to_thread.run_sync(chromium.driver)
+    await trio.to_thread.run_sync(forget_everything, driver)
+    yield Browser(driver=driver, artifacts=browser_artifacts)
+    await trio.to_thread.run_sync(forget_everything, driver)
