@@ -35,9 +35,11 @@ VALID_BODIES: dict[tuple[str, str], Any] = {
     ("PATCH", "/api/v1/applications/<application_id>/webhooks/<webhook_id>"): {"isActive": False},
 }
 # Routes that take no merchant credential by design: their own checks are tested elsewhere (the
-# customer pages, sandbox/ and checkout/, show the customer their own payment by its unguessable id).
+# customer pages, sandbox/ and checkout/, show the customer their own payment by its unguessable id;
+# the console takes its session cookie, not a JWT or API key, and tests/console/test_attacker.py walks
+# it with another merchant's session).
 PUBLIC = re.compile(
-    r"^/(healthz|readyz|metrics|docs.*|sandbox/.*|checkout/.*|"
+    r"^/(healthz|readyz|metrics|docs.*|sandbox/.*|checkout/.*|console.*|"
     r"api/v1/(openapi\.json|merchants/signup|auth/login|provider-events/.*))$"
 )
 

@@ -198,8 +198,9 @@ PLAIN_RESPONSES: dict[str, dict[str, Any]] = {
         },
     },
 }
-# Outside the merchant API: HTML pages for the customer (the sandbox's checkout, payorch's result page).
-UNDOCUMENTED_PREFIXES = ("/sandbox/", "/checkout/", "/static/")
+# Outside the merchant API: HTML pages for the customer (the sandbox's checkout, payorch's result page)
+# and for the merchant's admin (the console, `docs/console.md`).
+UNDOCUMENTED_PREFIXES = ("/sandbox/", "/checkout/", "/static/", "/console")
 
 RETRY_AFTER: dict[str, Any] = {
     "description": "Seconds to wait before retrying (when the body carries `retryAfter`).",

@@ -1,0 +1,44 @@
+"""An attacker's view of the console: every page and form about one application, walked with another
+merchant's signed-in session (and a valid CSRF token of it), is 404, shows nothing of the victim's
+and changes nothing."""
+
+from __future__ import annotations
+
+import re
+
+from payorch.config import Settings
+from payorch.http.context import PayorchApp
+from payorch.storage.database import Database
+from tests.console.helpers import signed_in
+from tests.helpers import Client, new_api_key, new_application, new_merchant
+
+
+async def test_every_console_route_of_an_application_refuses_another_merchants_session(
+    app: PayorchApp, client: Client, db: Database, settings: Settings
+) -> None:
+    victim = await new_merchant(client, db, settings)
+    application = await new_application(client, victim, "Victim's shop")
+    key = await new_api_key(client, victim, application["id"])
+    attacker = await new_merchant(client, db, settings)
+    console = app.test_client()
+    csrf = await signed_in(console, attacker.email)
+    routes = [
+        (method, rule.rule)
+        for rule in app.url_map.iter_rules()
+        if rule.rule.startswith("/console/") and "<application_id>" in rule.rule
+        for method in sorted(rule.methods or ())
+        if method not in ("HEAD", "OPTIONS")
+    ]
+    assert len(routes) >= 4
+    values = {"application_id": application["id"], "key_id": key["id"]}
+    form = {"csrf_token": csrf, "enabled": "false", "description": "attacker"}
+    for method, rule in routes:
+        path = re.sub(r"<(?:\w+:)?(\w+)>", lambda match: str(values[match.group(1)]), rule)
+        response = await console.open(path, method=method, form=form if method == "POST" else None)
+        text = await response.get_data(as_text=True)
+        assert response.status_code == 404, (method, rule, response.status_code, text)
+        assert "Victim" not in text and key["keyPrefix"] not in text, (method, rule, text)
+    after = await client.get(f"/api/v1/applications/{application['id']}", headers=victim.headers)
+    assert (await after.get_json())["isEnabled"] is True
+    keys = await client.get(f"/api/v1/applications/{application['id']}/api-keys", headers=victim.headers)
+    assert [item["status"] for item in (await keys.get_json())["items"]] == ["active"]
