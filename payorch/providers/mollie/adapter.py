@@ -15,12 +15,13 @@ Python SDK (`mollie-api-python`).
   (`isCancelable`), so the customer cannot pay after the merchant was told `session.expired`.
 
 The SDK is synchronous (`requests`): each operation runs in a worker thread, at most
-`max_concurrent_calls` at once (a `trio.CapacityLimiter`), and is abandoned when payorch's deadline
-cancels it (the thread finishes within the SDK's own timeout, `timeout_s`, holding its limiter token
-until then). Every call that changes something carries the idempotency key payorch derives from its
-own ids, so an abandoned call that reached Mollie and the retry that follows make one payment, one
-refund. Mollie's errors become `ProviderError` (routing counts it and cascades), `RefundRefused` or
-`CredentialsRejected` as the interface says; messages carry Mollie's reason, never the key.
+`max_concurrent_calls` at once and a quarter of those for one account (`threads`), and is abandoned
+when payorch's deadline cancels it (the thread finishes within the SDK's own timeout, `timeout_s`,
+holding its places until then). Every call that changes something carries the idempotency key
+payorch derives from its own ids, so an abandoned call that reached Mollie and the retry that
+follows make one payment, one refund. Mollie's errors become `ProviderError` (routing counts it and
+cascades), `RefundRefused` or `CredentialsRejected` as the interface says; messages carry Mollie's
+reason, never the key.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import logging
 import math
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 import trio
 from mollie.api.client import Client
@@ -71,6 +72,7 @@ from payorch.providers.mollie.events import (
     payment_outcome,
     refund_outcome,
 )
+from payorch.providers.mollie.threads import AccountThreads
 
 log = logging.getLogger("payorch.providers.mollie")
 T = TypeVar("T")
@@ -120,7 +122,9 @@ class MollieProvider:
         self._api_base = api_base
         # The SDK takes whole seconds (connect and read); payorch's deadlines are usually shorter.
         self._timeout_s = max(1, math.ceil(timeout_s))
-        self._limiter = trio.CapacityLimiter(max_concurrent_calls)
+        # A quarter of the threads at most for one account: a merchant whose calls pile up waits on
+        # its own share, never on the others' (`threads`).
+        self._threads = AccountThreads(max_concurrent_calls, per_account=max(1, max_concurrent_calls // 4))
 
     # The Provider interface
 
@@ -282,7 +286,10 @@ class MollieProvider:
                 if session is not None:
                     session.close()
 
-        return await trio.to_thread.run_sync(in_thread, abandon_on_cancel=True, limiter=self._limiter)
+        # Trio takes any "CapacityLimiter-like object" (acquire/release_on_behalf_of); its type says
+        # CapacityLimiter only.
+        limiter = cast(trio.CapacityLimiter, self._threads.limiter(credentials.api_key))
+        return await trio.to_thread.run_sync(in_thread, abandon_on_cancel=True, limiter=limiter)
 
     def _payment_params(self, request: CheckoutRequest) -> dict[str, Any]:
         params: dict[str, Any] = {

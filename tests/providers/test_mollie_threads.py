@@ -1,0 +1,41 @@
+"""The SDK's worker threads: one account's calls wait on its own share, never on the others'."""
+
+from __future__ import annotations
+
+import threading
+from functools import partial
+
+import trio
+
+from payorch.providers.mollie.threads import AccountThreads
+
+
+async def test_an_account_using_its_whole_share_leaves_the_other_accounts_their_threads() -> None:
+    threads = AccountThreads(total=4, per_account=1)
+    release = threading.Event()
+    async with trio.open_nursery() as nursery:
+        # Account A's call hangs in its thread (as a slow Mollie answer would); A's next call waits.
+        nursery.start_soon(partial(trio.to_thread.run_sync, release.wait, limiter=threads.limiter("test_a")))  # type: ignore[arg-type]
+        await trio.testing.wait_all_tasks_blocked()
+        assert threads.whole.borrowed_tokens == 1
+        with trio.move_on_after(0) as a_again:
+            await trio.to_thread.run_sync(lambda: None, limiter=threads.limiter("test_a"))  # type: ignore[arg-type]
+        assert a_again.cancelled_caught
+        # Account B runs at once.
+        assert await trio.to_thread.run_sync(lambda: "b", limiter=threads.limiter("test_b")) == "b"  # type: ignore[arg-type]
+        release.set()
+    assert threads.whole.borrowed_tokens == 0
+    assert threads.accounts() == 0  # every share is forgotten once its calls are done
+
+
+async def test_a_thread_abandoned_by_its_caller_keeps_its_places_until_it_ends() -> None:
+    threads = AccountThreads(total=2, per_account=1)
+    release = threading.Event()
+    with trio.move_on_after(0.01):
+        await trio.to_thread.run_sync(release.wait, abandon_on_cancel=True, limiter=threads.limiter("test_a"))  # type: ignore[arg-type]
+    assert (threads.whole.borrowed_tokens, threads.accounts()) == (1, 1)
+    release.set()
+    with trio.fail_after(5):
+        while threads.whole.borrowed_tokens:  # noqa: ASYNC110 - the thread's end is reported to trio
+            await trio.sleep(0.01)
+    assert threads.accounts() == 0
