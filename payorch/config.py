@@ -222,36 +222,33 @@ class SandboxSettings(_Section):
     dispute_delay_ms: Annotated[int, Field(ge=0)] = 2000
 
 
-class StripeSettings(_Section):
-    """Stripe (docs/providers.md). Off by default: it needs a Stripe account's secret key per application."""
+class _ExternalProviderSettings(_Section):
+    """What every provider payorch reaches over the network has: off by default (it needs the
+    merchant's own account), its API's address (empty: the provider's own; tests point it at a fake)
+    and how long one HTTP request to it may take."""
 
     enabled: bool = False
-    api_base: str = ""  # empty: Stripe's own API (https://api.stripe.com); tests point it at a fake
+    api_base: str = ""
     timeout_s: PositiveFloat = 10.0
+
+    @field_validator("api_base")
+    @classmethod
+    def _empty_or_http(cls, value: str) -> str:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("must be empty or start with http:// or https://")
+        return value.rstrip("/")
+
+
+class StripeSettings(_ExternalProviderSettings):
+    """Stripe (docs/providers.md), a secret key per application; `api_base` empty: https://api.stripe.com."""
+
     max_network_retries: Annotated[int, Field(ge=0, le=10)] = 2
 
-    @field_validator("api_base")
-    @classmethod
-    def _empty_or_http(cls, value: str) -> str:
-        if value and not value.startswith(("http://", "https://")):
-            raise ValueError("must be empty or start with http:// or https://")
-        return value.rstrip("/")
 
+class MollieSettings(_ExternalProviderSettings):
+    """Mollie (docs/providers.md), an API key per application; `api_base` empty: https://api.mollie.com."""
 
-class MollieSettings(_Section):
-    """Mollie (docs/providers.md). Off by default: it needs a Mollie account's API key per application."""
-
-    enabled: bool = False
-    api_base: str = ""  # empty: Mollie's own API (https://api.mollie.com); tests point it at a fake
-    timeout_s: PositiveFloat = 10.0
     max_concurrent_calls: Annotated[int, Field(ge=1, le=1000)] = 16
-
-    @field_validator("api_base")
-    @classmethod
-    def _empty_or_http(cls, value: str) -> str:
-        if value and not value.startswith(("http://", "https://")):
-            raise ValueError("must be empty or start with http:// or https://")
-        return value.rstrip("/")
 
 
 class ProviderSettings(_Section):
