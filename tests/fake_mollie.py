@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import logging
 import re
 import secrets
 import time
@@ -40,17 +39,16 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import partial
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import httpx
 import pytest
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 from quart import request
 from quart_trio import QuartTrio
+
+from tests.loopback import serving_on_loopback
 
 HAL = "application/hal+json"
 DOCS = "https://docs.mollie.com/overview/handling-errors"
@@ -556,15 +554,9 @@ def _mollie_app(fake: FakeMollie) -> QuartTrio:
 async def open_fake_mollie(clock: Callable[[], float] = time.time) -> AsyncIterator[FakeMollie]:
     """A fake Mollie listening on http://127.0.0.1:<free port> until the block exits."""
     fake = FakeMollie(clock)
-    config = HypercornConfig()
-    config.bind = ["127.0.0.1:0"]
-    config.accesslog = None
-    config.errorlog = logging.getLogger("tests.fake_mollie")
-    async with trio.open_nursery() as nursery:
-        binds: list[str] = await nursery.start(partial(hypercorn_serve, _mollie_app(fake), config))
-        fake.url = f"http://127.0.0.1:{urlsplit(binds[0]).port}"
+    async with serving_on_loopback(_mollie_app(fake), "tests.fake_mollie") as port:
+        fake.url = f"http://127.0.0.1:{port}"
         yield fake
-        nursery.cancel_scope.cancel()
 
 
 @pytest.fixture

@@ -39,7 +39,6 @@ import hashlib
 import hmac
 import itertools
 import json
-import logging
 import re
 import secrets
 import time
@@ -47,17 +46,16 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl
 
 import httpx
 import pytest
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 from quart import request
 from quart_trio import QuartTrio
+
+from tests.loopback import serving_on_loopback
 
 API_VERSION = "2026-10-28.endive"  # what the fake answers in and signs events as
 CHECKOUT_MIN_LIFETIME_S = 30 * 60
@@ -727,15 +725,9 @@ def _stripe_app(fake: FakeStripe) -> QuartTrio:
 async def open_fake_stripe(clock: Callable[[], float] = time.time) -> AsyncIterator[FakeStripe]:
     """A fake Stripe listening on http://127.0.0.1:<free port> until the block exits."""
     fake = FakeStripe(clock)
-    config = HypercornConfig()
-    config.bind = ["127.0.0.1:0"]
-    config.accesslog = None
-    config.errorlog = logging.getLogger("tests.fake_stripe")
-    async with trio.open_nursery() as nursery:
-        binds: list[str] = await nursery.start(partial(hypercorn_serve, _stripe_app(fake), config))
-        fake.url = f"http://127.0.0.1:{urlsplit(binds[0]).port}"
+    async with serving_on_loopback(_stripe_app(fake), "tests.fake_stripe") as port:
+        fake.url = f"http://127.0.0.1:{port}"
         yield fake
-        nursery.cancel_scope.cancel()
 
 
 @pytest.fixture

@@ -19,28 +19,24 @@ carry any status, header value or body bytes.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 import trio
 import trustme
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 from quart import request
 from quart_trio import QuartTrio
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
 from payorch.jsonexact import loads_exact
+from tests.loopback import serving_on_loopback
 
 HOOK_PATH = "/hooks"
 
@@ -214,17 +210,12 @@ async def open_webhook_receiver(directory: Path) -> AsyncIterator[WebhookReceive
     """
     ca_path, cert_path, key_path = _write_certificates(directory)
     receiver = WebhookReceiver(ca_path)
-    config = HypercornConfig()
-    config.bind = ["127.0.0.1:0"]
-    config.certfile = str(cert_path)
-    config.keyfile = str(key_path)
-    config.accesslog = None
-    config.errorlog = logging.getLogger("tests.webhook_receiver")
-    async with trio.open_nursery() as nursery:
-        binds: list[str] = await nursery.start(partial(hypercorn_serve, _receiving_app(receiver), config))
-        receiver.url = f"https://localhost:{urlsplit(binds[0]).port}{HOOK_PATH}"
+    app = _receiving_app(receiver)
+    async with serving_on_loopback(
+        app, "tests.webhook_receiver", certfile=cert_path, keyfile=key_path
+    ) as port:
+        receiver.url = f"https://localhost:{port}{HOOK_PATH}"
         yield receiver
-        nursery.cancel_scope.cancel()
 
 
 @pytest.fixture
