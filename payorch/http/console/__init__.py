@@ -1,1 +1,10 @@
-"""The merchant console: server-rendered pages for a merchant's admin (`routes.py`)."""
+"""The merchant console: server-rendered pages for a merchant's admin.
+
+`kit.py` holds what every page shares (the blueprint, the session, CSRF, error pages, security
+headers); each area has its own module, which registers its pages on the blueprint when imported.
+"""
+
+from payorch.http.console import applications, sign_in
+from payorch.http.console.kit import blueprint
+
+__all__ = ["applications", "blueprint", "sign_in"]

@@ -1,0 +1,106 @@
+"""Signing in and out of the console.
+
+    GET  /console/sign-in, POST /console/sign-in    e-mail and password, as `POST /api/v1/auth/login`
+    POST /console/sign-out
+
+Sign-in runs the checks of the API's login (`routes/accounts.py`); its form's CSRF token is a random
+value also set as a cookie (double submit), since there is no session yet to derive it from.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+
+from quart import Response, render_template, request, url_for
+from werkzeug.datastructures import MultiDict
+
+from payorch.http.console.kit import (
+    SESSION_COOKIE,
+    Session,
+    action,
+    blueprint,
+    check_csrf,
+    delete_cookie,
+    field_errors,
+    read_form,
+    see_other,
+    set_cookie,
+    signed_out,
+    text_fields,
+    validated,
+)
+from payorch.http.context import services
+from payorch.http.models import LoginRequest
+from payorch.http.routes.accounts import admin_access_token, charge_login_attempt
+from payorch.values import errors as domain
+
+SIGN_IN_COOKIE = "payorch_console_sign_in"  # the CSRF token of the sign-in form (double submit)
+SIGN_IN_TOKEN_LIFETIME_S = 3600
+_SIGN_IN_TOKEN = re.compile(r"[A-Za-z0-9_-]{43}")
+
+# --- Sign-in and sign-out ----------------------------------------------------------------------
+
+
+def _sign_in_token() -> str:
+    """The sign-in form's CSRF token: the browser's `SIGN_IN_COOKIE` when it has a well-formed one,
+    else a new random one (set as the cookie by `_sign_in_form`)."""
+    held = request.cookies.get(SIGN_IN_COOKIE, "")
+    return held if _SIGN_IN_TOKEN.fullmatch(held) else secrets.token_urlsafe(32)
+
+
+async def _sign_inform(
+    status: int, *, email: str = "", message: str | None = None, errors: dict[str, str] | None = None
+) -> Response:
+    token = _sign_in_token()
+    html = await render_template(
+        "console/sign_in.html",
+        title="Sign in",
+        csrf_token=None,
+        sign_in_token=token,
+        email=email,
+        message=message,
+        errors=errors or {},
+    )
+    response = Response(html, status=status, content_type="text/html; charset=utf-8")
+    set_cookie(response, SIGN_IN_COOKIE, token, max_age=SIGN_IN_TOKEN_LIFETIME_S)
+    return response
+
+
+@blueprint.get("")
+@blueprint.get("/")
+async def home() -> Response:
+    return see_other(url_for("console.applications"))
+
+
+@blueprint.get("/sign-in")
+async def sign_in() -> Response:
+    return await _sign_inform(200)
+
+
+@blueprint.post("/sign-in")
+async def sign_in_submitted() -> Response:
+    """The checks of `POST /api/v1/auth/login`: the address's bucket charged first, the account's
+    failed logins, the password; on success the API's access token becomes the session cookie."""
+    charge_login_attempt()
+    form = await read_form()
+    check_csrf(form, request.cookies.get(SIGN_IN_COOKIE))
+    email = form.get("email", "")
+    try:
+        fields = text_fields(form, ("email", "password"))
+        data = validated(LoginRequest, fields)
+        token = await admin_access_token(data)
+    except domain.InvalidInput as error:
+        return await _sign_inform(400, email=email, errors=field_errors(error))
+    except domain.InvalidLogin as error:
+        return await _sign_inform(401, email=email, message=error.message)
+    response = see_other(url_for("console.applications"))
+    set_cookie(response, SESSION_COOKIE, token, max_age=services().settings.auth.jwt_ttl_s)
+    delete_cookie(response, SIGN_IN_COOKIE)
+    return response
+
+
+@blueprint.post("/sign-out")
+@action
+async def sign_out(session: Session, form: MultiDict[str, str]) -> Response:
+    return signed_out()
