@@ -34,6 +34,7 @@ from payorch.providers.catalogue import ProviderCatalogue
 from payorch.storage import idempotency, provider_configs, sessions
 from payorch.storage.database import Database
 from payorch.storage.failures import StorageFailure, storage_failure
+from payorch.storage.idempotency import Claimed
 from payorch.storage.provider_configs import ProviderConfig
 from payorch.values.errors import (
     NoProviderAvailable,
@@ -112,10 +113,10 @@ class CreateSession(BatchCommand[PaymentsContext, Answer]):
             {key: (command.fingerprint, reply) for key, (command, reply) in waiting.items()},
         )
         unclaimed: list[str] = []
-        for key, session_id in claimed.items():
+        for key, claim in claimed.items():
             command, reply = waiting[key]
             try:
-                command._start(actor, reply, session_id, configs)
+                command._start(actor, reply, claim, configs)
             except (NoProviderAvailable, ProviderUnavailable) as error:
                 unclaimed.append(key)
                 reply.fail(error)
@@ -131,18 +132,23 @@ class CreateSession(BatchCommand[PaymentsContext, Answer]):
         self,
         actor: ApplicationActor[PaymentsContext],
         reply: Reply[Answer],
-        session_id: uuid.UUID,
+        claim: Claimed,
         configs: dict[str, ProviderConfig],
     ) -> None:
         """Route the session and ask its providers in a child; the result comes back as a
-        `_StoreSession`. `NoProviderAvailable` or `ProviderUnavailable` when no route exists."""
+        `_StoreSession`. `NoProviderAvailable` or `ProviderUnavailable` when no route exists.
+
+        The session was requested when its Idempotency-Key was first claimed, and expires a TTL
+        after that: a retry that takes over a dead node's claim asks the provider again with the
+        same deadline, as the provider's idempotency key requires."""
         context = actor.context
         draft = self.draft
         candidates = eligible_providers(
             configs.values(), _accepts(context.providers), draft.payment_method, draft.amount
         )
         ranked = plan_route(candidates, context.health, trio.current_time())
-        requested_at = context.clock.now()
+        session_id = claim.resource_id
+        requested_at = claim.claimed_at
         expires_at = requested_at + timedelta(seconds=context.settings.sessions.ttl_s)
         request = CheckoutRequest(
             session_id=session_id,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -144,11 +143,11 @@ def in_progress() -> IdempotencyKeyInProgress:
 
 async def claim_idempotency_keys(
     actor: ApplicationActor[PaymentsContext], scope: str, waiting: Mapping[str, tuple[bytes, Reply[Answer]]]
-) -> dict[str, uuid.UUID]:
+) -> dict[str, keys_store.Claimed]:
     """Claim the Idempotency-Keys of `waiting` (key: its request's fingerprint and reply) in
     `scope`: new keys in one statement, and the few seen before in one transaction, which answers
-    each of those (replay, mismatch, in progress) or takes its abandoned claim over. The resource
-    id of each key claimed."""
+    each of those (replay, mismatch, in progress) or takes its abandoned claim over. The claim of
+    each key claimed: its resource id and when its first request claimed it."""
     context = actor.context
     claims = [keys_store.NewClaim(key, fingerprint) for key, (fingerprint, _) in waiting.items()]
     claimed = await context.db.read(
@@ -185,7 +184,7 @@ async def claim_idempotency_keys(
 
     for claim, result in zip(seen, await context.db.transaction(claim_each), strict=True):
         if isinstance(result, keys_store.Claimed):
-            claimed[claim.key] = result.resource_id
+            claimed[claim.key] = result
         else:
             answer_seen_key(result, waiting[claim.key][1])
     return claimed

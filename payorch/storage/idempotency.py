@@ -14,10 +14,13 @@ from payorch.storage.nodes import LIVE_NODES
 
 @dataclass(frozen=True)
 class Claimed:
-    """This request owns the key; `resource_id` is the id to give what it creates (kept across a
-    takeover of an abandoned claim, so a retry after a crash names the same resource)."""
+    """This request owns the key; `resource_id` is the id to give what it creates, and `claimed_at`
+    when the key's first request claimed it. Both are kept across a takeover of an abandoned claim, so
+    a retry after a crash names the same resource and asks a provider with the same parameters
+    (a deadline counted from `claimed_at`) under the same provider idempotency key."""
 
     resource_id: uuid.UUID
+    claimed_at: datetime
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ async def claim_idempotency_key(
                    created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at,
                    owner_node = EXCLUDED.owner_node
                WHERE k.expires_at <= $9
-           RETURNING resource_id""",
+           RETURNING resource_id, created_at""",
         application_id,
         scope,
         key,
@@ -82,9 +85,9 @@ async def claim_idempotency_key(
         now,
     )
     if row is not None:
-        return Claimed(row["resource_id"])
+        return Claimed(row["resource_id"], row["created_at"])
     existing = await conn.fetchrow(
-        f"""SELECT fingerprint, resource_id, response_status, response_body,
+        f"""SELECT fingerprint, resource_id, created_at, response_status, response_body,
                    locked_until <= $4 OR coalesce(owner_node <> ALL({LIVE_NODES}), false) AS abandoned
             FROM idempotency_keys WHERE application_id = $1 AND scope = $2 AND key = $3 FOR UPDATE""",
         application_id,
@@ -108,7 +111,7 @@ async def claim_idempotency_key(
             owner,
             now,
         )
-        return Claimed(existing["resource_id"])
+        return Claimed(existing["resource_id"], existing["created_at"])
     return InProgress()
 
 
@@ -128,9 +131,9 @@ async def claim_new_idempotency_keys(
     retention_s: float,
     owner: int | None,
     now: datetime,
-) -> dict[str, uuid.UUID]:
+) -> dict[str, Claimed]:
     """Claim every key of `claims` (distinct keys) that is new or expired, in one statement, for the
-    node `owner`: the resource id of each key claimed. A key left out was seen before:
+    node `owner`: the claim of each key claimed. A key left out was seen before:
     `claim_idempotency_key` says what became of its first request."""
     rows = await conn.fetch(
         """INSERT INTO idempotency_keys AS k
@@ -146,7 +149,7 @@ async def claim_new_idempotency_keys(
                    created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at,
                    owner_node = EXCLUDED.owner_node
                WHERE k.expires_at <= $9
-           RETURNING key, resource_id""",
+           RETURNING key, resource_id, created_at""",
         application_id,
         scope,
         [claim.key for claim in claims],
@@ -157,7 +160,7 @@ async def claim_new_idempotency_keys(
         owner,
         now,
     )
-    return {row["key"]: row["resource_id"] for row in rows}
+    return {row["key"]: Claimed(row["resource_id"], row["created_at"]) for row in rows}
 
 
 async def complete_idempotency_key(

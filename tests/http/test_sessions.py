@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -13,8 +13,11 @@ import trio
 
 from payorch.config import Settings
 from payorch.engine.checkout import CreateSession
+from payorch.engine.idempotency import request_fingerprint
+from payorch.jsonexact import dumps_exact, loads_exact
 from payorch.storage import idempotency
 from payorch.storage.database import Connection, Database
+from tests.clock import ShiftedClock
 from tests.helpers import (
     Client,
     Shop,
@@ -25,6 +28,7 @@ from tests.helpers import (
     post_json,
     session_body,
 )
+from tests.storage.test_claim_takeover import another_node
 
 
 @pytest.fixture
@@ -163,6 +167,37 @@ async def test_key_claimed_by_another_process_is_409_in_progress(
     response = await create_session(client, shop, "key-1")
     # The stored fingerprint is another request's: a mismatch is reported before "in progress".
     assert response.status_code == 422
+
+
+async def test_a_create_retried_after_its_node_died_keeps_the_first_requests_expiry(
+    client: Client, shop: Shop, db: Database, settings: Settings, database_dsn: str, clock: ShiftedClock
+) -> None:
+    """The retry takes the dead node's claim over and asks the provider with the deadline the first
+    request had, so a provider that stores parameters under its idempotency key sees the same ones."""
+    body = session_body()
+    sent = loads_exact(dumps_exact(body))
+    fingerprint = request_fingerprint({**sent, "applicationId": shop.application_id}, "POST /api/v1/sessions")
+    first_claimed_at = clock.now()
+    async with another_node(database_dsn) as gone:
+        await db.transaction(
+            idempotency.claim_idempotency_key,
+            application_id=uuid.UUID(shop.application_id),
+            scope="POST /api/v1/sessions",
+            key="key-1",
+            fingerprint=fingerprint,
+            lease_s=60,
+            retention_s=86400,
+            owner=gone,
+            now=first_claimed_at,
+        )
+    clock.advance(30)
+    response = await create_session(client, shop, "key-1", body)
+    assert response.status_code == 201, await response.get_data(as_text=True)
+    created = await response.get_json()
+    expected = first_claimed_at + timedelta(seconds=settings.sessions.ttl_s)
+    assert datetime.fromisoformat(created["expiresAt"]) == expected.replace(
+        microsecond=expected.microsecond // 1000 * 1000
+    )
 
 
 async def test_missing_idempotency_key_is_400(client: Client, shop: Shop) -> None:
