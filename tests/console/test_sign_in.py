@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 
@@ -16,6 +17,14 @@ from payorch.storage.database import Database
 from tests.clock import ShiftedClock
 from tests.console.helpers import csrf_of, page, session_cookie, sign_in, signed_in
 from tests.helpers import PASSWORD, Client, Merchant
+
+
+def sign_in_then(location: str) -> str | None:
+    """The page the sign-in page at `location` opens after signing in (None: not a sign-in page)."""
+    parts = urlsplit(location)
+    if parts.path != "/console/sign-in":
+        return None
+    return parse_qs(parts.query).get("next", [""])[0]
 
 
 async def test_sign_in_sets_the_session_cookie_and_opens_the_applications(
@@ -131,7 +140,48 @@ async def test_failed_console_sign_ins_lock_the_account_for_the_api_too(
 async def test_a_page_without_the_session_cookie_redirects_to_sign_in(app: PayorchApp, path: str) -> None:
     response = await app.test_client().get(path)
     assert response.status_code == 303
-    assert response.headers["Location"] in ("/console/sign-in", "/console/applications")
+    # /console itself opens the applications, which then ask to sign in.
+    assert sign_in_then(response.headers["Location"]) == path or path == "/console"
+
+
+async def test_signing_in_opens_the_page_that_asked_for_it(app: PayorchApp, merchant: Merchant) -> None:
+    client = app.test_client()
+    wanted = "/console/applications?page=2"
+    response = await client.get(wanted)
+    assert sign_in_then(response.headers["Location"]) == wanted
+    _, html = await page(client, response.headers["Location"])
+    assert '<input type="hidden" name="next" value="/console/applications?page=2">' in html
+    response = await client.post(
+        "/console/sign-in",
+        form={"csrf_token": csrf_of(html), "email": merchant.email, "password": PASSWORD, "next": wanted},
+    )
+    assert response.status_code == 303
+    assert response.headers["Location"] == wanted
+
+
+@pytest.mark.parametrize(
+    "elsewhere",
+    [
+        "https://attacker.example/console/",
+        "//attacker.example/console/applications",
+        "/\\attacker.example/console/",
+        "/console\\@attacker.example",
+        "/api/v1/applications",
+        "javascript:alert(1)",
+    ],
+)
+async def test_signing_in_never_sends_the_browser_off_the_console(
+    app: PayorchApp, merchant: Merchant, elsewhere: str
+) -> None:
+    client = app.test_client()
+    _, html = await page(client, f"/console/sign-in?{urlencode({'next': elsewhere})}")
+    assert 'name="next"' not in html
+    response = await client.post(
+        "/console/sign-in",
+        form={"csrf_token": csrf_of(html), "email": merchant.email, "password": PASSWORD, "next": elsewhere},
+    )
+    assert response.status_code == 303
+    assert response.headers["Location"] == "/console/applications"
 
 
 async def test_a_post_without_the_session_cookie_redirects_to_sign_in_and_changes_nothing(
@@ -159,7 +209,7 @@ async def test_an_expired_session_signs_out(
     client.set_cookie("localhost", "payorch_console", expired, path="/console")
     response = await client.get("/console/applications")
     assert response.status_code == 303
-    assert response.headers["Location"] == "/console/sign-in"
+    assert sign_in_then(response.headers["Location"]) == "/console/applications"
     cleared = session_cookie(response)
     assert cleared is not None and "Max-Age=0" in cleared
 
@@ -169,7 +219,7 @@ async def test_a_forged_session_signs_out(app: PayorchApp) -> None:
     client.set_cookie("localhost", "payorch_console", "not-a-token", path="/console")
     response = await client.get("/console/applications")
     assert response.status_code == 303
-    assert response.headers["Location"] == "/console/sign-in"
+    assert sign_in_then(response.headers["Location"]) == "/console/applications"
 
 
 async def test_sign_out_ends_the_session(app: PayorchApp, merchant: Merchant) -> None:

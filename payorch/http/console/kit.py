@@ -202,8 +202,11 @@ def delete_cookie(response: Response, name: str) -> None:
     response.delete_cookie(name, path=COOKIE_PATH, secure=True, httponly=True, samesite="Strict")
 
 
-def signed_out() -> Response:
-    response = see_other(url_for("console.sign_in"))
+def signed_out(next_page: str | None = None) -> Response:
+    """To the sign-in page, the session cookie cleared; after signing in, back to `next_page`."""
+    response = see_other(
+        url_for("console.sign_in", next=next_page) if next_page else url_for("console.sign_in")
+    )
     delete_cookie(response, SESSION_COOKIE)
     return response
 
@@ -239,7 +242,8 @@ async def message_page(
 
 @blueprint.errorhandler(domain.AuthenticationRequired)
 async def _not_signed_in(error: domain.AuthenticationRequired) -> Response:
-    return signed_out()
+    # A page asked for comes back after sign-in; a form posted does not (its token is the old session's).
+    return signed_out(request.full_path.rstrip("?") if request.method == "GET" else None)
 
 
 @blueprint.errorhandler(CsrfRefused)

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import re
 import secrets
+from urllib.parse import urlsplit
 
 from quart import Response, render_template, request, url_for
 from werkzeug.datastructures import MultiDict
 
 from payorch.http.console.kit import (
+    COOKIE_PATH,
     SESSION_COOKIE,
     Session,
     action,
@@ -49,8 +51,22 @@ def _sign_in_token() -> str:
     return held if _SIGN_IN_TOKEN.fullmatch(held) else secrets.token_urlsafe(32)
 
 
-async def _sign_inform(
-    status: int, *, email: str = "", message: str | None = None, errors: dict[str, str] | None = None
+def next_page(value: str | None) -> str | None:
+    """`value` when it is a page of the console on this host, else None: signing in never sends
+    the browser anywhere else."""
+    if not value or "\\" in value or not value.startswith(COOKIE_PATH + "/"):
+        return None
+    parts = urlsplit(value)
+    return None if parts.scheme or parts.netloc else value
+
+
+async def _sign_in_form(
+    status: int,
+    *,
+    email: str = "",
+    next_to: str | None = None,
+    message: str | None = None,
+    errors: dict[str, str] | None = None,
 ) -> Response:
     token = _sign_in_token()
     html = await render_template(
@@ -58,6 +74,7 @@ async def _sign_inform(
         title="Sign in",
         csrf_token=None,
         sign_in_token=token,
+        next_page=next_to,
         email=email,
         message=message,
         errors=errors or {},
@@ -75,7 +92,7 @@ async def home() -> Response:
 
 @blueprint.get("/sign-in")
 async def sign_in() -> Response:
-    return await _sign_inform(200)
+    return await _sign_in_form(200, next_to=next_page(request.args.get("next")))
 
 
 @blueprint.post("/sign-in")
@@ -86,15 +103,16 @@ async def sign_in_submitted() -> Response:
     form = await read_form()
     check_csrf(form, request.cookies.get(SIGN_IN_COOKIE))
     email = form.get("email", "")
+    next_to = next_page(form.get("next"))
     try:
         fields = text_fields(form, ("email", "password"))
         data = validated(LoginRequest, fields)
         token = await admin_access_token(data)
     except domain.InvalidInput as error:
-        return await _sign_inform(400, email=email, errors=field_errors(error))
+        return await _sign_in_form(400, email=email, next_to=next_to, errors=field_errors(error))
     except domain.InvalidLogin as error:
-        return await _sign_inform(401, email=email, message=error.message)
-    response = see_other(url_for("console.applications"))
+        return await _sign_in_form(401, email=email, next_to=next_to, message=error.message)
+    response = see_other(next_to or url_for("console.applications"))
     set_cookie(response, SESSION_COOKIE, token, max_age=services().settings.auth.jwt_ttl_s)
     delete_cookie(response, SIGN_IN_COOKIE)
     return response
