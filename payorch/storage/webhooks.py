@@ -53,16 +53,19 @@ async def create_webhook(
     subscribed_events: list[str],
     secret: bytes,
     key_fingerprint: str,
+    is_active: bool = True,
 ) -> WebhookConfig:
     row = await conn.fetchrow(
-        f"""INSERT INTO webhook_configs (id, application_id, url, subscribed_events, secret, key_fingerprint)
-            VALUES ($1, $2, $3, $4, $5, $6) RETURNING {_CONFIG_COLUMNS}""",
+        f"""INSERT INTO webhook_configs
+                (id, application_id, url, subscribed_events, secret, key_fingerprint, is_active)
+            VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {_CONFIG_COLUMNS}""",
         uuid.uuid4(),
         application_id,
         url,
         subscribed_events,
         secret,
         key_fingerprint,
+        is_active,
     )
     return _config(row)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import uuid
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from quart import Blueprint
@@ -29,13 +31,13 @@ from payorch.http.auth import Accept, Principal, application_for, authenticated,
 from payorch.http.context import services
 from payorch.http.models import PageQuery, WebhookCreateRequest, WebhookUpdateRequest
 from payorch.jsonexact import dumps_exact
-from payorch.outbound.attempt import send_signed
+from payorch.outbound.attempt import AttemptResult, send_signed
 from payorch.outbound.signing import signing_secrets
 from payorch.outbound.ssrf import UnsafeWebhookUrl, check_webhook_url
 from payorch.storage import webhooks as webhooks_store
 from payorch.storage.webhooks import DeliveryView, WebhookConfig
 from payorch.values.errors import FieldProblem, InvalidInput, NotFound
-from payorch.values.pagination import Page, envelope
+from payorch.values.pagination import Page, PageRequest, envelope
 from payorch.values.timefmt import iso
 
 blueprint = Blueprint("webhooks", __name__, url_prefix="/api/v1/applications/<application_id>/webhooks")
@@ -123,16 +125,24 @@ async def _config(application_id: uuid.UUID, webhook_id: str) -> WebhookConfig:
     return found
 
 
-@blueprint.post("")
-@security_scheme(api.JWT)
-@document_response(bodies.WebhookConfigCreated, 201)
-@api.errors(400, 401, 403, 404, 413, 429, 500)
-@authenticated(Accept.JWT)
-@validate_request(WebhookCreateRequest)
-async def create_webhook(
-    application_id: str, data: WebhookCreateRequest, principal: Principal
-) -> tuple[bodies.WebhookConfigCreated, int]:
-    """A new configuration; its `signingSecret` is shown in this answer only."""
+# The operations behind the routes below, which the console's pages call too: one path to the data,
+# with the same ownership checks (`application_for`), URL checks (`_safe_url`) and rate limits.
+
+
+@dataclass(frozen=True)
+class SentTestEvent:
+    """A `webhook.test` event sent: when, and how the endpoint answered."""
+
+    delivered_at: datetime
+    result: AttemptResult
+
+
+async def create_webhook_of(
+    principal: Principal, application_id: str, data: WebhookCreateRequest, *, is_active: bool = True
+) -> tuple[str, WebhookConfig]:
+    """A new configuration of the application: its signing secret (for the caller to show this once)
+    and the configuration as stored (the secret sealed). The API's configurations start active; the
+    console may create one inactive, to test it before it receives events."""
     application = await application_for(principal, application_id)
     events = _events(data.subscribedEvents)
     url = await _safe_url(data.url)
@@ -144,47 +154,29 @@ async def create_webhook(
         subscribed_events=events,
         secret=services().secrets.seal(secret),
         key_fingerprint=key_fingerprint(secret),
+        is_active=is_active,
     )
-    return {**webhook_body(created), "signingSecret": secret}, 201
+    return secret, created
 
 
-@blueprint.get("")
-@security_scheme(api.JWT)
-@document_response(Page[bodies.WebhookConfig], 200)
-@api.errors(400, 401, 403, 404, 429, 500)
-@authenticated(Accept.JWT)
-@validate_querystring(PageQuery)
-async def list_webhooks(
-    application_id: str, query_args: PageQuery, principal: Principal
-) -> Page[bodies.WebhookConfig]:
-    """The application's webhook configurations (without their signing secrets)."""
+async def webhooks_of(
+    principal: Principal, application_id: str, page: PageRequest
+) -> tuple[list[WebhookConfig], int]:
+    """A page of the application's configurations, newest first, and how many there are."""
     application = await application_for(principal, application_id)
-    page = query_args.page_request
-    found, total = await services().db.read(webhooks_store.list_webhooks, application.id, page)
-    return envelope([webhook_body(item) for item in found], page, total)
+    return await services().db.read(webhooks_store.list_webhooks, application.id, page)
 
 
-@blueprint.get("/<webhook_id>")
-@security_scheme(api.JWT)
-@document_response(bodies.WebhookConfig, 200)
-@api.errors(401, 403, 404, 429, 500)
-@authenticated(Accept.JWT)
-async def get_webhook(application_id: str, webhook_id: str, principal: Principal) -> bodies.WebhookConfig:
-    """A webhook configuration (without its signing secret)."""
+async def webhook_of(principal: Principal, application_id: str, webhook_id: str) -> WebhookConfig:
+    """One configuration of the application (`NotFound` when it has no such one)."""
     application = await application_for(principal, application_id)
-    return webhook_body(await _config(application.id, webhook_id))
+    return await _config(application.id, webhook_id)
 
 
-@blueprint.patch("/<webhook_id>")
-@security_scheme(api.JWT)
-@document_response(bodies.WebhookConfig, 200)
-@api.errors(400, 401, 403, 404, 413, 429, 500)
-@authenticated(Accept.JWT)
-@validate_request(WebhookUpdateRequest)
-async def update_webhook(
-    application_id: str, webhook_id: str, data: WebhookUpdateRequest, principal: Principal
-) -> bodies.WebhookConfig:
-    """Change the URL, the subscribed events or whether the configuration is active."""
+async def update_webhook_of(
+    principal: Principal, application_id: str, webhook_id: str, data: WebhookUpdateRequest
+) -> WebhookConfig:
+    """Change what `data` names: the URL (checked as on creation), the events, whether it is active."""
     application = await application_for(principal, application_id)
     config = await _config(application.id, webhook_id)
     changes: dict[str, Any] = {}
@@ -194,35 +186,16 @@ async def update_webhook(
         changes["is_active"] = data.isActive
     if data.subscribedEvents is not None:
         changes["subscribed_events"] = _events(data.subscribedEvents)
-    updated = await services().db.transaction(
+    return await services().db.transaction(
         webhooks_store.update_webhook, application.id, config.id, changes, now=services().clock.now()
     )
-    return webhook_body(updated)
 
 
-@blueprint.delete("/<webhook_id>")
-@security_scheme(api.JWT)
-@document_response(bodies.Empty, 200)
-@api.errors(401, 403, 404, 429, 500)
-@authenticated(Accept.JWT)
-async def delete_webhook(application_id: str, webhook_id: str, principal: Principal) -> bodies.Empty:
-    """Delete a webhook configuration: it receives nothing more and leaves the lists."""
-    application = await application_for(principal, application_id)
-    config = await _config(application.id, webhook_id)
-    await services().db.transaction(
-        webhooks_store.delete_webhook, application.id, config.id, now=services().clock.now()
-    )
-    return {}
-
-
-@blueprint.patch("/<webhook_id>/secret")
-@security_scheme(api.JWT)
-@document_response(bodies.SecretRotated, 200)
-@api.errors(401, 403, 404, 429, 500)
-@authenticated(Accept.JWT)
-async def rotate_secret(application_id: str, webhook_id: str, principal: Principal) -> bodies.SecretRotated:
-    """A new signing secret, shown this once. The old one keeps signing too for
-    `webhooks.rotation_overlap_s`, so receivers can switch without losing a delivery."""
+async def rotate_secret_of(
+    principal: Principal, application_id: str, webhook_id: str
+) -> tuple[str, WebhookConfig]:
+    """A new signing secret (for the caller to show this once) and the configuration after the
+    rotation; the old secret keeps signing too for `webhooks.rotation_overlap_s`."""
     application = await application_for(principal, application_id)
     config = await _config(application.id, webhook_id)
     secret = new_signing_secret()
@@ -235,20 +208,12 @@ async def rotate_secret(application_id: str, webhook_id: str, principal: Princip
         overlap_s=services().settings.webhooks.rotation_overlap_s,
         now=services().clock.now(),
     )
-    return {"keyFingerprint": rotated.key_fingerprint, "signingSecret": secret}
+    return secret, rotated
 
 
-@blueprint.post("/<webhook_id>/test")
-@security_scheme(api.JWT)
-@document_response(bodies.WebhookTestResult, 200)
-@api.errors(401, 403, 404, 429, 500)
-@authenticated(Accept.JWT)
-async def test_webhook(
-    application_id: str, webhook_id: str, principal: Principal
-) -> bodies.WebhookTestResult:
-    """Send a signed `webhook.test` event now and report how the endpoint answered. It goes out as a
-    delivery does: the same client and checks, signed with both secrets during a rotation's overlap,
-    at most the first 1024 bytes of the answer read."""
+async def send_test_event_of(principal: Principal, application_id: str, webhook_id: str) -> SentTestEvent:
+    """Send a signed `webhook.test` event to the configuration's URL now (within the merchant's
+    share of test sends), record whether it succeeded, and report the answer."""
     application = await application_for(principal, application_id)
     config = await _config(application.id, webhook_id)
     event_id = new_event_id()
@@ -276,12 +241,130 @@ async def test_webhook(
         )
     status: bodies.WebhookTestStatus = "SUCCEEDED" if result.succeeded else "FAILED"
     await services().db.transaction(webhooks_store.record_test, config.id, delivered_at, status)
+    return SentTestEvent(delivered_at=delivered_at, result=result)
+
+
+async def deliveries_of(
+    principal: Principal, application_id: str, webhook_id: str, page: PageRequest
+) -> tuple[list[DeliveryView], int]:
+    """A page of the configuration's delivery log, newest first, each delivery with its attempts."""
+    application = await application_for(principal, application_id)
+    config = await _config(application.id, webhook_id)
+    # One snapshot: a delivery's attempt log never shows an attempt its status does not yet.
+    return await services().db.snapshot(webhooks_store.list_deliveries, config.id, page)
+
+
+async def retry_delivery_of(
+    principal: Principal, application_id: str, webhook_id: str, delivery_id: str
+) -> None:
+    """Make the delivery PENDING and due now, whatever became of it (FAILED, DELIVERED or PENDING)."""
+    application = await application_for(principal, application_id)
+    config = await _config(application.id, webhook_id)
+    await services().db.transaction(
+        webhooks_store.retry_delivery,
+        config.id,
+        parse_id(delivery_id, "delivery"),
+        now=services().clock.now(),
+    )
+
+
+@blueprint.post("")
+@security_scheme(api.JWT)
+@document_response(bodies.WebhookConfigCreated, 201)
+@api.errors(400, 401, 403, 404, 413, 429, 500)
+@authenticated(Accept.JWT)
+@validate_request(WebhookCreateRequest)
+async def create_webhook(
+    application_id: str, data: WebhookCreateRequest, principal: Principal
+) -> tuple[bodies.WebhookConfigCreated, int]:
+    """A new configuration; its `signingSecret` is shown in this answer only."""
+    secret, created = await create_webhook_of(principal, application_id, data)
+    return {**webhook_body(created), "signingSecret": secret}, 201
+
+
+@blueprint.get("")
+@security_scheme(api.JWT)
+@document_response(Page[bodies.WebhookConfig], 200)
+@api.errors(400, 401, 403, 404, 429, 500)
+@authenticated(Accept.JWT)
+@validate_querystring(PageQuery)
+async def list_webhooks(
+    application_id: str, query_args: PageQuery, principal: Principal
+) -> Page[bodies.WebhookConfig]:
+    """The application's webhook configurations (without their signing secrets)."""
+    page = query_args.page_request
+    found, total = await webhooks_of(principal, application_id, page)
+    return envelope([webhook_body(item) for item in found], page, total)
+
+
+@blueprint.get("/<webhook_id>")
+@security_scheme(api.JWT)
+@document_response(bodies.WebhookConfig, 200)
+@api.errors(401, 403, 404, 429, 500)
+@authenticated(Accept.JWT)
+async def get_webhook(application_id: str, webhook_id: str, principal: Principal) -> bodies.WebhookConfig:
+    """A webhook configuration (without its signing secret)."""
+    return webhook_body(await webhook_of(principal, application_id, webhook_id))
+
+
+@blueprint.patch("/<webhook_id>")
+@security_scheme(api.JWT)
+@document_response(bodies.WebhookConfig, 200)
+@api.errors(400, 401, 403, 404, 413, 429, 500)
+@authenticated(Accept.JWT)
+@validate_request(WebhookUpdateRequest)
+async def update_webhook(
+    application_id: str, webhook_id: str, data: WebhookUpdateRequest, principal: Principal
+) -> bodies.WebhookConfig:
+    """Change the URL, the subscribed events or whether the configuration is active."""
+    return webhook_body(await update_webhook_of(principal, application_id, webhook_id, data))
+
+
+@blueprint.delete("/<webhook_id>")
+@security_scheme(api.JWT)
+@document_response(bodies.Empty, 200)
+@api.errors(401, 403, 404, 429, 500)
+@authenticated(Accept.JWT)
+async def delete_webhook(application_id: str, webhook_id: str, principal: Principal) -> bodies.Empty:
+    """Delete a webhook configuration: it receives nothing more and leaves the lists."""
+    application = await application_for(principal, application_id)
+    config = await _config(application.id, webhook_id)
+    await services().db.transaction(
+        webhooks_store.delete_webhook, application.id, config.id, now=services().clock.now()
+    )
+    return {}
+
+
+@blueprint.patch("/<webhook_id>/secret")
+@security_scheme(api.JWT)
+@document_response(bodies.SecretRotated, 200)
+@api.errors(401, 403, 404, 429, 500)
+@authenticated(Accept.JWT)
+async def rotate_secret(application_id: str, webhook_id: str, principal: Principal) -> bodies.SecretRotated:
+    """A new signing secret, shown this once. The old one keeps signing too for
+    `webhooks.rotation_overlap_s`, so receivers can switch without losing a delivery."""
+    secret, rotated = await rotate_secret_of(principal, application_id, webhook_id)
+    return {"keyFingerprint": rotated.key_fingerprint, "signingSecret": secret}
+
+
+@blueprint.post("/<webhook_id>/test")
+@security_scheme(api.JWT)
+@document_response(bodies.WebhookTestResult, 200)
+@api.errors(401, 403, 404, 429, 500)
+@authenticated(Accept.JWT)
+async def test_webhook(
+    application_id: str, webhook_id: str, principal: Principal
+) -> bodies.WebhookTestResult:
+    """Send a signed `webhook.test` event now and report how the endpoint answered. It goes out as a
+    delivery does: the same client and checks, signed with both secrets during a rotation's overlap,
+    at most the first 1024 bytes of the answer read."""
+    sent = await send_test_event_of(principal, application_id, webhook_id)
     return {
-        "success": result.succeeded,
-        "httpStatusCode": result.status_code,
-        "responseBody": result.response_excerpt,
-        "latencyMs": result.latency_ms,
-        "deliveredAt": iso(delivered_at),
+        "success": sent.result.succeeded,
+        "httpStatusCode": sent.result.status_code,
+        "responseBody": sent.result.response_excerpt,
+        "latencyMs": sent.result.latency_ms,
+        "deliveredAt": iso(sent.delivered_at),
     }
 
 
@@ -295,11 +378,8 @@ async def list_deliveries(
     application_id: str, webhook_id: str, query_args: PageQuery, principal: Principal
 ) -> Page[bodies.Delivery]:
     """The delivery log: each event sent to this endpoint, its status and every attempt."""
-    application = await application_for(principal, application_id)
-    config = await _config(application.id, webhook_id)
     page = query_args.page_request
-    # One snapshot: a delivery's attempt log never shows an attempt its status does not yet.
-    found, total = await services().db.snapshot(webhooks_store.list_deliveries, config.id, page)
+    found, total = await deliveries_of(principal, application_id, webhook_id, page)
     return envelope([delivery_body(item) for item in found], page, total)
 
 
@@ -312,12 +392,5 @@ async def retry_delivery(
     application_id: str, webhook_id: str, delivery_id: str, principal: Principal
 ) -> tuple[bodies.DeliveryRetry, int]:
     """Send a delivery again now, for example one that FAILED after its last scheduled attempt."""
-    application = await application_for(principal, application_id)
-    config = await _config(application.id, webhook_id)
-    await services().db.transaction(
-        webhooks_store.retry_delivery,
-        config.id,
-        parse_id(delivery_id, "delivery"),
-        now=services().clock.now(),
-    )
+    await retry_delivery_of(principal, application_id, webhook_id, delivery_id)
     return {"id": delivery_id, "status": "PENDING"}, 202
