@@ -19,6 +19,9 @@ async def test_every_console_route_of_an_application_refuses_another_merchants_s
     victim = await new_merchant(client, db, settings)
     application = await new_application(client, victim, "Victim's shop")
     key = await new_api_key(client, victim, application["id"])
+    hooks = f"/api/v1/applications/{application['id']}/webhooks"
+    hook = await client.post(hooks, json={"url": "https://127.0.0.1/victim-hooks"}, headers=victim.headers)
+    webhook = await hook.get_json()
     attacker = await new_merchant(client, db, settings)
     console = app.test_client()
     csrf = await signed_in(console, attacker.email)
@@ -30,15 +33,27 @@ async def test_every_console_route_of_an_application_refuses_another_merchants_s
         if method not in ("HEAD", "OPTIONS")
     ]
     assert len(routes) >= 4
-    values = {"application_id": application["id"], "key_id": key["id"]}
-    form = {"csrf_token": csrf, "enabled": "false", "description": "attacker"}
+    values = {
+        "application_id": application["id"],
+        "key_id": key["id"],
+        "webhook_id": webhook["id"],
+        "delivery_id": "00000000-0000-4000-8000-000000000000",
+    }
+    form = {"csrf_token": csrf, "enabled": "false", "description": "attacker", "active": "false"}
     for method, rule in routes:
         path = re.sub(r"<(?:\w+:)?(\w+)>", lambda match: str(values[match.group(1)]), rule)
         response = await console.open(path, method=method, form=form if method == "POST" else None)
         text = await response.get_data(as_text=True)
         assert response.status_code == 404, (method, rule, response.status_code, text)
         assert "Victim" not in text and key["keyPrefix"] not in text, (method, rule, text)
+        assert "victim-hooks" not in text and webhook["keyFingerprint"] not in text, (method, rule, text)
     after = await client.get(f"/api/v1/applications/{application['id']}", headers=victim.headers)
     assert (await after.get_json())["isEnabled"] is True
     keys = await client.get(f"/api/v1/applications/{application['id']}/api-keys", headers=victim.headers)
     assert [item["status"] for item in (await keys.get_json())["items"]] == ["active"]
+    (hook_after,) = (await (await client.get(hooks, headers=victim.headers)).get_json())["items"]
+    assert (hook_after["isActive"], hook_after["keyFingerprint"], hook_after["lastTestAt"]) == (
+        True,
+        webhook["keyFingerprint"],
+        None,
+    )

@@ -1,0 +1,223 @@
+"""An application's webhook configurations, their tests and their delivery logs.
+
+    GET  /console/applications/<id>/webhooks                    the configurations; POST creates one
+    GET  /console/applications/<id>/webhooks/<webhook>          one, and its delivery log
+    POST /console/applications/<id>/webhooks/<webhook>/status   activate or deactivate (field `active`)
+    POST /console/applications/<id>/webhooks/<webhook>/secret   a new signing secret, shown on the answer only
+    POST /console/applications/<id>/webhooks/<webhook>/test     send a `webhook.test` event, show the answer
+    POST /console/applications/<id>/webhooks/<webhook>/deliveries/<delivery>/retry
+
+Every action calls the operation the API's route calls (`routes/webhooks.py`), so ownership, URL
+checks (https only, no private addresses unless allowed), the merchant's share of test sends and the
+retry rules are the API's. A signing secret is shown on the answer to its creation or rotation and
+never again: nothing keeps it to show later.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from quart import Response, render_template, url_for
+from werkzeug.datastructures import MultiDict
+
+from payorch.engine.representations import EVENT_TYPES
+from payorch.http.auth import application_for
+from payorch.http.console.kit import (
+    Session,
+    action,
+    application_section,
+    blueprint,
+    field_errors,
+    page,
+    page_query,
+    see_other,
+    text_fields,
+    validated,
+)
+from payorch.http.models import WebhookCreateRequest, WebhookUpdateRequest
+from payorch.http.routes.webhooks import (
+    create_webhook_of,
+    deliveries_of,
+    retry_delivery_of,
+    rotate_secret_of,
+    send_test_event_of,
+    update_webhook_of,
+    webhook_of,
+    webhooks_of,
+)
+from payorch.values import errors as domain
+
+application_section("Webhooks", "webhooks")
+
+EVENTS_FIELD = "subscribedEvents"
+
+
+# --- The configurations ------------------------------------------------------------------------
+
+
+async def _webhooks_page(
+    session: Session,
+    application_id: str,
+    status: int,
+    *,
+    form: Mapping[str, Any] | None = None,
+    errors: dict[str, str] | None = None,
+) -> tuple[str, int]:
+    application = await application_for(session.principal, application_id)
+    query = page_query()
+    items, total = await webhooks_of(session.principal, application_id, query.page_request)
+    html = await render_template(
+        "console/webhooks.html",
+        title="Webhooks",
+        csrf_token=session.csrf_token,
+        application=application,
+        items=items,
+        total=total,
+        page=query.page,
+        limit=query.limit,
+        event_types=EVENT_TYPES,
+        form={"url": "", "events": list(EVENT_TYPES), "active": True, **(form or {})},
+        errors=errors or {},
+    )
+    return html, status
+
+
+@blueprint.get("/applications/<application_id>/webhooks")
+@page
+async def webhooks(application_id: str, session: Session) -> tuple[str, int]:
+    return await _webhooks_page(session, application_id, 200)
+
+
+@blueprint.post("/applications/<application_id>/webhooks")
+@action
+async def create_webhook(application_id: str, session: Session, form: MultiDict[str, str]) -> Any:
+    """Create a configuration with the API's validation (`WebhookCreateRequest`, then its event and
+    URL checks); the answer shows the signing secret, this once (no redirect)."""
+    events = form.getlist(EVENTS_FIELD)
+    active = form.get("active") == "true"
+    shown = {"url": form.get("url", ""), "events": events, "active": active}
+    try:
+        fields = text_fields(form, ("url",))
+        data = validated(WebhookCreateRequest, {"url": fields["url"], EVENTS_FIELD: events})
+        secret, created = await create_webhook_of(session.principal, application_id, data, is_active=active)
+    except domain.InvalidInput as error:
+        return await _webhooks_page(session, application_id, 400, form=shown, errors=field_errors(error))
+    return await _secret_page(session, application_id, created.id, secret, created.key_fingerprint, 201)
+
+
+async def _secret_page(
+    session: Session,
+    application_id: str,
+    webhook_id: uuid.UUID,
+    secret: str,
+    fingerprint: str,
+    status: int,
+    *,
+    previous_expires_at: datetime | None = None,
+) -> tuple[str, int]:
+    application = await application_for(session.principal, application_id)
+    html = await render_template(
+        "console/webhook_secret.html",
+        title="New signing secret" if status == 201 else "Signing secret rotated",
+        csrf_token=session.csrf_token,
+        application=application,
+        webhook_id=webhook_id,
+        secret=secret,
+        fingerprint=fingerprint,
+        created=status == 201,
+        previous_expires_at=previous_expires_at,
+    )
+    return html, status
+
+
+# --- One configuration and its delivery log -----------------------------------------------------
+
+
+@blueprint.get("/applications/<application_id>/webhooks/<webhook_id>")
+@page
+async def webhook(application_id: str, webhook_id: str, session: Session) -> tuple[str, int]:
+    application = await application_for(session.principal, application_id)
+    config = await webhook_of(session.principal, application_id, webhook_id)
+    query = page_query()
+    deliveries, total = await deliveries_of(session.principal, application_id, webhook_id, query.page_request)
+    html = await render_template(
+        "console/webhook.html",
+        title="Webhook configuration",
+        csrf_token=session.csrf_token,
+        application=application,
+        config=config,
+        deliveries=deliveries,
+        total=total,
+        page=query.page,
+        limit=query.limit,
+    )
+    return html, 200
+
+
+@blueprint.post("/applications/<application_id>/webhooks/<webhook_id>/status")
+@action
+async def webhook_status(
+    application_id: str, webhook_id: str, session: Session, form: MultiDict[str, str]
+) -> Response:
+    active = {"true": True, "false": False}.get(form.get("active", ""))
+    if active is None:
+        raise domain.InvalidInput("the field 'active' must be 'true' or 'false'")
+    await update_webhook_of(
+        session.principal, application_id, webhook_id, WebhookUpdateRequest(isActive=active)
+    )
+    return see_other(url_for("console.webhook", application_id=application_id, webhook_id=webhook_id))
+
+
+@blueprint.post("/applications/<application_id>/webhooks/<webhook_id>/secret")
+@action
+async def rotate_webhook_secret(
+    application_id: str, webhook_id: str, session: Session, form: MultiDict[str, str]
+) -> tuple[str, int]:
+    """A new signing secret, shown on this answer only; the old one keeps signing for the overlap."""
+    secret, rotated = await rotate_secret_of(session.principal, application_id, webhook_id)
+    return await _secret_page(
+        session,
+        application_id,
+        rotated.id,
+        secret,
+        rotated.key_fingerprint,
+        200,
+        previous_expires_at=rotated.previous_secret_expires_at,
+    )
+
+
+@blueprint.post("/applications/<application_id>/webhooks/<webhook_id>/test")
+@action
+async def send_test_event(
+    application_id: str, webhook_id: str, session: Session, form: MultiDict[str, str]
+) -> tuple[str, int]:
+    """Send a `webhook.test` event now and show how the endpoint answered."""
+    sent = await send_test_event_of(session.principal, application_id, webhook_id)
+    application = await application_for(session.principal, application_id)
+    config = await webhook_of(session.principal, application_id, webhook_id)
+    html = await render_template(
+        "console/webhook_test.html",
+        title="Test event sent",
+        csrf_token=session.csrf_token,
+        application=application,
+        config=config,
+        sent=sent,
+    )
+    return html, 200
+
+
+@blueprint.post("/applications/<application_id>/webhooks/<webhook_id>/deliveries/<delivery_id>/retry")
+@action
+async def retry_webhook_delivery(
+    application_id: str, webhook_id: str, delivery_id: str, session: Session, form: MultiDict[str, str]
+) -> Response:
+    """Send the delivery again now (PENDING and due), as the API's retry does; back to the log."""
+    await retry_delivery_of(session.principal, application_id, webhook_id, delivery_id)
+    back = form.get("page", "")
+    arguments: dict[str, Any] = {"application_id": application_id, "webhook_id": webhook_id}
+    if back.isascii() and back.isdigit() and len(back) <= 9 and int(back) > 1:
+        arguments["page"] = int(back)
+    return see_other(url_for("console.webhook", **arguments))
