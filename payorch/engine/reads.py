@@ -27,10 +27,14 @@ async def session_with_record(
 
 
 async def session_page(
-    conn: Connection, application_id: uuid.UUID, page: PageRequest
+    conn: Connection,
+    application_id: uuid.UUID,
+    page: PageRequest,
+    where: sessions.SessionFilter = sessions.ALL_SESSIONS,
 ) -> tuple[list[SessionRecord], int]:
-    """A page of the application's session records with their refunds. Run it in
-    `Database.snapshot`, so the sessions and their refunds are read as of one moment."""
-    found, total = await sessions.list_sessions(conn, application_id, page)
+    """A page of the application's session records that `where` holds (all by default), with their
+    refunds. Run it in `Database.snapshot`, so the sessions and their refunds are read as of one
+    moment."""
+    found, total = await sessions.list_sessions(conn, application_id, page, where)
     by_session = await refunds.refunds_of_sessions(conn, [item.id for item in found])
     return [session_record(item, [refund_record(r) for r in by_session[item.id]]) for item in found], total

@@ -146,20 +146,66 @@ async def set_session_status(
     return _session(row)
 
 
+@dataclass(frozen=True)
+class SessionFilter:
+    """Which of an application's sessions a list holds; by default, all of them."""
+
+    status: str | None = None
+    created_from: datetime | None = None  # inclusive
+    created_before: datetime | None = None  # exclusive
+
+
+ALL_SESSIONS = SessionFilter()
+
+
+def _where(application_id: uuid.UUID, where: SessionFilter) -> tuple[str, list[object]]:
+    """The WHERE clause of `where` and its arguments: only the conditions asked for, so the list
+    without a filter (the API's) is the same statement it always was."""
+    clauses: list[str] = ["application_id = $1"]
+    args: list[object] = [application_id]
+    for condition, value in (
+        ("status = ${}", where.status),
+        ("created_at >= ${}", where.created_from),
+        ("created_at < ${}", where.created_before),
+    ):
+        if value is not None:
+            args.append(value)
+            clauses.append(condition.format(len(args)))
+    return " AND ".join(clauses), args
+
+
 async def list_sessions(
-    conn: Connection, application_id: uuid.UUID, page: PageRequest
+    conn: Connection, application_id: uuid.UUID, page: PageRequest, where: SessionFilter = ALL_SESSIONS
 ) -> tuple[list[CheckoutSession], int]:
-    total = await conn.fetchval(
-        "SELECT count(*) FROM checkout_sessions WHERE application_id = $1", application_id
-    )
+    """A page of the application's sessions that `where` holds, newest first, and how many it holds."""
+    clause, args = _where(application_id, where)
+    total = await conn.fetchval(f"SELECT count(*) FROM checkout_sessions WHERE {clause}", *args)
     rows = await conn.fetch(
-        f"""SELECT {_COLUMNS} FROM checkout_sessions WHERE application_id = $1
-            ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3""",
-        application_id,
+        f"""SELECT {_COLUMNS} FROM checkout_sessions WHERE {clause}
+            ORDER BY created_at DESC, id DESC LIMIT ${len(args) + 1} OFFSET ${len(args) + 2}""",
+        *args,
         page.limit,
         page.offset,
     )
     return [_session(row) for row in rows], int(total)
+
+
+@dataclass(frozen=True)
+class SessionParticulars:
+    """What a session's page shows beyond its read record."""
+
+    shipping_minor: int
+    tax_minor: int
+    locale: str | None
+    redirect_urls: dict[str, Any] | None
+
+
+async def session_particulars(conn: Connection, session_id: uuid.UUID) -> SessionParticulars | None:
+    row = await conn.fetchrow(
+        "SELECT shipping_minor, tax_minor, locale, redirect_urls FROM checkout_sessions WHERE id = $1",
+        session_id,
+    )
+    return SessionParticulars(**dict(row.items())) if row else None
 
 
 @dataclass(frozen=True)

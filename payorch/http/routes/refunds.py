@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from quart import Blueprint, Response, request
 from quart_schema import document_headers, document_response, security_scheme, tag_blueprint
 
-from payorch.engine.idempotency import request_fingerprint
+from payorch.engine.idempotency import Answer, request_fingerprint
 from payorch.engine.refund_commands import CreateRefund, RefundDraft, refund_scope
 from payorch.engine.refund_rules import RefundCreated
 from payorch.http import openapi as api
@@ -37,6 +39,17 @@ async def create_refund(
     """Refund `amount` (default: all that remains). 201 when the provider acknowledged the refund,
     202 when it will be submitted again later; the outcome arrives by webhook either way."""
     key = idempotency_key()
+    answer = await create_refund_of(principal, session_id, key, await request.get_json(), data)
+    return answer_response(answer)
+
+
+async def create_refund_of(
+    principal: Principal, session_id: str, key: str, body: Any, data: RefundCreateRequest
+) -> Answer:
+    """Refund the session as `data` asks, under the Idempotency-Key `key`; `body` is what the
+    request's fingerprint is taken of (the API's JSON body, or what the same request would send).
+    Another merchant's session is `NotFound`; the refund rules' and the key's errors as the engine
+    raises them. The answer replays the first one when `key` was used before with the same body."""
     session = await services().db.read(sessions_store.get_session, parse_id(session_id, "session"))
     if session is None or not await may_read(principal, session.application_id):
         raise NotFound("session not found")
@@ -48,7 +61,5 @@ async def create_refund(
         reason=data.reason,
         line_items=data.model_dump(mode="python", exclude_none=True).get("lineItems"),
     )
-    body = await request.get_json()
     fingerprint = request_fingerprint(body, refund_scope(session.id))
-    answer = await services().actors.ask(session.application_id, CreateRefund(key, fingerprint, draft))
-    return answer_response(answer)
+    return await services().actors.ask(session.application_id, CreateRefund(key, fingerprint, draft))

@@ -25,9 +25,10 @@ from payorch.http.context import services
 from payorch.http.models import PageQuery, SessionCreateRequest
 from payorch.http.openapi import IDEMPOTENCY_HEADER
 from payorch.http.requestlog import note_application
+from payorch.storage.sessions import ALL_SESSIONS, CheckoutSession, SessionFilter
 from payorch.values.errors import FieldProblem, InvalidInput, NotFound, NotPermitted
 from payorch.values.money import Money, TooManyDecimals, UnknownCurrency
-from payorch.values.pagination import Page, envelope
+from payorch.values.pagination import Page, PageRequest, envelope
 
 blueprint = Blueprint("sessions", __name__, url_prefix="/api/v1")
 tag_blueprint(blueprint, ["Sessions"])
@@ -136,12 +137,18 @@ async def create_session(data: SessionCreateRequest, principal: Principal) -> tu
 @authenticated(Accept.JWT_OR_API_KEY)
 async def get_session(session_id: str, principal: Principal) -> SessionRecord:
     """A session's read record. Another merchant's session is 404, as if it did not exist."""
+    _, record = await session_of(principal, session_id)
+    return record
+
+
+async def session_of(principal: Principal, session_id: str) -> tuple[CheckoutSession, SessionRecord]:
+    """The session and its read record, if `principal` may read it: `NotFound` for another
+    merchant's session (or another application's, for an API key), as for one that does not exist."""
     found = await services().db.read(session_with_record, parse_id(session_id, "session"))
     if found is None or not await may_read(principal, found[0].application_id):
         raise NotFound("session not found")
-    session, record = found
-    note_application(session.application_id)
-    return record
+    note_application(found[0].application_id)
+    return found
 
 
 async def may_read(principal: Principal, application_id: uuid.UUID) -> bool:
@@ -164,7 +171,15 @@ async def list_sessions(
     application_id: str, query_args: PageQuery, principal: Principal
 ) -> Page[SessionRecord]:
     """The application's checkout sessions, each with its refunds where it can have any."""
-    application = await application_for(principal, application_id)
     page = query_args.page_request
-    items, total = await services().db.snapshot(session_page, application.id, page)
+    items, total = await sessions_of(principal, application_id, page)
     return envelope(items, page, total)
+
+
+async def sessions_of(
+    principal: Principal, application_id: str, page: PageRequest, where: SessionFilter = ALL_SESSIONS
+) -> tuple[list[SessionRecord], int]:
+    """A page of the application's session records that `where` holds (the API's list: all), and
+    how many it holds; the application's errors of `application_for`."""
+    application = await application_for(principal, application_id)
+    return await services().db.snapshot(session_page, application.id, page, where)
