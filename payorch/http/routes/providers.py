@@ -39,7 +39,7 @@ from payorch.values.errors import (
     ProviderUnavailable,
     UnsupportedPaymentMethod,
 )
-from payorch.values.pagination import Page, envelope
+from payorch.values.pagination import Page, PageRequest, envelope
 from payorch.values.secretbox import key_fingerprint
 from payorch.values.timefmt import iso
 
@@ -102,37 +102,44 @@ async def _register(provider: Provider, api_key: str, application_id: object) ->
         raise ProviderUnavailable(f"{provider.name} could not be reached: {error}") from None
 
 
-@blueprint.get("/providers")
-@security_scheme(api.JWT)
-@document_response(Page[bodies.ProviderCatalogueEntry], 200)
-@api.errors(400, 401, 429, 500)
-@authenticated(Accept.JWT)
-@validate_querystring(PageQuery)
-async def list_catalogue(query_args: PageQuery, principal: Principal) -> Page[bodies.ProviderCatalogueEntry]:
-    """The providers this deployment offers."""
-    page = query_args.page_request
-    entries: list[bodies.ProviderCatalogueEntry] = [
-        {
-            "name": item.name,
-            "displayName": item.display_name,
-            "paymentMethods": sorted(item.payment_methods),
-            "eventDelivery": item.event_delivery,
-        }
-        for item in services().providers
-    ]
-    return envelope(entries[page.offset : page.offset + page.limit], page, len(entries))
+def catalogue_entry(provider: Provider) -> bodies.ProviderCatalogueEntry:
+    return {
+        "name": provider.name,
+        "displayName": provider.display_name,
+        "paymentMethods": sorted(provider.payment_methods),
+        "eventDelivery": provider.event_delivery,
+    }
 
 
-@blueprint.post("/applications/<application_id>/providers")
-@security_scheme(api.JWT)
-@document_response(bodies.ProviderConfig, 201)
-@api.errors(400, 401, 403, 404, 409, 413, 422, 429, 500, 502)
-@authenticated(Accept.JWT)
-@validate_request(ProviderLinkRequest)
-async def link_provider(
-    application_id: str, data: ProviderLinkRequest, principal: Principal
-) -> tuple[bodies.ProviderConfig, int]:
-    """Link a provider: check the key, register payorch's event endpoint, store the key sealed."""
+async def _linked(application_id: uuid.UUID, name: str) -> tuple[Provider, ProviderConfig]:
+    provider = _provider(name)
+    config = await services().db.read(
+        provider_configs_store.get_provider_config, application_id, provider.name
+    )
+    if config is None or config.webhook_secret is None:
+        raise NotFound(f"provider {name!r} is not linked to this application")
+    return provider, config
+
+
+# The operations behind the routes below, which the console's pages call too: one path to the data,
+# with the same ownership checks (`application_for`), the same checks with the provider and the same
+# effects on the routing actors.
+
+
+def catalogue_of(principal: Principal) -> list[Provider]:
+    """The providers this deployment offers, by name: the same for every merchant (`principal` is
+    asked for so that only a signed-in caller reads it)."""
+    del principal
+    return list(services().providers)
+
+
+async def link_provider_of(
+    principal: Principal, application_id: str, data: ProviderLinkRequest
+) -> ProviderConfig:
+    """Link a provider to the application: check the key with the provider, register payorch's event
+    endpoint there, store the key sealed. Refused: `NotFound` (not in the catalogue),
+    `UnsupportedPaymentMethod`, `ProviderCredentialsRejected`, `ProviderUnavailable`,
+    `ProviderAlreadyLinked`; nothing is kept then."""
     application = await application_for(principal, application_id)
     provider = _provider(data.name)
     methods = _check_methods(provider, data.paymentMethods)
@@ -165,47 +172,22 @@ async def link_provider(
         now=services().clock.now(),
     )
     services().actors.forget_application(application.id)  # the next session routes with it
-    return config_body(linked), 201
+    return linked
 
 
-@blueprint.get("/applications/<application_id>/providers")
-@security_scheme(api.JWT)
-@document_response(Page[bodies.ProviderConfig], 200)
-@api.errors(400, 401, 403, 404, 429, 500)
-@authenticated(Accept.JWT)
-@validate_querystring(PageQuery)
-async def list_provider_configs(
-    application_id: str, query_args: PageQuery, principal: Principal
-) -> Page[bodies.ProviderConfig]:
-    """The providers linked to the application."""
+async def provider_configs_of(
+    principal: Principal, application_id: str, page: PageRequest
+) -> tuple[list[ProviderConfig], int]:
+    """A page of the providers linked to the application, newest first, and how many there are."""
     application = await application_for(principal, application_id)
-    page = query_args.page_request
-    found, total = await services().db.read(
-        provider_configs_store.list_provider_configs, application.id, page
-    )
-    return envelope([config_body(item) for item in found], page, total)
+    return await services().db.read(provider_configs_store.list_provider_configs, application.id, page)
 
 
-async def _linked(application_id: uuid.UUID, name: str) -> tuple[Provider, ProviderConfig]:
-    provider = _provider(name)
-    config = await services().db.read(
-        provider_configs_store.get_provider_config, application_id, provider.name
-    )
-    if config is None or config.webhook_secret is None:
-        raise NotFound(f"provider {name!r} is not linked to this application")
-    return provider, config
-
-
-@blueprint.patch("/applications/<application_id>/providers/<provider_name>/api-key")
-@security_scheme(api.JWT)
-@document_response(bodies.Empty, 200)
-@api.errors(400, 401, 403, 404, 409, 413, 422, 429, 500, 502)
-@authenticated(Accept.JWT)
-@validate_request(ProviderApiKeyRequest)
-async def replace_api_key(
-    application_id: str, provider_name: str, data: ProviderApiKeyRequest, principal: Principal
-) -> bodies.Empty:
-    """Replace the stored key: checked with the provider, and the event endpoint registered anew."""
+async def replace_api_key_of(
+    principal: Principal, application_id: str, provider_name: str, data: ProviderApiKeyRequest
+) -> ProviderConfig:
+    """Replace a linked provider's key: checked with the provider, and the event endpoint registered
+    anew for it; the configuration as it is then (its new fingerprint)."""
     application = await application_for(principal, application_id)
     provider, _ = await _linked(application.id, provider_name)
     await _check_key(provider, data.apiKey)
@@ -223,7 +205,7 @@ async def replace_api_key(
         with trio.CancelScope(shield=True):
             await db.transaction(provider_configs_store.end_key_change, application.id, provider.name)
         raise
-    await db.transaction(
+    changed = await db.transaction(
         provider_configs_store.finish_change,
         application_id=application.id,
         provider=provider.name,
@@ -234,6 +216,80 @@ async def replace_api_key(
         now=services().clock.now(),
     )
     services().actors.forget_application(application.id)  # the next session uses the new key
+    return changed
+
+
+async def set_payment_methods_of(
+    principal: Principal, application_id: str, provider_name: str, data: ProviderPaymentMethodsRequest
+) -> ProviderConfig:
+    """Replace the payment methods enabled on a linked provider (`UnsupportedPaymentMethod` for one
+    it does not offer)."""
+    application = await application_for(principal, application_id)
+    provider, _ = await _linked(application.id, provider_name)
+    methods = _check_methods(provider, data.paymentMethods)
+    updated = await services().db.transaction(
+        provider_configs_store.set_payment_methods,
+        application.id,
+        provider.name,
+        methods,
+        now=services().clock.now(),
+    )
+    services().actors.forget_application(application.id)  # the next session routes with them
+    return updated
+
+
+@blueprint.get("/providers")
+@security_scheme(api.JWT)
+@document_response(Page[bodies.ProviderCatalogueEntry], 200)
+@api.errors(400, 401, 429, 500)
+@authenticated(Accept.JWT)
+@validate_querystring(PageQuery)
+async def list_catalogue(query_args: PageQuery, principal: Principal) -> Page[bodies.ProviderCatalogueEntry]:
+    """The providers this deployment offers."""
+    page = query_args.page_request
+    entries = [catalogue_entry(item) for item in catalogue_of(principal)]
+    return envelope(entries[page.offset : page.offset + page.limit], page, len(entries))
+
+
+@blueprint.post("/applications/<application_id>/providers")
+@security_scheme(api.JWT)
+@document_response(bodies.ProviderConfig, 201)
+@api.errors(400, 401, 403, 404, 409, 413, 422, 429, 500, 502)
+@authenticated(Accept.JWT)
+@validate_request(ProviderLinkRequest)
+async def link_provider(
+    application_id: str, data: ProviderLinkRequest, principal: Principal
+) -> tuple[bodies.ProviderConfig, int]:
+    """Link a provider: check the key, register payorch's event endpoint, store the key sealed."""
+    return config_body(await link_provider_of(principal, application_id, data)), 201
+
+
+@blueprint.get("/applications/<application_id>/providers")
+@security_scheme(api.JWT)
+@document_response(Page[bodies.ProviderConfig], 200)
+@api.errors(400, 401, 403, 404, 429, 500)
+@authenticated(Accept.JWT)
+@validate_querystring(PageQuery)
+async def list_provider_configs(
+    application_id: str, query_args: PageQuery, principal: Principal
+) -> Page[bodies.ProviderConfig]:
+    """The providers linked to the application."""
+    page = query_args.page_request
+    found, total = await provider_configs_of(principal, application_id, page)
+    return envelope([config_body(item) for item in found], page, total)
+
+
+@blueprint.patch("/applications/<application_id>/providers/<provider_name>/api-key")
+@security_scheme(api.JWT)
+@document_response(bodies.Empty, 200)
+@api.errors(400, 401, 403, 404, 409, 413, 422, 429, 500, 502)
+@authenticated(Accept.JWT)
+@validate_request(ProviderApiKeyRequest)
+async def replace_api_key(
+    application_id: str, provider_name: str, data: ProviderApiKeyRequest, principal: Principal
+) -> bodies.Empty:
+    """Replace the stored key: checked with the provider, and the event endpoint registered anew."""
+    await replace_api_key_of(principal, application_id, provider_name, data)
     return {}
 
 
@@ -247,15 +303,4 @@ async def set_payment_methods(
     application_id: str, provider_name: str, data: ProviderPaymentMethodsRequest, principal: Principal
 ) -> bodies.ProviderConfig:
     """Replace the payment methods enabled on a linked provider."""
-    application = await application_for(principal, application_id)
-    provider, _ = await _linked(application.id, provider_name)
-    methods = _check_methods(provider, data.paymentMethods)
-    updated = await services().db.transaction(
-        provider_configs_store.set_payment_methods,
-        application.id,
-        provider.name,
-        methods,
-        now=services().clock.now(),
-    )
-    services().actors.forget_application(application.id)  # the next session routes with them
-    return config_body(updated)
+    return config_body(await set_payment_methods_of(principal, application_id, provider_name, data))
