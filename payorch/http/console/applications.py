@@ -19,6 +19,7 @@ from quart import Response, render_template, url_for
 from werkzeug.datastructures import MultiDict
 
 from payorch.http.auth import application_for
+from payorch.http.console.activity import activity_of
 from payorch.http.console.kit import (
     Session,
     action,
@@ -69,6 +70,7 @@ async def _applications_page(
         limit=query.limit,
         form={"name": "", "description": "", **(form or {})},
         errors=errors or {},
+        activity=await activity_of(session.principal),
     )
     return html, status
 
