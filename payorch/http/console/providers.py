@@ -1,0 +1,235 @@
+"""The providers linked to one application: link one the catalogue offers, change its payment
+methods, replace its API key. Only a key's fingerprint is ever shown.
+
+    GET  /console/applications/<id>/providers                   the linked providers, a form for each
+                                                                other provider of the catalogue
+    POST /console/applications/<id>/providers                   link (`provider`, `apiKey`, `paymentMethods`)
+    POST /console/applications/<id>/providers/payment-methods   (`provider`, `paymentMethods`)
+    POST /console/applications/<id>/providers/api-key           (`provider`, `apiKey`)
+
+Every action calls the operation the API's route calls (`routes/providers.py`), so ownership,
+validation, the provider's checks and rate limits are the API's. A refusal shows the page again with
+the API's status and message next to the field it is about, the ticked methods kept and the key
+field empty.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from quart import Response, render_template, request, url_for
+from werkzeug.datastructures import MultiDict
+
+from payorch.http.auth import application_for
+from payorch.http.console.kit import (
+    Session,
+    action,
+    application_section,
+    blueprint,
+    field_errors,
+    page,
+    page_query,
+    see_other,
+    text_fields,
+    validated,
+)
+from payorch.http.errors import STATUS_OF
+from payorch.http.jsonio import unstorable_text_problem
+from payorch.http.models import ProviderApiKeyRequest, ProviderLinkRequest, ProviderPaymentMethodsRequest
+from payorch.http.routes.providers import (
+    catalogue_of,
+    link_provider_of,
+    provider_configs_of,
+    replace_api_key_of,
+    set_payment_methods_of,
+)
+from payorch.providers.base import Provider
+from payorch.storage.provider_configs import ProviderConfig
+from payorch.values import errors as domain
+
+application_section("Providers", "providers")
+
+# What the operations refuse that the page shows next to its form; anything else (another merchant's
+# application, a rate limit) gets the console's own error pages.
+REFUSALS = (
+    domain.InvalidInput,
+    domain.NotFound,  # the provider: the application was found before the operation ran
+    domain.UnsupportedPaymentMethod,
+    domain.ProviderCredentialsRejected,
+    domain.ProviderUnavailable,
+    domain.ProviderAlreadyLinked,
+    domain.ChangeInProgress,
+)
+# The form's field for each field the API names (`credentials.apiKey` is the link form's `apiKey`);
+# the others are about the form as a whole.
+FORM_FIELD = {"paymentMethods": "paymentMethods", "credentials": "apiKey", "apiKey": "apiKey"}
+EVENT_DELIVERY = {
+    "registered_endpoint": "payorch registers an endpoint for them with the provider",
+    "per_payment_url": "each payment tells the provider where to send them",
+}
+DONE = {
+    "linked": "{name} is linked.",
+    "methods": "The payment methods of {name} are saved.",
+    "key": "The API key of {name} is replaced: its fingerprint is now {fingerprint}.",
+}
+
+
+@dataclass(frozen=True)
+class Linked:
+    config: ProviderConfig
+    provider: Provider | None  # None when this deployment no longer offers it
+
+    @property
+    def display_name(self) -> str:
+        return self.provider.display_name if self.provider else self.config.provider
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A form the operation refused: which one (`link-sandbox`...), what it had ticked, and why."""
+
+    form: str
+    ticked: list[str]
+    errors: dict[str, str]  # by the form's field, `form` for the form as a whole
+    status: int
+
+
+def _refused(form: str, ticked: list[str], error: domain.DomainError) -> Refused:
+    status = next(int(STATUS_OF[kind]) for kind in type(error).__mro__ if kind in STATUS_OF)
+    errors: dict[str, str] = {}
+    if isinstance(error, domain.InvalidInput):
+        for field, message in field_errors(error).items():
+            errors.setdefault(FORM_FIELD.get(field, "form"), message)
+        errors = errors or {"form": error.message}
+    elif isinstance(error, domain.UnsupportedPaymentMethod):
+        errors["paymentMethods"] = error.message
+    elif isinstance(error, domain.ProviderCredentialsRejected):
+        errors["apiKey"] = error.message
+    else:
+        errors["form"] = error.message
+    return Refused(form, ticked, errors, status)
+
+
+def _ticked(form: MultiDict[str, str]) -> list[str]:
+    """The ticked payment methods; `InvalidInput` for text PostgreSQL cannot store."""
+    ticked = form.getlist("paymentMethods")
+    for method in ticked:
+        problem = unstorable_text_problem(method)
+        if problem is not None:
+            raise domain.InvalidInput(
+                "the form holds text that cannot be stored", [domain.FieldProblem("paymentMethods", problem)]
+            )
+    return ticked
+
+
+def _done_notice(linked: list[Linked]) -> str | None:
+    """What the form posted just before did (`?done=...&provider=...`, after its redirect)."""
+    template = DONE.get(request.args.get("done", ""))
+    found = next((item for item in linked if item.config.provider == request.args.get("provider")), None)
+    if template is None or found is None:
+        return None
+    return template.format(name=found.display_name, fingerprint=found.config.key_fingerprint)
+
+
+async def _providers_page(
+    session: Session, application_id: str, refused: Refused | None = None
+) -> tuple[str, int]:
+    application = await application_for(session.principal, application_id)
+    query = page_query()
+    configs, total = await provider_configs_of(session.principal, application_id, query.page_request)
+    catalogue = catalogue_of(session.principal)
+    offered = {provider.name: provider for provider in catalogue}
+    linked = [Linked(config, offered.get(config.provider)) for config in configs]
+    unlinked = [provider for provider in catalogue if provider.name not in {c.provider for c in configs}]
+    forms = {f"link-{provider.name}" for provider in unlinked} | {
+        f"{kind}-{item.config.provider}" for item in linked if item.provider for kind in ("methods", "key")
+    }
+    errors: dict[str, str] = {}
+    page_alert = None
+    if refused is not None:
+        errors = {f"{refused.form}-{field}": message for field, message in refused.errors.items()}
+        if refused.form not in forms:  # its form is not on the page (any more): say it on top
+            page_alert = " ".join(refused.errors.values())
+    html = await render_template(
+        "console/providers.html",
+        title="Providers",
+        csrf_token=session.csrf_token,
+        application=application,
+        linked=linked,
+        unlinked=unlinked,
+        total=total,
+        page=query.page,
+        limit=query.limit,
+        event_delivery=EVENT_DELIVERY,
+        notice=_done_notice(linked) if refused is None else None,
+        page_alert=page_alert,
+        refused_form=refused.form if refused else None,
+        refused_ticked=refused.ticked if refused else [],
+        errors=errors,
+    )
+    return html, refused.status if refused else 200
+
+
+def _done(application_id: str, done: str, provider: str) -> Response:
+    return see_other(
+        url_for("console.providers", application_id=application_id, done=done, provider=provider)
+    )
+
+
+@blueprint.get("/applications/<application_id>/providers")
+@page
+async def providers(application_id: str, session: Session) -> tuple[str, int]:
+    return await _providers_page(session, application_id)
+
+
+@blueprint.post("/applications/<application_id>/providers")
+@action
+async def link_provider(application_id: str, session: Session, form: MultiDict[str, str]) -> Any:
+    """Link the provider `provider` with the key `apiKey` and the ticked `paymentMethods`."""
+    await application_for(session.principal, application_id)  # another merchant's: the 404 page
+    name, ticked = form.get("provider", ""), form.getlist("paymentMethods")
+    try:
+        fields = text_fields(form, ("provider", "apiKey"))
+        data = validated(
+            ProviderLinkRequest,
+            {
+                "name": fields["provider"],
+                "paymentMethods": _ticked(form),
+                "credentials": {"apiKey": fields["apiKey"]},
+            },
+        )
+        await link_provider_of(session.principal, application_id, data)
+    except REFUSALS as error:
+        return await _providers_page(session, application_id, _refused(f"link-{name}", ticked, error))
+    return _done(application_id, "linked", name)
+
+
+@blueprint.post("/applications/<application_id>/providers/payment-methods")
+@action
+async def provider_payment_methods(application_id: str, session: Session, form: MultiDict[str, str]) -> Any:
+    """Enable the ticked `paymentMethods` of the linked provider `provider`, and only those."""
+    await application_for(session.principal, application_id)
+    name, ticked = form.get("provider", ""), form.getlist("paymentMethods")
+    try:
+        fields = text_fields(form, ("provider",))
+        data = validated(ProviderPaymentMethodsRequest, {"paymentMethods": _ticked(form)})
+        await set_payment_methods_of(session.principal, application_id, fields["provider"], data)
+    except REFUSALS as error:
+        return await _providers_page(session, application_id, _refused(f"methods-{name}", ticked, error))
+    return _done(application_id, "methods", name)
+
+
+@blueprint.post("/applications/<application_id>/providers/api-key")
+@action
+async def provider_api_key(application_id: str, session: Session, form: MultiDict[str, str]) -> Any:
+    """Replace the key of the linked provider `provider` with `apiKey`."""
+    await application_for(session.principal, application_id)
+    name = form.get("provider", "")
+    try:
+        fields = text_fields(form, ("provider", "apiKey"))
+        data = validated(ProviderApiKeyRequest, {"apiKey": fields["apiKey"]})
+        await replace_api_key_of(session.principal, application_id, fields["provider"], data)
+    except REFUSALS as error:
+        return await _providers_page(session, application_id, _refused(f"key-{name}", [], error))
+    return _done(application_id, "key", name)
