@@ -1,0 +1,306 @@
+"""An application's checkout sessions, a session's page with its refunds and events, and its refund form.
+
+    GET  /console/applications/<id>/sessions     the sessions, newest first (filters: status, from, to)
+    GET  /console/sessions/<session_id>          one session: its record, refunds and events
+    POST /console/sessions/<session_id>/refunds  refund it, in full or in part
+
+The list is the API's (`sessions_of`, with the filters the API does not take), the session is read as
+the API reads it (`session_of`: another merchant's session is 404) and a refund is the API's
+(`create_refund_of`), under an Idempotency-Key made when the form was rendered: the same rendered
+form sent twice refunds once, the engine answering the second with the first one's answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
+from typing import Any
+from urllib.parse import urlencode
+
+from quart import Response, render_template, request, url_for
+from werkzeug.datastructures import MultiDict
+
+from payorch.engine.idempotency import MAX_KEY_LENGTH
+from payorch.engine.records import SessionRecord
+from payorch.engine.refund_rules import REFUND_REASONS, RefundStatus
+from payorch.engine.session_states import REFUNDABLE, SessionStatus
+from payorch.http.auth import application_for
+from payorch.http.console.kit import (
+    Session,
+    action,
+    application_section,
+    blueprint,
+    field_errors,
+    message_page,
+    page,
+    page_query,
+    see_other,
+    text_fields,
+    validated,
+)
+from payorch.http.context import services
+from payorch.http.errors import SHAPE_B_STATUS_OF
+from payorch.http.models import RefundCreateRequest
+from payorch.http.routes.refunds import create_refund_of
+from payorch.http.routes.sessions import session_of, sessions_of
+from payorch.storage import outbox
+from payorch.storage import sessions as sessions_store
+from payorch.storage.database import Connection
+from payorch.values import errors as domain
+from payorch.values.money import to_major_units, to_minor_units
+
+application_section("Sessions", "sessions")
+
+FILTER_FIELDS = ("status", "from", "to")
+REFUND_FIELDS = ("kind", "amount", "reason", "idempotency_key")
+REASON_LABELS = {reason: reason.replace("_", " ").capitalize() for reason in REFUND_REASONS}
+_DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_AMOUNT = re.compile(r"[0-9]{1,16}(\.[0-9]{1,16})?")
+# What a refund refused by the engine leaves to do, beside the engine's own message.
+_AFTER_REFUSAL = {
+    domain.IdempotencyKeyInProgress: "This form was already sent and its refund is under way: nothing "
+    "more was refunded. Reload the page to see it.",
+    domain.IdempotencyKeyMismatch: "This form was already sent with other values: nothing more was "
+    "refunded. Fill in the new form below to refund again.",
+}
+
+
+def money(amount: Decimal | int, currency: str) -> str:
+    """An exact amount with the currency's decimal places (as the API writes it), and its currency.
+    Amounts are Decimal (or int, from an event's JSON), never float; nothing is rounded."""
+    exact = Decimal(amount)
+    with contextlib.suppress(ValueError):  # a currency the API would not take: shown as stored
+        exact = to_major_units(to_minor_units(exact, currency), currency)
+    return f"{exact:f} {currency}"
+
+
+# --- The list ----------------------------------------------------------------------------------
+
+
+def _day(value: str, field: str, problems: list[domain.FieldProblem]) -> date | None:
+    if not value:
+        return None
+    try:
+        if _DAY.fullmatch(value):
+            return date.fromisoformat(value)
+    except ValueError:
+        pass
+    problems.append(domain.FieldProblem(field, "must be a date written YYYY-MM-DD, such as 2025-03-31"))
+    return None
+
+
+def _midnight(day: date) -> datetime:
+    return datetime.combine(day, time(0), UTC)
+
+
+def session_filter(values: Mapping[str, str]) -> sessions_store.SessionFilter:
+    """The filter of the list's form: a status, and the days (UTC) from and to which sessions were
+    created, both included; `InvalidInput` with a problem per field for anything else."""
+    problems: list[domain.FieldProblem] = []
+    status = values["status"]
+    if status and status not in {item.value for item in SessionStatus}:
+        problems.append(domain.FieldProblem("status", "must be one of the statuses listed"))
+    start, end = _day(values["from"], "from", problems), _day(values["to"], "to", problems)
+    if start and end and end < start:
+        problems.append(domain.FieldProblem("to", "must be the same day as 'from' or later"))
+    if problems:
+        raise domain.InvalidInput("the filters are not valid", problems)
+    return sessions_store.SessionFilter(
+        status=status or None,
+        created_from=_midnight(start) if start else None,
+        created_before=_midnight(end + timedelta(days=1)) if end and end < date.max else None,
+    )
+
+
+def _list_url(application_id: str, filters: Mapping[str, str], page_number: int) -> str:
+    """The list's address at `page_number`, with the filters in use."""
+    query = {name: value for name, value in filters.items() if value}
+    if page_number > 1:
+        query["page"] = str(page_number)
+    base = url_for("console.sessions", application_id=application_id)
+    return f"{base}?{urlencode(query)}" if query else base
+
+
+@blueprint.get("/applications/<application_id>/sessions")
+@page
+async def sessions(application_id: str, session: Session) -> tuple[str, int]:
+    application = await application_for(session.principal, application_id)
+    filters = {name: request.args.get(name, "").strip() for name in FILTER_FIELDS}
+    query = page_query()
+    items: list[SessionRecord] = []
+    total, errors, status = 0, {}, 200
+    try:
+        where = session_filter(filters)
+    except domain.InvalidInput as error:
+        errors, status = field_errors(error), 400
+    else:
+        items, total = await sessions_of(session.principal, application_id, query.page_request, where)
+    more = query.page * query.limit < total
+    html = await render_template(
+        "console/sessions.html",
+        title="Sessions",
+        csrf_token=session.csrf_token,
+        application=application,
+        items=items,
+        total=total,
+        filters=filters,
+        filtered=any(filters.values()),
+        errors=errors,
+        statuses=list(SessionStatus),
+        money=money,
+        newer=_list_url(application_id, filters, query.page - 1) if query.page > 1 else None,
+        older=_list_url(application_id, filters, query.page + 1) if more else None,
+    )
+    return html, status
+
+
+# --- A session ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class History:
+    particulars: sessions_store.SessionParticulars | None
+    events: list[dict[str, Any]]  # the delivery bodies of the session's events, newest first
+
+
+async def _history(conn: Connection, session_id: Any) -> History:
+    particulars = await sessions_store.session_particulars(conn, session_id)
+    events = await outbox.events_of_session(conn, session_id)
+    return History(particulars, events[::-1])
+
+
+async def _no_such_session() -> Response:
+    return await message_page("No such session", "There is no such session in your account.", 404)
+
+
+def _refunded(record: SessionRecord) -> Decimal:
+    """The sum of the session's refunds that are not FAILED (what the refund rules count)."""
+    shown = record["refunds"] or []
+    return sum((item["amount"] for item in shown if item["status"] != RefundStatus.FAILED), Decimal(0))
+
+
+async def _session_page(
+    session: Session,
+    session_id: str,
+    status: int,
+    *,
+    form: Mapping[str, str] | None = None,
+    errors: dict[str, str] | None = None,
+    refund_error: str | None = None,
+) -> Response:
+    try:
+        checkout, record = await session_of(session.principal, session_id)
+    except domain.NotFound:
+        return await _no_such_session()
+    application = await application_for(session.principal, str(checkout.application_id))
+    history = await services().db.snapshot(_history, checkout.id)
+    refunds = list(reversed(record["refunds"] or []))
+    remaining = record["amount"] - _refunded(record)
+    notice = None
+    if done := request.args.get("refund"):
+        notice = next((item for item in refunds if item["id"] == done), None)
+    particulars = history.particulars
+    html = await render_template(
+        "console/session.html",
+        title=f"Session {record['orderReference']}",
+        csrf_token=session.csrf_token,
+        application=application,
+        record=record,
+        checkout=checkout,
+        particulars=particulars,
+        shipping=to_major_units(particulars.shipping_minor, checkout.currency) if particulars else None,
+        tax=to_major_units(particulars.tax_minor, checkout.currency) if particulars else None,
+        refunds=refunds,
+        events=history.events,
+        refunded=record["amount"] - remaining,
+        remaining=remaining,
+        refundable=record["status"] in REFUNDABLE and remaining > 0,
+        notice=notice,
+        notice_again=request.args.get("again") == "1",
+        notice_later=request.args.get("later") == "1",
+        # A new key each time the form is rendered: sending this rendered form again is the same refund.
+        idempotency_key=secrets.token_urlsafe(24),
+        reasons=REASON_LABELS,
+        form={"kind": "full", "amount": "", "reason": "", **(form or {})},
+        errors=errors or {},
+        refund_error=refund_error,
+        money=money,
+    )
+    return Response(html, status=status, content_type="text/html; charset=utf-8")
+
+
+@blueprint.get("/sessions/<session_id>")
+@page
+async def session_page(session_id: str, session: Session) -> Response:
+    return await _session_page(session, session_id, 200)
+
+
+# --- Refunds -----------------------------------------------------------------------------------
+
+
+def refund_request(fields: Mapping[str, str]) -> tuple[RefundCreateRequest, dict[str, Any]]:
+    """The refund the form asks for, validated as the API validates its body, and that body (what the
+    Idempotency-Key's fingerprint is taken of): no amount for a full refund."""
+    problems: list[domain.FieldProblem] = []
+    kind, typed = fields["kind"], fields["amount"].strip()
+    body: dict[str, Any] = {}
+    if kind not in ("full", "part"):
+        problems.append(domain.FieldProblem("kind", "choose a full or a partial refund"))
+    elif kind == "full" and typed:
+        problems.append(
+            domain.FieldProblem("amount", "leave it empty for a full refund, or choose a partial refund")
+        )
+    elif kind == "part" and not typed:
+        problems.append(domain.FieldProblem("amount", "enter the amount to refund"))
+    elif kind == "part" and not _AMOUNT.fullmatch(typed):
+        problems.append(domain.FieldProblem("amount", "must be digits, with a point before any decimals"))
+    elif kind == "part":
+        body["amount"] = Decimal(typed)
+    if fields["reason"]:
+        body["reason"] = fields["reason"]
+    if problems:
+        raise domain.InvalidInput("the refund is not valid", problems)
+    return validated(RefundCreateRequest, body), body
+
+
+@blueprint.post("/sessions/<session_id>/refunds")
+@action
+async def refund_session(session_id: str, session: Session, form: MultiDict[str, str]) -> Response:
+    shown = {name: form.get(name, "") for name in ("kind", "amount", "reason")}
+    try:
+        await session_of(session.principal, session_id)  # another merchant's: 404 before anything
+    except domain.NotFound:
+        return await _no_such_session()
+    try:
+        fields = text_fields(form, REFUND_FIELDS)
+        key = fields["idempotency_key"]
+        if not 0 < len(key) <= MAX_KEY_LENGTH:
+            raise domain.InvalidInput(
+                "this form was not sent from its page: open the session's page and refund from there"
+            )
+        data, body = refund_request(fields)
+        answer = await create_refund_of(session.principal, session_id, key, body, data)
+    except domain.InvalidInput as error:
+        errors = field_errors(error)
+        message = None if errors else f"Nothing was refunded: {error.message}."
+        return await _session_page(session, session_id, 400, form=shown, errors=errors, refund_error=message)
+    except domain.CodedError as error:
+        status = int(SHAPE_B_STATUS_OF[type(error)])
+        after = _AFTER_REFUSAL.get(type(error), "")
+        message = f"Nothing was refunded: {error.message}. {after}".strip()
+        return await _session_page(session, session_id, status, form=shown, refund_error=message)
+    except domain.NotFound as error:
+        if error.message == "session not found":
+            return await _no_such_session()
+        return await message_page("Not refunded", error.message, 404)
+    query = {"refund": str(answer.body["refundId"])}
+    if answer.replayed:
+        query["again"] = "1"
+    if answer.status == 202:
+        query["later"] = "1"
+    return see_other(f"{url_for('console.session_page', session_id=session_id)}?{urlencode(query)}#refunds")

@@ -1,0 +1,353 @@
+"""The console's sessions: the list and its filters, a session's page with its refunds and events, and
+the refund form, which refunds through the API's own operation, once per rendered form."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import pytest
+import trio
+
+from payorch.config import Settings
+from payorch.http.context import PayorchApp
+from payorch.storage import outbox
+from payorch.storage.database import Connection, Database
+from tests.console.helpers import csrf_of, page, signed_in
+from tests.helpers import Client, Shop, create_session, new_shop, post_json, session_body
+from tests.http.test_refunds import eventually, paid_session, record_of
+
+_KEY = re.compile(r'name="idempotency_key" value="([^"]+)"')
+
+
+@pytest.fixture
+async def shop(client: Client, db: Database, settings: Settings) -> Shop:
+    return await new_shop(client, db, settings)
+
+
+@pytest.fixture
+async def console(app: PayorchApp, shop: Shop) -> Client:
+    """The shop's admin, signed in to the console."""
+    browser = app.test_client()
+    await signed_in(browser, shop.merchant.email)
+    return browser
+
+
+async def pending_session(client: Client, shop: Shop, total: str = "12.30") -> str:
+    response = await create_session(client, shop, f"k-{uuid.uuid4()}", session_body(total=total))
+    assert response.status_code == 201, await response.get_data(as_text=True)
+    return str((await response.get_json())["sessionId"])
+
+
+async def created_on(db: Database, session_id: str, moment: datetime) -> None:
+    async def backdate(conn: Connection) -> None:
+        await conn.execute(
+            "UPDATE checkout_sessions SET created_at = $2 WHERE id = $1", uuid.UUID(session_id), moment
+        )
+
+    await db.transaction(backdate)
+
+
+async def refund_form(console: Client, session_id: str) -> dict[str, str]:
+    """The hidden fields of the session page's refund form, as the browser would send them."""
+    response, html = await page(console, f"/console/sessions/{session_id}")
+    assert response.status_code == 200, html
+    found = _KEY.search(html)
+    assert found is not None, html
+    return {"csrf_token": csrf_of(html), "idempotency_key": found.group(1)}
+
+
+async def send_refund(console: Client, session_id: str, form: dict[str, str]) -> Any:
+    return await console.post(f"/console/sessions/{session_id}/refunds", form=form)
+
+
+async def refunds_of(client: Client, shop: Shop, session_id: str) -> list[dict[str, Any]]:
+    refunds: list[dict[str, Any]] = (await record_of(client, shop, session_id))["refunds"] or []
+    return refunds
+
+
+# --- The list ----------------------------------------------------------------------------------
+
+
+async def test_the_list_shows_the_applications_sessions_newest_first(
+    client: Client, db: Database, settings: Settings, shop: Shop, console: Client
+) -> None:
+    older = await paid_session(client, shop, total="100.00")
+    newer = await pending_session(client, shop, total="12.30")
+    elsewhere = await new_shop(client, db, settings)
+    not_yours = await pending_session(client, elsewhere)
+    response, html = await page(console, f"/console/applications/{shop.application_id}/sessions")
+    assert response.status_code == 200
+    assert html.index(newer) < html.index(older)
+    assert f'href="/console/sessions/{older}"' in html
+    for shown in (
+        "100.00 PLN",
+        "12.30 PLN",
+        "SUCCEEDED",
+        "PENDING",
+        "sandbox",
+        'aria-current="page">Sessions',
+    ):
+        assert shown in html, shown
+    assert not_yours not in html
+
+
+async def test_the_list_filters_by_status_and_by_the_day_of_creation(
+    client: Client, db: Database, shop: Shop, console: Client
+) -> None:
+    paid = await paid_session(client, shop)
+    pending = await pending_session(client, shop)
+    january = await pending_session(client, shop)
+    await created_on(db, january, datetime(2024, 1, 10, 23, 59, tzinfo=UTC))
+    path = f"/console/applications/{shop.application_id}/sessions"
+
+    _, html = await page(console, f"{path}?status=SUCCEEDED")
+    assert paid in html and pending not in html and january not in html
+    assert '<option value="SUCCEEDED" selected>' in html
+
+    _, html = await page(console, f"{path}?status=PENDING&from=2024-01-10&to=2024-01-10")
+    assert january in html and pending not in html and paid not in html
+
+    _, html = await page(console, f"{path}?from=2024-01-11")
+    assert january not in html and pending in html and paid in html
+
+    response, html = await page(console, f"{path}?to=2024-01-09")
+    assert response.status_code == 200
+    assert "No session matches these filters." in html
+
+
+async def test_the_pages_of_a_filtered_list_keep_the_filters(
+    client: Client, shop: Shop, console: Client
+) -> None:
+    for _ in range(21):
+        await pending_session(client, shop)
+    await paid_session(client, shop)
+    path = f"/console/applications/{shop.application_id}/sessions"
+    _, html = await page(console, f"{path}?status=PENDING&from=2020-01-01")
+    assert "21 sessions matching the filters" in html
+    assert f'href="{path}?status=PENDING&amp;from=2020-01-01&amp;page=2">Older</a>' in html
+    _, html = await page(console, f"{path}?status=PENDING&from=2020-01-01&page=2")
+    assert html.count('href="/console/sessions/') == 1
+    assert f'href="{path}?status=PENDING&amp;from=2020-01-01">Newer</a>' in html
+
+
+async def test_a_bad_date_or_status_filter_is_400_with_a_field_error(
+    client: Client, shop: Shop, console: Client
+) -> None:
+    session_id = await pending_session(client, shop)
+    path = f"/console/applications/{shop.application_id}/sessions"
+    for query, field in (
+        ("from=2024-13-01", "from"),
+        ("to=yesterday", "to"),
+        ("status=PAID", "status"),
+        ("from=2024-02-02&to=2024-02-01", "to"),
+    ):
+        response, html = await page(console, f"{path}?{query}")
+        assert response.status_code == 400, query
+        assert f'id="{field}-error"' in html, query
+        assert 'aria-invalid="true"' in html
+        assert session_id not in html
+
+
+# --- A session's page --------------------------------------------------------------------------
+
+
+async def test_a_sessions_page_shows_its_record_refunds_and_events(
+    client: Client, db: Database, shop: Shop, console: Client
+) -> None:
+    session_id = await paid_session(client, shop)
+    response = await post_json(
+        client,
+        f"/api/v1/sessions/{session_id}/refunds",
+        {"amount": Decimal("30.00"), "reason": "DUPLICATE"},
+        {**shop.headers, "Idempotency-Key": "r1"},
+    )
+    refund_id = (await response.get_json())["refundId"]
+    await eventually(client, shop, session_id, lambda record: record["refunds"][0]["status"] == "COMPLETED")
+    response, html = await page(console, f"/console/sessions/{session_id}")
+    assert response.status_code == 200
+    for shown in ("PARTIALLY_REFUNDED", "100.00 PLN", "30.00 PLN", "70.00 PLN", "Duplicate", "COMPLETED"):
+        assert shown in html, shown
+    assert refund_id in html
+    events = await db.read(outbox.events_of_session, uuid.UUID(session_id))
+    assert [event["type"] for event in events] == ["session.completed", "refund.completed"]
+    # Newest first.
+    assert html.index(events[1]["id"]) < html.index(events[0]["id"])
+    assert html.index("refund.completed") < html.index("session.completed")
+
+
+async def test_a_pending_session_has_no_refund_form(client: Client, shop: Shop, console: Client) -> None:
+    session_id = await pending_session(client, shop)
+    response, html = await page(console, f"/console/sessions/{session_id}")
+    assert response.status_code == 200
+    assert "idempotency_key" not in html
+    assert "cannot be refunded" in html
+
+
+# --- Refunds -----------------------------------------------------------------------------------
+
+
+async def test_half_a_refund_through_the_form_makes_one_refund_of_half(
+    client: Client, shop: Shop, console: Client
+) -> None:
+    session_id = await paid_session(client, shop)
+    form = await refund_form(console, session_id)
+    response = await send_refund(
+        console, session_id, {**form, "kind": "part", "amount": "50.00", "reason": "REQUESTED_BY_CUSTOMER"}
+    )
+    assert response.status_code == 303, await response.get_data(as_text=True)
+    (refund,) = await refunds_of(client, shop, session_id)
+    assert refund["amount"] == Decimal("50.00")
+    assert refund["reason"] == "REQUESTED_BY_CUSTOMER"
+    assert (await record_of(client, shop, session_id))["status"] == "PARTIALLY_REFUNDED"
+    location = response.headers["Location"]
+    assert location.startswith(f"/console/sessions/{session_id}?refund={refund['id']}")
+    _, html = await page(console, location.split("#")[0])
+    assert "Refund of 50.00 PLN requested" in html
+    assert refund["id"] in html
+    assert "Requested by customer" in html
+
+
+async def test_a_full_refund_is_the_default(client: Client, shop: Shop, console: Client) -> None:
+    session_id = await paid_session(client, shop, total="0.30")
+    form = await refund_form(console, session_id)
+    response = await send_refund(console, session_id, {**form, "kind": "full", "amount": "", "reason": ""})
+    assert response.status_code == 303
+    (refund,) = await refunds_of(client, shop, session_id)
+    assert (refund["amount"], refund["reason"]) == (Decimal("0.30"), None)
+    _, html = await page(console, f"/console/sessions/{session_id}")
+    assert "idempotency_key" not in html  # nothing remains to refund: no form
+    assert "Nothing remains to be refunded" in html
+
+
+async def test_the_same_form_sent_twice_refunds_once(client: Client, shop: Shop, console: Client) -> None:
+    session_id = await paid_session(client, shop)
+    form = {**await refund_form(console, session_id), "kind": "part", "amount": "10.00", "reason": ""}
+    first = await send_refund(console, session_id, form)
+    second = await send_refund(console, session_id, form)
+    assert (first.status_code, second.status_code) == (303, 303)
+    (refund,) = await refunds_of(client, shop, session_id)
+    assert f"refund={refund['id']}" in first.headers["Location"]
+    assert f"refund={refund['id']}&again=1" in second.headers["Location"]
+    _, html = await page(console, second.headers["Location"].split("#")[0])
+    assert "This form was already sent" in html
+    # A new rendering of the page is a new form: it refunds again.
+    again = {**await refund_form(console, session_id), "kind": "part", "amount": "10.00", "reason": ""}
+    assert (await send_refund(console, session_id, again)).status_code == 303
+    assert len(await refunds_of(client, shop, session_id)) == 2
+
+
+async def test_a_double_click_sending_the_form_twice_at_once_refunds_once(
+    client: Client, shop: Shop, console: Client
+) -> None:
+    session_id = await paid_session(client, shop)
+    form = {**await refund_form(console, session_id), "kind": "part", "amount": "10.00", "reason": ""}
+    statuses: list[int] = []
+
+    async def click() -> None:
+        statuses.append((await send_refund(console, session_id, form)).status_code)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(click)
+        nursery.start_soon(click)
+    assert 303 in statuses and set(statuses) <= {303, 409}, statuses
+    (refund,) = await refunds_of(client, shop, session_id)
+    assert refund["amount"] == Decimal("10.00")
+
+
+async def test_a_refund_over_what_remains_is_refused_with_the_message_and_refunds_nothing(
+    client: Client, shop: Shop, console: Client
+) -> None:
+    session_id = await paid_session(client, shop)
+    first = {**await refund_form(console, session_id), "kind": "part", "amount": "60.00", "reason": ""}
+    assert (await send_refund(console, session_id, first)).status_code == 303
+    form = {**await refund_form(console, session_id), "kind": "part", "amount": "40.01", "reason": ""}
+    response = await send_refund(console, session_id, form)
+    html = await response.get_data(as_text=True)
+    assert response.status_code == 422
+    assert "the refund exceeds the remaining refundable balance of the session" in html
+    assert 'value="40.01"' in html  # the form shown again as it was sent
+    assert form["idempotency_key"] not in html  # with a new key
+    (refund,) = await refunds_of(client, shop, session_id)
+    assert refund["amount"] == Decimal("60.00")
+    assert (await record_of(client, shop, session_id))["status"] == "PARTIALLY_REFUNDED"
+
+
+async def test_a_refunded_session_refuses_another_refund_with_the_message(
+    client: Client, shop: Shop, console: Client
+) -> None:
+    session_id = await paid_session(client, shop)
+    form = await refund_form(console, session_id)
+    assert (await send_refund(console, session_id, {**form, "kind": "full"})).status_code == 303
+    again = {**form, "idempotency_key": f"another-{uuid.uuid4()}", "kind": "full"}
+    response = await send_refund(console, session_id, again)
+    assert response.status_code == 422
+    assert "Nothing was refunded" in await response.get_data(as_text=True)
+    assert len(await refunds_of(client, shop, session_id)) == 1
+
+
+async def test_a_bad_amount_is_400_with_a_field_error_and_refunds_nothing(
+    client: Client, shop: Shop, console: Client
+) -> None:
+    session_id = await paid_session(client, shop)
+    form = await refund_form(console, session_id)
+    for kind, amount in (
+        ("part", "12,50"),
+        ("part", "1.234"),
+        ("part", "0"),
+        ("part", "-5"),
+        ("part", ""),
+        ("part", "1e3"),
+        ("full", "10.00"),
+    ):
+        response = await send_refund(console, session_id, {**form, "kind": kind, "amount": amount})
+        html = await response.get_data(as_text=True)
+        assert response.status_code == 400, (kind, amount, html)
+        assert 'id="amount-error"' in html, (kind, amount)
+        assert 'aria-describedby="amount-hint amount-error"' in html
+    response = await send_refund(
+        console, session_id, {**form, "kind": "part", "amount": "1", "reason": "BORED"}
+    )
+    assert response.status_code == 400
+    assert 'id="reason-error"' in await response.get_data(as_text=True)
+    assert await refunds_of(client, shop, session_id) == []
+
+
+async def test_another_merchants_session_is_404_and_is_not_refunded(
+    app: PayorchApp, client: Client, db: Database, settings: Settings, shop: Shop
+) -> None:
+    session_id = await paid_session(client, shop)
+    attacker = await new_shop(client, db, settings)
+    console = app.test_client()
+    csrf = await signed_in(console, attacker.merchant.email)
+    response, html = await page(console, f"/console/sessions/{session_id}")
+    assert response.status_code == 404
+    assert "order-1001" not in html and "100.00" not in html
+    form = {"csrf_token": csrf, "idempotency_key": "attack", "kind": "full", "amount": "", "reason": ""}
+    response = await send_refund(console, session_id, form)
+    assert response.status_code == 404
+    assert "100.00" not in await response.get_data(as_text=True)
+    # Nor under the attacker's own application.
+    response, _ = await page(console, f"/console/applications/{shop.application_id}/sessions")
+    assert response.status_code == 404
+    for nothing in ("not-a-uuid", str(uuid.uuid4())):
+        assert (await page(console, f"/console/sessions/{nothing}"))[0].status_code == 404
+    assert await refunds_of(client, shop, session_id) == []
+    assert (await record_of(client, shop, session_id))["status"] == "SUCCEEDED"
+
+
+async def test_a_refund_without_the_csrf_token_is_403_and_refunds_nothing(
+    client: Client, shop: Shop, console: Client
+) -> None:
+    session_id = await paid_session(client, shop)
+    form = await refund_form(console, session_id)
+    for token in ("", "0" * 64):
+        sent = {**form, "csrf_token": token, "kind": "full"}
+        response = await send_refund(console, session_id, sent)
+        assert response.status_code == 403
+    response = await send_refund(console, session_id, {"idempotency_key": form["idempotency_key"]})
+    assert response.status_code == 403
+    assert await refunds_of(client, shop, session_id) == []
