@@ -43,7 +43,7 @@ def test_access_token_signature_is_compared_in_constant_time(compared: list[tupl
         ttl_s=60,
         now=SYSTEM_CLOCK.now(),
     )
-    verify_access_token(token, secret=SECRET)
+    verify_access_token(token, secret=SECRET, now=SYSTEM_CLOCK.now())
     assert compared
 
 

@@ -31,15 +31,31 @@ def issue_access_token(claims: AccessClaims, *, secret: str, ttl_s: int, now: da
     return jwt.encode(payload, secret, algorithm=ALGORITHM)
 
 
-def verify_access_token(token: str, *, secret: str) -> AccessClaims:
-    """The claims of a valid token; `AuthenticationRequired` for a forged, expired, `alg: none` or
-    otherwise unacceptable one. Only HS256 is accepted, whatever the token's header says."""
+def verify_access_token(token: str, *, secret: str, now: datetime) -> AccessClaims:
+    """The claims of a token valid at `now`; `AuthenticationRequired` for a forged, expired, not yet
+    issued, `alg: none` or otherwise unacceptable one. Only HS256 is accepted, whatever the token's
+    header says. The times are checked against `now` (the service's clock), not the host's."""
     try:
         payload = jwt.decode(
-            token, secret, algorithms=[ALGORITHM], options={"require": _REQUIRED_CLAIMS}, leeway=0
+            token,
+            secret,
+            algorithms=[ALGORITHM],
+            options={
+                "require": _REQUIRED_CLAIMS,
+                "verify_exp": False,
+                "verify_iat": False,
+                "verify_nbf": False,
+            },
         )
+        issued_at, expires_at = payload["iat"], payload["exp"]
+        if not all(
+            isinstance(moment, int) and not isinstance(moment, bool) for moment in (issued_at, expires_at)
+        ):
+            raise AuthenticationRequired("invalid access token")
+        if expires_at <= now.timestamp():
+            raise AuthenticationRequired("access token expired: log in again")
+        if issued_at > now.timestamp():
+            raise AuthenticationRequired("invalid access token")
         return AccessClaims(user_id=uuid.UUID(payload["sub"]), merchant_id=uuid.UUID(payload["mid"]))
-    except jwt.ExpiredSignatureError:
-        raise AuthenticationRequired("access token expired: log in again") from None
     except (jwt.PyJWTError, ValueError, TypeError, AttributeError):
         raise AuthenticationRequired("invalid access token") from None

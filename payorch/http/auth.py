@@ -85,7 +85,9 @@ def principal_of_access_token(token: str) -> Principal:
     """The admin an access token (JWT) names, charged one token of the merchant's bucket:
     `AuthenticationRequired` for a forged or expired token, `RateLimited` for an empty bucket. The
     API's `Authorization: Bearer` and the console's session cookie both come here."""
-    claims = verify_access_token(token, secret=services().settings.auth.jwt_secret)
+    claims = verify_access_token(
+        token, secret=services().settings.auth.jwt_secret, now=services().clock.now()
+    )
     services().limits.charge_credential(f"merchant:{claims.merchant_id}")
     return Principal(merchant_id=claims.merchant_id, user_id=claims.user_id)
 
