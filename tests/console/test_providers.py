@@ -3,6 +3,7 @@ methods and replacing its key, through the API's own operations; only the key's 
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -69,8 +70,9 @@ def checked(html: str, where: str) -> set[str]:
 
 
 async def test_linking_the_sandbox_shows_its_fingerprint_and_never_the_key(
-    app: PayorchApp, client: Client, merchant: Merchant
+    app: PayorchApp, client: Client, merchant: Merchant, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG)
     application = await new_application(client, merchant)
     path = f"/console/applications/{application['id']}/providers"
     console = app.test_client()
@@ -105,6 +107,8 @@ async def test_linking_the_sandbox_shows_its_fingerprint_and_never_the_key(
     assert checked(html, "methods-sandbox") == {"card", "blik"}
     assert 'id="link-sandbox-apiKey"' not in html  # linked: no form to link it again
     assert "Every provider this deployment offers is linked" in html
+    assert caplog.records  # the requests were logged, and the key nowhere in the log
+    assert_key_hidden("\n".join(f"{record.getMessage()} {record.__dict__}" for record in caplog.records), KEY)
 
 
 async def test_change_the_payment_methods(app: PayorchApp, client: Client, merchant: Merchant) -> None:
