@@ -7,8 +7,7 @@ import re
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
 from quart_schema import QuartSchema
 
-from payorch.http import openapi
-from payorch.http import console
+from payorch.http import console, openapi
 from payorch.http.context import PayorchApp, Services
 from payorch.http.errors import install_error_handlers
 from payorch.http.jsonio import ExactJsonProvider

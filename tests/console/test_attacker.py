@@ -9,8 +9,17 @@ import re
 from payorch.config import Settings
 from payorch.http.context import PayorchApp
 from payorch.storage.database import Database
-from tests.console.helpers import signed_in
-from tests.helpers import Client, new_api_key, new_application, new_merchant
+from tests.console.helpers import page, signed_in
+from tests.helpers import (
+    Client,
+    Merchant,
+    Shop,
+    link_sandbox,
+    new_api_key,
+    new_application,
+    new_merchant,
+)
+from tests.http.test_refunds import paid_session
 
 
 async def test_every_console_route_of_an_application_refuses_another_merchants_session(
@@ -22,13 +31,17 @@ async def test_every_console_route_of_an_application_refuses_another_merchants_s
     hooks = f"/api/v1/applications/{application['id']}/webhooks"
     hook = await client.post(hooks, json={"url": "https://127.0.0.1/victim-hooks"}, headers=victim.headers)
     webhook = await hook.get_json()
+    await link_sandbox(client, victim, application["id"])
+    shop = Shop(merchant=victim, application_id=application["id"], api_key=key["key"])
+    session_id = await paid_session(client, shop)
     attacker = await new_merchant(client, db, settings)
     console = app.test_client()
     csrf = await signed_in(console, attacker.email)
     routes = [
         (method, rule.rule)
         for rule in app.url_map.iter_rules()
-        if rule.rule.startswith("/console/") and "<application_id>" in rule.rule
+        if rule.rule.startswith("/console/")
+        and ("<application_id>" in rule.rule or "<session_id>" in rule.rule)
         for method in sorted(rule.methods or ())
         if method not in ("HEAD", "OPTIONS")
     ]
@@ -38,8 +51,17 @@ async def test_every_console_route_of_an_application_refuses_another_merchants_s
         "key_id": key["id"],
         "webhook_id": webhook["id"],
         "delivery_id": "00000000-0000-4000-8000-000000000000",
+        "session_id": session_id,
     }
-    form = {"csrf_token": csrf, "enabled": "false", "description": "attacker", "active": "false"}
+    form = {
+        "csrf_token": csrf,
+        "enabled": "false",
+        "description": "attacker",
+        "active": "false",
+        "idempotency_key": "attacker-1",
+        "kind": "full",
+        "reason": "requested_by_customer",
+    }
     for method, rule in routes:
         path = re.sub(r"<(?:\w+:)?(\w+)>", lambda match: str(values[match.group(1)]), rule)
         response = await console.open(path, method=method, form=form if method == "POST" else None)
@@ -51,9 +73,23 @@ async def test_every_console_route_of_an_application_refuses_another_merchants_s
     assert (await after.get_json())["isEnabled"] is True
     keys = await client.get(f"/api/v1/applications/{application['id']}/api-keys", headers=victim.headers)
     assert [item["status"] for item in (await keys.get_json())["items"]] == ["active"]
+    paid = await client.get(f"/api/v1/sessions/{session_id}", headers=victim.headers)
+    assert (await paid.get_json())["refunds"] == []
     (hook_after,) = (await (await client.get(hooks, headers=victim.headers)).get_json())["items"]
     assert (hook_after["isActive"], hook_after["keyFingerprint"], hook_after["lastTestAt"]) == (
         True,
         webhook["keyFingerprint"],
         None,
     )
+
+
+async def test_the_404_page_names_what_is_missing(app: PayorchApp, merchant: Merchant) -> None:
+    console = app.test_client()
+    await signed_in(console, merchant.email)
+    missing = "00000000-0000-4000-8000-000000000000"
+    response, html = await page(console, f"/console/sessions/{missing}")
+    assert response.status_code == 404
+    assert "No such session" in html
+    response, html = await page(console, f"/console/applications/{missing}")
+    assert response.status_code == 404
+    assert "No such application" in html

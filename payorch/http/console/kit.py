@@ -13,6 +13,7 @@ import functools
 import hashlib
 import hmac
 import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,7 +26,7 @@ from werkzeug.exceptions import HTTPException
 
 from payorch.http.auth import Principal, principal_of_access_token
 from payorch.http.context import services
-from payorch.http.errors import STATUS_OF
+from payorch.http.errors import SHAPE_B_STATUS_OF, STATUS_OF
 from payorch.http.jsonio import unstorable_text_problem
 from payorch.http.models import PageQuery
 from payorch.http.routes.applications import APPLICATION_MAX_BODY_BYTES
@@ -52,6 +53,7 @@ CONTENT_SECURITY_POLICY = (
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 log = logging.getLogger("payorch.http")
+_MISSING = re.compile(r"([A-Za-z ]{1,40}) not found")
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -267,18 +269,28 @@ async def _rate_limited(error: domain.RateLimited) -> Response:
 @blueprint.errorhandler(domain.NotPermitted)
 async def _not_found(error: domain.DomainError) -> Response:
     # Another merchant's application is as absent as one that never existed: the console does not
-    # tell the two apart.
-    what = "API key" if isinstance(error, domain.NotFound) and "API key" in error.message else "application"
+    # tell the two apart. What is missing is named from the error ("session not found": a session).
+    found = _MISSING.fullmatch(error.message) if isinstance(error, domain.NotFound) else None
+    what = found.group(1) if found else "application"
     return await message_page(f"No such {what}", f"There is no such {what} in your account.", 404)
 
 
 @blueprint.errorhandler(domain.DomainError)
 async def _refused(error: domain.DomainError) -> Response:
-    status = next((int(STATUS_OF[kind]) for kind in type(error).__mro__ if kind in STATUS_OF), None)
+    """Any other refusal: the status the API answers it with, and its message."""
+    status: int | None = None
+    if isinstance(error, domain.CodedError) and type(error) in SHAPE_B_STATUS_OF:
+        status = int(SHAPE_B_STATUS_OF[type(error)])
+    else:
+        status = next((int(STATUS_OF[kind]) for kind in type(error).__mro__ if kind in STATUS_OF), None)
     if status is None:  # no page answers it: the API would not either (`errors._unexpected`)
         log.error("unhandled error in the console", exc_info=(type(error), error, error.__traceback__))
         return await message_page("Unexpected error", "Something went wrong on payorch's side.", 500)
-    return await message_page("Not done", error.message, status)
+    response = await message_page("Not done", error.message, status)
+    retry_after = getattr(error, "retry_after", None)
+    if retry_after is not None:
+        response.headers["Retry-After"] = str(retry_after)
+    return response
 
 
 @blueprint.errorhandler(HTTPException)
