@@ -5,7 +5,10 @@ delivered. Every page visited is screenshot, and checked for unlabelled fields a
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -13,12 +16,33 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from payorch.config import Settings
 from payorch.storage.database import Database
 from payorch.values.secrets import looks_like_api_key
+from tests import webhook_receiver as receiving
 from tests.browser.driver import Browser
 from tests.browser.pages import check_page
 from tests.browser.plugin import LiveService
-from tests.helpers import PASSWORD, Client, Merchant, new_merchant
+from tests.helpers import (
+    PASSWORD,
+    SANDBOX_KEY,
+    Client,
+    Merchant,
+    Shop,
+    create_session,
+    eventually,
+    new_merchant,
+    session_body,
+)
+from tests.webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.browser
+webhook_receiver = receiving.webhook_receiver
+TEST_CARD = "4242 4242 4242 4242"  # as a person types it, with spaces
+
+
+@pytest.fixture
+def settings(settings: Settings, webhook_receiver: WebhookReceiver) -> Settings:
+    """payorch trusts the test receiver's CA, as a deployment trusts the merchants' endpoints' CAs."""
+    webhooks = settings.webhooks.model_copy(update={"ca_bundle": webhook_receiver.ca_path})
+    return settings.model_copy(update={"webhooks": webhooks})
 
 
 @pytest.fixture
@@ -59,3 +83,128 @@ async def test_an_admin_signs_in_and_creates_an_application_and_a_key_with_the_k
     key = await browser.run(lambda driver: driver.find_element(By.ID, "new-key").text)
     assert looks_like_api_key(key), key
     await check_page(browser, "api-key-created")
+
+
+async def press(browser: Browser, css: str, *keys: str) -> None:
+    """Tab to the element `css` selects, then press `keys` (Enter follows a link or submits, Space ticks)."""
+    await browser.tab_to(css)
+    await browser.keys(*keys)
+
+
+async def open_section(browser: Browser, title: str) -> None:
+    """Follow the application's navigation link to the page `title` with the keyboard."""
+    await press(browser, f'nav.sections a[href$="/{title.lower()}"]', Keys.ENTER)
+    await browser.wait_for(titled(title))
+
+
+async def text_of(browser: Browser, css: str) -> str:
+    return await browser.run(lambda driver: str(driver.find_element(By.CSS_SELECTOR, css).text))
+
+
+async def reload_until(browser: Browser, shown: str, timeout_s: float = 15.0) -> None:
+    """Reload the page until its text includes `shown`, as a person waiting for an outcome does."""
+
+    def condition(driver: WebDriver) -> bool:
+        try:
+            if shown in driver.find_element(By.TAG_NAME, "body").text:
+                return True
+            driver.refresh()
+        except WebDriverException:  # the page went away while it was read: read the next one
+            pass
+        return False
+
+    await browser.wait_for(condition, timeout_s=timeout_s)
+
+
+async def notice(browser: Browser) -> str:
+    """The text of the notice a form's answer shows (`role="status"`), once the answer has arrived."""
+    found: str = await browser.wait_for(
+        lambda driver: (
+            (found := driver.find_elements(By.CSS_SELECTOR, 'main [role="status"]')) and found[0].text
+        )
+    )
+    return found
+
+
+async def test_an_admin_takes_a_payment_and_refunds_half_of_it_from_the_console_with_the_keyboard_alone(
+    browser: Browser,
+    live_service: LiveService,
+    merchant: Merchant,
+    client: Client,
+    webhook_receiver: WebhookReceiver,
+) -> None:
+    await sign_in(browser, live_service, merchant)
+    await browser.fill_with_keyboard("#name", "Web shop")
+    await browser.wait_for(titled("Web shop"))
+    application_id = (await browser.current_url()).rstrip("/").rsplit("/", 1)[1]
+    await browser.fill_with_keyboard("#key-description", "web shop server")
+    await browser.wait_for(titled("New API key"))
+    key = await text_of(browser, "#new-key")
+    await press(browser, "main p a", Keys.ENTER)  # back to the application
+    await browser.wait_for(titled("Web shop"))
+
+    # Link the sandbox: tick card, type its key, press Enter.
+    await open_section(browser, "Providers")
+    await check_page(browser, "providers-none-linked")
+    await press(browser, "#link-sandbox-method-card", Keys.SPACE)
+    await press(browser, "#link-sandbox-apiKey", SANDBOX_KEY, Keys.ENTER)
+    assert "Sandbox" in await notice(browser)
+    assert SANDBOX_KEY not in await browser.text()
+    await check_page(browser, "providers-sandbox-linked")
+
+    # A webhook configuration pointing at the merchant's HTTPS endpoint: its secret is shown once.
+    await open_section(browser, "Webhooks")
+    await browser.fill_with_keyboard("#url", webhook_receiver.url)
+    await browser.wait_for(titled("New signing secret"))
+    webhook_receiver.accept_secret(await text_of(browser, "#new-secret"))
+    await check_page(browser, "webhook-secret-shown-once")
+
+    # The merchant's server creates a session with the key; the customer pays by typing the card.
+    shop = Shop(merchant=merchant, application_id=application_id, api_key=key)
+    response = await create_session(
+        client, shop, "order-42", session_body(total="1234.50", orderReference="order-42")
+    )
+    assert response.status_code == 201, await response.get_data(as_text=True)
+    created: dict[str, Any] = await response.get_json()
+    await browser.open(live_service.url(created["checkoutUrl"]))
+    await browser.fill_with_keyboard("#card_number", TEST_CARD)
+    await browser.wait_for(lambda driver: driver.title == "Payment succeeded")
+
+    # The console shows it SUCCEEDED.
+    await browser.open(live_service.url(f"/console/applications/{application_id}"))
+    await browser.wait_for(titled("Web shop"))
+    await open_section(browser, "Sessions")
+    await reload_until(browser, "SUCCEEDED")
+    await check_page(browser, "sessions")
+    await press(browser, f'a[href$="/console/sessions/{created["sessionId"]}"]', Keys.ENTER)
+    await browser.wait_for(titled("Session order-42"))
+    assert "1,234.50 PLN" in await browser.text() or "1234.50 PLN" in await browser.text()
+    await check_page(browser, "session-paid")
+
+    # Refund half: "Part of it", the amount, Enter.
+    await press(browser, "#kind-full", Keys.ARROW_DOWN)  # Tab reaches a radio group's checked one
+    assert await browser.run(lambda driver: driver.find_element(By.ID, "kind-part").is_selected())
+    await press(browser, "#amount", "617.25", Keys.ENTER)
+    assert "Refund of 617.25 PLN requested" in await notice(browser)
+    await reload_until(browser, "COMPLETED")
+    page_text = await browser.text()
+    assert "PARTIALLY_REFUNDED" in page_text
+    await check_page(browser, "session-refunded-half")
+
+    # The webhooks reached the endpoint, and the delivery log shows them delivered.
+    delivered = await webhook_receiver.wait_for(2, timeout_s=15)
+    assert all(request.verified for request in delivered)
+    await browser.open(live_service.url(f"/console/applications/{application_id}/webhooks"))
+    await browser.wait_for(titled("Webhooks"))
+    await press(browser, "a.webhook-url", Keys.ENTER)
+    await browser.wait_for(titled("Webhook configuration"))
+    await reload_until(browser, "refund.completed")
+    log = await browser.text()
+    assert "session.completed" in log
+    assert log.count("Delivered") >= 2, log
+    await check_page(browser, "webhook-deliveries")
+    assert await eventually(lambda: _delivered(webhook_receiver, "refund.completed"))
+
+
+async def _delivered(receiver: WebhookReceiver, event_type: str) -> bool | None:
+    return any(request.json().get("type") == event_type for request in receiver.requests_to("/hooks")) or None
