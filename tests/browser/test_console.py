@@ -116,6 +116,30 @@ async def reload_until(browser: Browser, shown: str, timeout_s: float = 15.0) ->
     await browser.wait_for(condition, timeout_s=timeout_s)
 
 
+async def copied_with_the_button(browser: Browser, live_service: LiveService) -> str:
+    """Press the copy button with the keyboard; what the clipboard then holds. (Headless Chromium
+    lets a page use the clipboard once the test grants it, as a person's browser asks them to.)"""
+    await browser.run(
+        lambda driver: driver.execute_cdp_cmd(
+            "Browser.grantPermissions",
+            {
+                "origin": live_service.base_url,
+                "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"],
+            },
+        )
+    )
+    await press(browser, "button[data-copy]", Keys.ENTER)
+    await browser.wait_for(
+        lambda driver: driver.find_element(By.ID, "copy-status").text == "Copied to the clipboard."
+    )
+    held: str = await browser.run(
+        lambda driver: driver.execute_async_script(
+            "navigator.clipboard.readText().then(arguments[0], (error) => arguments[0](String(error)))"
+        )
+    )
+    return held
+
+
 async def notice(browser: Browser) -> str:
     """The text of the notice a form's answer shows (`role="status"`), once the answer has arrived."""
     found: str = await browser.wait_for(
@@ -140,6 +164,7 @@ async def test_an_admin_takes_a_payment_and_refunds_half_of_it_from_the_console_
     await browser.fill_with_keyboard("#key-description", "web shop server")
     await browser.wait_for(titled("New API key"))
     key = await text_of(browser, "#new-key")
+    assert await copied_with_the_button(browser, live_service) == key
     await press(browser, "main p a", Keys.ENTER)  # back to the application
     await browser.wait_for(titled("Web shop"))
 
@@ -204,6 +229,20 @@ async def test_an_admin_takes_a_payment_and_refunds_half_of_it_from_the_console_
     assert log.count("Delivered") >= 2, log
     await check_page(browser, "webhook-deliveries")
     assert await eventually(lambda: _delivered(webhook_receiver, "refund.completed"))
+
+    # A test event from the configuration's page shows the endpoint's answer.
+    await press(browser, "form[action$='/test'] button", Keys.ENTER)
+    await browser.wait_for(titled("Test event sent"))
+    assert "Succeeded" in await notice(browser)
+    await check_page(browser, "webhook-test-sent")
+
+    # The applications page now draws the last 30 days: one paid session, one refund in PLN.
+    await browser.open(live_service.url("/console/applications"))
+    await browser.wait_for(titled("Applications"))
+    assert (
+        await browser.run(lambda driver: len(driver.find_elements(By.CSS_SELECTOR, 'svg[role="img"]'))) >= 1
+    )
+    await check_page(browser, "applications-activity")
 
 
 async def _delivered(receiver: WebhookReceiver, event_type: str) -> bool | None:
