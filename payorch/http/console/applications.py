@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from quart import Response, render_template, url_for
+from quart import Response, url_for
 from werkzeug.datastructures import MultiDict
 
 from payorch.http.auth import application_for
@@ -26,8 +26,9 @@ from payorch.http.console.kit import (
     application_section,
     blueprint,
     field_errors,
+    listing,
     page,
-    page_query,
+    render_page,
     see_other,
     text_fields,
     validated,
@@ -58,21 +59,16 @@ async def _applications_page(
     form: Mapping[str, str] | None = None,
     errors: dict[str, str] | None = None,
 ) -> tuple[str, int]:
-    query = page_query()
-    items, total = await applications_of(session.principal, query.page_request, with_api_keys=True)
-    html = await render_template(
+    return await render_page(
         "console/applications.html",
+        session,
+        status,
         title="Applications",
-        csrf_token=session.csrf_token,
-        items=items,
-        total=total,
-        page=query.page,
-        limit=query.limit,
+        listing=await listing(lambda page: applications_of(session.principal, page, with_api_keys=True)),
         form={"name": "", "description": "", **(form or {})},
         errors=errors or {},
         activity=await activity_of(session.principal),
     )
-    return html, status
 
 
 @blueprint.get("/applications")
@@ -129,22 +125,17 @@ async def _application_page(
     errors: dict[str, str] | None = None,
 ) -> tuple[str, int]:
     application = await application_for(session.principal, application_id)
-    query = page_query()
-    keys, total = await api_keys_of(session.principal, application_id, query.page_request)
-    html = await render_template(
+    return await render_page(
         "console/application.html",
+        session,
+        status,
         title=application.name,
-        csrf_token=session.csrf_token,
         application=application,
         description=dumps_exact(application.description) if application.description else None,
-        keys=keys,
-        total=total,
-        page=query.page,
-        limit=query.limit,
+        listing=await listing(lambda page: api_keys_of(session.principal, application_id, page)),
         form={"description": "", **(form or {})},
         errors=errors or {},
     )
-    return html, status
 
 
 @blueprint.get("/applications/<application_id>")
@@ -164,15 +155,15 @@ async def create_api_key(application_id: str, session: Session, form: MultiDict[
         return await _application_page(session, application_id, 400, form=shown, errors=field_errors(error))
     key, created = await create_api_key_of(session.principal, application_id, data)
     application = await application_for(session.principal, application_id)
-    html = await render_template(
+    return await render_page(
         "console/api_key_created.html",
+        session,
+        201,
         title="New API key",
-        csrf_token=session.csrf_token,
         application=application,
         key=created,
         secret=key,
     )
-    return html, 201
 
 
 @blueprint.post("/applications/<application_id>/api-keys/<key_id>/revoke")

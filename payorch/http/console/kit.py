@@ -17,7 +17,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from quart import Blueprint, Response, render_template, request, url_for
@@ -32,6 +32,7 @@ from payorch.http.models import PageQuery
 from payorch.http.routes.applications import APPLICATION_MAX_BODY_BYTES
 from payorch.http.validation import limit_request_body
 from payorch.values import errors as domain
+from payorch.values.pagination import PageRequest
 from payorch.values.timefmt import iso
 
 blueprint = Blueprint(
@@ -55,6 +56,7 @@ CONTENT_SECURITY_POLICY = (
 log = logging.getLogger("payorch.http")
 _MISSING = re.compile(r"([A-Za-z ]{1,40}) not found")
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -179,6 +181,36 @@ def page_query() -> PageQuery:
         return PageQuery.model_validate({"page": request.args.get("page", "1"), "limit": str(PAGE_SIZE)})
     except ValidationError:
         raise domain.InvalidInput("page must be a whole number from 1") from None
+
+
+@dataclass(frozen=True)
+class Listing(Generic[T]):
+    """One page of a list: its items, how many the whole list holds, and which page of `limit` it
+    is. Templates link the pages around it with the `pages` macro of `nav.html`."""
+
+    items: list[T]
+    total: int
+    page: int
+    limit: int
+
+    @property
+    def more(self) -> bool:
+        """Whether pages follow this one."""
+        return self.page * self.limit < self.total
+
+
+async def listing(fetch: Callable[[PageRequest], Awaitable[tuple[list[T], int]]]) -> Listing[T]:
+    """The page of a list that the request's `?page=` asks for (see `page_query`): `fetch` reads that
+    page and the list's total, with the API's own operation."""
+    query = page_query()
+    items, total = await fetch(query.page_request)
+    return Listing(items, total, query.page, query.limit)
+
+
+async def render_page(template: str, session: Session, status: int = 200, **context: Any) -> tuple[str, int]:
+    """A page of the signed-in admin: `template` rendered with `context` and the session's CSRF token
+    (its forms carry it, as the sign-out button does), answered with `status`."""
+    return await render_template(template, csrf_token=session.csrf_token, **context), status
 
 
 def validated(model: type[M], values: dict[str, Any]) -> M:

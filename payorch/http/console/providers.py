@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from quart import Response, render_template, request, url_for
+from quart import Response, request, url_for
 from werkzeug.datastructures import MultiDict
 
 from payorch.http.auth import application_for
@@ -28,8 +28,9 @@ from payorch.http.console.kit import (
     application_section,
     blueprint,
     field_errors,
+    listing,
     page,
-    page_query,
+    render_page,
     see_other,
     text_fields,
     validated,
@@ -136,12 +137,13 @@ async def _providers_page(
     session: Session, application_id: str, refused: Refused | None = None
 ) -> tuple[str, int]:
     application = await application_for(session.principal, application_id)
-    query = page_query()
-    configs, total = await provider_configs_of(session.principal, application_id, query.page_request)
+    configs = await listing(lambda page: provider_configs_of(session.principal, application_id, page))
     catalogue = catalogue_of(session.principal)
     offered = {provider.name: provider for provider in catalogue}
-    linked = [Linked(config, offered.get(config.provider)) for config in configs]
-    unlinked = [provider for provider in catalogue if provider.name not in {c.provider for c in configs}]
+    linked = [Linked(config, offered.get(config.provider)) for config in configs.items]
+    unlinked = [
+        provider for provider in catalogue if provider.name not in {c.provider for c in configs.items}
+    ]
     forms = {f"link-{provider.name}" for provider in unlinked} | {
         f"{kind}-{item.config.provider}" for item in linked if item.provider for kind in ("methods", "key")
     }
@@ -151,16 +153,15 @@ async def _providers_page(
         errors = {f"{refused.form}-{field}": message for field, message in refused.errors.items()}
         if refused.form not in forms:  # its form is not on the page (any more): say it on top
             page_alert = " ".join(refused.errors.values())
-    html = await render_template(
+    return await render_page(
         "console/providers.html",
+        session,
+        refused.status if refused else 200,
         title="Providers",
-        csrf_token=session.csrf_token,
         application=application,
+        listing=configs,
         linked=linked,
         unlinked=unlinked,
-        total=total,
-        page=query.page,
-        limit=query.limit,
         event_delivery=EVENT_DELIVERY,
         notice=_done_notice(linked) if refused is None else None,
         page_alert=page_alert,
@@ -168,7 +169,6 @@ async def _providers_page(
         refused_ticked=refused.ticked if refused else [],
         errors=errors,
     )
-    return html, refused.status if refused else 200
 
 
 def _done(application_id: str, done: str, provider: str) -> Response:

@@ -22,7 +22,7 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import urlencode
 
-from quart import Response, render_template, request, url_for
+from quart import Response, request, url_for
 from werkzeug.datastructures import MultiDict
 
 from payorch.engine.idempotency import MAX_KEY_LENGTH
@@ -36,9 +36,10 @@ from payorch.http.console.kit import (
     application_section,
     blueprint,
     field_errors,
+    listing,
     message_page,
     page,
-    page_query,
+    render_page,
     see_other,
     text_fields,
     validated,
@@ -53,6 +54,7 @@ from payorch.storage import sessions as sessions_store
 from payorch.storage.database import Connection
 from payorch.values import errors as domain
 from payorch.values.money import to_major_units, to_minor_units
+from payorch.values.pagination import PageRequest
 
 application_section("Sessions", "sessions")
 
@@ -131,32 +133,33 @@ def _list_url(application_id: str, filters: Mapping[str, str], page_number: int)
 async def sessions(application_id: str, session: Session) -> tuple[str, int]:
     application = await application_for(session.principal, application_id)
     filters = {name: request.args.get(name, "").strip() for name in FILTER_FIELDS}
-    query = page_query()
-    items: list[SessionRecord] = []
-    total, errors, status = 0, {}, 200
+    errors: dict[str, str] = {}
     try:
-        where = session_filter(filters)
+        where: sessions_store.SessionFilter | None = session_filter(filters)
     except domain.InvalidInput as error:
-        errors, status = field_errors(error), 400
-    else:
-        items, total = await sessions_of(session.principal, application_id, query.page_request, where)
-    more = query.page * query.limit < total
-    html = await render_template(
+        where, errors = None, field_errors(error)
+
+    async def matching(page: PageRequest) -> tuple[list[SessionRecord], int]:
+        if where is None:  # filters that are not valid list nothing: the form says what is wrong
+            return [], 0
+        return await sessions_of(session.principal, application_id, page, where)
+
+    found = await listing(matching)
+    return await render_page(
         "console/sessions.html",
+        session,
+        400 if errors else 200,
         title="Sessions",
-        csrf_token=session.csrf_token,
         application=application,
-        items=items,
-        total=total,
+        listing=found,
         filters=filters,
         filtered=any(filters.values()),
         errors=errors,
         statuses=list(SessionStatus),
         money=money,
-        newer=_list_url(application_id, filters, query.page - 1) if query.page > 1 else None,
-        older=_list_url(application_id, filters, query.page + 1) if more else None,
+        newer=_list_url(application_id, filters, found.page - 1) if found.page > 1 else None,
+        older=_list_url(application_id, filters, found.page + 1) if found.more else None,
     )
-    return html, status
 
 
 # --- A session ---------------------------------------------------------------------------------
@@ -192,7 +195,7 @@ async def _session_page(
     form: Mapping[str, str] | None = None,
     errors: dict[str, str] | None = None,
     refund_error: str | None = None,
-) -> Response:
+) -> tuple[str, int] | Response:
     try:
         checkout, record = await session_of(session.principal, session_id)
     except domain.NotFound:
@@ -205,10 +208,11 @@ async def _session_page(
     if done := request.args.get("refund"):
         notice = next((item for item in refunds if item["id"] == done), None)
     particulars = history.particulars
-    html = await render_template(
+    return await render_page(
         "console/session.html",
+        session,
+        status,
         title=f"Session {record['orderReference']}",
-        csrf_token=session.csrf_token,
         application=application,
         record=record,
         checkout=checkout,
@@ -231,12 +235,11 @@ async def _session_page(
         refund_error=refund_error,
         money=money,
     )
-    return Response(html, status=status, content_type="text/html; charset=utf-8")
 
 
 @blueprint.get("/sessions/<session_id>")
 @page
-async def session_page(session_id: str, session: Session) -> Response:
+async def session_page(session_id: str, session: Session) -> tuple[str, int] | Response:
     return await _session_page(session, session_id, 200)
 
 
@@ -270,7 +273,9 @@ def refund_request(fields: Mapping[str, str]) -> tuple[RefundCreateRequest, dict
 
 @blueprint.post("/sessions/<session_id>/refunds")
 @action
-async def refund_session(session_id: str, session: Session, form: MultiDict[str, str]) -> Response:
+async def refund_session(
+    session_id: str, session: Session, form: MultiDict[str, str]
+) -> tuple[str, int] | Response:
     shown = {name: form.get(name, "") for name in ("kind", "amount", "reason")}
     try:
         await session_of(session.principal, session_id)  # another merchant's: 404 before anything

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from quart import Response, render_template, url_for
+from quart import Response, url_for
 from werkzeug.datastructures import MultiDict
 
 from payorch.engine.representations import EVENT_TYPES
@@ -31,8 +31,9 @@ from payorch.http.console.kit import (
     application_section,
     blueprint,
     field_errors,
+    listing,
     page,
-    page_query,
+    render_page,
     see_other,
     text_fields,
     validated,
@@ -67,22 +68,17 @@ async def _webhooks_page(
     errors: dict[str, str] | None = None,
 ) -> tuple[str, int]:
     application = await application_for(session.principal, application_id)
-    query = page_query()
-    items, total = await webhooks_of(session.principal, application_id, query.page_request)
-    html = await render_template(
+    return await render_page(
         "console/webhooks.html",
+        session,
+        status,
         title="Webhooks",
-        csrf_token=session.csrf_token,
         application=application,
-        items=items,
-        total=total,
-        page=query.page,
-        limit=query.limit,
+        listing=await listing(lambda page: webhooks_of(session.principal, application_id, page)),
         event_types=EVENT_TYPES,
         form={"url": "", "events": list(EVENT_TYPES), "active": True, **(form or {})},
         errors=errors or {},
     )
-    return html, status
 
 
 @blueprint.get("/applications/<application_id>/webhooks")
@@ -119,10 +115,11 @@ async def _secret_page(
     previous_expires_at: datetime | None = None,
 ) -> tuple[str, int]:
     application = await application_for(session.principal, application_id)
-    html = await render_template(
+    return await render_page(
         "console/webhook_secret.html",
+        session,
+        status,
         title="New signing secret" if status == 201 else "Signing secret rotated",
-        csrf_token=session.csrf_token,
         application=application,
         webhook_id=webhook_id,
         secret=secret,
@@ -130,7 +127,6 @@ async def _secret_page(
         created=status == 201,
         previous_expires_at=previous_expires_at,
     )
-    return html, status
 
 
 # --- One configuration and its delivery log -----------------------------------------------------
@@ -141,20 +137,16 @@ async def _secret_page(
 async def webhook(application_id: str, webhook_id: str, session: Session) -> tuple[str, int]:
     application = await application_for(session.principal, application_id)
     config = await webhook_of(session.principal, application_id, webhook_id)
-    query = page_query()
-    deliveries, total = await deliveries_of(session.principal, application_id, webhook_id, query.page_request)
-    html = await render_template(
+    return await render_page(
         "console/webhook.html",
+        session,
         title="Webhook configuration",
-        csrf_token=session.csrf_token,
         application=application,
         config=config,
-        deliveries=deliveries,
-        total=total,
-        page=query.page,
-        limit=query.limit,
+        listing=await listing(
+            lambda page: deliveries_of(session.principal, application_id, webhook_id, page)
+        ),
     )
-    return html, 200
 
 
 @blueprint.post("/applications/<application_id>/webhooks/<webhook_id>/status")
@@ -198,15 +190,14 @@ async def send_test_event(
     sent = await send_test_event_of(session.principal, application_id, webhook_id)
     application = await application_for(session.principal, application_id)
     config = await webhook_of(session.principal, application_id, webhook_id)
-    html = await render_template(
+    return await render_page(
         "console/webhook_test.html",
+        session,
         title="Test event sent",
-        csrf_token=session.csrf_token,
         application=application,
         config=config,
         sent=sent,
     )
-    return html, 200
 
 
 @blueprint.post("/applications/<application_id>/webhooks/<webhook_id>/deliveries/<delivery_id>/retry")
