@@ -307,14 +307,18 @@ async def _not_found(error: domain.DomainError) -> Response:
     return await message_page(f"No such {what}", f"There is no such {what} in your account.", 404)
 
 
+def api_status(error: domain.DomainError) -> int | None:
+    """The status the API answers `error` with (`errors.STATUS_OF`, shape B's for coded errors);
+    None for an error no route answers."""
+    if isinstance(error, domain.CodedError) and type(error) in SHAPE_B_STATUS_OF:
+        return int(SHAPE_B_STATUS_OF[type(error)])
+    return next((int(STATUS_OF[kind]) for kind in type(error).__mro__ if kind in STATUS_OF), None)
+
+
 @blueprint.errorhandler(domain.DomainError)
 async def _refused(error: domain.DomainError) -> Response:
     """Any other refusal: the status the API answers it with, and its message."""
-    status: int | None = None
-    if isinstance(error, domain.CodedError) and type(error) in SHAPE_B_STATUS_OF:
-        status = int(SHAPE_B_STATUS_OF[type(error)])
-    else:
-        status = next((int(STATUS_OF[kind]) for kind in type(error).__mro__ if kind in STATUS_OF), None)
+    status = api_status(error)
     if status is None:  # no page answers it: the API would not either (`errors._unexpected`)
         log.error("unhandled error in the console", exc_info=(type(error), error, error.__traceback__))
         return await message_page("Unexpected error", "Something went wrong on payorch's side.", 500)

@@ -15,16 +15,18 @@ field empty.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from quart import Response, request, url_for
+from quart import request, url_for
 from werkzeug.datastructures import MultiDict
 
 from payorch.http.auth import application_for
 from payorch.http.console.kit import (
     Session,
     action,
+    api_status,
     application_section,
     blueprint,
     field_errors,
@@ -35,7 +37,6 @@ from payorch.http.console.kit import (
     text_fields,
     validated,
 )
-from payorch.http.errors import STATUS_OF
 from payorch.http.jsonio import unstorable_text_problem
 from payorch.http.models import ProviderApiKeyRequest, ProviderLinkRequest, ProviderPaymentMethodsRequest
 from payorch.http.routes.providers import (
@@ -97,7 +98,7 @@ class Refused:
 
 
 def _refused(form: str, ticked: list[str], error: domain.DomainError) -> Refused:
-    status = next(int(STATUS_OF[kind]) for kind in type(error).__mro__ if kind in STATUS_OF)
+    status = api_status(error) or 500  # each of REFUSALS has the API's status
     errors: dict[str, str] = {}
     if isinstance(error, domain.InvalidInput):
         for field, message in field_errors(error).items():
@@ -171,10 +172,24 @@ async def _providers_page(
     )
 
 
-def _done(application_id: str, done: str, provider: str) -> Response:
-    return see_other(
-        url_for("console.providers", application_id=application_id, done=done, provider=provider)
-    )
+async def _submit(
+    session: Session,
+    application_id: str,
+    form: MultiDict[str, str],
+    where: str,
+    done: str,
+    change: Callable[[], Awaitable[object]],
+) -> Any:
+    """Make the `change` a form asks of its `provider` (the API's operation, after the form's input is
+    validated). Refused: the page again, why next to that form (`<where>-<provider>`), its boxes
+    ticked as they were sent. Done: back to the page, which says so (`?done=<done>`)."""
+    await application_for(session.principal, application_id)  # another merchant's: the 404 page
+    name, ticked = form.get("provider", ""), form.getlist("paymentMethods")
+    try:
+        await change()
+    except REFUSALS as error:
+        return await _providers_page(session, application_id, _refused(f"{where}-{name}", ticked, error))
+    return see_other(url_for("console.providers", application_id=application_id, done=done, provider=name))
 
 
 @blueprint.get("/applications/<application_id>/providers")
@@ -187,9 +202,8 @@ async def providers(application_id: str, session: Session) -> tuple[str, int]:
 @action
 async def link_provider(application_id: str, session: Session, form: MultiDict[str, str]) -> Any:
     """Link the provider `provider` with the key `apiKey` and the ticked `paymentMethods`."""
-    await application_for(session.principal, application_id)  # another merchant's: the 404 page
-    name, ticked = form.get("provider", ""), form.getlist("paymentMethods")
-    try:
+
+    async def link() -> None:
         fields = text_fields(form, ("provider", "apiKey"))
         data = validated(
             ProviderLinkRequest,
@@ -200,36 +214,31 @@ async def link_provider(application_id: str, session: Session, form: MultiDict[s
             },
         )
         await link_provider_of(session.principal, application_id, data)
-    except REFUSALS as error:
-        return await _providers_page(session, application_id, _refused(f"link-{name}", ticked, error))
-    return _done(application_id, "linked", name)
+
+    return await _submit(session, application_id, form, "link", "linked", link)
 
 
 @blueprint.post("/applications/<application_id>/providers/payment-methods")
 @action
 async def provider_payment_methods(application_id: str, session: Session, form: MultiDict[str, str]) -> Any:
     """Enable the ticked `paymentMethods` of the linked provider `provider`, and only those."""
-    await application_for(session.principal, application_id)
-    name, ticked = form.get("provider", ""), form.getlist("paymentMethods")
-    try:
+
+    async def set_methods() -> None:
         fields = text_fields(form, ("provider",))
         data = validated(ProviderPaymentMethodsRequest, {"paymentMethods": _ticked(form)})
         await set_payment_methods_of(session.principal, application_id, fields["provider"], data)
-    except REFUSALS as error:
-        return await _providers_page(session, application_id, _refused(f"methods-{name}", ticked, error))
-    return _done(application_id, "methods", name)
+
+    return await _submit(session, application_id, form, "methods", "methods", set_methods)
 
 
 @blueprint.post("/applications/<application_id>/providers/api-key")
 @action
 async def provider_api_key(application_id: str, session: Session, form: MultiDict[str, str]) -> Any:
     """Replace the key of the linked provider `provider` with `apiKey`."""
-    await application_for(session.principal, application_id)
-    name = form.get("provider", "")
-    try:
+
+    async def replace_key() -> None:
         fields = text_fields(form, ("provider", "apiKey"))
         data = validated(ProviderApiKeyRequest, {"apiKey": fields["apiKey"]})
         await replace_api_key_of(session.principal, application_id, fields["provider"], data)
-    except REFUSALS as error:
-        return await _providers_page(session, application_id, _refused(f"key-{name}", [], error))
-    return _done(application_id, "key", name)
+
+    return await _submit(session, application_id, form, "key", "key", replace_key)
