@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import urlencode
 
+from payorch.http.context import PayorchApp
 from tests.helpers import PASSWORD, Client
 
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -18,6 +21,17 @@ def csrf_of(html: str) -> str:
 
 async def page(client: Client, path: str) -> tuple[Any, str]:
     response = await client.get(path)
+    return response, await response.get_data(as_text=True)
+
+
+async def submit(client: Client, path: str, fields: Mapping[str, str | Sequence[str]]) -> tuple[Any, str]:
+    """POST a form as a browser does, a list (the ticked boxes of a group) one field per value: the
+    answer, and its page."""
+    response = await client.post(
+        path,
+        data=urlencode(fields, doseq=True),
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
     return response, await response.get_data(as_text=True)
 
 
@@ -38,6 +52,12 @@ async def signed_in(client: Client, email: str) -> str:
     assert response.headers["Location"] == "/console/applications"
     _, html = await page(client, "/console/applications")
     return csrf_of(html)
+
+
+async def signed_in_browser(app: PayorchApp, email: str) -> tuple[Client, str]:
+    """A new browser signed in as `email`, and the CSRF token of its session's forms."""
+    browser = app.test_client()
+    return browser, await signed_in(browser, email)
 
 
 def session_cookie(response: Any) -> str | None:

@@ -8,7 +8,6 @@ import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import urlencode
 
 import pytest
 
@@ -16,7 +15,7 @@ from payorch.config import ProviderSettings, Settings, StripeSettings
 from payorch.http.context import PayorchApp
 from payorch.runtime import open_runtime
 from payorch.storage.database import Database
-from tests.console.helpers import page, signed_in
+from tests.console.helpers import page, signed_in_browser, submit
 from tests.fake_stripe import FakeStripe, ScriptedFailure, open_fake_stripe
 from tests.helpers import Client, Merchant, link_sandbox, new_application, new_merchant
 
@@ -40,16 +39,11 @@ async def configs(client: Client, merchant: Merchant, application_id: str) -> li
 Fields = dict[str, str | list[str]]
 
 
-async def post_form(console: Client, path: str, fields: Fields) -> Any:
-    """POST a form as a browser does: each ticked box of a list a field of its own."""
-    body = urlencode(
-        [
-            (name, item)
-            for name, value in fields.items()
-            for item in ([value] if isinstance(value, str) else value)
-        ]
-    )
-    return await console.post(path, data=body, headers={"Content-Type": "application/x-www-form-urlencoded"})
+def providers_path(application: dict[str, Any], form: str = "") -> str:
+    """The address of the application's providers page (where the link form posts), or of its `form`
+    (`payment-methods`, `api-key`)."""
+    path = f"/console/applications/{application['id']}/providers"
+    return f"{path}/{form}" if form else path
 
 
 def link_form(csrf: str | None, provider: str, api_key: str, *methods: str) -> Fields:
@@ -74,9 +68,8 @@ async def test_linking_the_sandbox_shows_its_fingerprint_and_never_the_key(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     application = await new_application(client, merchant)
-    path = f"/console/applications/{application['id']}/providers"
-    console = app.test_client()
-    csrf = await signed_in(console, merchant.email)
+    path = providers_path(application)
+    console, csrf = await signed_in_browser(app, merchant.email)
     _, overview = await page(console, f"/console/applications/{application['id']}")
     assert f'href="{path}"' in overview  # the application's navigation leads here
     response, html = await page(console, path)
@@ -89,8 +82,8 @@ async def test_linking_the_sandbox_shows_its_fingerprint_and_never_the_key(
     assert '<label for="link-sandbox-apiKey">' in html
     assert re.findall(r'id="link-sandbox-method-(\w+)"', html) == ["apple_pay", "blik", "card"]
 
-    response = await post_form(console, path, link_form(csrf, "sandbox", KEY, "card", "blik"))
-    assert response.status_code == 303, await response.get_data(as_text=True)
+    response, html = await submit(console, path, link_form(csrf, "sandbox", KEY, "card", "blik"))
+    assert response.status_code == 303, html
     assert response.headers["Location"] == f"{path}?done=linked&provider=sandbox"
     (linked,) = await configs(client, merchant, application["id"])
     assert (linked["provider"], linked["paymentMethods"], linked["keyFingerprint"]) == (
@@ -114,10 +107,9 @@ async def test_linking_the_sandbox_shows_its_fingerprint_and_never_the_key(
 async def test_change_the_payment_methods(app: PayorchApp, client: Client, merchant: Merchant) -> None:
     application = await new_application(client, merchant)
     await link_sandbox(client, merchant, application["id"], ("card", "blik"))
-    path = f"/console/applications/{application['id']}/providers"
-    console = app.test_client()
-    csrf = await signed_in(console, merchant.email)
-    response = await post_form(
+    path = providers_path(application)
+    console, csrf = await signed_in_browser(app, merchant.email)
+    response, _ = await submit(
         console,
         f"{path}/payment-methods",
         {"csrf_token": csrf, "provider": "sandbox", "paymentMethods": ["apple_pay", "card"]},
@@ -136,15 +128,11 @@ async def test_unticking_every_method_is_400_with_the_message_next_to_the_method
 ) -> None:
     application = await new_application(client, merchant)
     await link_sandbox(client, merchant, application["id"], ("card", "blik"))
-    console = app.test_client()
-    csrf = await signed_in(console, merchant.email)
-    response = await post_form(
-        console,
-        f"/console/applications/{application['id']}/providers/payment-methods",
-        {"csrf_token": csrf, "provider": "sandbox"},
+    console, csrf = await signed_in_browser(app, merchant.email)
+    response, html = await submit(
+        console, providers_path(application, "payment-methods"), {"csrf_token": csrf, "provider": "sandbox"}
     )
     assert response.status_code == 400
-    html = await response.get_data(as_text=True)
     assert 'id="methods-sandbox-paymentMethods-error"' in html
     assert 'aria-invalid="true" aria-describedby="methods-sandbox-paymentMethods-error"' in html
     assert checked(html, "methods-sandbox") == set()  # the form as it was sent
@@ -156,15 +144,13 @@ async def test_a_method_the_provider_does_not_offer_is_refused_as_the_api_refuse
 ) -> None:
     application = await new_application(client, merchant)
     await link_sandbox(client, merchant, application["id"], ("card",))
-    console = app.test_client()
-    csrf = await signed_in(console, merchant.email)
-    response = await post_form(
+    console, csrf = await signed_in_browser(app, merchant.email)
+    response, html = await submit(
         console,
-        f"/console/applications/{application['id']}/providers/payment-methods",
+        providers_path(application, "payment-methods"),
         {"csrf_token": csrf, "provider": "sandbox", "paymentMethods": ["card", "paypal"]},
     )
     assert response.status_code == 422
-    html = await response.get_data(as_text=True)
     assert re.search(r'id="methods-sandbox-paymentMethods-error">sandbox does not offer paypal', html)
     assert (await configs(client, merchant, application["id"]))[0]["paymentMethods"] == ["card"]
 
@@ -173,16 +159,12 @@ async def test_linking_a_method_the_provider_does_not_offer_shows_the_form_again
     app: PayorchApp, client: Client, merchant: Merchant
 ) -> None:
     application = await new_application(client, merchant)
-    console = app.test_client()
-    csrf = await signed_in(console, merchant.email)
-    response = await post_form(
-        console,
-        f"/console/applications/{application['id']}/providers",
-        link_form(csrf, "sandbox", KEY, "card", "paypal"),
+    console, csrf = await signed_in_browser(app, merchant.email)
+    response, html = await submit(
+        console, providers_path(application), link_form(csrf, "sandbox", KEY, "card", "paypal")
     )
     # The API's answer to the same request: 422, the methods the provider offers named.
     assert response.status_code == 422
-    html = await response.get_data(as_text=True)
     assert re.search(r'id="link-sandbox-paymentMethods-error">sandbox does not offer paypal; it offers', html)
     assert 'aria-invalid="true" aria-describedby="link-sandbox-paymentMethods-error"' in html
     assert checked(html, "link-sandbox") == {"card"}  # what was ticked among the sandbox's methods
@@ -204,15 +186,11 @@ async def test_an_invalid_link_form_is_400_with_the_message_next_to_the_field_an
     field: str,
 ) -> None:
     application = await new_application(client, merchant)
-    console = app.test_client()
-    csrf = await signed_in(console, merchant.email)
-    response = await post_form(
-        console,
-        f"/console/applications/{application['id']}/providers",
-        link_form(csrf, "sandbox", api_key, *methods),
+    console, csrf = await signed_in_browser(app, merchant.email)
+    response, html = await submit(
+        console, providers_path(application), link_form(csrf, "sandbox", api_key, *methods)
     )
     assert response.status_code == 400
-    html = await response.get_data(as_text=True)
     assert f'id="link-sandbox-{field}-error"' in html
     assert 'aria-invalid="true"' in html
     assert await configs(client, merchant, application["id"]) == []
@@ -222,16 +200,12 @@ async def test_a_key_the_provider_refuses_is_422_with_its_message_and_an_empty_k
     app: PayorchApp, client: Client, merchant: Merchant
 ) -> None:
     application = await new_application(client, merchant)
-    console = app.test_client()
-    csrf = await signed_in(console, merchant.email)
+    console, csrf = await signed_in_browser(app, merchant.email)
     refused = "pk_not_a_sandbox_key_REFUSEDPART_0000"
-    response = await post_form(
-        console,
-        f"/console/applications/{application['id']}/providers",
-        link_form(csrf, "sandbox", refused, "card", "blik"),
+    response, html = await submit(
+        console, providers_path(application), link_form(csrf, "sandbox", refused, "card", "blik")
     )
     assert response.status_code == 422
-    html = await response.get_data(as_text=True)
     assert re.search(r'id="link-sandbox-apiKey-error">sandbox rejected the API key: ', html)
     assert (
         'value="" autocomplete="off" spellcheck="false" maxlength="500" required aria-invalid="true"' in html
@@ -246,15 +220,11 @@ async def test_linking_a_provider_already_linked_is_409_and_changes_nothing(
 ) -> None:
     application = await new_application(client, merchant)
     before = await link_sandbox(client, merchant, application["id"], ("card",))
-    console = app.test_client()
-    csrf = await signed_in(console, merchant.email)
-    response = await post_form(
-        console,
-        f"/console/applications/{application['id']}/providers",
-        link_form(csrf, "sandbox", KEY, "blik"),
+    console, csrf = await signed_in_browser(app, merchant.email)
+    response, html = await submit(
+        console, providers_path(application), link_form(csrf, "sandbox", KEY, "blik")
     )
     assert response.status_code == 409
-    html = await response.get_data(as_text=True)
     assert re.search(r'role="alert">provider \S+sandbox\S+ is already linked to this application', html)
     assert_key_hidden(html, KEY)
     assert await configs(client, merchant, application["id"]) == [before]
@@ -264,11 +234,11 @@ async def test_replacing_the_key_shows_the_new_fingerprint_only(
     app: PayorchApp, client: Client, merchant: Merchant
 ) -> None:
     application = await new_application(client, merchant)
-    console = app.test_client()
-    csrf = await signed_in(console, merchant.email)
-    path = f"/console/applications/{application['id']}/providers"
-    assert (await post_form(console, path, link_form(csrf, "sandbox", KEY, "card"))).status_code == 303
-    response = await post_form(
+    console, csrf = await signed_in_browser(app, merchant.email)
+    path = providers_path(application)
+    response, _ = await submit(console, path, link_form(csrf, "sandbox", KEY, "card"))
+    assert response.status_code == 303
+    response, _ = await submit(
         console, f"{path}/api-key", {"csrf_token": csrf, "provider": "sandbox", "apiKey": NEW_KEY}
     )
     assert response.status_code == 303
@@ -292,16 +262,14 @@ async def test_a_refused_replacement_key_is_422_and_the_old_key_stays(
 ) -> None:
     application = await new_application(client, merchant)
     before = await link_sandbox(client, merchant, application["id"])
-    console = app.test_client()
-    csrf = await signed_in(console, merchant.email)
+    console, csrf = await signed_in_browser(app, merchant.email)
     refused = "pk_refused_replacement_MIDDLEPART_1111"
-    response = await post_form(
+    response, html = await submit(
         console,
-        f"/console/applications/{application['id']}/providers/api-key",
+        providers_path(application, "api-key"),
         {"csrf_token": csrf, "provider": "sandbox", "apiKey": refused},
     )
     assert response.status_code == 422
-    html = await response.get_data(as_text=True)
     assert 'id="key-sandbox-apiKey-error"' in html
     assert_key_hidden(html, refused)
     assert await configs(client, merchant, application["id"]) == [before]
@@ -311,17 +279,13 @@ async def test_changing_a_provider_not_linked_is_404_and_changes_nothing(
     app: PayorchApp, client: Client, merchant: Merchant
 ) -> None:
     application = await new_application(client, merchant)
-    console = app.test_client()
-    csrf = await signed_in(console, merchant.email)
-    path = f"/console/applications/{application['id']}/providers"
+    console, csrf = await signed_in_browser(app, merchant.email)
     for action, field in (("payment-methods", {"paymentMethods": "card"}), ("api-key", {"apiKey": KEY})):
-        response = await post_form(
-            console, f"{path}/{action}", {"csrf_token": csrf, "provider": "sandbox", **field}
+        response, html = await submit(
+            console, providers_path(application, action), {"csrf_token": csrf, "provider": "sandbox", **field}
         )
         assert response.status_code == 404
-        assert "provider &#39;sandbox&#39; is not linked to this application" in await response.get_data(
-            as_text=True
-        )
+        assert "provider &#39;sandbox&#39; is not linked to this application" in html
     assert await configs(client, merchant, application["id"]) == []
 
 
@@ -333,26 +297,18 @@ async def test_another_merchants_application_is_404_and_nothing_is_linked_or_cha
     linked_app = await new_application(client, victim, "Victim's shop")
     linked = await link_sandbox(client, victim, linked_app["id"], ("card",))
     attacker = await new_merchant(client, db, settings)
-    console = app.test_client()
-    csrf = await signed_in(console, attacker.email)
+    console, csrf = await signed_in_browser(app, attacker.email)
     attempts: list[tuple[str, Fields | None]] = [
-        (f"/console/applications/{linked_app['id']}/providers", None),
+        (providers_path(linked_app), None),
+        (providers_path(unlinked), link_form(csrf, "sandbox", KEY, "card")),
         (
-            f"/console/applications/{unlinked['id']}/providers",
-            link_form(csrf, "sandbox", KEY, "card"),
-        ),
-        (
-            f"/console/applications/{linked_app['id']}/providers/payment-methods",
+            providers_path(linked_app, "payment-methods"),
             {"csrf_token": csrf, "provider": "sandbox", "paymentMethods": ["blik"]},
         ),
-        (
-            f"/console/applications/{linked_app['id']}/providers/api-key",
-            {"csrf_token": csrf, "provider": "sandbox", "apiKey": KEY},
-        ),
+        (providers_path(linked_app, "api-key"), {"csrf_token": csrf, "provider": "sandbox", "apiKey": KEY}),
     ]
     for path, form in attempts:
-        response = await (console.get(path) if form is None else post_form(console, path, form))
-        text = await response.get_data(as_text=True)
+        response, text = await (page(console, path) if form is None else submit(console, path, form))
         assert response.status_code == 404, (path, text)
         assert "Victim" not in text and linked["keyFingerprint"] not in text
     assert await configs(client, victim, unlinked["id"]) == []
@@ -365,21 +321,17 @@ async def test_forms_without_the_csrf_token_are_403_and_change_nothing(
     unlinked = await new_application(client, merchant, "New shop")
     linked_app = await new_application(client, merchant, "Shop")
     linked = await link_sandbox(client, merchant, linked_app["id"], ("card",))
-    console = app.test_client()
-    await signed_in(console, merchant.email)
+    console, _ = await signed_in_browser(app, merchant.email)
     attempts = [
-        (f"/console/applications/{unlinked['id']}/providers", link_form(None, "sandbox", KEY, "card")),
+        (providers_path(unlinked), link_form(None, "sandbox", KEY, "card")),
+        (providers_path(linked_app, "payment-methods"), {"provider": "sandbox", "paymentMethods": ["blik"]}),
         (
-            f"/console/applications/{linked_app['id']}/providers/payment-methods",
-            {"provider": "sandbox", "paymentMethods": ["blik"]},
-        ),
-        (
-            f"/console/applications/{linked_app['id']}/providers/api-key",
+            providers_path(linked_app, "api-key"),
             {"provider": "sandbox", "apiKey": KEY, "csrf_token": "forged"},
         ),
     ]
     for path, form in attempts:
-        response = await post_form(console, path, form)
+        response, _ = await submit(console, path, form)
         assert response.status_code == 403, path
     assert await configs(client, merchant, unlinked["id"]) == []
     assert await configs(client, merchant, linked_app["id"]) == [linked]
@@ -387,10 +339,9 @@ async def test_forms_without_the_csrf_token_are_403_and_change_nothing(
 
 async def test_provider_forms_are_never_gets(app: PayorchApp, client: Client, merchant: Merchant) -> None:
     application = await new_application(client, merchant)
-    console = app.test_client()
-    await signed_in(console, merchant.email)
+    console, _ = await signed_in_browser(app, merchant.email)
     for action in ("payment-methods", "api-key"):
-        path = f"/console/applications/{application['id']}/providers/{action}"
+        path = providers_path(application, action)
         assert (await console.get(path)).status_code == 405, path
 
 
@@ -418,24 +369,22 @@ async def test_the_link_forms_are_the_catalogues_and_stripe_refusing_a_key_is_sh
     async with stripe_console(db, settings) as (fake, app, merchant):
         client = app.test_client()
         application = await new_application(client, merchant)
-        path = f"/console/applications/{application['id']}/providers"
+        path = providers_path(application)
         catalogue = (await (await client.get("/api/v1/providers", headers=merchant.headers)).get_json())[
             "items"
         ]
-        console = app.test_client()
-        csrf = await signed_in(console, merchant.email)
+        console, csrf = await signed_in_browser(app, merchant.email)
         _, html = await page(console, path)
         for entry in catalogue:
             assert f'<h3 id="link-{entry["name"]}-title">{entry["displayName"]}</h3>' in html
             assert re.findall(rf'id="link-{entry["name"]}-method-(\w+)"', html) == entry["paymentMethods"]
         refused = "sk_test_51RefusedByStripe_MIDDLE_9999"
-        response = await post_form(console, path, link_form(csrf, "stripe", refused, "card"))
+        response, html = await submit(console, path, link_form(csrf, "stripe", refused, "card"))
         assert response.status_code == 422
-        html = await response.get_data(as_text=True)
         assert re.search(r'id="link-stripe-apiKey-error">stripe rejected the API key: ', html)
         assert_key_hidden(html, refused)
         assert await configs(client, merchant, application["id"]) == []
-        response = await post_form(console, path, link_form(csrf, "stripe", STRIPE_KEY, "card", "blik"))
+        response, _ = await submit(console, path, link_form(csrf, "stripe", STRIPE_KEY, "card", "blik"))
         assert response.status_code == 303
         _, html = await page(console, response.headers["Location"])
         assert "sk_test_...6789" in html
@@ -449,16 +398,12 @@ async def test_a_provider_that_cannot_be_reached_is_502_with_the_form_again_and_
     async with stripe_console(db, settings) as (fake, app, merchant):
         client = app.test_client()
         application = await new_application(client, merchant)
-        console = app.test_client()
-        csrf = await signed_in(console, merchant.email)
+        console, csrf = await signed_in_browser(app, merchant.email)
         fake.fail_next("GET", "/v1/balance", *[ScriptedFailure(500)] * 5)
-        response = await post_form(
-            console,
-            f"/console/applications/{application['id']}/providers",
-            link_form(csrf, "stripe", STRIPE_KEY, "card"),
+        response, html = await submit(
+            console, providers_path(application), link_form(csrf, "stripe", STRIPE_KEY, "card")
         )
         assert response.status_code == 502
-        html = await response.get_data(as_text=True)
         assert re.search(r'id="link-stripe-form-error">stripe could not be reached: ', html)
         assert 'id="link-stripe-apiKey" name="apiKey" value=""' in html
         assert_key_hidden(html, STRIPE_KEY)

@@ -16,7 +16,7 @@ from payorch.config import Settings
 from payorch.http.context import PayorchApp
 from payorch.storage import outbox
 from payorch.storage.database import Connection, Database
-from tests.console.helpers import csrf_of, page, signed_in
+from tests.console.helpers import csrf_of, page, signed_in_browser
 from tests.helpers import Client, Shop, create_session, new_shop, post_json, session_body
 from tests.http.test_refunds import eventually, paid_session, record_of
 
@@ -31,8 +31,7 @@ async def shop(client: Client, db: Database, settings: Settings) -> Shop:
 @pytest.fixture
 async def console(app: PayorchApp, shop: Shop) -> Client:
     """The shop's admin, signed in to the console."""
-    browser = app.test_client()
-    await signed_in(browser, shop.merchant.email)
+    browser, _ = await signed_in_browser(app, shop.merchant.email)
     return browser
 
 
@@ -51,13 +50,14 @@ async def created_on(db: Database, session_id: str, moment: datetime) -> None:
     await db.transaction(backdate)
 
 
-async def refund_form(console: Client, session_id: str) -> dict[str, str]:
-    """The hidden fields of the session page's refund form, as the browser would send them."""
+async def refund_form(console: Client, session_id: str, **fields: str) -> dict[str, str]:
+    """The refund form of the session's page as the browser would send it: its hidden fields, and
+    `fields` as filled in."""
     response, html = await page(console, f"/console/sessions/{session_id}")
     assert response.status_code == 200, html
     found = _KEY.search(html)
     assert found is not None, html
-    return {"csrf_token": csrf_of(html), "idempotency_key": found.group(1)}
+    return {"csrf_token": csrf_of(html), "idempotency_key": found.group(1), **fields}
 
 
 async def send_refund(console: Client, session_id: str, form: dict[str, str]) -> Any:
@@ -194,10 +194,8 @@ async def test_half_a_refund_through_the_form_makes_one_refund_of_half(
     client: Client, shop: Shop, console: Client
 ) -> None:
     session_id = await paid_session(client, shop)
-    form = await refund_form(console, session_id)
-    response = await send_refund(
-        console, session_id, {**form, "kind": "part", "amount": "50.00", "reason": "REQUESTED_BY_CUSTOMER"}
-    )
+    form = await refund_form(console, session_id, kind="part", amount="50.00", reason="REQUESTED_BY_CUSTOMER")
+    response = await send_refund(console, session_id, form)
     assert response.status_code == 303, await response.get_data(as_text=True)
     (refund,) = await refunds_of(client, shop, session_id)
     assert refund["amount"] == Decimal("50.00")
@@ -213,8 +211,8 @@ async def test_half_a_refund_through_the_form_makes_one_refund_of_half(
 
 async def test_a_full_refund_is_the_default(client: Client, shop: Shop, console: Client) -> None:
     session_id = await paid_session(client, shop, total="0.30")
-    form = await refund_form(console, session_id)
-    response = await send_refund(console, session_id, {**form, "kind": "full", "amount": "", "reason": ""})
+    form = await refund_form(console, session_id, kind="full", amount="", reason="")
+    response = await send_refund(console, session_id, form)
     assert response.status_code == 303
     (refund,) = await refunds_of(client, shop, session_id)
     assert (refund["amount"], refund["reason"]) == (Decimal("0.30"), None)
@@ -225,7 +223,7 @@ async def test_a_full_refund_is_the_default(client: Client, shop: Shop, console:
 
 async def test_the_same_form_sent_twice_refunds_once(client: Client, shop: Shop, console: Client) -> None:
     session_id = await paid_session(client, shop)
-    form = {**await refund_form(console, session_id), "kind": "part", "amount": "10.00", "reason": ""}
+    form = await refund_form(console, session_id, kind="part", amount="10.00", reason="")
     first = await send_refund(console, session_id, form)
     second = await send_refund(console, session_id, form)
     assert (first.status_code, second.status_code) == (303, 303)
@@ -235,7 +233,7 @@ async def test_the_same_form_sent_twice_refunds_once(client: Client, shop: Shop,
     _, html = await page(console, second.headers["Location"].split("#")[0])
     assert "This form was already sent" in html
     # A new rendering of the page is a new form: it refunds again.
-    again = {**await refund_form(console, session_id), "kind": "part", "amount": "10.00", "reason": ""}
+    again = await refund_form(console, session_id, kind="part", amount="10.00", reason="")
     assert (await send_refund(console, session_id, again)).status_code == 303
     assert len(await refunds_of(client, shop, session_id)) == 2
 
@@ -244,7 +242,7 @@ async def test_a_double_click_sending_the_form_twice_at_once_refunds_once(
     client: Client, shop: Shop, console: Client
 ) -> None:
     session_id = await paid_session(client, shop)
-    form = {**await refund_form(console, session_id), "kind": "part", "amount": "10.00", "reason": ""}
+    form = await refund_form(console, session_id, kind="part", amount="10.00", reason="")
     statuses: list[int] = []
 
     async def click() -> None:
@@ -262,9 +260,9 @@ async def test_a_refund_over_what_remains_is_refused_with_the_message_and_refund
     client: Client, shop: Shop, console: Client
 ) -> None:
     session_id = await paid_session(client, shop)
-    first = {**await refund_form(console, session_id), "kind": "part", "amount": "60.00", "reason": ""}
+    first = await refund_form(console, session_id, kind="part", amount="60.00", reason="")
     assert (await send_refund(console, session_id, first)).status_code == 303
-    form = {**await refund_form(console, session_id), "kind": "part", "amount": "40.01", "reason": ""}
+    form = await refund_form(console, session_id, kind="part", amount="40.01", reason="")
     response = await send_refund(console, session_id, form)
     html = await response.get_data(as_text=True)
     assert response.status_code == 422
@@ -321,8 +319,7 @@ async def test_another_merchants_session_is_404_and_is_not_refunded(
 ) -> None:
     session_id = await paid_session(client, shop)
     attacker = await new_shop(client, db, settings)
-    console = app.test_client()
-    csrf = await signed_in(console, attacker.merchant.email)
+    console, csrf = await signed_in_browser(app, attacker.merchant.email)
     response, html = await page(console, f"/console/sessions/{session_id}")
     assert response.status_code == 404
     assert "order-1001" not in html and "100.00" not in html

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -14,7 +14,7 @@ from payorch.config import Settings
 from payorch.http.context import PayorchApp
 from payorch.storage.database import Connection, Database
 from tests import webhook_receiver as receiving
-from tests.console.helpers import page, signed_in
+from tests.console.helpers import page, signed_in_browser, submit
 from tests.helpers import (
     Client,
     Merchant,
@@ -51,18 +51,21 @@ def shown_secret(html: str) -> str:
     return found.group(1)
 
 
-async def post_form(console: Client, path: str, form: dict[str, Any]) -> Any:
-    """Submit `form` as a browser does, a list (checkboxes) as one field per value."""
-    return await console.open(
-        path,
-        method="POST",
-        data=urlencode(form, doseq=True),
-        headers={"Content-Type": "application/x-www-form-urlencoded"},
-    )
-
-
 def webhooks_path(application_id: str) -> str:
     return f"/api/v1/applications/{application_id}/webhooks"
+
+
+def console_webhooks(application_id: str, *parts: str) -> str:
+    """The console's page of the application's webhooks, or what `parts` name below it (a
+    configuration, one of its forms)."""
+    return "/".join([f"/console/applications/{application_id}/webhooks", *parts])
+
+
+def forms_of(application_id: str, config: dict[str, Any], delivery: dict[str, Any]) -> list[str]:
+    """Where the forms of the configuration's page post: its status, secret and test, the retry of
+    `delivery`."""
+    path = console_webhooks(application_id, config["id"])
+    return [f"{path}/status", f"{path}/secret", f"{path}/test", f"{path}/deliveries/{delivery['id']}/retry"]
 
 
 async def configs_of(client: Client, merchant: Merchant, application_id: str) -> list[dict[str, Any]]:
@@ -117,11 +120,10 @@ async def test_a_new_configuration_shows_its_secret_once_and_its_pages_never_do(
     app: PayorchApp, client: Client, merchant: Merchant, webhook_receiver: WebhookReceiver
 ) -> None:
     application = await new_application(client, merchant)
-    console = app.test_client()
-    csrf = await signed_in(console, merchant.email)
-    response = await post_form(
+    console, csrf = await signed_in_browser(app, merchant.email)
+    response, html = await submit(
         console,
-        f"/console/applications/{application['id']}/webhooks",
+        console_webhooks(application["id"]),
         {
             "csrf_token": csrf,
             "url": webhook_receiver.url,
@@ -129,9 +131,8 @@ async def test_a_new_configuration_shows_its_secret_once_and_its_pages_never_do(
             "active": "true",
         },
     )
-    assert response.status_code == 201, await response.get_data(as_text=True)
+    assert response.status_code == 201, html
     assert response.headers["Cache-Control"] == "no-store"
-    html = await response.get_data(as_text=True)
     secret = shown_secret(html)
     assert secret.startswith("whsec_")
     assert 'data-copy="new-secret"' in html
@@ -149,13 +150,11 @@ async def test_a_new_configuration_shows_its_secret_once_and_its_pages_never_do(
     (request,) = await webhook_receiver.wait_for(1, timeout_s=10)
     assert request.verified_with == secret
     # Neither the list nor the configuration's page shows it again.
-    response, listed = await page(console, f"/console/applications/{application['id']}/webhooks")
+    response, listed = await page(console, console_webhooks(application["id"]))
     assert response.status_code == 200
     assert webhook_receiver.url in listed and "Active" in listed and "Succeeded" in listed
     assert secret not in listed
-    response, shown = await page(
-        console, f"/console/applications/{application['id']}/webhooks/{config['id']}"
-    )
+    response, shown = await page(console, console_webhooks(application["id"], config["id"]))
     assert response.status_code == 200
     assert config["keyFingerprint"] in shown
     assert secret not in shown
@@ -165,19 +164,18 @@ async def test_a_configuration_created_without_active_receives_nothing_until_act
     app: PayorchApp, client: Client, merchant: Merchant, webhook_receiver: WebhookReceiver
 ) -> None:
     application = await new_application(client, merchant)
-    console = app.test_client()
-    csrf = await signed_in(console, merchant.email)
-    response = await post_form(
+    console, csrf = await signed_in_browser(app, merchant.email)
+    response, _ = await submit(
         console,
-        f"/console/applications/{application['id']}/webhooks",
+        console_webhooks(application["id"]),
         {"csrf_token": csrf, "url": webhook_receiver.url, "subscribedEvents": ALL_EVENTS},
     )
     assert response.status_code == 201
     (config,) = await configs_of(client, merchant, application["id"])
     assert config["isActive"] is False
     assert config["subscribedEvents"] == ALL_EVENTS
-    path = f"/console/applications/{application['id']}/webhooks/{config['id']}"
-    activated = await post_form(console, f"{path}/status", {"csrf_token": csrf, "active": "true"})
+    path = console_webhooks(application["id"], config["id"])
+    activated, _ = await submit(console, f"{path}/status", {"csrf_token": csrf, "active": "true"})
     assert activated.status_code == 303
     assert activated.headers["Location"] == path
     (config,) = await configs_of(client, merchant, application["id"])
@@ -189,12 +187,10 @@ async def test_rotating_shows_the_new_secret_once_and_it_signs(
 ) -> None:
     application = await new_application(client, merchant)
     created = await api_create(client, merchant, application["id"], webhook_receiver.url)
-    console = app.test_client()
-    csrf = await signed_in(console, merchant.email)
-    path = f"/console/applications/{application['id']}/webhooks/{created['id']}"
-    response = await post_form(console, f"{path}/secret", {"csrf_token": csrf})
+    console, csrf = await signed_in_browser(app, merchant.email)
+    path = console_webhooks(application["id"], created["id"])
+    response, html = await submit(console, f"{path}/secret", {"csrf_token": csrf})
     assert response.status_code == 200
-    html = await response.get_data(as_text=True)
     secret = shown_secret(html)
     assert secret.startswith("whsec_") and secret != created["signingSecret"]
     assert 'data-copy="new-secret"' in html
@@ -217,14 +213,12 @@ async def test_a_test_event_shows_the_receivers_answer(
     application = await new_application(client, merchant)
     created = await api_create(client, merchant, application["id"], webhook_receiver.url)
     webhook_receiver.accept_secret(created["signingSecret"])
-    console = app.test_client()
-    csrf = await signed_in(console, merchant.email)
-    path = f"/console/applications/{application['id']}/webhooks/{created['id']}"
+    console, csrf = await signed_in_browser(app, merchant.email)
+    path = console_webhooks(application["id"], created["id"], "test")
 
     webhook_receiver.script([(418, {"content-type": "text/plain"}, b"short and stout")])
-    response = await post_form(console, f"{path}/test", {"csrf_token": csrf})
+    response, html = await submit(console, path, {"csrf_token": csrf})
     assert response.status_code == 200
-    html = await response.get_data(as_text=True)
     assert "Failed: your endpoint answered with HTTP 418." in html
     assert "short and stout" in html
     (request,) = await webhook_receiver.wait_for(1, timeout_s=10)
@@ -232,8 +226,7 @@ async def test_a_test_event_shows_the_receivers_answer(
     (config,) = await configs_of(client, merchant, application["id"])
     assert config["lastTestStatus"] == "FAILED"
 
-    response = await post_form(console, f"{path}/test", {"csrf_token": csrf})
-    html = await response.get_data(as_text=True)
+    _, html = await submit(console, path, {"csrf_token": csrf})
     assert "Succeeded" in html
     assert "{&#34;received&#34;:true}" in html
     (config,) = await configs_of(client, merchant, application["id"])
@@ -245,15 +238,11 @@ async def test_a_test_event_nobody_answers_shows_no_status_and_why(
 ) -> None:
     application = await new_application(client, merchant)
     created = await api_create(client, merchant, application["id"], "https://127.0.0.1:9/hooks")
-    console = app.test_client()
-    csrf = await signed_in(console, merchant.email)
-    response = await post_form(
-        console,
-        f"/console/applications/{application['id']}/webhooks/{created['id']}/test",
-        {"csrf_token": csrf},
+    console, csrf = await signed_in_browser(app, merchant.email)
+    response, html = await submit(
+        console, console_webhooks(application["id"], created["id"], "test"), {"csrf_token": csrf}
     )
     assert response.status_code == 200
-    html = await response.get_data(as_text=True)
     assert "Failed: your endpoint gave no answer." in html
     assert "<dt>Error</dt>" in html
 
@@ -270,11 +259,8 @@ async def test_the_delivery_log_lists_each_delivery_with_its_attempts(
         lambda: only_delivery(client, shop.merchant, shop.application_id, config["id"], "DELIVERED")
     )
     assert [item["httpStatusCode"] for item in delivery["attemptLog"]] == [500, 200]
-    console = app.test_client()
-    await signed_in(console, shop.merchant.email)
-    response, html = await page(
-        console, f"/console/applications/{shop.application_id}/webhooks/{config['id']}"
-    )
+    console, _ = await signed_in_browser(app, shop.merchant.email)
+    response, html = await page(console, console_webhooks(shop.application_id, config["id"]))
     assert response.status_code == 200
     assert "1 delivery, newest first" in html
     assert "session.completed" in html and delivery["eventId"] in html
@@ -289,15 +275,14 @@ async def test_retrying_a_failed_delivery_sends_it_again_and_goes_back_to_the_lo
 ) -> None:
     shop = await new_shop(client, db, settings)
     config, delivery = await failed_delivery(client, shop, webhook_receiver)
-    console = app.test_client()
-    csrf = await signed_in(console, shop.merchant.email)
-    path = f"/console/applications/{shop.application_id}/webhooks/{config['id']}"
+    console, csrf = await signed_in_browser(app, shop.merchant.email)
+    path = console_webhooks(shop.application_id, config["id"])
     _, html = await page(console, path)
     assert '<span class="delivery-failed">Failed</span>' in html
     retry = f"{path}/deliveries/{delivery['id']}/retry"
     assert f'action="{retry}"' in html
 
-    response = await post_form(console, retry, {"csrf_token": csrf, "page": "1"})
+    response, _ = await submit(console, retry, {"csrf_token": csrf, "page": "1"})
     assert response.status_code == 303
     assert response.headers["Location"] == path
     # As the API's retry: PENDING and due now, so the supervisor sends it a third time (answered 200).
@@ -320,16 +305,14 @@ async def test_a_private_address_is_refused_with_a_field_error_and_nothing_is_cr
         update={"webhooks": settings.webhooks.model_copy(update={"allow_private_networks": False})}
     )
     async with open_runtime(strict, db) as runtime:
-        console = runtime.app.test_client()
-        csrf = await signed_in(console, merchant.email)
+        console, csrf = await signed_in_browser(runtime.app, merchant.email)
         for url in ("https://127.0.0.1/hooks", "https://10.1.2.3/hooks", "https://localhost/hooks"):
-            response = await post_form(
+            response, html = await submit(
                 console,
-                f"/console/applications/{application['id']}/webhooks",
+                console_webhooks(application["id"]),
                 {"csrf_token": csrf, "url": url, "subscribedEvents": ALL_EVENTS, "active": "true"},
             )
             assert response.status_code == 400, url
-            html = await response.get_data(as_text=True)
             assert 'id="url-error"' in html, url
             assert 'aria-invalid="true" aria-describedby="url-hint url-error"' in html, url
             assert f'value="{url}"' in html  # the form is shown again as sent
@@ -351,13 +334,9 @@ async def test_an_invalid_configuration_is_400_with_its_field_error_and_nothing_
     app: PayorchApp, client: Client, merchant: Merchant, form: dict[str, Any], field: str
 ) -> None:
     application = await new_application(client, merchant)
-    console = app.test_client()
-    csrf = await signed_in(console, merchant.email)
-    response = await post_form(
-        console, f"/console/applications/{application['id']}/webhooks", {"csrf_token": csrf, **form}
-    )
+    console, csrf = await signed_in_browser(app, merchant.email)
+    response, html = await submit(console, console_webhooks(application["id"]), {"csrf_token": csrf, **form})
     assert response.status_code == 400
-    html = await response.get_data(as_text=True)
     assert f'id="{field}-error"' in html
     assert f"{field}-hint {field}-error" in html
     assert await configs_of(client, merchant, application["id"]) == []
@@ -367,9 +346,8 @@ async def test_the_list_is_paginated(app: PayorchApp, client: Client, merchant: 
     application = await new_application(client, merchant)
     for index in range(21):
         await api_create(client, merchant, application["id"], f"https://127.0.0.1/hooks/{index}")
-    console = app.test_client()
-    await signed_in(console, merchant.email)
-    path = f"/console/applications/{application['id']}/webhooks"
+    console, _ = await signed_in_browser(app, merchant.email)
+    path = console_webhooks(application["id"])
     _, first = await page(console, path)
     assert "21 configurations, newest first" in first
     assert "https://127.0.0.1/hooks/20<" in first and "https://127.0.0.1/hooks/0<" not in first
@@ -396,8 +374,7 @@ async def test_another_merchants_webhook_is_404_on_every_page_and_form_and_nothi
     before = await _victim_state(client, victim, config, db)
     attacker = await new_merchant(client, db, settings)
     own = await new_application(client, attacker, "Attacker's shop")
-    console = app.test_client()
-    csrf = await signed_in(console, attacker.email)
+    console, csrf = await signed_in_browser(app, attacker.email)
     form = {
         "csrf_token": csrf,
         "url": "https://example.com/x",
@@ -405,16 +382,12 @@ async def test_another_merchants_webhook_is_404_on_every_page_and_form_and_nothi
         "active": "false",
     }
     for application_id in (victim.application_id, own["id"]):  # the victim's, and the attacker's own
-        base = f"/console/applications/{application_id}/webhooks"
+        base = console_webhooks(application_id)
         for method, path in [
-            ("GET", f"{base}/{config['id']}"),
-            ("POST", f"{base}/{config['id']}/status"),
-            ("POST", f"{base}/{config['id']}/secret"),
-            ("POST", f"{base}/{config['id']}/test"),
-            ("POST", f"{base}/{config['id']}/deliveries/{delivery['id']}/retry"),
+            ("GET", console_webhooks(application_id, config["id"])),
+            *[("POST", form_path) for form_path in forms_of(application_id, config, delivery)],
         ] + ([("GET", base), ("POST", base)] if application_id == victim.application_id else []):
-            response = await (post_form(console, path, form) if method == "POST" else console.get(path))
-            text = await response.get_data(as_text=True)
+            response, text = await (submit(console, path, form) if method == "POST" else page(console, path))
             assert response.status_code == 404, (method, path, response.status_code, text)
             assert webhook_receiver.url not in text and config["keyFingerprint"] not in text, (method, path)
     assert await _victim_state(client, victim, config, db) == before
@@ -428,21 +401,14 @@ async def test_forms_without_the_csrf_token_are_403_and_change_nothing(
     shop = await new_shop(client, db, settings)
     config, delivery = await failed_delivery(client, shop, webhook_receiver)
     before = await _victim_state(client, shop, config, db)
-    console = app.test_client()
-    await signed_in(console, shop.merchant.email)
-    base = f"/console/applications/{shop.application_id}/webhooks"
-    for path in (
-        base,
-        f"{base}/{config['id']}/status",
-        f"{base}/{config['id']}/secret",
-        f"{base}/{config['id']}/test",
-        f"{base}/{config['id']}/deliveries/{delivery['id']}/retry",
-    ):
+    console, _ = await signed_in_browser(app, shop.merchant.email)
+    base = console_webhooks(shop.application_id)
+    for path in (base, *forms_of(shop.application_id, config, delivery)):
         for token in ({}, {"csrf_token": "forged"}):
             form = {**token, "url": webhook_receiver.url, "subscribedEvents": ALL_EVENTS, "active": "false"}
-            response = await post_form(console, path, form)
+            response, html = await submit(console, path, form)
             assert response.status_code == 403, path
-            assert "whsec_" not in await response.get_data(as_text=True)
+            assert "whsec_" not in html
         assert (await console.get(path)).status_code == (200 if path == base else 405), path
     assert await _victim_state(client, shop, config, db) == before
     assert len(webhook_receiver.requests) == 2
