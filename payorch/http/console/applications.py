@@ -31,6 +31,7 @@ from payorch.http.console.kit import (
     render_page,
     see_other,
     text_fields,
+    true_or_false,
     validated,
 )
 from payorch.http.jsonio import loads_request_json
@@ -105,9 +106,7 @@ async def create_application(session: Session, form: MultiDict[str, str]) -> Any
 @blueprint.post("/applications/<application_id>/status")
 @action
 async def application_status(application_id: str, session: Session, form: MultiDict[str, str]) -> Response:
-    enabled = {"true": True, "false": False}.get(form.get("enabled", ""))
-    if enabled is None:
-        raise domain.InvalidInput("the field 'enabled' must be 'true' or 'false'")
+    enabled = true_or_false(form, "enabled")
     updated = await set_status_of(
         session.principal, application_id, ApplicationStatusRequest(isEnabled=enabled)
     )

@@ -163,6 +163,15 @@ def text_fields(form: Mapping[str, str], names: tuple[str, ...]) -> dict[str, st
     return fields
 
 
+def true_or_false(form: Mapping[str, str], name: str) -> bool:
+    """The hidden field `name` of a button that switches something on (`true`) or off (`false`);
+    `InvalidInput` for anything else."""
+    value = {"true": True, "false": False}.get(form.get(name, ""))
+    if value is None:
+        raise domain.InvalidInput(f"the field '{name}' must be 'true' or 'false'")
+    return value
+
+
 def field_errors(error: ValidationError | domain.InvalidInput) -> dict[str, str]:
     """Each field's first problem, by the field's name in the form."""
     found: dict[str, str] = {}

@@ -36,6 +36,7 @@ from payorch.http.console.kit import (
     render_page,
     see_other,
     text_fields,
+    true_or_false,
     validated,
 )
 from payorch.http.models import WebhookCreateRequest, WebhookUpdateRequest
@@ -154,9 +155,7 @@ async def webhook(application_id: str, webhook_id: str, session: Session) -> tup
 async def webhook_status(
     application_id: str, webhook_id: str, session: Session, form: MultiDict[str, str]
 ) -> Response:
-    active = {"true": True, "false": False}.get(form.get("active", ""))
-    if active is None:
-        raise domain.InvalidInput("the field 'active' must be 'true' or 'false'")
+    active = true_or_false(form, "active")
     await update_webhook_of(
         session.principal, application_id, webhook_id, WebhookUpdateRequest(isActive=active)
     )
