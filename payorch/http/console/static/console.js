@@ -1,5 +1,5 @@
-// The merchant console's only script: the copy button next to a new API key. Without it the key
-// is still on the page to select and copy by hand.
+// The merchant console's only script: the copy button next to a secret shown once (a new API key,
+// a webhook signing secret). Without it the secret is still on the page to select and copy by hand.
 "use strict";
 
 document.addEventListener("click", (event) => {
@@ -15,12 +15,12 @@ document.addEventListener("click", (event) => {
     }
   };
   if (source === null || !navigator.clipboard) {
-    say("Copying is not available here: select the key and copy it.");
+    say("Copying is not available here: select the text and copy it.");
     return;
   }
   navigator.clipboard.writeText(source.textContent.trim()).then(
     () => say("Copied to the clipboard."),
-    () => say("Copying failed: select the key and copy it."),
+    () => say("Copying failed: select the text and copy it."),
   );
 });
 
