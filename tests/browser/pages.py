@@ -6,10 +6,17 @@ from __future__ import annotations
 from tests.browser.driver import Browser
 
 
-async def check_page(browser: Browser, name: str) -> None:
-    """Screenshot the page as `name`, then: every form field is labelled, the console has no error."""
+async def check_page(browser: Browser, name: str, *, status: int | None = None) -> None:
+    """Screenshot the page as `name`, then: every form field is labelled, the console has no error.
+    A page answered with an error `status` (a refused form, a 404) has the one line Chromium logs
+    for it, and nothing else."""
     await browser.screenshot(name)
     unlabelled = await browser.unlabelled_fields()
     assert unlabelled == [], f"{name}: form fields without a label: {unlabelled}"
     errors = await browser.console_errors()
+    if status is not None:
+        url = await browser.current_url()
+        own = f"{url} - Failed to load resource: the server responded with a status of {status}"
+        assert [error for error in errors if error.startswith(own)] != [], (name, errors)
+        errors = [error for error in errors if not error.startswith(own)]
     assert errors == [], f"{name}: errors in the browser's console: {errors}"

@@ -29,8 +29,10 @@ from tests.helpers import (
     create_session,
     eventually,
     new_merchant,
+    new_shop,
     session_body,
 )
+from tests.http.test_refunds import paid_session
 from tests.webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.browser
@@ -247,3 +249,64 @@ async def test_an_admin_takes_a_payment_and_refunds_half_of_it_from_the_console_
 
 async def _delivered(receiver: WebhookReceiver, event_type: str) -> bool | None:
     return any(request.json().get("type") == event_type for request in receiver.requests_to("/hooks")) or None
+
+
+async def test_every_kind_of_console_page_has_labelled_fields_and_no_console_errors(
+    browser: Browser,
+    live_service: LiveService,
+    client: Client,
+    db: Database,
+    settings: Settings,
+    webhook_receiver: WebhookReceiver,
+) -> None:
+    """The pages the story above does not reach: refusals, answers to forms, errors, filters."""
+    shop = await new_shop(client, db, settings)
+    app_id = shop.application_id
+    hook = await client.post(
+        f"/api/v1/applications/{app_id}/webhooks",
+        json={"url": webhook_receiver.url},
+        headers=shop.merchant.headers,
+    )
+    webhook = await hook.get_json()
+    session_id = await paid_session(client, shop)
+
+    # A wrong password: the form again, with the API's message as an alert.
+    await browser.open(live_service.url("/console/sign-in"))
+    await browser.tab_to("#email")
+    await browser.keys(shop.merchant.email, Keys.TAB, "not the password", Keys.ENTER)
+    await browser.wait_for(lambda driver: driver.find_elements(By.CSS_SELECTOR, '[role="alert"]'))
+    await check_page(browser, "sign-in-refused", status=401)
+    await sign_in(browser, live_service, shop.merchant)
+
+    visits = {
+        "application-with-a-key": (f"/console/applications/{app_id}", None),
+        "sessions-filtered": (
+            f"/console/applications/{app_id}/sessions?status=SUCCEEDED&from=2026-01-01",
+            None,
+        ),
+        "sessions-bad-filter": (f"/console/applications/{app_id}/sessions?from=yesterday", 400),
+        "webhook": (f"/console/applications/{app_id}/webhooks/{webhook['id']}", None),
+        "no-such-session": ("/console/sessions/00000000-0000-4000-8000-000000000000", 404),
+    }
+    for name, (path, status) in visits.items():
+        await browser.open(live_service.url(path))
+        await check_page(browser, name, status=status)
+    assert "No such session" in await browser.text()
+
+    # Forms answered with a refusal or a result: each a page of its own.
+    await browser.open(live_service.url(f"/console/sessions/{session_id}"))
+    await press(browser, "#kind-full", Keys.ARROW_DOWN)
+    await press(browser, "#amount", "100000", Keys.ENTER)  # more than was paid
+    await browser.wait_for(lambda driver: driver.find_elements(By.CSS_SELECTOR, '[role="alert"]'))
+    assert "Refund" in await browser.text()
+    await check_page(browser, "refund-refused", status=422)
+
+    await browser.open(live_service.url(f"/console/applications/{app_id}/providers"))
+    await press(browser, "#key-sandbox-apiKey", "not a sandbox key", Keys.ENTER)
+    await browser.wait_for(lambda driver: driver.find_elements(By.CSS_SELECTOR, '[role="alert"], .error'))
+    await check_page(browser, "provider-key-refused", status=422)
+
+    await browser.open(live_service.url(f"/console/applications/{app_id}/webhooks/{webhook['id']}"))
+    await press(browser, "form[action$='/secret'] button", Keys.ENTER)
+    await browser.wait_for(titled("Signing secret rotated"))
+    await check_page(browser, "webhook-secret-rotated")
