@@ -62,10 +62,23 @@ def console_webhooks(application_id: str, *parts: str) -> str:
 
 
 def forms_of(application_id: str, config: dict[str, Any], delivery: dict[str, Any]) -> list[str]:
-    """Where the forms of the configuration's page post: its status, secret and test, the retry of
-    `delivery`."""
+    """Where the forms of the configuration's page post: its edit, delete, status, secret and test,
+    the retry of `delivery`."""
     path = console_webhooks(application_id, config["id"])
-    return [f"{path}/status", f"{path}/secret", f"{path}/test", f"{path}/deliveries/{delivery['id']}/retry"]
+    return [
+        path,
+        f"{path}/delete",
+        f"{path}/status",
+        f"{path}/secret",
+        f"{path}/test",
+        f"{path}/deliveries/{delivery['id']}/retry",
+    ]
+
+
+async def api_config(client: Client, merchant: Merchant, application_id: str, webhook_id: str) -> Any:
+    """The configuration as the API reads it: (status code, body)."""
+    response = await client.get(f"{webhooks_path(application_id)}/{webhook_id}", headers=merchant.headers)
+    return response.status_code, await response.get_json()
 
 
 async def configs_of(client: Client, merchant: Merchant, application_id: str) -> list[dict[str, Any]]:
@@ -380,6 +393,7 @@ async def test_another_merchants_webhook_is_404_on_every_page_and_form_and_nothi
         "url": "https://example.com/x",
         "subscribedEvents": ALL_EVENTS,
         "active": "false",
+        "confirm": "yes",
     }
     for application_id in (victim.application_id, own["id"]):  # the victim's, and the attacker's own
         base = console_webhooks(application_id)
@@ -405,10 +419,132 @@ async def test_forms_without_the_csrf_token_are_403_and_change_nothing(
     base = console_webhooks(shop.application_id)
     for path in (base, *forms_of(shop.application_id, config, delivery)):
         for token in ({}, {"csrf_token": "forged"}):
-            form = {**token, "url": webhook_receiver.url, "subscribedEvents": ALL_EVENTS, "active": "false"}
+            form = {
+                **token,
+                "url": "https://example.com/x",
+                "subscribedEvents": ["refund.failed"],
+                "active": "false",
+                "confirm": "yes",
+            }
             response, html = await submit(console, path, form)
             assert response.status_code == 403, path
             assert "whsec_" not in html
-        assert (await console.get(path)).status_code == (200 if path == base else 405), path
+        pages = (base, console_webhooks(shop.application_id, config["id"]))
+        assert (await console.get(path)).status_code == (200 if path in pages else 405), path
     assert await _victim_state(client, shop, config, db) == before
     assert len(webhook_receiver.requests) == 2
+
+
+async def test_editing_the_url_and_events_changes_them_and_says_so(
+    app: PayorchApp, client: Client, merchant: Merchant
+) -> None:
+    application = await new_application(client, merchant)
+    created = await api_create(client, merchant, application["id"], "https://127.0.0.1/old-hooks")
+    console, csrf = await signed_in_browser(app, merchant.email)
+    path = console_webhooks(application["id"], created["id"])
+    _, html = await page(console, path)
+    assert f'action="{path}"' in html
+    assert 'value="https://127.0.0.1/old-hooks"' in html
+    assert '<label for="url">URL</label>' in html
+
+    response, _ = await submit(
+        console,
+        path,
+        {"csrf_token": csrf, "url": "https://127.0.0.1/new-hooks", "subscribedEvents": ["refund.failed"]},
+    )
+    assert response.status_code == 303
+    assert response.headers["Location"] == f"{path}?done=updated"
+    status, config = await api_config(client, merchant, application["id"], created["id"])
+    assert status == 200
+    assert config["url"] == "https://127.0.0.1/new-hooks"
+    assert config["subscribedEvents"] == ["refund.failed"]
+    assert (config["isActive"], config["keyFingerprint"]) == (True, created["keyFingerprint"])
+    _, html = await page(console, response.headers["Location"])
+    assert '<p class="notice" role="status">Saved' in html
+    assert 'value="https://127.0.0.1/new-hooks"' in html
+    assert 'value="refund.failed" checked' in html and 'value="session.completed" checked' not in html
+
+
+@pytest.mark.parametrize(
+    ("form", "field"),
+    [
+        ({"url": "http://example.com/hooks", "subscribedEvents": ALL_EVENTS}, "url"),
+        ({"url": "", "subscribedEvents": ALL_EVENTS}, "url"),
+        ({"url": "https://127.0.0.1/new-hooks"}, "subscribedEvents"),
+        ({"url": "https://127.0.0.1/new-hooks", "subscribedEvents": ["session.created"]}, "subscribedEvents"),
+    ],
+)
+async def test_an_invalid_edit_is_400_with_its_field_error_and_nothing_changes(
+    app: PayorchApp, client: Client, merchant: Merchant, form: dict[str, Any], field: str
+) -> None:
+    application = await new_application(client, merchant)
+    created = await api_create(client, merchant, application["id"], "https://127.0.0.1/old-hooks")
+    _, before = await api_config(client, merchant, application["id"], created["id"])
+    console, csrf = await signed_in_browser(app, merchant.email)
+    path = console_webhooks(application["id"], created["id"])
+    response, html = await submit(console, path, {"csrf_token": csrf, **form})
+    assert response.status_code == 400
+    assert f'id="{field}-error"' in html
+    assert f"{field}-hint {field}-error" in html
+    assert f'value="{form["url"]}"' in html  # the form is shown again as sent
+    assert await api_config(client, merchant, application["id"], created["id"]) == (200, before)
+
+
+async def test_a_private_address_is_refused_on_edit_with_a_field_error_and_nothing_changes(
+    client: Client, merchant: Merchant, db: Database, settings: Settings
+) -> None:
+    from payorch.runtime import open_runtime
+
+    application = await new_application(client, merchant)
+    # Created where private addresses are allowed (the tests' default), then edited where they are not.
+    created = await api_create(client, merchant, application["id"], "https://127.0.0.1/old-hooks")
+    _, before = await api_config(client, merchant, application["id"], created["id"])
+    strict = settings.model_copy(
+        update={"webhooks": settings.webhooks.model_copy(update={"allow_private_networks": False})}
+    )
+    async with open_runtime(strict, db) as runtime:
+        console, csrf = await signed_in_browser(runtime.app, merchant.email)
+        path = console_webhooks(application["id"], created["id"])
+        for url in ("https://127.0.0.1/hooks", "https://10.1.2.3/hooks", "https://localhost/hooks"):
+            response, html = await submit(
+                console, path, {"csrf_token": csrf, "url": url, "subscribedEvents": ["refund.failed"]}
+            )
+            assert response.status_code == 400, url
+            assert 'id="url-error"' in html, url
+            assert 'aria-invalid="true" aria-describedby="url-hint url-error"' in html, url
+            assert f'value="{url}"' in html
+            assert "Nothing was changed" in html
+    assert await api_config(client, merchant, application["id"], created["id"]) == (200, before)
+
+
+async def test_deleting_asks_to_confirm_then_the_configuration_is_gone(
+    app: PayorchApp, client: Client, merchant: Merchant
+) -> None:
+    application = await new_application(client, merchant)
+    created = await api_create(client, merchant, application["id"], "https://127.0.0.1/doomed-hooks")
+    console, csrf = await signed_in_browser(app, merchant.email)
+    path = console_webhooks(application["id"], created["id"])
+    _, html = await page(console, path)
+    assert f'action="{path}/delete"' in html
+
+    # Without `confirm=yes`: the question, and nothing deleted.
+    for form in ({"csrf_token": csrf}, {"csrf_token": csrf, "confirm": "no"}):
+        response, html = await submit(console, f"{path}/delete", form)
+        assert response.status_code == 200
+        assert "https://127.0.0.1/doomed-hooks" in html
+        assert "marked Failed" in html and "webhook configuration deleted" in html
+        assert '<button type="submit" name="confirm" value="yes"' in html
+        assert f'action="{path}/delete"' in html
+        assert (await api_config(client, merchant, application["id"], created["id"]))[0] == 200
+
+    response, _ = await submit(console, f"{path}/delete", {"csrf_token": csrf, "confirm": "yes"})
+    assert response.status_code == 303
+    listed = console_webhooks(application["id"])
+    assert response.headers["Location"] == f"{listed}?done=deleted"
+    assert (await api_config(client, merchant, application["id"], created["id"]))[0] == 404
+    assert await configs_of(client, merchant, application["id"]) == []
+    _, html = await page(console, response.headers["Location"])
+    assert '<p class="notice" role="status">The webhook configuration was deleted' in html
+    assert "doomed-hooks" not in html and "No webhook configurations yet." in html
+    response, _ = await page(console, path)
+    assert response.status_code == 404

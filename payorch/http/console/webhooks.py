@@ -2,6 +2,8 @@
 
     GET  /console/applications/<id>/webhooks                    the configurations; POST creates one
     GET  /console/applications/<id>/webhooks/<webhook>          one, and its delivery log
+    POST /console/applications/<id>/webhooks/<webhook>          change its URL and events (the edit form)
+    POST /console/applications/<id>/webhooks/<webhook>/delete   ask to confirm; with `confirm=yes`, delete it
     POST /console/applications/<id>/webhooks/<webhook>/status   activate or deactivate (field `active`)
     POST /console/applications/<id>/webhooks/<webhook>/secret   a new signing secret, shown on the answer only
     POST /console/applications/<id>/webhooks/<webhook>/test     send a `webhook.test` event, show the answer
@@ -20,7 +22,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from quart import Response, url_for
+from quart import Response, request, url_for
 from werkzeug.datastructures import MultiDict
 
 from payorch.engine.representations import EVENT_TYPES
@@ -42,6 +44,7 @@ from payorch.http.console.kit import (
 from payorch.http.models import WebhookCreateRequest, WebhookUpdateRequest
 from payorch.http.routes.webhooks import (
     create_webhook_of,
+    delete_webhook_of,
     deliveries_of,
     retry_delivery_of,
     rotate_secret_of,
@@ -55,6 +58,15 @@ from payorch.values import errors as domain
 application_section("Webhooks", "webhooks")
 
 EVENTS_FIELD = "subscribedEvents"
+# What the form posted just before did, shown after its redirect (`?done=...`).
+DONE = {
+    "updated": "Saved: payorch now sends the events ticked below to this URL.",
+    "deleted": "The webhook configuration was deleted: it receives no more events.",
+}
+
+
+def _done_notice() -> str | None:
+    return DONE.get(request.args.get("done", ""))
 
 
 # --- The configurations ------------------------------------------------------------------------
@@ -79,6 +91,7 @@ async def _webhooks_page(
         event_types=EVENT_TYPES,
         form={"url": "", "events": list(EVENT_TYPES), "active": True, **(form or {})},
         errors=errors or {},
+        notice=_done_notice() if status == 200 else None,
     )
 
 
@@ -133,20 +146,81 @@ async def _secret_page(
 # --- One configuration and its delivery log -----------------------------------------------------
 
 
-@blueprint.get("/applications/<application_id>/webhooks/<webhook_id>")
-@page
-async def webhook(application_id: str, webhook_id: str, session: Session) -> tuple[str, int]:
+async def _webhook_page(
+    session: Session,
+    application_id: str,
+    webhook_id: str,
+    status: int,
+    *,
+    form: Mapping[str, Any] | None = None,
+    errors: dict[str, str] | None = None,
+) -> tuple[str, int]:
     application = await application_for(session.principal, application_id)
     config = await webhook_of(session.principal, application_id, webhook_id)
     return await render_page(
         "console/webhook.html",
         session,
+        status,
         title="Webhook configuration",
         application=application,
         config=config,
         listing=await listing(
             lambda page: deliveries_of(session.principal, application_id, webhook_id, page)
         ),
+        event_types=EVENT_TYPES,
+        form={"url": config.url, "events": config.subscribed_events, **(form or {})},
+        errors=errors or {},
+        notice=_done_notice() if status == 200 else None,
+    )
+
+
+@blueprint.get("/applications/<application_id>/webhooks/<webhook_id>")
+@page
+async def webhook(application_id: str, webhook_id: str, session: Session) -> tuple[str, int]:
+    return await _webhook_page(session, application_id, webhook_id, 200)
+
+
+@blueprint.post("/applications/<application_id>/webhooks/<webhook_id>")
+@action
+async def update_webhook(
+    application_id: str, webhook_id: str, session: Session, form: MultiDict[str, str]
+) -> Any:
+    """Change the URL and the events with the API's update (`WebhookUpdateRequest`, then its URL and
+    event checks); a refusal shows the form again (400) and changes nothing."""
+    await webhook_of(session.principal, application_id, webhook_id)  # another's: 404 before anything
+    events = form.getlist(EVENTS_FIELD)
+    shown = {"url": form.get("url", ""), "events": events}
+    try:
+        fields = text_fields(form, ("url",))
+        data = validated(WebhookUpdateRequest, {"url": fields["url"], EVENTS_FIELD: events})
+        await update_webhook_of(session.principal, application_id, webhook_id, data)
+    except domain.InvalidInput as error:
+        return await _webhook_page(
+            session, application_id, webhook_id, 400, form=shown, errors=field_errors(error)
+        )
+    return see_other(
+        url_for("console.webhook", application_id=application_id, webhook_id=webhook_id, done="updated")
+    )
+
+
+@blueprint.post("/applications/<application_id>/webhooks/<webhook_id>/delete")
+@action
+async def delete_webhook(
+    application_id: str, webhook_id: str, session: Session, form: MultiDict[str, str]
+) -> Any:
+    """Without `confirm=yes`: the page asking to confirm, and nothing deleted. With it: the API's
+    delete, then the list."""
+    if form.get("confirm") == "yes":
+        await delete_webhook_of(session.principal, application_id, webhook_id)
+        return see_other(url_for("console.webhooks", application_id=application_id, done="deleted"))
+    application = await application_for(session.principal, application_id)
+    config = await webhook_of(session.principal, application_id, webhook_id)
+    return await render_page(
+        "console/webhook_delete.html",
+        session,
+        title="Delete this webhook configuration?",
+        application=application,
+        config=config,
     )
 
 

@@ -191,6 +191,16 @@ async def update_webhook_of(
     )
 
 
+async def delete_webhook_of(principal: Principal, application_id: str, webhook_id: str) -> None:
+    """Delete the configuration: it leaves the lists and reads (`NotFound` from then on), receives
+    no more events, and its PENDING deliveries become FAILED ("webhook configuration deleted")."""
+    application = await application_for(principal, application_id)
+    config = await _config(application.id, webhook_id)
+    await services().db.transaction(
+        webhooks_store.delete_webhook, application.id, config.id, now=services().clock.now()
+    )
+
+
 async def rotate_secret_of(
     principal: Principal, application_id: str, webhook_id: str
 ) -> tuple[str, WebhookConfig]:
@@ -327,11 +337,7 @@ async def update_webhook(
 @authenticated(Accept.JWT)
 async def delete_webhook(application_id: str, webhook_id: str, principal: Principal) -> bodies.Empty:
     """Delete a webhook configuration: it receives nothing more and leaves the lists."""
-    application = await application_for(principal, application_id)
-    config = await _config(application.id, webhook_id)
-    await services().db.transaction(
-        webhooks_store.delete_webhook, application.id, config.id, now=services().clock.now()
-    )
+    await delete_webhook_of(principal, application_id, webhook_id)
     return {}
 
 
