@@ -310,3 +310,13 @@ async def test_every_kind_of_console_page_has_labelled_fields_and_no_console_err
     await press(browser, "form[action$='/secret'] button", Keys.ENTER)
     await browser.wait_for(titled("Signing secret rotated"))
     await check_page(browser, "webhook-secret-rotated")
+
+    # Deleting asks first, on a page of its own; confirming it empties the list.
+    await browser.open(live_service.url(f"/console/applications/{app_id}/webhooks/{webhook['id']}"))
+    await press(browser, "form[action$='/delete'] button", Keys.ENTER)
+    await browser.wait_for(titled("Delete this webhook configuration?"))
+    await check_page(browser, "webhook-delete-confirm")
+    await press(browser, "button[name='confirm'][value='yes']", Keys.ENTER)
+    await browser.wait_for(titled("Webhooks"))
+    assert "Deleted" in await notice(browser) or "deleted" in await notice(browser)
+    await check_page(browser, "webhooks-after-delete")
