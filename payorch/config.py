@@ -341,13 +341,19 @@ def _keep_running(running: _Model, loaded: _Model, prefix: str) -> tuple[_Model,
     return (loaded.model_copy(update=update) if update else loaded), changed
 
 
+def changed_keys(old: BaseModel, new: BaseModel, prefix: str = "") -> list[str]:
+    """The dotted keys (each after `prefix`) whose value differs from `old` to `new`, two models of
+    the same type: what a reload logs as changed, secrets named but never shown."""
+    return [
+        found
+        for name in type(new).model_fields
+        for found in _differing_keys(getattr(old, name), getattr(new, name), f"{prefix}{name}")
+    ]
+
+
 def _differing_keys(old: Any, new: Any, key: str) -> list[str]:
     if isinstance(old, BaseModel) and isinstance(new, BaseModel):
-        return [
-            found
-            for name in type(new).model_fields
-            for found in _differing_keys(getattr(old, name), getattr(new, name), f"{key}.{name}")
-        ]
+        return changed_keys(old, new, f"{key}.")
     return [key] if old != new else []
 
 

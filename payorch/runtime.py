@@ -16,9 +16,8 @@ from contextlib import asynccontextmanager
 
 import httpx
 import trio
-from pydantic import BaseModel
 
-from payorch.config import ConfigError, LiveSettings, Settings, keep_restart_only
+from payorch.config import ConfigError, LiveSettings, Settings, changed_keys, keep_restart_only
 from payorch.engine.actors import ActorRegistry
 from payorch.engine.context import PaymentsContext
 from payorch.engine.routing import ProviderHealth, RoutingPolicy
@@ -142,7 +141,7 @@ class Runtime:
         services = self.services
         running = services.settings
         settings, kept = keep_restart_only(running, loaded)
-        changed = _changed_keys(running, settings)
+        changed = changed_keys(running, settings)
         test_sends = services.test_send_client
         new_client = None
         if settings.webhooks != test_sends.built_from:
@@ -207,25 +206,6 @@ class Runtime:
                 self._nursery.start_soon(
                     _cancel_after, scope, longest_provider_call_s(running) + RETIRE_MARGIN_S
                 )
-
-
-def _changed_keys(running: Settings, settings: Settings) -> list[str]:
-    """The dotted keys whose value differs, secrets named but never shown."""
-    return [
-        key
-        for name in type(settings).model_fields
-        for key in _differing(getattr(running, name), getattr(settings, name), name)
-    ]
-
-
-def _differing(old: object, new: object, key: str) -> list[str]:
-    if isinstance(old, BaseModel) and isinstance(new, BaseModel):
-        return [
-            found
-            for name in type(new).model_fields
-            for found in _differing(getattr(old, name), getattr(new, name), f"{key}.{name}")
-        ]
-    return [key] if old != new else []
 
 
 def _longest_send_s(settings: Settings) -> float:
