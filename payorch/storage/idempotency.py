@@ -61,31 +61,18 @@ async def claim_idempotency_key(
     fingerprint as soon as its owner is gone (`storage.nodes`: its process died), or, for a claim of
     no known owner or of a node alive but wedged, once its lease ran out.
     """
-    row = await conn.fetchrow(
-        """INSERT INTO idempotency_keys AS k
-               (application_id, scope, key, fingerprint, resource_id, locked_until, expires_at, owner_node,
-                created_at)
-           VALUES ($1, $2, $3, $4, $5, $9::timestamptz + make_interval(secs => $6),
-                   $9::timestamptz + make_interval(secs => $7), $8, $9)
-           ON CONFLICT (application_id, scope, key) DO UPDATE
-               SET fingerprint = EXCLUDED.fingerprint, resource_id = EXCLUDED.resource_id,
-                   response_status = NULL, response_body = NULL, locked_until = EXCLUDED.locked_until,
-                   created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at,
-                   owner_node = EXCLUDED.owner_node
-               WHERE k.expires_at <= $9
-           RETURNING resource_id, created_at""",
-        application_id,
-        scope,
-        key,
-        fingerprint,
-        uuid.uuid4(),
-        float(lease_s),
-        float(retention_s),
-        owner,
-        now,
+    claimed = await claim_new_idempotency_keys(
+        conn,
+        application_id=application_id,
+        scope=scope,
+        claims=[NewClaim(key, fingerprint)],
+        lease_s=lease_s,
+        retention_s=retention_s,
+        owner=owner,
+        now=now,
     )
-    if row is not None:
-        return Claimed(row["resource_id"], row["created_at"])
+    if key in claimed:
+        return claimed[key]
     existing = await conn.fetchrow(
         f"""SELECT fingerprint, resource_id, created_at, response_status, response_body,
                    locked_until <= $4 OR coalesce(owner_node <> ALL({LIVE_NODES}), false) AS abandoned
