@@ -32,6 +32,7 @@ from payorch.http.models import PageQuery
 from payorch.http.routes.applications import APPLICATION_MAX_BODY_BYTES
 from payorch.http.validation import limit_request_body
 from payorch.values import errors as domain
+from payorch.values.html import see_other as see_other  # 303, for the pages to import from here
 from payorch.values.pagination import PageRequest
 from payorch.values.timefmt import iso
 
@@ -140,13 +141,6 @@ def action(view: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]
         return await view(*args, session=session, form=form, **kwargs)
 
     return wrapper
-
-
-def see_other(url: str) -> Response:
-    """303: the browser follows with a GET, so reloading the page there does not post again."""
-    response = Response("", status=303)
-    response.headers["Location"] = url
-    return response
 
 
 def text_fields(form: Mapping[str, str], names: tuple[str, ...]) -> dict[str, str]:
