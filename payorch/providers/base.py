@@ -124,6 +124,16 @@ class ProviderEvent:
     payment_reference: str | None = None
 
 
+def refuse_outside_limits(provider: str, limits: Limits | None, request: CheckoutRequest) -> None:
+    """`ProviderError` (routing counts it and tries the next provider) unless `limits`, the
+    provider's for the request's currency and method, take the request's amount."""
+    if limits is None or not limits.min_minor <= request.amount.minor <= limits.max_minor:
+        raise ProviderError(
+            f"{provider} does not take {request.payment_method} payments of "
+            f"{request.amount.minor} minor units of {request.amount.currency}"
+        )
+
+
 def result_page_url(public_base_url: str, session_id: uuid.UUID, *, cancelled: bool = False) -> str:
     """payorch's own page for the customer coming back from a provider's checkout, for a session
     whose merchant gave no `redirectUrls` (`http/routes/checkout_result.py`)."""

@@ -62,6 +62,7 @@ from payorch.providers.base import (
     RefundSubmitted,
     WebhookRegistration,
     provider_events_url,
+    refuse_outside_limits,
     result_page_url,
 )
 from payorch.providers.mollie.amounts import MOLLIE_METHODS, PAYMENT_METHODS, mollie_limits, to_mollie_amount
@@ -156,12 +157,7 @@ class MollieProvider:
         """Create a Mollie payment; `idempotency_key` is its `Idempotency-Key`, so a retry (or a call
         abandoned by a timeout, then retried) gets the same payment. Any failure is a `ProviderError`:
         routing counts it and tries the next provider."""
-        limits = self.limits(request.amount.currency, request.payment_method)
-        if limits is None or not limits.min_minor <= request.amount.minor <= limits.max_minor:
-            raise ProviderError(
-                f"Mollie does not take {request.payment_method} payments of "
-                f"{request.amount.minor} minor units of {request.amount.currency}"
-            )
+        refuse_outside_limits("Mollie", self.limits(request.amount.currency, request.payment_method), request)
         params = self._payment_params(request)
         try:
             payment = await self._run(

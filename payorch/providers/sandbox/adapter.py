@@ -41,6 +41,7 @@ from payorch.providers.base import (
     RefundRequest,
     RefundSubmitted,
     WebhookRegistration,
+    refuse_outside_limits,
 )
 from payorch.providers.sandbox import simulator
 from payorch.providers.sandbox.signing import SignatureInvalid, new_signing_secret, verify_signature
@@ -156,12 +157,9 @@ class SandboxProvider:
         """Open a hosted checkout; the same key gives back the same checkout (`ProviderError` if the
         key was used for another session or amount)."""
         account = sandbox_account(credentials)
-        limits = self.limits(request.amount.currency, request.payment_method)
-        if limits is None or not limits.min_minor <= request.amount.minor <= limits.max_minor:
-            raise ProviderError(
-                f"sandbox does not take {request.payment_method} payments of "
-                f"{request.amount.minor} minor units of {request.amount.currency}"
-            )
+        refuse_outside_limits(
+            "sandbox", self.limits(request.amount.currency, request.payment_method), request
+        )
         new = store.NewCheckout(
             id=simulator.new_id("cs_sbx_"),
             account=account,

@@ -43,6 +43,7 @@ from payorch.providers.base import (
     RefundRequest,
     RefundSubmitted,
     WebhookRegistration,
+    refuse_outside_limits,
     result_page_url,
 )
 from payorch.providers.stripe.amounts import PAYMENT_METHODS, stripe_limits, to_stripe_amount
@@ -174,12 +175,7 @@ class StripeProvider:
     ) -> CheckoutCreated:
         """Create a Checkout Session; `idempotency_key` is its `Idempotency-Key`, so a retry gets the
         same session. Any failure is a `ProviderError`: routing counts it and tries the next provider."""
-        limits = self.limits(request.amount.currency, request.payment_method)
-        if limits is None or not limits.min_minor <= request.amount.minor <= limits.max_minor:
-            raise ProviderError(
-                f"Stripe does not take {request.payment_method} payments of "
-                f"{request.amount.minor} minor units of {request.amount.currency}"
-            )
+        refuse_outside_limits("Stripe", self.limits(request.amount.currency, request.payment_method), request)
         client = self._client(credentials)
         params = self._checkout_params(request)
         try:
