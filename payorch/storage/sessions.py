@@ -64,17 +64,6 @@ def _session(row: asyncpg.Record) -> CheckoutSession:
     return CheckoutSession(**dict(row.items()))
 
 
-async def insert_session(conn: Connection, session: NewSession) -> CheckoutSession:
-    fields = list(NewSession.__dataclass_fields__)
-    placeholders = ", ".join(f"${index}" for index in range(1, len(fields) + 1))
-    row = await conn.fetchrow(
-        f"""INSERT INTO checkout_sessions ({", ".join(fields)}, status)
-            VALUES ({placeholders}, 'PENDING') RETURNING {_COLUMNS}""",
-        *(getattr(session, name) for name in fields),
-    )
-    return _session(row)
-
-
 @dataclass(frozen=True)
 class AnsweredSession:
     """A new session, and the answer its Idempotency-Key replays from the moment it is stored."""
