@@ -39,3 +39,11 @@ async def test_a_thread_abandoned_by_its_caller_keeps_its_places_until_it_ends()
         while threads.whole.borrowed_tokens:  # noqa: ASYNC110 - the thread's end is reported to trio
             await trio.sleep(0.01)
     assert threads.accounts() == 0
+
+
+async def test_a_call_cancelled_before_its_thread_starts_leaves_no_share_behind() -> None:
+    threads = AccountThreads(total=2, per_account=1)
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await trio.to_thread.run_sync(lambda: None, limiter=threads.limiter("test_a"))  # type: ignore[arg-type]
+    assert (threads.whole.borrowed_tokens, threads.accounts()) == (0, 0)

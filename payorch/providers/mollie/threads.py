@@ -22,39 +22,49 @@ class AccountThreads:
 
     def limiter(self, api_key: str) -> _BothLimits:
         """The limits a call with `api_key` runs under (accounts are told apart by a hash of it)."""
-        account = hashlib.sha256(api_key.encode()).digest()
-        share = self._shares.get(account)
-        if share is None:
-            share = self._shares[account] = trio.CapacityLimiter(self.per_account)
-        return _BothLimits(self, account, share)
+        return _BothLimits(self, hashlib.sha256(api_key.encode()).digest())
 
     def accounts(self) -> int:
         """How many accounts have a call running or waiting."""
         return len(self._shares)
 
-    def _forget_if_idle(self, account: bytes, share: trio.CapacityLimiter) -> None:
-        if share.borrowed_tokens == 0 and share.statistics().tasks_waiting == 0:
-            self._shares.pop(account, None)
+    def _share(self, account: bytes) -> trio.CapacityLimiter:
+        share = self._shares.get(account)
+        if share is None:
+            share = self._shares[account] = trio.CapacityLimiter(self.per_account)
+        return share
+
+    def _forget_if_idle(self, account: bytes) -> None:
+        share = self._shares.get(account)
+        if share is not None and share.borrowed_tokens == 0 and share.statistics().tasks_waiting == 0:
+            del self._shares[account]
 
 
 class _BothLimits:
-    """The account's share, then the whole: what `trio.to_thread.run_sync` acquires for a thread."""
+    """The account's share, then the whole: what `trio.to_thread.run_sync` acquires for a thread.
+    The share is looked up when the thread asks for its places, so a call cancelled before it asks
+    leaves none behind."""
 
-    def __init__(self, threads: AccountThreads, account: bytes, share: trio.CapacityLimiter) -> None:
-        self._threads, self._account, self._share = threads, account, share
+    def __init__(self, threads: AccountThreads, account: bytes) -> None:
+        self._threads, self._account = threads, account
 
     async def acquire_on_behalf_of(self, borrower: object) -> None:
-        await self._share.acquire_on_behalf_of(borrower)
+        share = self._threads._share(self._account)
+        try:
+            await share.acquire_on_behalf_of(borrower)
+        except BaseException:
+            self._threads._forget_if_idle(self._account)
+            raise
         try:
             await self._threads.whole.acquire_on_behalf_of(borrower)
         except BaseException:
-            self.release_share(borrower)
+            self._release_share(borrower)
             raise
 
     def release_on_behalf_of(self, borrower: object) -> None:
         self._threads.whole.release_on_behalf_of(borrower)
-        self.release_share(borrower)
+        self._release_share(borrower)
 
-    def release_share(self, borrower: object) -> None:
-        self._share.release_on_behalf_of(borrower)
-        self._threads._forget_if_idle(self._account, self._share)
+    def _release_share(self, borrower: object) -> None:
+        self._threads._shares[self._account].release_on_behalf_of(borrower)
+        self._threads._forget_if_idle(self._account)
