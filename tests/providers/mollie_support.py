@@ -1,27 +1,14 @@
-"""Building blocks for the Mollie tests: settings at the fake, linking, sessions and refunds through
-payorch's own app, and reading back what payorch recorded."""
+"""Building blocks for the Mollie tests: settings at the fake, linking through payorch's own app, and
+the payment payorch made (sessions and refunds: `api_support`)."""
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from payorch.config import MollieSettings, ProviderSettings, Settings, StripeSettings
-from payorch.jsonexact import loads_exact
-from payorch.storage import outbox
-from payorch.storage.database import Connection, Database
+from payorch.storage.database import Database
 from tests.fake_mollie import FakeMollie
-from tests.helpers import (
-    Client,
-    Merchant,
-    Shop,
-    create_session,
-    new_api_key,
-    new_application,
-    new_merchant,
-    post_json,
-    session_body,
-)
+from tests.helpers import Client, Merchant, Shop, new_api_key, new_application, new_merchant
 
 MOLLIE_KEY = "test_dHar4XY7LxsDOtmnkVtjNVWXLSlXsM"
 # Mollie refuses a webhookUrl it cannot reach (localhost, loopback): payorch's public address.
@@ -66,36 +53,6 @@ async def new_linked_shop(
         assert linked.status_code == 201, await linked.get_data(as_text=True)
     key = await new_api_key(client, merchant, application["id"])
     return Shop(merchant=merchant, application_id=application["id"], api_key=key["key"])
-
-
-async def created(client: Client, shop: Shop, key: str = "k1", **change: Any) -> dict[str, Any]:
-    response = await create_session(client, shop, key, session_body(**change))
-    assert response.status_code == 201, await response.get_data(as_text=True)
-    body: dict[str, Any] = await response.get_json()
-    return body
-
-
-async def record(client: Client, shop: Shop, session_id: str) -> dict[str, Any]:
-    response = await client.get(f"/api/v1/sessions/{session_id}", headers=shop.headers)
-    body: dict[str, Any] = loads_exact(await response.get_data())
-    return body
-
-
-async def refund(client: Client, shop: Shop, session_id: str, key: str, **body: Any) -> Any:
-    return await post_json(
-        client, f"/api/v1/sessions/{session_id}/refunds", body, {**shop.headers, "Idempotency-Key": key}
-    )
-
-
-async def events(db: Database, session_id: str) -> list[dict[str, Any]]:
-    return await db.read(outbox.events_of_session, uuid.UUID(session_id))
-
-
-async def events_seen(db: Database) -> int:
-    async def count(conn: Connection) -> int:
-        return int(await conn.fetchval("SELECT count(*) FROM provider_events_seen"))
-
-    return await db.read(count)
 
 
 def payment_of(fake: FakeMollie, session_id: str) -> str:

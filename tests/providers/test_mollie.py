@@ -16,19 +16,15 @@ from payorch.runtime import Runtime
 from payorch.storage.database import Database
 from tests import fake_mollie as mollie_fake
 from tests.fake_mollie import FakeMollie
-from tests.helpers import Client, Shop, eventually, expire_now, new_application, new_merchant
+from tests.helpers import Client, Shop, expire_now, new_application, new_merchant
+from tests.providers.api_support import created, events, events_seen, record, refund, settled
 from tests.providers.mollie_support import (
     MOLLIE_KEY,
     PUBLIC_BASE_URL,
-    created,
-    events,
-    events_seen,
     link,
     mollie_settings,
     new_linked_shop,
     payment_of,
-    record,
-    refund,
 )
 
 fake_mollie = mollie_fake.fake_mollie
@@ -366,21 +362,13 @@ async def test_a_refund_mollie_refuses_fails_with_provider_refused(
 # --- Expiry --------------------------------------------------------------------------------------------
 
 
-async def _settled(client: Client, shop: Shop, session_id: str) -> dict[str, Any]:
-    async def done() -> dict[str, Any] | None:
-        found = await record(client, shop, session_id)
-        return found if found["status"] != "PENDING" else None
-
-    return await eventually(done)
-
-
 async def test_payorch_expiring_a_session_cancels_its_mollie_payment(
     client: Client, shop: Shop, fake_mollie: FakeMollie, mollie_caller: httpx.AsyncClient, db: Database
 ) -> None:
     session = await created(client, shop)
     payment_id = payment_of(fake_mollie, session["sessionId"])
     await expire_now(db, session["sessionId"])
-    stored = await _settled(client, shop, session["sessionId"])
+    stored = await settled(client, shop, session["sessionId"])
     assert (stored["status"], stored["failureReason"]) == ("FAILED", "EXPIRED")
     cancelled = fake_mollie.only("DELETE", f"/v2/payments/{payment_id}")
     assert cancelled.api_key == MOLLIE_KEY
@@ -399,7 +387,7 @@ async def test_a_mollie_payment_paid_just_before_expiry_succeeds_the_session_ins
     payment_id = payment_of(fake_mollie, session["sessionId"])
     fake_mollie.pay(payment_id)  # its webhook is still on the way when payorch's expiry comes
     await expire_now(db, session["sessionId"])
-    stored = await _settled(client, shop, session["sessionId"])
+    stored = await settled(client, shop, session["sessionId"])
     assert (stored["status"], stored["failureReason"]) == ("SUCCEEDED", None)
     assert fake_mollie.only("DELETE", f"/v2/payments/{payment_id}").status == 422
     assert fake_mollie.requests_to("GET", f"/v2/payments/{payment_id}")[-1].status == 200
@@ -412,7 +400,7 @@ async def test_a_mollie_payment_that_may_not_be_cancelled_expires_and_a_late_pay
     payment_id = payment_of(fake_mollie, session["sessionId"])
     fake_mollie.make_uncancelable(payment_id)
     await expire_now(db, session["sessionId"])
-    stored = await _settled(client, shop, session["sessionId"])
+    stored = await settled(client, shop, session["sessionId"])
     assert (stored["status"], stored["failureReason"]) == ("FAILED", "EXPIRED")
     fake_mollie.pay(payment_id)
     answer = await fake_mollie.call_webhook(payment_id, via=mollie_caller)

@@ -17,7 +17,8 @@ from tests import fake_stripe as stripe_fake
 from tests.fake_mollie import FakeMollie, ReceivedMollieRequest, ScriptedFailure
 from tests.fake_stripe import FakeStripe
 from tests.helpers import Client, Shop, create_session, eventually, session_body
-from tests.providers.mollie_support import MOLLIE_KEY, created, mollie_settings, new_linked_shop, record
+from tests.providers.api_support import created, record
+from tests.providers.mollie_support import MOLLIE_KEY, mollie_settings, new_linked_shop
 
 # The Stripe SDK's HTTPXClient hands httpx the encoded form as `data=`, which httpx deprecates.
 pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>':DeprecationWarning")

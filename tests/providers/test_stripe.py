@@ -5,7 +5,6 @@ driving sessions and refunds, refunds through the Refunds API, and routing aroun
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any
@@ -15,25 +14,27 @@ import pytest
 import trio
 
 from payorch.config import EngineSettings, ProviderSettings, Settings, StripeSettings
-from payorch.jsonexact import loads_exact
 from payorch.runtime import Runtime
-from payorch.storage import outbox
-from payorch.storage.database import Connection, Database
+from payorch.storage.database import Database
 from tests import fake_stripe as stripe_fake
 from tests.fake_stripe import FakeStripe, ScriptedFailure
 from tests.helpers import (
     Client,
     Shop,
     create_session,
-    eventually,
     expire_now,
     link_sandbox,
     new_api_key,
     new_application,
     new_merchant,
-    post_json,
     session_body,
 )
+from tests.providers.api_support import created as _created
+from tests.providers.api_support import events as _events
+from tests.providers.api_support import events_seen as _events_seen
+from tests.providers.api_support import record as _record
+from tests.providers.api_support import refund as _refund
+from tests.providers.api_support import settled as _settled
 
 # The SDK's HTTPXClient hands httpx the encoded form as `data=`, which httpx deprecates.
 pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>':DeprecationWarning")
@@ -92,30 +93,6 @@ async def shop(client: Client, db: Database, settings: Settings) -> Shop:
     return await _stripe_shop(client, db, settings)
 
 
-async def _created(client: Client, shop: Shop, key: str = "k1", **change: Any) -> dict[str, Any]:
-    response = await create_session(client, shop, key, session_body(**change))
-    assert response.status_code == 201, await response.get_data(as_text=True)
-    body: dict[str, Any] = await response.get_json()
-    return body
-
-
-async def _record(client: Client, shop: Shop, session_id: str) -> dict[str, Any]:
-    response = await client.get(f"/api/v1/sessions/{session_id}", headers=shop.headers)
-    body: dict[str, Any] = loads_exact(await response.get_data())
-    return body
-
-
-async def _events(db: Database, session_id: str) -> list[dict[str, Any]]:
-    return await db.read(outbox.events_of_session, uuid.UUID(session_id))
-
-
-async def _events_seen(db: Database) -> int:
-    async def count(conn: Connection) -> int:
-        return int(await conn.fetchval("SELECT count(*) FROM provider_events_seen"))
-
-    return await db.read(count)
-
-
 def _checkout_id(fake: FakeStripe, session_id: str) -> str:
     (sent,) = [r for r in fake.requests_to("POST", "/v1/checkout/sessions") if r.status == 200]
     assert sent.form["client_reference_id"] == session_id
@@ -133,12 +110,6 @@ async def _paid(
     assert answer.status_code == 200, answer.text
     assert (await _record(client, shop, created["sessionId"]))["status"] == "SUCCEEDED"
     return created["sessionId"], fake.checkout(checkout_id)["payment_intent"]
-
-
-async def _refund(client: Client, shop: Shop, session_id: str, key: str, **body: Any) -> Any:
-    return await post_json(
-        client, f"/api/v1/sessions/{session_id}/refunds", body, {**shop.headers, "Idempotency-Key": key}
-    )
 
 
 # --- Linking ---------------------------------------------------------------------------------------
@@ -385,14 +356,6 @@ async def test_a_lost_dispute_stripe_cannot_be_asked_about_is_502_and_applies_wh
 
 
 # --- Expiry --------------------------------------------------------------------------------------------
-
-
-async def _settled(client: Client, shop: Shop, session_id: str) -> dict[str, Any]:
-    async def done() -> dict[str, Any] | None:
-        record = await _record(client, shop, session_id)
-        return record if record["status"] != "PENDING" else None
-
-    return await eventually(done)
 
 
 async def test_payorch_expiring_a_session_expires_its_stripe_checkout_so_nobody_pays_it_after(
