@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import trio
-from quart import request
+from quart import g, request
 
 from payorch.engine.access_tokens import verify_access_token
 from payorch.http.context import services
@@ -123,10 +123,12 @@ def parse_id(value: str, what: str) -> uuid.UUID:
 
 async def application_for(principal: Principal, application_id: str) -> Application:
     """The application, if `principal` may act on it: 404 when there is none, 403 when it belongs to
-    another merchant (or, for an API key, is not the key's own application)."""
-    found = await services().db.read(
-        applications_store.get_application, parse_id(application_id, "application")
-    )
+    another merchant (or, for an API key, is not the key's own application).
+
+    The application is read once per request (`_read_once`) and checked at every call: a console
+    page that shows the application and calls operations that each check it costs one read. A
+    request that changes the application takes the changed one from the change's answer."""
+    found = await _read_once(parse_id(application_id, "application"))
     if found is None:
         raise NotFound("application not found")
     if found.merchant_id != principal.merchant_id:
@@ -135,6 +137,14 @@ async def application_for(principal: Principal, application_id: str) -> Applicat
         raise NotPermitted("this API key belongs to another application")
     note_application(found.id)
     return found
+
+
+async def _read_once(application_id: uuid.UUID) -> Application | None:
+    """The application as this request first read it (None: there was none)."""
+    read: dict[uuid.UUID, Application | None] = g.setdefault("applications_read", {})
+    if application_id not in read:
+        read[application_id] = await services().db.read(applications_store.get_application, application_id)
+    return read[application_id]
 
 
 def authenticated(accept: Accept) -> Callable[[Callable[..., Awaitable[R]]], Callable[..., Awaitable[R]]]:
