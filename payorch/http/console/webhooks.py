@@ -261,14 +261,12 @@ async def send_test_event(
 ) -> tuple[str, int]:
     """Send a `webhook.test` event now and show how the endpoint answered."""
     sent = await send_test_event_of(session.principal, application_id, webhook_id)
-    application = await application_for(session.principal, application_id)
-    config = await webhook_of(session.principal, application_id, webhook_id)
     return await render_page(
         "console/webhook_test.html",
         session,
         title="Test event sent",
-        application=application,
-        config=config,
+        application=await application_for(session.principal, application_id),
+        config=sent.config,
         sent=sent,
     )
 

@@ -131,8 +131,9 @@ async def _config(application_id: uuid.UUID, webhook_id: str) -> WebhookConfig:
 
 @dataclass(frozen=True)
 class SentTestEvent:
-    """A `webhook.test` event sent: when, and how the endpoint answered."""
+    """A `webhook.test` event sent: to which configuration, when, and how the endpoint answered."""
 
+    config: WebhookConfig  # as it was when the event was sent
     delivered_at: datetime
     result: AttemptResult
 
@@ -251,7 +252,7 @@ async def send_test_event_of(principal: Principal, application_id: str, webhook_
         )
     status: bodies.WebhookTestStatus = "SUCCEEDED" if result.succeeded else "FAILED"
     await services().db.transaction(webhooks_store.record_test, config.id, delivered_at, status)
-    return SentTestEvent(delivered_at=delivered_at, result=result)
+    return SentTestEvent(config=config, delivered_at=delivered_at, result=result)
 
 
 async def deliveries_of(
