@@ -177,10 +177,6 @@ async def _history(conn: Connection, session_id: Any) -> History:
     return History(particulars, events[::-1])
 
 
-async def _no_such_session() -> Response:
-    return await message_page("No such session", "There is no such session in your account.", 404)
-
-
 def _refunded(record: SessionRecord) -> Decimal:
     """The sum of the session's refunds that are not FAILED (what the refund rules count)."""
     shown = record["refunds"] or []
@@ -195,11 +191,8 @@ async def _session_page(
     form: Mapping[str, str] | None = None,
     errors: dict[str, str] | None = None,
     refund_error: str | None = None,
-) -> tuple[str, int] | Response:
-    try:
-        checkout, record = await session_of(session.principal, session_id)
-    except domain.NotFound:
-        return await _no_such_session()
+) -> tuple[str, int]:
+    checkout, record = await session_of(session.principal, session_id)  # not the merchant's: the 404 page
     application = await application_for(session.principal, str(checkout.application_id))
     history = await services().db.snapshot(_history, checkout.id)
     refunds = list(reversed(record["refunds"] or []))
@@ -239,7 +232,7 @@ async def _session_page(
 
 @blueprint.get("/sessions/<session_id>")
 @page
-async def session_page(session_id: str, session: Session) -> tuple[str, int] | Response:
+async def session_page(session_id: str, session: Session) -> tuple[str, int]:
     return await _session_page(session, session_id, 200)
 
 
@@ -277,10 +270,7 @@ async def refund_session(
     session_id: str, session: Session, form: MultiDict[str, str]
 ) -> tuple[str, int] | Response:
     shown = {name: form.get(name, "") for name in ("kind", "amount", "reason")}
-    try:
-        await session_of(session.principal, session_id)  # another merchant's: 404 before anything
-    except domain.NotFound:
-        return await _no_such_session()
+    await session_of(session.principal, session_id)  # another merchant's: the 404 page before anything
     try:
         fields = text_fields(form, REFUND_FIELDS)
         key = fields["idempotency_key"]
@@ -301,7 +291,7 @@ async def refund_session(
         return await _session_page(session, session_id, status, form=shown, refund_error=message)
     except domain.NotFound as error:
         if error.message == "session not found":
-            return await _no_such_session()
+            raise  # the console's 404 page
         return await message_page("Not refunded", error.message, 404)
     query = {"refund": str(answer.body["refundId"])}
     if answer.replayed:
