@@ -256,14 +256,8 @@ def console_time(value: datetime) -> str:
     return iso(value)
 
 
-async def message_page(
-    title: str,
-    message: str,
-    status: int,
-    *,
-    link: str | None = None,
-    link_text: str = "Back to the applications",
-) -> Response:
+async def message_page(title: str, message: str, status: int) -> Response:
+    """A page saying `message`, with a link back to the applications."""
     token = request.cookies.get(SESSION_COOKIE)
     html = await render_template(
         "console/message.html",
@@ -271,8 +265,6 @@ async def message_page(
         message=message,
         alert=status >= 400,
         csrf_token=csrf_token_of(token) if token else None,
-        link=link or url_for("console.applications"),
-        link_text=link_text,
     )
     return Response(html, status=status, content_type="text/html; charset=utf-8")
 
