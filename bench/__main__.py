@@ -8,7 +8,10 @@
   loopback) answers each checkout after 1 s; their creates/s must stay within 10% of the run without;
 - idle: 10,000 applications, one create each, then idle: every actor must stop and this process's
   memory come back to within 10% of what it was before (`bench/idle.py`);
-- webhooks: delivery latency to a real HTTPS receiver on loopback (`bench/webhooks.py`).
+- webhooks: delivery latency to a real HTTPS receiver on loopback (`bench/webhooks.py`);
+- floods: other merchants' creates at a steady rate, alone, then while one merchant floods deep pages
+  of its 100,000 sessions at its limits, then while a stranger floods a provider-event route, on a
+  payorch with its default rate limits: their p99 must stay within 20% (`bench/floods.py`).
 
 payorch runs in this process (`payorch.service.run`) on a fresh embedded PostgreSQL; the bare app
 (`bench/bare.py`) after it, the same way; the load comes from a separate process (`bench/load.py`).
@@ -25,21 +28,11 @@ from pathlib import Path
 import trio
 
 from bench.bare import running_bare
+from bench.floods import FloodShape, measure_floods
 from bench.idle import measure_idle
-from bench.load import LoadResult
-from bench.measure import (
-    Measurement,
-    Shape,
-    background_cores,
-    load_spec,
-    measure,
-    probe,
-    progress,
-    run_load_process,
-)
+from bench.measure import Shape, background_cores, measure, measure_beside, progress
 from bench.payorch_target import (
     Payorch,
-    Target,
     bench_settings,
     create_target,
     problems_logged,
@@ -51,7 +44,7 @@ from bench.shop import Merchant, new_session, sandbox_link, signed_up_merchant, 
 from bench.slow_stripe import open_slow_stripe
 from bench.webhooks import measure_webhook_latency
 
-SCENARIOS = ("create", "read", "isolation", "idle", "webhooks")
+SCENARIOS = ("create", "read", "isolation", "idle", "webhooks", "floods")
 BARE_CREATE_LABEL, BARE_READ_LABEL = "bare Quart-Trio POST", "bare Quart-Trio GET"
 READ_LABEL = "GET /api/v1/sessions/{id}"
 
@@ -87,6 +80,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--idle-actor-s", type=float, default=2.0, help="engine.actor_idle_s of the idle scenario (default 2)"
     )
+    parser.add_argument(
+        "--flood-rate", type=float, default=40.0, help="the others' creates/s in floods (default 40)"
+    )
+    parser.add_argument(
+        "--flood-sessions", type=int, default=100_000, help="sessions of the flooder (default 100000)"
+    )
     args = parser.parse_args(argv)
     args.scenarios = {name.strip() for name in args.only.split(",") if name.strip()}
     if unknown := args.scenarios - set(SCENARIOS):
@@ -103,29 +102,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         )
     if not 2 <= args.idle_applications <= 100_000 or not 0 < args.idle_actor_s <= 600:
         parser.error("need 2 <= --idle-applications <= 100000, 0 < --idle-actor-s <= 600")
+    if not 1 <= args.flood_rate <= 1000 or not 1 <= args.flood_sessions <= 10_000_000:
+        parser.error("need 1 <= --flood-rate <= 1000, 1 <= --flood-sessions <= 10000000")
     return args
 
 
 def _shape(args: argparse.Namespace) -> Shape:
     return Shape(connections=args.connections, warmup_s=args.warmup, measured_s=args.seconds)
-
-
-async def _beside_slow(
-    label: str, target: Target, slow: Target, args: argparse.Namespace
-) -> tuple[Measurement, LoadResult]:
-    """`target` measured while the slow application gets creates from a load process of its own,
-    over the same warm-up and measured window."""
-    await probe(slow)
-    slow_result: list[LoadResult] = []
-    slow_shape = Shape(connections=args.slow_connections, warmup_s=args.warmup, measured_s=args.seconds)
-
-    async def load_slow() -> None:
-        slow_result.append(await run_load_process(load_spec(slow, slow_shape)))
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(load_slow)
-        beside = await measure(label, target, _shape(args))
-    return beside, slow_result[0]
 
 
 async def _payorch_scenarios(
@@ -158,11 +141,13 @@ async def _payorch_scenarios(
     if "isolation" in wanted:
         slow = await merchant.new_application("Bench slow", stripe_link())
         alone = results.create_many or await measure(many_label, many_target, _shape(args))
-        beside, slow_result = await _beside_slow(
+        slow_shape = Shape(connections=args.slow_connections, warmup_s=args.warmup, measured_s=args.seconds)
+        beside, slow_result = await measure_beside(
             f"POST /api/v1/sessions, {args.applications} apps, slow beside",
             many_target,
+            _shape(args),
             create_target(base_url, [slow.api_key]),
-            args,
+            slow_shape,
         )
         results.isolation = Isolation(
             alone=alone,
@@ -234,6 +219,22 @@ async def main(args: argparse.Namespace) -> None:
         if "webhooks" in wanted:
             (work_dir / "webhooks").mkdir()
             await _webhooks(work_dir / "webhooks", results)
+        if "floods" in wanted:
+            progress("floods: starting payorch, with its default limits, on a fresh embedded PostgreSQL")
+            (work_dir / "floods").mkdir()
+            shape = FloodShape(
+                applications=10,
+                rate_per_s=args.flood_rate,
+                sessions=args.flood_sessions,
+                keys=12,
+                connections=8,
+                warmup_s=args.warmup,
+                measured_s=args.seconds,
+            )
+            try:
+                results.floods = await measure_floods(work_dir / "floods", shape)
+            finally:
+                results.problems += problems_logged(work_dir / "floods" / "payorch.log")
     for line in report(results, background):
         print(line)
 

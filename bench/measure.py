@@ -194,3 +194,22 @@ async def measure(label: str, target: Target, shape: Shape) -> Measurement:
         other=None if machine is None else max(machine - server - load, 0.0) / measured_s,
     )
     return Measurement(label, result, cores)
+
+
+async def measure_beside(
+    label: str, target: Target, shape: Shape, other: Target, other_shape: Shape, *, probed: bool = True
+) -> tuple[Measurement, LoadResult]:
+    """`target` measured while `other` gets the load of `other_shape` from a load process of its own
+    over the same warm-up and measured window; returns both figures. `probed=False` for an `other`
+    that payorch is meant to refuse."""
+    if probed:
+        await probe(other)
+    other_result: list[LoadResult] = []
+
+    async def load_other() -> None:
+        other_result.append(await run_load_process(load_spec(other, other_shape)))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(load_other)
+        beside = await measure(label, target, shape)
+    return beside, other_result[0]

@@ -67,11 +67,16 @@ class _InitOnlySettings(Settings):
 
 
 def bench_settings(
-    work_dir: Path, *, stripe_api_base: str = "", actor_idle_s: float | None = None
+    work_dir: Path,
+    *,
+    stripe_api_base: str = "",
+    actor_idle_s: float | None = None,
+    limits: LimitSettings | None = None,
 ) -> Settings:
     """Defaults, except: port 0, the embedded database and state under `work_dir`, fresh secrets,
-    and a per-credential rate limit the benchmark cannot reach. With `stripe_api_base`, the Stripe
-    provider is enabled too, its API there; with `actor_idle_s`, actors stop after that long idle."""
+    and rate limits the benchmark cannot reach unless `limits` are given. With `stripe_api_base`,
+    the Stripe provider is enabled too, its API there; with `actor_idle_s`, actors stop after that
+    long idle."""
     providers = ProviderSettings()
     if stripe_api_base:
         providers = ProviderSettings(stripe=StripeSettings(enabled=True, api_base=stripe_api_base))
@@ -83,7 +88,7 @@ def bench_settings(
         security=SecuritySettings(encryption_key=Fernet.generate_key().decode()),
         engine=engine,
         providers=providers,
-        limits=LimitSettings(requests_per_second=UNREACHABLE_RATE, burst=UNREACHABLE_RATE),
+        limits=limits or LimitSettings(requests_per_second=UNREACHABLE_RATE, burst=UNREACHABLE_RATE),
     )
 
 

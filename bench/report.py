@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from bench.floods import Floods
 from bench.idle import IdleResult
 from bench.load import LoadResult
 from bench.measure import Measurement, cpu_count
@@ -19,6 +20,7 @@ BUSY_MACHINE_CORES = 0.2
 # the other applications' creates/s beside a slow provider; memory once idle.
 CREATE_RATIO_GOAL, CREATE_P99_GOAL_MS, READ_RATIO_GOAL = 0.5, 50.0, 0.8
 ISOLATION_CHANGE_GOAL = 0.10
+FLOOD_P99_CHANGE_GOAL = 0.20
 IDLE_RSS_GROWTH_GOAL = 0.10
 WEBHOOK_P50_GOAL_MS, WEBHOOK_P99_GOAL_MS = 25.0, 100.0
 MIB = 1024 * 1024
@@ -60,6 +62,7 @@ class Results:
     isolation: Isolation | None = None
     idle: IdleResult | None = None
     webhooks: WebhookLatency | None = None
+    floods: Floods | None = None
     problems: list[str] = field(default_factory=list)  # warnings and errors payorch logged
 
     def measurements(self) -> list[Measurement]:
@@ -75,6 +78,8 @@ class Results:
             if self.isolation.alone is not self.create_many:
                 found.append(self.isolation.alone)
             found.append(self.isolation.beside)
+        if self.floods:
+            found += [self.floods.alone, self.floods.beside_pages, self.floods.beside_events]
         return [m for m in found if m is not None]
 
 
@@ -127,6 +132,29 @@ def _isolation(iso: Isolation) -> Iterator[str]:
     yield _row(f"{iso.applications} applications alone", iso.alone.result)
     yield _row(f"{iso.applications} applications, slow one beside", iso.beside.result)
     yield _row("the slow application", iso.slow)
+    yield ""
+
+
+def _floods(floods: Floods) -> Iterator[str]:
+    shape = floods.shape
+    yield (
+        f"floods: the others' creates ({shape.applications} applications, {shape.rate_per_s:g}/s due), "
+        f"alone, then beside one merchant's deep pages"
+    )
+    yield (
+        f"(1 application, {shape.sessions} sessions, {shape.keys} keys, {shape.connections} connections, "
+        f"default limits), then beside a stranger's forged provider events ({shape.connections} connections)"
+    )
+    yield _header("")
+    yield _row("others' creates alone", floods.alone.result)
+    yield _row("others' creates, deep pages beside", floods.beside_pages.result)
+    yield _row("  the flooder's deep pages", floods.pages)
+    yield _row("others' creates, forged events beside", floods.beside_events.result)
+    yield _row("  the stranger's forged events", floods.events)
+    for name, flood in (("deep pages", floods.pages), ("forged events", floods.events)):
+        if flood.errors:
+            shown = ", ".join(f"{kind}: {count}" for kind, count in sorted(flood.errors.items()))
+            yield f"  answers to the {name} that were not 2xx: {shown}"
     yield ""
 
 
@@ -226,6 +254,16 @@ def _goals(results: Results) -> Iterator[str]:
             f"within {ISOLATION_CHANGE_GOAL:.0%}",
             abs(change) <= ISOLATION_CHANGE_GOAL,
         )
+    if results.floods is not None:
+        floods = results.floods
+        for name, beside in (("deep pages", floods.beside_pages), ("forged events", floods.beside_events)):
+            change = floods.p99_change(beside)
+            yield goal_line(
+                f"floods: others' create p99 beside {name}",
+                f"{change:+.1%}",
+                f"within {FLOOD_P99_CHANGE_GOAL:.0%}",
+                change <= FLOOD_P99_CHANGE_GOAL,
+            )
     if results.idle is not None:
         idle = results.idle
         yield goal_line("idle: actors left after idle", f"{idle.actors_after}", "0", idle.actors_after == 0)
@@ -266,6 +304,8 @@ def report(results: Results, background: float | None) -> Iterator[str]:
         yield from _idle(results.idle)
     if results.webhooks is not None:
         yield from _webhooks(results.webhooks)
+    if results.floods is not None:
+        yield from _floods(results.floods)
     yield from _cores(results.measurements())
     yield from _goals(results)
     for m in results.measurements():

@@ -51,22 +51,22 @@ async def expect(response: httpx.Response, status: int) -> Any:
     return response.json()
 
 
-async def _invite_token(payorch: Payorch) -> str:
+async def _invite_token(payorch: Payorch, email: str) -> str:
     # `service.db` belongs to run()'s trio_asyncio loop, which only run()'s own tasks can reach (the
     # loop is a context variable of that task tree), so the invite goes through a small pool of ours.
     async with (
         trio_asyncio.open_loop(),
         open_database(payorch.service.db.dsn, min_size=1, max_size=1) as db,
     ):
-        invite = await issue_invite(db, payorch.settings, MERCHANT_EMAIL)
+        invite = await issue_invite(db, payorch.settings, email)
     return invite.token
 
 
-def _signup_body() -> dict[str, Any]:
+def _signup_body(email: str, number: int) -> dict[str, Any]:
     return {
         "organization": {
-            "legalBusinessName": "Bench Widgets Ltd",
-            "companyRegistrationNumber": "BENCH-000001",
+            "legalBusinessName": f"Bench Widgets {number} Ltd",
+            "companyRegistrationNumber": f"BENCH-{number:06d}",
             "registeredAddress": {
                 "line1": "1 Market Street",
                 "city": "Warsaw",
@@ -81,7 +81,7 @@ def _signup_body() -> dict[str, Any]:
             "contactPersonLastName": "Lovelace",
             "contactPersonEmail": "ada@bench.example",
         },
-        "admin": {"email": MERCHANT_EMAIL, "password": PASSWORD, "firstName": "Ada", "lastName": "Lovelace"},
+        "admin": {"email": email, "password": PASSWORD, "firstName": "Ada", "lastName": "Lovelace"},
     }
 
 
@@ -106,15 +106,31 @@ class Merchant:
     async def new_applications(self, count: int, link: dict[str, Any]) -> list[Application]:
         return [await self.new_application(f"Bench {number}", link) for number in range(1, count + 1)]
 
+    async def more_api_keys(self, application: Application, count: int) -> list[str]:
+        """`count` more API keys of `application`."""
+        path = f"/api/v1/applications/{application.id}/api-keys"
+        keys = []
+        for _ in range(count):
+            key = await expect(
+                await self._http.post(path, json={"description": "bench"}, headers=self._jwt), 201
+            )
+            keys.append(str(key["key"]))
+        return keys
+
 
 @asynccontextmanager
-async def signed_up_merchant(payorch: Payorch) -> AsyncIterator[Merchant]:
-    """The merchant, invited, signed up and logged in, for the length of the block."""
-    token = await _invite_token(payorch)
+async def signed_up_merchant(
+    payorch: Payorch, email: str = MERCHANT_EMAIL, number: int = 1
+) -> AsyncIterator[Merchant]:
+    """A merchant (the benchmark's own unless `email` names another, `number` making its company's
+    name and registration number its own), invited, signed up and logged in, for the length of the
+    block."""
+    token = await _invite_token(payorch, email)
     async with httpx.AsyncClient(base_url=payorch.base_url, timeout=30) as http:
-        await expect(await http.post(f"/api/v1/merchants/signup?token={token}", json=_signup_body()), 201)
+        signup = _signup_body(email, number)
+        await expect(await http.post(f"/api/v1/merchants/signup?token={token}", json=signup), 201)
         login = await expect(
-            await http.post("/api/v1/auth/login", json={"email": MERCHANT_EMAIL, "password": PASSWORD}), 200
+            await http.post("/api/v1/auth/login", json={"email": email, "password": PASSWORD}), 200
         )
         yield Merchant(http, login["accessToken"])
 
