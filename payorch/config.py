@@ -262,6 +262,9 @@ class LimitSettings(_Section):
     burst: PositiveInt = 100
     login_per_minute: PositiveInt = 10
     failed_logins_per_account_per_hour: PositiveInt = 20
+    provider_events_per_address_per_second: PositiveFloat = 50.0
+    provider_events_per_address_burst: PositiveInt = 200
+    provider_event_lookups_per_application: PositiveInt = 4
 
 
 LogLevel = Literal["debug", "info", "warning", "error"]

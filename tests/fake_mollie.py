@@ -271,6 +271,10 @@ class FakeMollie:
 
     # The API
 
+    def scripted_left(self) -> int:
+        """How many scripted answers no request has taken yet."""
+        return len(self._script)
+
     def take_script(self, method: str, path: str) -> ScriptedFailure | None:
         for index, (scripted_method, prefix, failure) in enumerate(self._script):
             if scripted_method == method and path.startswith(prefix):

@@ -18,6 +18,18 @@ whether or not such an account exists (a 429 must not tell which e-mails are reg
 bucket refuses every login of that e-mail, right password or not, so guessing spread over many
 addresses is slowed as much as guessing from one.
 
+Per client address for inbound provider events (`limits.provider_events_per_address_per_second`,
+`limits.provider_events_per_address_burst`): charged before the route reads anything, keyed
+`ip:<address>` in a limiter of their own. A provider's genuine events come from a few addresses at
+the provider's pace, far below it; a stranger posting forged events is answered 429 after its burst.
+Nothing is recorded for a refused event, and providers send an unacknowledged event again.
+
+Per application, provider lookups in flight (`limits.provider_event_lookups_per_application`): an
+event that only names an object (Mollie's webhook) is read at the provider with the merchant's key,
+out of the account's share of calls. At most this many such reads run at once per application; one
+more is answered 503 with `Retry-After` (Mollie calls again), so unauthenticated calls never take
+the capacity the merchant's own creates and refunds need.
+
 The buckets live in this process; see `docs/rate-limits.md` for sizing several processes.
 """
 
@@ -31,7 +43,7 @@ import trio
 
 from payorch.config import LimitSettings
 from payorch.engine.ratelimit import InFlightLimit, RateLimiter, whole_seconds
-from payorch.values.errors import RateLimited
+from payorch.values.errors import RateLimited, ServiceBusy
 
 # Test sends (`POST .../webhooks/{id}/test`) in flight at once per merchant. Each may wait on a
 # receiver for the whole `webhooks.timeout_s` while holding a connection of the shared client: this
@@ -52,6 +64,11 @@ class RequestLimits:
             burst=settings.failed_logins_per_account_per_hour,
         )
         self.test_sends = InFlightLimit(TEST_SENDS_PER_MERCHANT)
+        self.provider_events_per_address = RateLimiter(
+            rate=settings.provider_events_per_address_per_second,
+            burst=settings.provider_events_per_address_burst,
+        )
+        self.provider_event_lookups = InFlightLimit(settings.provider_event_lookups_per_application)
 
     def reconfigure(self, settings: LimitSettings) -> None:
         """Apply reloaded `limits.*` from the next request on. Buckets keep their tokens (at most the
@@ -62,12 +79,21 @@ class RequestLimits:
             settings.failed_logins_per_account_per_hour / 3600.0,
             settings.failed_logins_per_account_per_hour,
         )
+        self.provider_events_per_address.reconfigure(
+            settings.provider_events_per_address_per_second, settings.provider_events_per_address_burst
+        )
+        self.provider_event_lookups.per_key = settings.provider_event_lookups_per_application
 
     def forget_idle(self) -> None:
         """Drop every bucket that refilled (they are dropped as requests come too; this is for
         when none come)."""
         now = trio.current_time()
-        for limiter in (self.per_credential, self.per_client_address, self.failed_logins_per_account):
+        for limiter in (
+            self.per_credential,
+            self.per_client_address,
+            self.failed_logins_per_account,
+            self.provider_events_per_address,
+        ):
             limiter.forget_idle(now)
 
     def charge_credential(self, key: str) -> None:
@@ -119,3 +145,29 @@ class RequestLimits:
             yield
         finally:
             self.test_sends.leave(key)
+
+    def charge_provider_event(self, remote_address: str | None) -> None:
+        """Count one inbound provider event from `remote_address`; `RateLimited` when its bucket is
+        empty."""
+        wait = self.provider_events_per_address.take(f"ip:{remote_address or 'unknown'}", trio.current_time())
+        if wait is not None:
+            retry_after = whole_seconds(wait)
+            raise RateLimited(
+                f"too many provider events from this address: retry after {retry_after} s", retry_after
+            )
+
+    @contextmanager
+    def provider_event_lookup(self, application_id: uuid.UUID) -> Iterator[None]:
+        """Hold one of the application's provider-event lookups for the block; `ServiceBusy` (503,
+        retry in a second) while `limits.provider_event_lookups_per_application` are in flight."""
+        key = str(application_id)
+        if not self.provider_event_lookups.try_enter(key):
+            raise ServiceBusy(
+                f"at most {self.provider_event_lookups.per_key} provider events of an application are "
+                "looked up at the provider at once: retry after 1 s",
+                retry_after=1,
+            )
+        try:
+            yield
+        finally:
+            self.provider_event_lookups.leave(key)

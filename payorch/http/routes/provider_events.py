@@ -25,9 +25,10 @@ tag_blueprint(blueprint, ["Provider events"])
 @blueprint.post("/<provider_name>/<application_id>")
 @security_scheme(api.NO_CREDENTIALS)
 @document_response(bodies.ProviderEventReceived, 200)
-@api.errors(400, 404, 413, 500, 502, 503)
+@api.errors(400, 404, 413, 429, 500, 502, 503)
 async def receive_provider_event(provider_name: str, application_id: str) -> bodies.ProviderEventReceived:
     """Apply a provider's event once; a redelivered event answers 200 and changes nothing."""
+    services().limits.charge_provider_event(request.remote_addr)
     provider = services().providers.get(provider_name)
     if provider is None:
         raise NotFound(f"provider {provider_name!r} is not in the catalogue")
@@ -45,7 +46,8 @@ async def receive_provider_event(provider_name: str, application_id: str) -> bod
     except EventRejected as error:
         raise InvalidInput(f"event rejected: {error}") from None
     try:
-        resolved = await provider.resolve_event(credentials_of(services().secrets, config), event)
+        with services().limits.provider_event_lookup(app_id):
+            resolved = await provider.resolve_event(credentials_of(services().secrets, config), event)
     except ProviderError as error:
         # Not applied: the provider sends the event again, by when it may answer.
         raise ProviderUnavailable(f"could not look the event up with {provider.display_name}") from error

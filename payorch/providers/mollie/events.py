@@ -13,6 +13,7 @@ Each state read becomes an event whose id is the object and its state (`tr_x:pai
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping
 from typing import Any, Final
@@ -29,6 +30,10 @@ _PAYMENT_OUTCOMES: Final[Mapping[str, tuple[EventKind, str | None]]] = {
     "canceled": (EventKind.PAYMENT_DECLINED, "PAYMENT_FAILED"),
     "expired": (EventKind.CHECKOUT_EXPIRED, None),
 }
+# Mollie's object ids: a prefix naming the kind, an underscore, then letters and digits
+# (`tr_7UhSN1zuXS`). Only such an id is ever put into a Mollie API path.
+_MOLLIE_ID: Final = re.compile(r"[a-z]{1,10}_[A-Za-z0-9]{1,64}")
+
 # Mollie's final refund statuses; queued, pending and processing are on their way.
 _REFUND_OUTCOMES: Final[Mapping[str, EventKind]] = {
     "refunded": EventKind.REFUND_SUCCEEDED,
@@ -48,6 +53,8 @@ def parse_webhook(body: bytes) -> ProviderEvent:
     if len(ids) != 1 or not ids[0]:
         raise EventRejected("not a Mollie webhook call: it names no id")
     object_id = ids[0]
+    if _MOLLIE_ID.fullmatch(object_id) is None:
+        raise EventRejected("not a Mollie webhook call: its id is not of Mollie's form")
     if not object_id.startswith("tr_"):
         return ProviderEvent(id=f"webhook:{object_id}", kind=EventKind.IGNORED)
     return ProviderEvent(
