@@ -60,6 +60,23 @@ _X_CODES_THAT_ARE_CURRENCIES = frozenset(
     }
 )
 
+# ISO 4217's fund codes and units of account outside the X- range: each names an accounting unit
+# (an inflation-indexed unit, a same-day or next-day dollar, a bank's settlement unit) beside a
+# country's currency, never money a customer pays with. Babel knows them as currencies: refused here.
+_FUNDS_AND_UNITS_OF_ACCOUNT = frozenset(
+    {
+        "BOV",  # Bolivian Mvdol
+        "CHE",  # WIR euro
+        "CHW",  # WIR franc
+        "CLF",  # Chilean Unidad de Fomento
+        "COU",  # Colombian Unidad de Valor Real
+        "MXV",  # Mexican Unidad de Inversion
+        "USN",  # US dollar, next day
+        "UYI",  # Uruguay peso en unidades indexadas
+        "UYW",  # Uruguayan Unidad Previsional
+    }
+)
+
 # More minor-unit digits than any amount could have: a bound on the integers built below, so that
 # an exponent like 1E+999999999 is refused instead of building a gigantic number.
 _MAX_MINOR_DIGITS = 64
@@ -79,7 +96,9 @@ def currency_exponent(currency: str) -> int:
     """The ISO 4217 minor-unit exponent of `currency`; `UnknownCurrency` for anything that is not
     the code of a currency, X-codes for metals, funds, testing and "no currency" included."""
     exponent = _iso_exponent(currency)
-    if currency.startswith("X") and currency not in _X_CODES_THAT_ARE_CURRENCIES:
+    if currency in _FUNDS_AND_UNITS_OF_ACCOUNT or (
+        currency.startswith("X") and currency not in _X_CODES_THAT_ARE_CURRENCIES
+    ):
         raise UnknownCurrency(
             f"{currency!r} is an ISO 4217 code for something other than a currency "
             "(a precious metal, a fund or unit of account, testing, or no currency)"

@@ -504,6 +504,18 @@ async def test_x_code_that_is_not_a_currency_is_400(
     assert await db.read(_count_sessions) == 0
 
 
+@pytest.mark.parametrize("currency", ["BOV", "CHE", "CHW", "CLF", "COU", "MXV", "USN", "UYI", "UYW"])
+async def test_a_fund_code_or_unit_of_account_is_400(
+    client: Client, shop: Shop, db: Database, currency: str
+) -> None:
+    response = await create_session(client, shop, "k", session_body(currency=currency))
+    assert response.status_code == 400
+    (problem,) = (await response.get_json())["details"]
+    assert problem["field"] == "currency"
+    assert "fund or unit of account" in problem["message"]
+    assert await db.read(_count_sessions) == 0
+
+
 @pytest.mark.parametrize(
     ("currency", "total"), [("XOF", "5000"), ("XAF", "5000"), ("XPF", "1000"), ("XCD", "10.50")]
 )

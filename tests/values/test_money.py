@@ -93,6 +93,12 @@ def test_x_code_that_names_no_currency_is_unknown(code: str) -> None:
         currency_exponent(code)
 
 
+@pytest.mark.parametrize("code", ["BOV", "CHE", "CHW", "CLF", "COU", "MXV", "USN", "UYI", "UYW"])
+def test_a_fund_code_or_unit_of_account_is_not_a_currency(code: str) -> None:
+    with pytest.raises(UnknownCurrency):
+        currency_exponent(code)
+
+
 @pytest.mark.parametrize(("code", "exponent"), [("XAF", 0), ("XOF", 0), ("XPF", 0), ("XCD", 2), ("XCG", 2)])
 def test_x_code_that_is_a_currency_is_accepted(code: str, exponent: int) -> None:
     assert currency_exponent(code) == exponent
@@ -100,6 +106,7 @@ def test_x_code_that_is_a_currency_is_accepted(code: str, exponent: int) -> None
 
 def test_amount_stored_in_a_code_now_refused_can_still_be_shown() -> None:
     assert str(to_major_units(1050, "XTS")) == "10.50"
+    assert str(to_major_units(10500, "CLF")) == "1.0500"  # ISO 4217's four decimals
 
 
 @pytest.mark.parametrize("code", ["ABC", "usd", "US", "USDX", "U$D", ""])
@@ -110,7 +117,7 @@ def test_unknown_currency_code_is_refused(code: str) -> None:
 
 @pytest.mark.parametrize(
     ("currency", "exponent"),
-    [("USD", 2), ("EUR", 2), ("JPY", 0), ("KRW", 0), ("KWD", 3), ("BHD", 3), ("CLF", 4), ("ISK", 0)],
+    [("USD", 2), ("EUR", 2), ("JPY", 0), ("KRW", 0), ("KWD", 3), ("BHD", 3), ("ISK", 0)],
 )
 def test_currency_exponent_is_the_iso_4217_minor_unit(currency: str, exponent: int) -> None:
     assert currency_exponent(currency) == exponent
