@@ -49,7 +49,11 @@ def html_page(
 
 
 def see_other(url: str) -> Response:
-    """303: the browser follows with a GET, so reloading the page there does not post again."""
+    """303: the browser follows with a GET, so reloading the page there does not post again.
+    `url` is payorch's own or checked by the caller; a control character or space in it is a bug
+    (`ValueError`), never written into the header."""
+    if not all("!" <= character <= "~" for character in url):
+        raise ValueError("a redirect's URL must be printable ASCII without spaces")
     response = Response("", status=303)
     response.headers["Location"] = url
     response.headers["Cache-Control"] = "no-store"

@@ -168,6 +168,13 @@ async def test_signing_in_opens_the_page_that_asked_for_it(app: PayorchApp, merc
         "/console\\@attacker.example",
         "/api/v1/applications",
         "javascript:alert(1)",
+        "/console/applications\r\nSet-Cookie: planted=1",
+        "/console/applications\n",
+        "/console/applications\r",
+        "/console/applications\tx",
+        "/console/applications\x00",
+        "/console/applications x",
+        "/console/applications\x7f",
     ],
 )
 async def test_signing_in_never_sends_the_browser_off_the_console(

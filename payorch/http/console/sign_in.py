@@ -52,9 +52,12 @@ def _sign_in_token() -> str:
 
 
 def next_page(value: str | None) -> str | None:
-    """`value` when it is a page of the console on this host, else None: signing in never sends
-    the browser anywhere else."""
+    """`value` when it is a page of the console on this host, written in printable ASCII without
+    spaces (what a URL's path and query are), else None: signing in never sends the browser anywhere
+    else, and nothing a client wrote reaches the `Location` header but a URL."""
     if not value or "\\" in value or not value.startswith(COOKIE_PATH + "/"):
+        return None
+    if not all("!" <= character <= "~" for character in value):
         return None
     parts = urlsplit(value)
     return None if parts.scheme or parts.netloc else value
