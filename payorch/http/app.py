@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
+from quart import Response, request
 from quart_schema import QuartSchema
 
 from payorch.http import console, openapi
@@ -40,6 +41,15 @@ def _decodable_query_string(query_string: bytes) -> bytes:
     return query_string
 
 
+async def _never_stored(response: Response) -> Response:
+    """Every API answer may carry a secret (a new API key, a login's JWT, a webhook's signing secret)
+    or a customer's data (a session): no browser, proxy or CDN keeps a copy. An answer that says how
+    it may be cached (the OpenAPI document) keeps its own rule."""
+    if request.path.startswith("/api/") and "Cache-Control" not in response.headers:
+        response.headers["Cache-Control"] = "no-store"
+    return response
+
+
 class _App(PayorchApp):
     json_provider_class = ExactJsonProvider
     request_class = LimitedRequest  # a route may lower its body limit below MAX_CONTENT_LENGTH
@@ -72,6 +82,7 @@ def create_app(services: Services) -> PayorchApp:
     app.json = ExactJsonProvider(app)
     install_request_log(app)
     install_error_handlers(app)
+    app.after_request(_never_stored)
     for blueprint in (
         health.blueprint,
         metrics.blueprint,
