@@ -11,6 +11,7 @@ import ipaddress
 import os
 import re
 import secrets
+import stat
 import time
 import tomllib
 from pathlib import Path
@@ -479,35 +480,56 @@ def _resolve_paths(settings: Settings, base: Path) -> Settings:
 def _with_generated_secrets(settings: Settings) -> Settings:
     state_dir = settings.server.state_dir
     jwt_secret = settings.auth.jwt_secret or _kept_secret(
-        state_dir / "jwt_secret", lambda: secrets.token_urlsafe(48)
+        state_dir / "jwt_secret", lambda: secrets.token_urlsafe(48), key="auth.jwt_secret"
     )
     security = settings.security
     if not security.keys:
-        generated = _kept_secret(state_dir / "encryption_key", lambda: Fernet.generate_key().decode())
+        generated = _kept_secret(
+            state_dir / "encryption_key",
+            lambda: Fernet.generate_key().decode(),
+            key="security.encryption_key",
+        )
         security = security.model_copy(update={"encryption_key": generated})
     return settings.model_copy(
         update={"auth": settings.auth.model_copy(update={"jwt_secret": jwt_secret}), "security": security}
     )
 
 
-def _kept_secret(path: Path, generate: Any) -> str:
+def _kept_secret(path: Path, generate: Any, *, key: str) -> str:
     """Read the secret at `path`, or write a new one there (mode 0600) if there is none.
 
-    The file is created exclusively, so two processes starting at once agree on one secret."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    The file is created exclusively, so two processes starting at once agree on one secret. A
+    directory other users may write to (they could put their own secret in place) or a secret file
+    other users may read or write stops the service with `ConfigError` saying how to fix it: `key`
+    names the setting the file stands in for."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _refuse_if_others_may(path.parent, 0o022, "write to", key="server.state_dir")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
+        _refuse_if_others_may(path, 0o077, "read or write", key=key)
         for _ in range(50):  # the other process may still be writing it
             value = path.read_text().strip()
             if value:
                 return value
             time.sleep(0.02)
-        raise ConfigError(f"{path} is empty: delete it to generate a new secret") from None
+        raise ConfigError(f"{path} is empty: delete it to generate a new secret", key=key) from None
     value = str(generate())
     with os.fdopen(fd, "w") as handle:
         handle.write(value + "\n")
     return value
+
+
+def _refuse_if_others_may(path: Path, others: int, what: str, *, key: str) -> None:
+    """`ConfigError` when `path`'s mode grants any of the `others` bits (group and other users)."""
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & others:
+        fix = "chmod go-w" if others == 0o022 else "chmod 600"
+        raise ConfigError(
+            f"invalid setting {key}: other users may {what} {path} (mode {mode:04o}): "
+            f"run `{fix} {path}` and start again",
+            key=key,
+        )
 
 
 REDACTED = "<redacted>"

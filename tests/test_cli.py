@@ -114,6 +114,23 @@ def test_bad_config_exits_2_with_one_line_naming_it(
     assert named in result.stderr
 
 
+def test_serve_with_a_secret_file_others_may_read_exits_2_with_one_line_saying_how_to_fix_it(
+    tmp_path: Path,
+) -> None:
+    env = cli_environment(tmp_path, UNREACHABLE_DATABASE)
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    secret = state / "encryption_key"
+    secret.write_text("kept\n")
+    secret.chmod(0o644)
+    result = payorch("serve", env=env)
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"payorch: invalid setting security.encryption_key: other users may read or write "
+        f"{secret} (mode 0644): run `chmod 600 {secret}` and start again\n"
+    )
+
+
 def test_missing_config_option_file_exits_2_naming_it(tmp_path: Path) -> None:
     env = cli_environment(tmp_path, UNREACHABLE_DATABASE)
     missing = tmp_path / "absent.toml"

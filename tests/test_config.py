@@ -291,6 +291,43 @@ def test_generated_secrets_are_kept_in_state_dir_readable_by_owner_only(tmp_path
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
 
 
+@pytest.mark.parametrize(
+    ("name", "key"), [("jwt_secret", "auth.jwt_secret"), ("encryption_key", "security.encryption_key")]
+)
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o620, 0o666])
+def test_a_kept_secret_other_users_may_read_or_write_stops_loading_with_the_fix(
+    tmp_path: Path, name: str, key: str, mode: int
+) -> None:
+    path = write_config(tmp_path, '[server]\nstate_dir = "state"\n')
+    load_settings(path)
+    secret = tmp_path / "state" / name
+    secret.chmod(mode)
+    with pytest.raises(ConfigError) as refused:
+        load_settings(path)
+    assert refused.value.key == key
+    assert str(refused.value) == (
+        f"invalid setting {key}: other users may read or write {secret} (mode {mode:04o}): "
+        f"run `chmod 600 {secret}` and start again"
+    )
+
+
+def test_a_state_dir_other_users_may_write_to_stops_loading_with_the_fix(tmp_path: Path) -> None:
+    path = write_config(tmp_path, '[server]\nstate_dir = "state"\n')
+    state = tmp_path / "state"
+    state.mkdir(mode=0o777)
+    state.chmod(0o777)
+    with pytest.raises(ConfigError) as refused:
+        load_settings(path)
+    assert refused.value.key == "server.state_dir"
+    assert f"run `chmod go-w {state}` and start again" in str(refused.value)
+    assert list(state.iterdir()) == []  # nothing was written there
+
+
+def test_a_new_state_dir_is_the_owners_only(tmp_path: Path) -> None:
+    load_settings(write_config(tmp_path, '[server]\nstate_dir = "state/deeper"\n'))
+    assert stat.S_IMODE((tmp_path / "state" / "deeper").stat().st_mode) == 0o700
+
+
 def test_generated_secrets_are_usable(tmp_path: Path) -> None:
     settings = load_settings(write_config(tmp_path, ""))
     assert len(settings.auth.jwt_secret) >= 32
