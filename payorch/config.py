@@ -262,6 +262,7 @@ class LimitSettings(_Section):
     burst: PositiveInt = 100
     login_per_minute: PositiveInt = 10
     failed_logins_per_account_per_hour: PositiveInt = 20
+    provider_health_accounts: PositiveInt = 10000
 
 
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -298,8 +299,8 @@ _Model = TypeVar("_Model", bound=BaseModel)
 # What a running service cannot change without a restart (`payorch serve` reloads the rest on
 # SIGHUP): a dotted key, or a whole section. What the HTTP server and the database pool were built
 # with, the identity of links already handed out and registered with providers, the secrets every
-# process must share, the actors' mailboxes, and the sandbox (its pages and event sender exist only
-# when it was enabled at start).
+# process must share, the actors' mailboxes, how many accounts routing health keeps, and the
+# sandbox (its pages and event sender exist only when it was enabled at start).
 RESTART_ONLY = frozenset(
     {
         "server.bind",
@@ -312,6 +313,7 @@ RESTART_ONLY = frozenset(
         "security",
         "engine.actor_idle_s",
         "engine.mailbox_size",
+        "limits.provider_health_accounts",
         "providers.sandbox",
     }
 )
