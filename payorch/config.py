@@ -266,6 +266,7 @@ class LimitSettings(_Section):
     provider_events_per_address_per_second: PositiveFloat = 50.0
     provider_events_per_address_burst: PositiveInt = 200
     provider_event_lookups_per_application: PositiveInt = 4
+    provider_health_accounts: PositiveInt = 10000
 
 
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -302,8 +303,8 @@ _Model = TypeVar("_Model", bound=BaseModel)
 # What a running service cannot change without a restart (`payorch serve` reloads the rest on
 # SIGHUP): a dotted key, or a whole section. What the HTTP server and the database pool were built
 # with, the identity of links already handed out and registered with providers, the secrets every
-# process must share, the actors' mailboxes, and the sandbox (its pages and event sender exist only
-# when it was enabled at start).
+# process must share, the actors' mailboxes, how many accounts routing health keeps, and the
+# sandbox (its pages and event sender exist only when it was enabled at start).
 RESTART_ONLY = frozenset(
     {
         "server.bind",
@@ -316,6 +317,7 @@ RESTART_ONLY = frozenset(
         "security",
         "engine.actor_idle_s",
         "engine.mailbox_size",
+        "limits.provider_health_accounts",
         "providers.sandbox",
     }
 )

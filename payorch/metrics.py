@@ -12,7 +12,7 @@ Nothing here is global: two runtimes in one process (tests) never share a counte
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -48,6 +48,10 @@ class RuntimeSnapshot:
     outbox: OutboxBacklog | None  # None when the database did not answer in time
     config_generation: int  # configurations loaded: 1 at start, one more per successful reload
     config_loaded_at: float  # Unix time the running configuration was loaded (start or last reload)
+    # By provider name: whether its provider-wide circuit is not closed, and how many of its
+    # accounts' circuits are not closed (routing health, docs/routing.md).
+    provider_circuit_open: Mapping[str, bool] = field(default_factory=dict)
+    account_circuits_open: Mapping[str, int] = field(default_factory=dict)
 
 
 class _SnapshotCollector:
@@ -130,6 +134,23 @@ class _SnapshotCollector:
             "Unix time the running configuration was loaded: at start, or by the last successful reload.",
             value=snapshot.config_loaded_at,
         )
+        circuit = GaugeMetricFamily(
+            "payorch_provider_circuit_open",
+            "1 while the provider's provider-wide circuit is open or half-open (not routed for anyone).",
+            labels=["provider"],
+        )
+        for name, is_open in sorted(snapshot.provider_circuit_open.items()):
+            circuit.add_metric([name], 1 if is_open else 0)
+        yield circuit
+        accounts = GaugeMetricFamily(
+            "payorch_provider_account_circuits_open",
+            "Linked accounts (an application's key) whose own circuit for the provider is open or "
+            "half-open: the provider is not routed for them alone.",
+            labels=["provider"],
+        )
+        for name, count in sorted(snapshot.account_circuits_open.items()):
+            accounts.add_metric([name], count)
+        yield accounts
 
 
 class Metrics:

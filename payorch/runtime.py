@@ -231,7 +231,7 @@ async def open_runtime(
     live = LiveSettings(settings, loaded_at=clock.now().timestamp())
     secrets = SecretBox(settings.security.keys)
     providers = ProviderCatalogue(enabled_providers(settings, db, secrets, clock))
-    health = ProviderHealth(RoutingPolicy())
+    health = ProviderHealth(RoutingPolicy(max_accounts=settings.limits.provider_health_accounts))
     metrics = Metrics()
     node = NodeIdentity()
     context = PaymentsContext(

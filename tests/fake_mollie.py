@@ -176,6 +176,10 @@ class FakeMollie:
         self._accounts[api_key] = found
         return found
 
+    def revoke_key(self, api_key: str) -> None:
+        """Stop accepting `api_key` (revoked in Mollie's dashboard): from now on it gets 401."""
+        del self._accounts[api_key]
+
     def fail_next(self, method: str, path: str, *failures: ScriptedFailure | int) -> None:
         """Answer the next requests to `path` (a prefix) with `failures`, one each, in order."""
         for failure in failures:

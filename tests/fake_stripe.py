@@ -218,6 +218,10 @@ class FakeStripe:
         self._accounts[api_key] = existing or _Account(account_id)
         return account_id
 
+    def revoke_key(self, api_key: str) -> None:
+        """Stop accepting `api_key` (rolled, or the account deactivated): from now on it gets 401."""
+        del self._accounts[api_key]
+
     def account_of(self, api_key: str) -> str:
         """The id of the account `api_key` belongs to."""
         return self._accounts[api_key].id

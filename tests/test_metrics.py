@@ -37,6 +37,8 @@ METRIC_NAMES = {
     "payorch_config_generation",
     "payorch_config_last_reload_timestamp_seconds",
     "payorch_config_reload_failures_total",
+    "payorch_provider_circuit_open",
+    "payorch_provider_account_circuits_open",
 }
 
 
@@ -78,6 +80,8 @@ async def test_metrics_answers_the_prometheus_text_format_with_every_metric(clie
     assert ("payorch_supervisor_restarts_total", frozenset({("name", "webhook delivery")})) in samples
     assert value(samples, "payorch_metrics_database_up") == 1
     assert value(samples, "payorch_outbox_backlog", stage="fan_out") == 0
+    assert ("payorch_provider_circuit_open", frozenset({("provider", "sandbox")})) in samples
+    assert value(samples, "payorch_provider_account_circuits_open", provider="sandbox") == 0
 
 
 async def test_session_create_counts_the_request_by_route_and_the_provider_call(

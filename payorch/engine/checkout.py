@@ -16,7 +16,7 @@ import outcome
 import trio
 
 from payorch.engine.actors import ActorCrashed, ApplicationActor, BatchCommand, Reply
-from payorch.engine.context import PaymentsContext
+from payorch.engine.context import PaymentsContext, account_of
 from payorch.engine.idempotency import (
     Answer,
     claim_idempotency_keys,
@@ -146,7 +146,8 @@ class CreateSession(BatchCommand[PaymentsContext, Answer]):
         candidates = eligible_providers(
             configs.values(), _accepts(context.providers), draft.payment_method, draft.amount
         )
-        ranked = plan_route(candidates, context.health, trio.current_time())
+        accounts = [account_of(configs[name]) for name in candidates]
+        ranked = plan_route(accounts, context.health, trio.current_time())
         session_id = claim.resource_id
         requested_at = claim.claimed_at
         expires_at = requested_at + timedelta(seconds=context.settings.sessions.ttl_s)
@@ -318,7 +319,8 @@ async def _create_with_cascade(
         provider = context.providers.get(name)
         assert provider is not None
         try:
-            with context.provider_call(name, "create_checkout", context.settings.engine.provider_timeout_s):
+            timeout_s = context.settings.engine.provider_timeout_s
+            with context.provider_call(configs[name], "create_checkout", timeout_s):
                 created = await provider.create_checkout(
                     context.credentials(configs[name]),
                     request,

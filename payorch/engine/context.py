@@ -4,6 +4,7 @@ health, the metrics, this node's identity and the clock, and timing every provid
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 import trio
 
 from payorch.config import LiveSettings, Settings
-from payorch.engine.routing import ProviderHealth
+from payorch.engine.routing import ProviderAccount, ProviderHealth
 from payorch.metrics import Metrics
 from payorch.providers.base import Credentials, CredentialsRejected, ProviderError, RefundRefused
 from payorch.providers.catalogue import ProviderCatalogue
@@ -45,10 +46,14 @@ class PaymentsContext:
         return credentials_of(self.secrets, config)
 
     @contextmanager
-    def provider_call(self, provider: str, operation: str, timeout_s: float) -> Iterator[None]:
-        """One call to `provider`, cut off after `timeout_s` (`trio.TooSlowError`), counted in the
-        metrics and in routing health by how it ended. A refused refund is an answer, not a
-        failure: counted as `refused`, health untouched."""
+    def provider_call(self, config: ProviderConfig, operation: str, timeout_s: float) -> Iterator[None]:
+        """One call to `config`'s provider with its credentials, cut off after `timeout_s`
+        (`trio.TooSlowError`), counted in the metrics and in routing health by how it ended. A failure
+        counts for `config`'s account; for the provider as a whole too when it is provider-wide (a
+        timeout, or `ProviderError.provider_wide`), never when the provider rejected the credentials
+        (docs/routing.md). A refused refund is an answer, not a failure: counted as `refused`,
+        health untouched."""
+        provider, account = config.provider, account_of(config)
         started = trio.current_time()
         try:
             with trio.fail_after(timeout_s):
@@ -58,13 +63,24 @@ class PaymentsContext:
             raise
         except (ProviderError, CredentialsRejected, trio.TooSlowError) as error:
             elapsed = trio.current_time() - started
-            self.health.record_failure(provider, elapsed, trio.current_time())
+            provider_wide = isinstance(error, trio.TooSlowError) or (
+                isinstance(error, ProviderError) and error.provider_wide
+            )
+            self.health.record_failure(account, elapsed, trio.current_time(), provider_wide=provider_wide)
             failure = "timeout" if isinstance(error, trio.TooSlowError) else "error"
             self.metrics.provider_call(provider, operation, failure, elapsed)
             raise
         elapsed = trio.current_time() - started
-        self.health.record_success(provider, elapsed, trio.current_time())
+        self.health.record_success(account, elapsed, trio.current_time())
         self.metrics.provider_call(provider, operation, "ok", elapsed)
+
+
+def account_of(config: ProviderConfig) -> ProviderAccount:
+    """The provider account `config` links, as routing health knows it: the application and the key
+    it holds (a digest of the sealed key, so a new key starts with a clean record and nothing secret
+    is kept). Two applications never share one, whatever their keys."""
+    digest = hashlib.blake2b(config.credentials, digest_size=8).hexdigest()
+    return ProviderAccount(config.provider, f"{config.application_id}/{digest}")
 
 
 def credentials_of(secrets: SecretBox, config: ProviderConfig) -> Credentials:

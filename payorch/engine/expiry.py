@@ -24,6 +24,7 @@ from payorch.engine.session_states import SessionEvent, SessionStatus
 from payorch.providers.base import CheckoutClosed, Credentials, CredentialsRejected, ProviderError
 from payorch.storage import provider_configs, sessions
 from payorch.storage.database import Connection
+from payorch.storage.provider_configs import ProviderConfig
 
 log = logging.getLogger("payorch.expiry")
 
@@ -35,6 +36,7 @@ class _Closing:
     provider: str
     reference: str
     credentials: Credentials
+    config: ProviderConfig  # whose account the call counts for
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ class ExpireSession:
             provider = context.providers.get(closing.provider)
             assert provider is not None  # `_due` found it in the catalogue
             timeout_s = context.settings.engine.provider_timeout_s
-            with context.provider_call(closing.provider, "close_checkout", timeout_s):
+            with context.provider_call(closing.config, "close_checkout", timeout_s):
                 return await provider.close_checkout(closing.credentials, closing.reference)
 
         async def then(result: outcome.Outcome[CheckoutClosed]) -> None:
@@ -126,4 +128,6 @@ async def _due(
     config = await provider_configs.get_provider_config(conn, application_id, session.provider_name)
     if config is None:
         return _Due(closing=None)
-    return _Due(_Closing(session.provider_name, session.provider_reference, context.credentials(config)))
+    return _Due(
+        _Closing(session.provider_name, session.provider_reference, context.credentials(config), config)
+    )

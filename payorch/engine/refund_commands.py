@@ -147,7 +147,7 @@ async def _submit(
     if provider is None:
         return None
     try:
-        with context.provider_call(provider.name, "submit_refund", timeout_s):
+        with context.provider_call(submission.config, "submit_refund", timeout_s):
             return await provider.submit_refund(
                 context.credentials(submission.config),
                 submission.request,

@@ -7,8 +7,9 @@ control it. The formula, its default numbers and the circuit breaker are explain
 from __future__ import annotations
 
 import enum
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from payorch.values.errors import NoProviderAvailable, ProviderUnavailable
@@ -29,6 +30,11 @@ class RoutingPolicy:
     cooldown_s: float = 30.0  # open time after the first trip; doubles after each failed probe
     max_cooldown_s: float = 600.0
     probe_timeout_s: float = 30.0  # a probe whose outcome is not recorded by then is handed out again
+    # The provider-wide circuit opens when provider-wide failures (unreachable, 5xx, timeouts) came
+    # from at least this many distinct accounts, each within the window, with no success between.
+    provider_wide_accounts: int = 3
+    provider_wide_window_s: float = 60.0
+    max_accounts: int = 10_000  # accounts whose health is kept; the least recently used is forgotten
 
     def __post_init__(self) -> None:
         weights = (self.success_weight, self.latency_weight, self.health_weight)
@@ -36,13 +42,30 @@ class RoutingPolicy:
             raise ValueError("routing weights must be non-negative and sum to 1")
         if not 0 < self.smoothing <= 1:
             raise ValueError("smoothing must lie in (0, 1]")
-        if self.failure_threshold < 1:
-            raise ValueError("failure_threshold must be at least 1")
-        durations = (self.latency_reference_s, self.memory_half_life_s, self.cooldown_s, self.probe_timeout_s)
+        if min(self.failure_threshold, self.provider_wide_accounts, self.max_accounts) < 1:
+            raise ValueError("failure_threshold, provider_wide_accounts and max_accounts must be at least 1")
+        durations = (
+            self.latency_reference_s,
+            self.memory_half_life_s,
+            self.cooldown_s,
+            self.probe_timeout_s,
+            self.provider_wide_window_s,
+        )
         if min(durations) <= 0:
-            raise ValueError("latency reference, half-life, cool-down and probe timeout must be positive")
+            raise ValueError(
+                "latency reference, half-life, cool-down, probe timeout and window must be positive"
+            )
         if self.max_cooldown_s < self.cooldown_s:
             raise ValueError("max_cooldown_s must be at least cooldown_s")
+
+
+@dataclass(frozen=True, order=True)
+class ProviderAccount:
+    """One linked account at a provider: what health is kept per. `account` is an opaque id of the
+    linked configuration and the key it holds (`engine.context.account_of`); never a secret."""
+
+    provider: str
+    account: str
 
 
 class RoutableConfig(Protocol):
@@ -85,7 +108,8 @@ class Circuit(enum.StrEnum):
 
 @dataclass(frozen=True)
 class ProviderFigures:
-    """One provider's health as routing currently sees it, for metrics and debugging."""
+    """The health of one account, or of a provider as a whole, as routing currently sees it, for
+    metrics and debugging."""
 
     score: float
     success_rate: float  # smoothed, faded toward the prior by age
@@ -106,54 +130,145 @@ class _Record:
     probe_until: float | None = None  # a probe is out until then
 
 
+@dataclass
+class _ProviderRecord(_Record):
+    # The accounts with a provider-wide failure since the last success of any account, each with
+    # the time of its latest; never more than `provider_wide_accounts` (that many open the circuit).
+    failing: dict[str, float] = field(default_factory=dict)
+
+
 class ProviderHealth:
-    """Outcomes of provider calls, per provider, in memory. One per process, used from one thread."""
+    """Outcomes of provider calls, in memory. One per process, used from one thread.
+
+    Health is kept per account (`ProviderAccount`): every failure of an account's call counts for
+    that account only, and opens its circuit, which takes the provider away from that account alone.
+    A provider-wide failure (`provider_wide`: unreachable, 5xx, timeout) also counts for the provider
+    as a whole, whose circuit opens only when such failures came from `provider_wide_accounts`
+    distinct accounts with no success of any account between: one account cannot open it.
+    At most `max_accounts` accounts are kept, the least recently used forgotten first."""
 
     def __init__(self, policy: RoutingPolicy | None = None) -> None:
         self.policy = policy or RoutingPolicy()
-        self._records: dict[str, _Record] = {}
+        self._accounts: OrderedDict[ProviderAccount, _Record] = OrderedDict()
+        self._providers: dict[str, _ProviderRecord] = {}
 
-    def record_success(self, provider: str, latency_s: float, now: float) -> None:
-        """Count a successful call that took `latency_s`. If the circuit is half-open, it closes."""
-        record = self._records.setdefault(provider, _Record())
-        self._observe(record, 1.0, max(0.0, latency_s), now)
+    def record_success(self, key: ProviderAccount, latency_s: float, now: float) -> None:
+        """Count a successful call of `key`'s that took `latency_s`. A half-open circuit (the
+        account's, the provider's) closes; the provider's run of failing accounts ends."""
+        latency_s = max(0.0, latency_s)
+        self._succeed(self._account(key), latency_s, now)
+        provider = self._providers.setdefault(key.provider, _ProviderRecord())
+        self._succeed(provider, latency_s, now)
+        provider.failing.clear()
+
+    def record_failure(
+        self, key: ProviderAccount, latency_s: float, now: float, *, provider_wide: bool
+    ) -> None:
+        """Count a failed call of `key`'s. Its account's circuit opens after `failure_threshold`
+        failures in a row, and reopens, with a longer cool-down, when a half-open probe fails. A
+        `provider_wide` failure also counts for the provider (see the class); one that is not says
+        nothing about the provider, and frees the provider's probe if one was out."""
+        latency_s = max(0.0, latency_s)
+        self._fail(self._account(key), latency_s, now)
+        provider = self._providers.setdefault(key.provider, _ProviderRecord())
+        if not provider_wide:
+            provider.probe_until = None  # this call may have been the probe: it showed nothing
+            return
+        self._observe_failure(provider, latency_s, now)
+        if provider.open_until is not None:
+            if now >= provider.open_until:
+                self._open(provider, now)
+            return
+        window_start = now - self.policy.provider_wide_window_s
+        for account, at in list(provider.failing.items()):
+            if at < window_start:
+                del provider.failing[account]
+        provider.failing.pop(key.account, None)
+        provider.failing[key.account] = now
+        if (
+            len(provider.failing) >= self.policy.provider_wide_accounts
+            and provider.consecutive_failures >= self.policy.failure_threshold
+        ):
+            self._open(provider, now)
+            provider.failing.clear()
+
+    def is_available(self, key: ProviderAccount, now: float) -> bool:
+        """True while both circuits, the account's and the provider's, are closed; False while either
+        is open. A cooled-down (half-open) circuit admits exactly one caller, the probe, until its
+        outcome is recorded or `probe_timeout_s` passes without one."""
+        record = self._accounts.get(key)
+        if record is not None:
+            self._accounts.move_to_end(key)
+        provider = self._providers.get(key.provider)
+        if not (self._admits(record, now) and self._admits(provider, now)):
+            return False
+        for found in (record, provider):
+            if found is not None and found.open_until is not None:
+                found.probe_until = now + self.policy.probe_timeout_s
+        return True
+
+    def score(self, key: ProviderAccount, now: float) -> float:
+        """The account's score in [0, 1], from its own calls; an account never seen scores 1
+        (docs/routing.md)."""
+        return self._score(self._accounts.get(key) or _Record(), now)
+
+    def snapshot(self, now: float) -> dict[str, ProviderFigures]:
+        """The figures of every provider as a whole (successes and provider-wide failures of all its
+        accounts), by name. Hands out no probe."""
+        return {name: self._figures(record, now) for name, record in sorted(self._providers.items())}
+
+    def account_figures(self, key: ProviderAccount, now: float) -> ProviderFigures | None:
+        """The figures of one account; None when none are kept. Hands out no probe."""
+        record = self._accounts.get(key)
+        return None if record is None else self._figures(record, now)
+
+    def accounts_not_closed(self, now: float) -> dict[str, int]:
+        """By provider: how many of its accounts have an open or half-open circuit."""
+        counts: dict[str, int] = {}
+        for key, record in self._accounts.items():
+            if record.open_until is not None:
+                counts[key.provider] = counts.get(key.provider, 0) + 1
+        return counts
+
+    def _account(self, key: ProviderAccount) -> _Record:
+        record = self._accounts.get(key)
+        if record is None:
+            record = self._accounts[key] = _Record()
+            while len(self._accounts) > self.policy.max_accounts:
+                self._accounts.popitem(last=False)
+        else:
+            self._accounts.move_to_end(key)
+        return record
+
+    def _admits(self, record: _Record | None, now: float) -> bool:
+        if record is None or record.open_until is None:
+            return True
+        return now >= record.open_until and (record.probe_until is None or now >= record.probe_until)
+
+    def _succeed(self, record: _Record, latency_s: float, now: float) -> None:
+        self._observe(record, 1.0, latency_s, now)
         record.consecutive_failures = 0
         if record.open_until is not None and now >= record.open_until:
             record.open_until = record.probe_until = None
             record.trips = 0
 
-    def record_failure(self, provider: str, latency_s: float, now: float) -> None:
-        """Count a failed call. The circuit opens after `failure_threshold` failures in a row, and
-        reopens, with a longer cool-down, when a half-open probe fails."""
-        record = self._records.setdefault(provider, _Record())
-        latency_s = max(0.0, latency_s)
-        # A failure's duration only says the call took at least that long: it may raise the
-        # latency estimate, never lower it (a refused connection says nothing about speed).
-        slower = record.latency_s is None or latency_s > record.latency_s
-        self._observe(record, 0.0, latency_s if slower else None, now)
-        record.consecutive_failures += 1
+    def _fail(self, record: _Record, latency_s: float, now: float) -> None:
+        self._observe_failure(record, latency_s, now)
         if record.open_until is None:
             if record.consecutive_failures >= self.policy.failure_threshold:
                 self._open(record, now)
         elif now >= record.open_until:
             self._open(record, now)
 
-    def is_available(self, provider: str, now: float) -> bool:
-        """True while the circuit is closed; False while it is open. Once cooled down (half-open),
-        True for exactly one caller, the probe, until its outcome is recorded or `probe_timeout_s`
-        passes without one."""
-        record = self._records.get(provider)
-        if record is None or record.open_until is None:
-            return True
-        if now < record.open_until or (record.probe_until is not None and now < record.probe_until):
-            return False
-        record.probe_until = now + self.policy.probe_timeout_s
-        return True
+    def _observe_failure(self, record: _Record, latency_s: float, now: float) -> None:
+        # A failure's duration only says the call took at least that long: it may raise the
+        # latency estimate, never lower it (a refused connection says nothing about speed).
+        slower = record.latency_s is None or latency_s > record.latency_s
+        self._observe(record, 0.0, latency_s if slower else None, now)
+        record.consecutive_failures += 1
 
-    def score(self, provider: str, now: float) -> float:
-        """The provider's score in [0, 1]; a provider never seen scores 1 (docs/routing.md)."""
+    def _score(self, record: _Record, now: float) -> float:
         policy = self.policy
-        record = self._records.get(provider) or _Record()
         weight = self._weight(record, now)
         success = 1 - weight * (1 - record.success)
         latency = 1.0
@@ -168,22 +283,18 @@ class ProviderHealth:
         )
         return min(1.0, max(0.0, total))
 
-    def snapshot(self, now: float) -> dict[str, ProviderFigures]:
-        """The figures of every provider with a recorded outcome, by name. Hands out no probe."""
-        figures: dict[str, ProviderFigures] = {}
-        for provider, record in sorted(self._records.items()):
-            circuit = Circuit.CLOSED
-            if record.open_until is not None:
-                circuit = Circuit.OPEN if now < record.open_until else Circuit.HALF_OPEN
-            figures[provider] = ProviderFigures(
-                score=self.score(provider, now),
-                success_rate=1 - self._weight(record, now) * (1 - record.success),
-                latency_s=record.latency_s,
-                consecutive_failures=record.consecutive_failures,
-                circuit=circuit,
-                reopens_at=record.open_until if circuit is Circuit.OPEN else None,
-            )
-        return figures
+    def _figures(self, record: _Record, now: float) -> ProviderFigures:
+        circuit = Circuit.CLOSED
+        if record.open_until is not None:
+            circuit = Circuit.OPEN if now < record.open_until else Circuit.HALF_OPEN
+        return ProviderFigures(
+            score=self._score(record, now),
+            success_rate=1 - self._weight(record, now) * (1 - record.success),
+            latency_s=record.latency_s,
+            consecutive_failures=record.consecutive_failures,
+            circuit=circuit,
+            reopens_at=record.open_until if circuit is Circuit.OPEN else None,
+        )
 
     def _weight(self, record: _Record, now: float) -> float:
         """How much the recorded figures still count: 1 when fresh, halving every half-life."""
@@ -214,21 +325,26 @@ class ProviderHealth:
         record.probe_until = None
 
 
-def rank(candidates: Iterable[str], health: ProviderHealth, now: float) -> list[tuple[str, float]]:
-    """The available `candidates` (closed circuits, and a due probe, which this hands out) with
-    their scores rounded to 4 decimals (the API's `routing.score`), best first, equal scores by name.
-    Open circuits are left out."""
+def rank(
+    candidates: Iterable[ProviderAccount], health: ProviderHealth, now: float
+) -> list[tuple[str, float]]:
+    """The providers of the available `candidates` (closed circuits, and a due probe, which this
+    hands out) with their accounts' scores rounded to 4 decimals (the API's `routing.score`), best
+    first, equal scores by name. Open circuits, the account's or the provider's, are left out."""
     available = [
-        (name, round(health.score(name, now), 4))
-        for name in dict.fromkeys(candidates)
-        if health.is_available(name, now)
+        (key.provider, round(health.score(key, now), 4))
+        for key in dict.fromkeys(candidates)
+        if health.is_available(key, now)
     ]
     return sorted(available, key=lambda candidate: (-candidate[1], candidate[0]))
 
 
-def plan_route(eligible: Sequence[str], health: ProviderHealth, now: float) -> list[tuple[str, float]]:
-    """The providers to try in turn, best first: `rank` of `eligible`. `NoProviderAvailable` (422)
-    when nothing is eligible; `ProviderUnavailable` (502) when every eligible circuit is open."""
+def plan_route(
+    eligible: Sequence[ProviderAccount], health: ProviderHealth, now: float
+) -> list[tuple[str, float]]:
+    """The providers to try in turn, best first: `rank` of the `eligible` accounts (one each).
+    `NoProviderAvailable` (422) when nothing is eligible; `ProviderUnavailable` (502) when every
+    eligible account or its provider has an open circuit."""
     if not eligible:
         raise NoProviderAvailable("no active provider configuration accepts this payment method and amount")
     ranked = rank(eligible, health, now)

@@ -17,7 +17,15 @@ from payorch.values.money import Money
 
 
 class ProviderError(Exception):
-    """The provider failed or could not be reached: counts against its health; try another."""
+    """The provider failed or could not be reached: counts against the account's health; try another.
+
+    `provider_wide` says the failure is the provider's own (unreachable, a 5xx): it also counts toward
+    the provider's circuit (docs/routing.md). Anything about one account's call (its key rejected,
+    a 4xx, its rate limit, a request the provider will not take) is not."""
+
+    def __init__(self, message: str = "", *, provider_wide: bool = False) -> None:
+        super().__init__(message)
+        self.provider_wide = provider_wide
 
 
 class RefundRefused(ProviderError):

@@ -10,6 +10,8 @@ import pytest
 from payorch.engine.routing import (
     Circuit,
     ConfigView,
+    ProviderAccount,
+    ProviderFigures,
     ProviderHealth,
     RoutingPolicy,
     eligible_providers,
@@ -31,9 +33,24 @@ def card(provider: str, *, active: bool = True, methods: frozenset[str] = frozen
     return ConfigView(provider, active, methods)
 
 
+def at(provider: str, account: str = "shop") -> ProviderAccount:
+    """`provider` as the account `account` has it (one merchant's linked key)."""
+    return ProviderAccount(provider, account)
+
+
+def at_each(*providers: str) -> list[ProviderAccount]:
+    return [at(provider) for provider in providers]
+
+
+def figures(health: ProviderHealth, provider: str, now: float, account: str = "shop") -> ProviderFigures:
+    found = health.account_figures(at(provider, account), now)
+    assert found is not None
+    return found
+
+
 def trip(health: ProviderHealth, provider: str, now: float) -> None:
     for _ in range(health.policy.failure_threshold):
-        health.record_failure(provider, 0.1, now)
+        health.record_failure(at(provider), 0.1, now, provider_wide=False)
 
 
 def names(ranked: list[tuple[str, float]]) -> list[str]:
@@ -111,93 +128,95 @@ def test_score_stays_within_zero_and_one_whatever_the_history() -> None:
             now += rng.choice([0.0, 0.001, 1.0, 45.0, 5000.0])
             latency = rng.choice([0.0, 1e-6, 0.2, 3.0, 1e6, -1.0])
             if rng.random() < 0.5:
-                health.record_success("alpha", latency, now)
+                health.record_success(at("alpha"), latency, now)
             else:
-                health.record_failure("alpha", latency, now)
-            health.is_available("alpha", now)
-            score = health.score("alpha", now)
+                health.record_failure(at("alpha"), latency, now, provider_wide=False)
+            health.is_available(at("alpha"), now)
+            score = health.score(at("alpha"), now)
             assert 0.0 <= score <= 1.0
-            assert all(0.0 <= s <= 1.0 for _, s in rank(["alpha", "fresh"], health, now))
+            assert all(0.0 <= s <= 1.0 for _, s in rank(at_each("alpha", "fresh"), health, now))
 
 
 def test_never_seen_provider_scores_one_so_it_gets_traffic() -> None:
     health = ProviderHealth(POLICY)
     for _ in range(20):
-        health.record_success("established", 0.3, 0.0)
-    assert health.score("newcomer", 0.0) == 1.0
-    assert names(rank(["established", "newcomer"], health, 0.0)) == ["newcomer", "established"]
+        health.record_success(at("established"), 0.3, 0.0)
+    assert health.score(at("newcomer"), 0.0) == 1.0
+    assert names(rank(at_each("established", "newcomer"), health, 0.0)) == ["newcomer", "established"]
 
 
 def test_newcomer_keeps_traffic_only_while_its_record_is_as_good() -> None:
     health = ProviderHealth(POLICY)
     for _ in range(20):
-        health.record_success("established", 0.3, 0.0)
-    health.record_success("newcomer", 2.0, 1.0)  # slow: its first result puts it behind
-    assert names(rank(["established", "newcomer"], health, 1.0)) == ["established", "newcomer"]
+        health.record_success(at("established"), 0.3, 0.0)
+    health.record_success(at("newcomer"), 2.0, 1.0)  # slow: its first result puts it behind
+    assert names(rank(at_each("established", "newcomer"), health, 1.0)) == ["established", "newcomer"]
 
 
 def test_faster_provider_outranks_slower_one_with_equal_success() -> None:
     health = ProviderHealth(POLICY)
     for _ in range(10):
-        health.record_success("slow", 2.0, 0.0)
-        health.record_success("fast", 0.2, 0.0)
-    assert names(rank(["slow", "fast"], health, 0.0)) == ["fast", "slow"]
+        health.record_success(at("slow"), 2.0, 0.0)
+        health.record_success(at("fast"), 0.2, 0.0)
+    assert names(rank(at_each("slow", "fast"), health, 0.0)) == ["fast", "slow"]
 
 
 def test_latency_score_is_one_half_at_the_reference_latency() -> None:
     policy = RoutingPolicy(success_weight=0.0, latency_weight=1.0, health_weight=0.0, latency_reference_s=1.5)
     health = ProviderHealth(policy)
-    health.record_success("alpha", 1.5, 0.0)
-    assert health.score("alpha", 0.0) == pytest.approx(0.5)
+    health.record_success(at("alpha"), 1.5, 0.0)
+    assert health.score(at("alpha"), 0.0) == pytest.approx(0.5)
 
 
 def test_provider_with_failures_ranks_below_a_healthy_one() -> None:
     health = ProviderHealth(POLICY)
     for _ in range(10):
-        health.record_success("healthy", 0.5, 0.0)
-        health.record_success("flaky", 0.5, 0.0)
-    health.record_failure("flaky", 0.5, 1.0)
-    assert names(rank(["flaky", "healthy"], health, 1.0)) == ["healthy", "flaky"]
+        health.record_success(at("healthy"), 0.5, 0.0)
+        health.record_success(at("flaky"), 0.5, 0.0)
+    health.record_failure(at("flaky"), 0.5, 1.0, provider_wide=False)
+    assert names(rank(at_each("flaky", "healthy"), health, 1.0)) == ["healthy", "flaky"]
 
 
 def test_fast_failure_does_not_make_a_provider_look_fast() -> None:
     health = ProviderHealth(POLICY)
-    health.record_success("alpha", 2.0, 0.0)
-    health.record_failure("alpha", 0.001, 0.0)
-    assert health.snapshot(0.0)["alpha"].latency_s == 2.0
+    health.record_success(at("alpha"), 2.0, 0.0)
+    health.record_failure(at("alpha"), 0.001, 0.0, provider_wide=False)
+    assert figures(health, "alpha", 0.0).latency_s == 2.0
 
 
 def test_slow_failure_raises_the_latency_estimate() -> None:
     health = ProviderHealth(POLICY)
-    health.record_success("alpha", 1.0, 0.0)
-    health.record_failure("alpha", 11.0, 0.0)  # a timeout
-    assert health.snapshot(0.0)["alpha"].latency_s == pytest.approx(3.0)
+    health.record_success(at("alpha"), 1.0, 0.0)
+    health.record_failure(at("alpha"), 11.0, 0.0, provider_wide=False)  # a timeout
+    assert figures(health, "alpha", 0.0).latency_s == pytest.approx(3.0)
 
 
 def test_old_evidence_fades_so_a_passed_over_provider_is_tried_again() -> None:
     health = ProviderHealth(POLICY)
     for _ in range(10):
-        health.record_success("slow", 3.0, 0.0)
+        health.record_success(at("slow"), 3.0, 0.0)
     for minute in range(60):  # the fast one takes all traffic and stays fresh
-        health.record_success("fast", 0.3, minute * 60.0)
-    assert names(rank(["slow", "fast"], health, 60.0)) == ["fast", "slow"]
-    assert names(rank(["slow", "fast"], health, 3600.0)) == ["slow", "fast"]
+        health.record_success(at("fast"), 0.3, minute * 60.0)
+    assert names(rank(at_each("slow", "fast"), health, 60.0)) == ["fast", "slow"]
+    assert names(rank(at_each("slow", "fast"), health, 3600.0)) == ["slow", "fast"]
 
 
 def test_equal_scores_are_ordered_by_name() -> None:
     health = ProviderHealth(POLICY)
     for name in ("gamma", "alpha", "beta"):
-        health.record_success(name, 0.4, 0.0)
-    assert rank(["gamma", "alpha", "beta"], health, 0.0) == rank(["beta", "gamma", "alpha"], health, 0.0)
-    assert names(rank(["gamma", "alpha", "beta"], health, 0.0)) == ["alpha", "beta", "gamma"]
+        health.record_success(at(name), 0.4, 0.0)
+    assert rank(at_each("gamma", "alpha", "beta"), health, 0.0) == rank(
+        at_each("beta", "gamma", "alpha"), health, 0.0
+    )
+    assert names(rank(at_each("gamma", "alpha", "beta"), health, 0.0)) == ["alpha", "beta", "gamma"]
 
 
 def test_ranked_scores_are_rounded_to_four_decimals_and_each_candidate_listed_once() -> None:
     health = ProviderHealth(POLICY)
-    health.record_success("alpha", 0.123456, 0.0)
-    ranked = rank(["alpha", "alpha"], health, 0.0)
+    health.record_success(at("alpha"), 0.123456, 0.0)
+    ranked = rank(at_each("alpha", "alpha"), health, 0.0)
     assert len(ranked) == 1
-    assert ranked[0][1] == round(ranked[0][1], 4) == round(health.score("alpha", 0.0), 4)
+    assert ranked[0][1] == round(ranked[0][1], 4) == round(health.score(at("alpha"), 0.0), 4)
 
 
 # Circuit breaker
@@ -205,48 +224,48 @@ def test_ranked_scores_are_rounded_to_four_decimals_and_each_candidate_listed_on
 
 def test_failures_below_the_threshold_leave_the_provider_routable() -> None:
     health = ProviderHealth(POLICY)
-    health.record_failure("alpha", 0.1, 0.0)
-    health.record_failure("alpha", 0.1, 0.0)
-    health.record_success("alpha", 0.1, 0.0)  # breaks the streak
-    health.record_failure("alpha", 0.1, 0.0)
-    health.record_failure("alpha", 0.1, 0.0)
-    assert health.is_available("alpha", 0.0)
+    health.record_failure(at("alpha"), 0.1, 0.0, provider_wide=False)
+    health.record_failure(at("alpha"), 0.1, 0.0, provider_wide=False)
+    health.record_success(at("alpha"), 0.1, 0.0)  # breaks the streak
+    health.record_failure(at("alpha"), 0.1, 0.0, provider_wide=False)
+    health.record_failure(at("alpha"), 0.1, 0.0, provider_wide=False)
+    assert health.is_available(at("alpha"), 0.0)
 
 
 def test_provider_failing_threshold_times_is_skipped_until_cooldown_then_probed_once() -> None:
     health = ProviderHealth(POLICY)
     trip(health, "alpha", 100.0)
-    assert not health.is_available("alpha", 100.0)
-    assert not health.is_available("alpha", 129.9)
-    assert health.is_available("alpha", 130.0)  # the probe
-    assert not health.is_available("alpha", 130.0)
-    assert not health.is_available("alpha", 140.0)
+    assert not health.is_available(at("alpha"), 100.0)
+    assert not health.is_available(at("alpha"), 129.9)
+    assert health.is_available(at("alpha"), 130.0)  # the probe
+    assert not health.is_available(at("alpha"), 130.0)
+    assert not health.is_available(at("alpha"), 140.0)
 
 
 def test_exactly_one_probe_is_handed_out_among_many_callers() -> None:
     health = ProviderHealth(POLICY)
     trip(health, "alpha", 0.0)
-    granted = [health.is_available("alpha", 30.0 + i * 0.01) for i in range(100)]
+    granted = [health.is_available(at("alpha"), 30.0 + i * 0.01) for i in range(100)]
     assert granted.count(True) == 1
 
 
 def test_successful_probe_closes_the_circuit() -> None:
     health = ProviderHealth(POLICY)
     trip(health, "alpha", 0.0)
-    assert health.is_available("alpha", 30.0)
-    health.record_success("alpha", 0.2, 31.0)
-    assert health.snapshot(31.0)["alpha"].circuit is Circuit.CLOSED
-    assert all(health.is_available("alpha", 31.0) for _ in range(3))
+    assert health.is_available(at("alpha"), 30.0)
+    health.record_success(at("alpha"), 0.2, 31.0)
+    assert figures(health, "alpha", 31.0).circuit is Circuit.CLOSED
+    assert all(health.is_available(at("alpha"), 31.0) for _ in range(3))
 
 
 def test_failed_probe_reopens_the_circuit_for_twice_the_cooldown() -> None:
     health = ProviderHealth(POLICY)
     trip(health, "alpha", 0.0)
-    assert health.is_available("alpha", 30.0)
-    health.record_failure("alpha", 0.2, 31.0)
-    assert not health.is_available("alpha", 31.0)
-    assert not health.is_available("alpha", 90.9)
-    assert health.is_available("alpha", 91.0)
+    assert health.is_available(at("alpha"), 30.0)
+    health.record_failure(at("alpha"), 0.2, 31.0, provider_wide=False)
+    assert not health.is_available(at("alpha"), 31.0)
+    assert not health.is_available(at("alpha"), 90.9)
+    assert health.is_available(at("alpha"), 91.0)
 
 
 def test_cooldown_growth_is_capped() -> None:
@@ -254,60 +273,162 @@ def test_cooldown_growth_is_capped() -> None:
     trip(health, "alpha", 0.0)
     now = 0.0
     for _ in range(12):  # 30, 60, ... would pass 600 s on the sixth failed probe
-        now = health.snapshot(now)["alpha"].reopens_at or now
-        assert health.is_available("alpha", now)
-        health.record_failure("alpha", 0.2, now)
-    assert health.snapshot(now)["alpha"].reopens_at == now + POLICY.max_cooldown_s
+        now = figures(health, "alpha", now).reopens_at or now
+        assert health.is_available(at("alpha"), now)
+        health.record_failure(at("alpha"), 0.2, now, provider_wide=False)
+    assert figures(health, "alpha", now).reopens_at == now + POLICY.max_cooldown_s
 
 
 def test_successful_probe_resets_the_cooldown() -> None:
     health = ProviderHealth(POLICY)
     trip(health, "alpha", 0.0)
-    assert health.is_available("alpha", 30.0)
-    health.record_failure("alpha", 0.2, 30.0)  # reopened for 60 s
-    assert health.is_available("alpha", 90.0)
-    health.record_success("alpha", 0.2, 90.0)
+    assert health.is_available(at("alpha"), 30.0)
+    health.record_failure(at("alpha"), 0.2, 30.0, provider_wide=False)  # reopened for 60 s
+    assert health.is_available(at("alpha"), 90.0)
+    health.record_success(at("alpha"), 0.2, 90.0)
     trip(health, "alpha", 100.0)
-    assert health.snapshot(100.0)["alpha"].reopens_at == 130.0
+    assert figures(health, "alpha", 100.0).reopens_at == 130.0
 
 
 def test_unreported_probe_is_handed_out_again_after_the_probe_timeout() -> None:
     health = ProviderHealth(POLICY)
     trip(health, "alpha", 0.0)
-    assert health.is_available("alpha", 30.0)
-    assert not health.is_available("alpha", 59.9)
-    assert health.is_available("alpha", 60.0)
+    assert health.is_available(at("alpha"), 30.0)
+    assert not health.is_available(at("alpha"), 59.9)
+    assert health.is_available(at("alpha"), 60.0)
 
 
 def test_late_success_while_cooling_down_does_not_close_the_circuit() -> None:
     health = ProviderHealth(POLICY)
     trip(health, "alpha", 0.0)
-    health.record_success("alpha", 0.2, 5.0)  # a call started before the circuit opened
-    assert not health.is_available("alpha", 5.0)
-    assert health.snapshot(5.0)["alpha"].circuit is Circuit.OPEN
+    health.record_success(at("alpha"), 0.2, 5.0)  # a call started before the circuit opened
+    assert not health.is_available(at("alpha"), 5.0)
+    assert figures(health, "alpha", 5.0).circuit is Circuit.OPEN
 
 
 def test_rank_leaves_out_open_circuits_but_includes_a_due_probe() -> None:
     health = ProviderHealth(POLICY)
     trip(health, "alpha", 0.0)
-    assert names(rank(["alpha", "beta"], health, 10.0)) == ["beta"]
-    assert names(rank(["alpha", "beta"], health, 30.0)) == ["beta", "alpha"]
-    assert names(rank(["alpha", "beta"], health, 31.0)) == ["beta"]  # the probe is out
+    assert names(rank(at_each("alpha", "beta"), health, 10.0)) == ["beta"]
+    assert names(rank(at_each("alpha", "beta"), health, 30.0)) == ["beta", "alpha"]
+    assert names(rank(at_each("alpha", "beta"), health, 31.0)) == ["beta"]  # the probe is out
 
 
-def test_snapshot_reports_each_seen_provider() -> None:
+def test_figures_report_each_seen_account_and_provider() -> None:
     health = ProviderHealth(POLICY)
-    health.record_success("beta", 0.5, 0.0)
+    health.record_success(at("beta"), 0.5, 0.0)
     trip(health, "alpha", 0.0)
-    figures = health.snapshot(1.0)
-    assert list(figures) == ["alpha", "beta"]
-    assert figures["alpha"].circuit is Circuit.OPEN
-    assert figures["alpha"].consecutive_failures == 3
-    assert figures["alpha"].reopens_at == 30.0
-    assert figures["beta"].circuit is Circuit.CLOSED
-    assert figures["beta"].latency_s == 0.5
-    assert figures["beta"].success_rate == pytest.approx(1.0)
-    assert health.is_available("alpha", 30.0)  # snapshot handed out no probe
+    alpha, beta = figures(health, "alpha", 1.0), figures(health, "beta", 1.0)
+    assert (alpha.circuit, alpha.consecutive_failures, alpha.reopens_at) == (Circuit.OPEN, 3, 30.0)
+    assert (beta.circuit, beta.latency_s) == (Circuit.CLOSED, 0.5)
+    assert beta.success_rate == pytest.approx(1.0)
+    assert health.account_figures(at("alpha", "another shop"), 1.0) is None
+    providers = health.snapshot(1.0)
+    assert list(providers) == ["alpha", "beta"]
+    # The account's failures were not provider-wide: the provider as a whole saw none.
+    assert (providers["alpha"].circuit, providers["alpha"].consecutive_failures) == (Circuit.CLOSED, 0)
+    assert health.accounts_not_closed(1.0) == {"alpha": 1}
+    assert health.is_available(at("alpha"), 30.0)  # figures handed out no probe
+
+
+# Accounts: one merchant's failures are its own
+
+
+def fail_from(
+    health: ProviderHealth, provider: str, accounts: str, now: float, *, provider_wide: bool
+) -> None:
+    for account in accounts.split():
+        health.record_failure(at(provider, account), 0.1, now, provider_wide=provider_wide)
+
+
+def test_one_accounts_failures_take_the_provider_away_from_that_account_only() -> None:
+    health = ProviderHealth(POLICY)
+    for now in range(20):  # a merchant whose key the provider stopped accepting keeps trying
+        fail_from(health, "stripe", "rejected", float(now), provider_wide=False)
+    assert not health.is_available(at("stripe", "rejected"), 20.0)
+    assert health.is_available(at("stripe", "valid"), 20.0)
+    assert plan_route([at("stripe", "valid")], health, 20.0) == [("stripe", 1.0)]
+    assert health.snapshot(20.0)["stripe"].circuit is Circuit.CLOSED
+
+
+def test_one_accounts_failures_do_not_lower_the_score_others_see() -> None:
+    health = ProviderHealth(POLICY)
+    fail_from(health, "stripe", "rejected rejected", 0.0, provider_wide=True)
+    assert health.score(at("stripe", "valid"), 0.0) == 1.0
+    assert health.score(at("stripe", "rejected"), 0.0) < 0.7
+
+
+def test_provider_wide_failures_of_one_account_do_not_open_the_provider() -> None:
+    health = ProviderHealth(POLICY)
+    for now in range(20):  # timeouts or 5xx, but only ever for this one account
+        fail_from(health, "stripe", "slow", float(now), provider_wide=True)
+    assert not health.is_available(at("stripe", "slow"), 20.0)
+    assert health.is_available(at("stripe", "other"), 20.0)
+    assert health.snapshot(20.0)["stripe"].consecutive_failures == 20
+
+
+def test_provider_wide_failures_from_several_accounts_open_the_provider_for_every_account() -> None:
+    health = ProviderHealth(POLICY)  # 3 accounts
+    fail_from(health, "stripe", "a b", 0.0, provider_wide=True)
+    assert health.is_available(at("stripe", "never-failed"), 0.0)
+    fail_from(health, "stripe", "c", 1.0, provider_wide=True)
+    assert health.snapshot(1.0)["stripe"].circuit is Circuit.OPEN
+    assert not health.is_available(at("stripe", "never-failed"), 1.0)
+    with pytest.raises(ProviderUnavailable):
+        plan_route([at("stripe", "never-failed")], health, 1.0)
+    # Cooled down: one probe, from any account whose own circuit is closed; its success closes it.
+    assert health.is_available(at("stripe", "never-failed"), 31.0)
+    assert not health.is_available(at("stripe", "another"), 31.0)
+    health.record_success(at("stripe", "never-failed"), 0.2, 32.0)
+    assert health.is_available(at("stripe", "another"), 32.0)
+    assert health.snapshot(32.0)["stripe"].circuit is Circuit.CLOSED
+
+
+def test_account_failures_from_many_accounts_never_open_the_provider() -> None:
+    health = ProviderHealth(POLICY)
+    fail_from(health, "stripe", " ".join(f"shop-{n}" for n in range(50)), 0.0, provider_wide=False)
+    assert health.is_available(at("stripe", "valid"), 0.0)
+
+
+def test_a_success_of_any_account_ends_the_run_of_failing_accounts() -> None:
+    health = ProviderHealth(POLICY)
+    fail_from(health, "stripe", "a b", 0.0, provider_wide=True)
+    health.record_success(at("stripe", "healthy"), 0.2, 1.0)
+    fail_from(health, "stripe", "c", 2.0, provider_wide=True)
+    assert health.is_available(at("stripe", "d"), 2.0)
+
+
+def test_failing_accounts_count_only_within_the_window() -> None:
+    health = ProviderHealth(POLICY)  # 60 s
+    fail_from(health, "stripe", "a", 0.0, provider_wide=True)
+    fail_from(health, "stripe", "b", 30.0, provider_wide=True)
+    fail_from(health, "stripe", "c", 61.0, provider_wide=True)  # a's is older than 60 s
+    assert health.is_available(at("stripe", "d"), 61.0)
+    fail_from(health, "stripe", "d", 62.0, provider_wide=True)  # b, c, d within 60 s
+    assert not health.is_available(at("stripe", "e"), 62.0)
+
+
+def test_an_account_failure_of_the_probe_hands_the_provider_probe_to_another_account() -> None:
+    health = ProviderHealth(POLICY)
+    fail_from(health, "stripe", "a b c", 0.0, provider_wide=True)
+    assert health.is_available(at("stripe", "rejected"), 30.0)  # the probe
+    fail_from(health, "stripe", "rejected", 30.5, provider_wide=False)  # says nothing of Stripe
+    assert health.is_available(at("stripe", "valid"), 31.0)
+    fail_from(health, "stripe", "valid", 31.5, provider_wide=True)  # Stripe still down: reopens
+    assert health.snapshot(31.5)["stripe"].reopens_at == 31.5 + 60.0
+
+
+def test_the_accounts_kept_are_bounded_the_least_recently_used_forgotten_first() -> None:
+    health = ProviderHealth(RoutingPolicy(max_accounts=2))
+    trip(health, "stripe", 0.0)  # the account "shop"
+    health.record_success(at("stripe", "b"), 0.2, 1.0)
+    assert not health.is_available(at("stripe"), 2.0)  # used: now the most recent
+    health.record_success(at("stripe", "c"), 0.2, 3.0)
+    assert health.account_figures(at("stripe", "b"), 3.0) is None
+    assert figures(health, "stripe", 3.0).circuit is Circuit.OPEN
+    for n in range(1000):  # a stranger's many accounts
+        health.record_failure(at("stripe", f"stranger-{n}"), 0.1, 4.0, provider_wide=False)
+    assert len([n for n in range(1000) if health.account_figures(at("stripe", f"stranger-{n}"), 4.0)]) == 2
 
 
 # Routing decisions
@@ -324,21 +445,28 @@ def test_every_eligible_circuit_open_is_provider_unavailable() -> None:
     trip(health, "alpha", 0.0)
     trip(health, "beta", 0.0)
     with pytest.raises(ProviderUnavailable):
-        plan_route(["alpha", "beta"], health, 1.0)
+        plan_route(at_each("alpha", "beta"), health, 1.0)
 
 
 def test_cascade_moves_traffic_away_from_a_failing_provider() -> None:
     health = ProviderHealth(POLICY)
     tried: list[str] = []
     for now in range(5):  # the caller's loop: alpha (first by name) always fails, beta works
-        for name, _ in plan_route(["alpha", "beta"], health, float(now)):
+        for name, _ in plan_route(at_each("alpha", "beta"), health, float(now)):
             tried.append(name)
             if name == "alpha":
-                health.record_failure(name, 0.1, float(now))
+                health.record_failure(at(name), 0.1, float(now), provider_wide=False)
                 continue
-            health.record_success(name, 0.1, float(now))
+            health.record_success(at(name), 0.1, float(now))
             break
     assert tried == ["alpha", "beta", "beta", "beta", "beta", "beta"]
+
+
+def test_policy_refuses_no_accounts() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        RoutingPolicy(provider_wide_accounts=0)
+    with pytest.raises(ValueError, match="at least 1"):
+        RoutingPolicy(max_accounts=0)
 
 
 def test_policy_refuses_weights_not_summing_to_one() -> None:

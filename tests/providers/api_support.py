@@ -6,10 +6,19 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from payorch.engine.context import account_of
+from payorch.engine.routing import ProviderAccount
 from payorch.jsonexact import loads_exact
-from payorch.storage import outbox
+from payorch.storage import outbox, provider_configs
 from payorch.storage.database import Connection, Database
 from tests.helpers import Client, Shop, create_session, eventually, post_json, session_body
+
+
+async def health_account(db: Database, shop: Shop, provider: str) -> ProviderAccount:
+    """The account routing health keeps for `shop`'s link to `provider`."""
+    config = await db.read(provider_configs.get_provider_config, uuid.UUID(shop.application_id), provider)
+    assert config is not None
+    return account_of(config)
 
 
 async def created(client: Client, shop: Shop, key: str = "k1", **change: Any) -> dict[str, Any]:

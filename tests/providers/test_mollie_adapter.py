@@ -9,7 +9,7 @@ import httpx
 import pytest
 import trio
 
-from payorch.providers.base import Credentials, EventKind, EventRejected
+from payorch.providers.base import Credentials, EventKind, EventRejected, ProviderError
 from payorch.providers.mollie import MollieProvider
 from payorch.providers.mollie.amounts import mollie_limits, to_mollie_amount
 from payorch.values.money import Money
@@ -50,6 +50,36 @@ async def test_a_call_cut_off_by_payorchs_deadline_returns_at_once(
     with trio.move_on_after(0.5) as scope:
         await mollie.create_checkout(Credentials(MOLLIE_KEY), checkout_request(), idempotency_key="k")
     assert scope.cancelled_caught
+
+
+@pytest.mark.parametrize(
+    ("failure", "provider_wide"),
+    [(500, True), (503, True), (400, False), (422, False), (429, False), (401, False)],
+)
+async def test_only_mollie_failing_is_a_provider_wide_error(
+    mollie: MollieProvider, fake_mollie: FakeMollie, failure: int, provider_wide: bool
+) -> None:
+    fake_mollie.fail_next("POST", "/v2/payments", failure)
+    with pytest.raises(ProviderError) as raised:
+        await mollie.create_checkout(Credentials(MOLLIE_KEY), checkout_request(), idempotency_key="k")
+    assert raised.value.provider_wide is provider_wide
+
+
+async def test_mollie_unreachable_is_a_provider_wide_error() -> None:
+    unreachable = MollieProvider(public_base_url=PUBLIC_BASE_URL, api_base="http://127.0.0.1:9", timeout_s=5)
+    with pytest.raises(ProviderError) as raised:
+        await unreachable.create_checkout(Credentials(MOLLIE_KEY), checkout_request(), idempotency_key="k")
+    assert raised.value.provider_wide
+
+
+async def test_a_payment_mollie_will_not_cancel_is_an_account_error(
+    mollie: MollieProvider, fake_mollie: FakeMollie
+) -> None:
+    created = await mollie.create_checkout(Credentials(MOLLIE_KEY), checkout_request(), idempotency_key="k")
+    fake_mollie.make_uncancelable(created.reference)
+    with pytest.raises(ProviderError) as raised:
+        await mollie.close_checkout(Credentials(MOLLIE_KEY), created.reference)
+    assert not raised.value.provider_wide
 
 
 async def test_mollies_errors_are_hal_json_with_status_title_and_detail(fake_mollie: FakeMollie) -> None:

@@ -1,7 +1,8 @@
 """Routing between two real providers: Stripe and Mollie both linked, each at its fake on loopback
 (tests/fake_stripe.py, tests/fake_mollie.py), both running at once. The route follows the score, a
 creation that fails or times out at one cascades to the other (both ways), and a provider that keeps
-failing is skipped for its cool-down."""
+failing for one shop is skipped by that shop for its cool-down, by every shop when it fails for
+several."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tests import fake_stripe as stripe_fake
 from tests.fake_mollie import FakeMollie, ReceivedMollieRequest, ScriptedFailure
 from tests.fake_stripe import FakeStripe
 from tests.helpers import Client, Shop, create_session, eventually, session_body
-from tests.providers.api_support import created, record
+from tests.providers.api_support import created, health_account, record
 from tests.providers.mollie_support import MOLLIE_KEY, mollie_settings, new_linked_shop
 
 # The Stripe SDK's HTTPXClient hands httpx the encoded form as `data=`, which httpx deprecates.
@@ -42,11 +43,12 @@ async def shop(client: Client, db: Database, settings: Settings) -> Shop:
     return await new_linked_shop(client, db, settings, *BOTH)
 
 
-def _prefer(runtime: Runtime, provider: str) -> None:
-    """Give the other provider a history (one success taking 0.5 s, score 0.9333) so that `provider`,
-    never used (score 1.0), ranks first."""
+async def _prefer(runtime: Runtime, shop: Shop, provider: str) -> None:
+    """Give the shop's other provider a history (one success taking 0.5 s, score 0.9333) so that
+    `provider`, never used (score 1.0), ranks first."""
     other = {"mollie": "stripe", "stripe": "mollie"}[provider]
-    runtime.services.health.record_success(other, 0.5, trio.current_time())
+    account = await health_account(runtime.services.db, shop, other)
+    runtime.services.health.record_success(account, 0.5, trio.current_time())
 
 
 async def _served(fake: FakeMollie) -> list[ReceivedMollieRequest] | None:
@@ -62,15 +64,21 @@ def _stripe_creations(fake: FakeStripe) -> list[int]:
 
 
 async def test_with_stripe_and_mollie_linked_the_route_follows_the_score(
-    client: Client, shop: Shop, runtime: Runtime, fake_mollie: FakeMollie, fake_stripe: FakeStripe
+    client: Client,
+    db: Database,
+    shop: Shop,
+    runtime: Runtime,
+    fake_mollie: FakeMollie,
+    fake_stripe: FakeStripe,
 ) -> None:
     health = runtime.services.health
-    health.record_success("stripe", 3.0, trio.current_time())  # Stripe slow: 0.85 against Mollie's 1.0
+    stripe, mollie = await health_account(db, shop, "stripe"), await health_account(db, shop, "mollie")
+    health.record_success(stripe, 3.0, trio.current_time())  # Stripe slow: 0.85 against Mollie's 1.0
     first = await created(client, shop, "first")
     assert first["routing"]["selectedProvider"] == "mollie"
     assert (_mollie_creations(fake_mollie), _stripe_creations(fake_stripe)) == ([201], [])
     # One failure of Mollie's (0.8133 against Stripe's 0.85): Stripe ranks first now.
-    health.record_failure("mollie", 0.1, trio.current_time())
+    health.record_failure(mollie, 0.1, trio.current_time(), provider_wide=False)
     second = await created(client, shop, "second")
     assert second["routing"]["selectedProvider"] == "stripe"
     assert (_mollie_creations(fake_mollie), _stripe_creations(fake_stripe)) == ([201], [200])
@@ -80,7 +88,7 @@ async def test_with_stripe_and_mollie_linked_the_route_follows_the_score(
 async def test_mollie_answering_500_at_creation_cascades_to_stripe(
     client: Client, shop: Shop, runtime: Runtime, fake_mollie: FakeMollie, fake_stripe: FakeStripe
 ) -> None:
-    _prefer(runtime, "mollie")
+    await _prefer(runtime, shop, "mollie")
     fake_mollie.fail_next("POST", "/v2/payments", 500)
     session = await created(client, shop)
     assert session["routing"]["selectedProvider"] == "stripe"
@@ -97,7 +105,7 @@ async def test_mollie_answering_500_at_creation_cascades_to_stripe(
 async def test_stripe_answering_500_at_creation_cascades_back_to_mollie(
     client: Client, shop: Shop, runtime: Runtime, fake_mollie: FakeMollie, fake_stripe: FakeStripe
 ) -> None:
-    _prefer(runtime, "stripe")
+    await _prefer(runtime, shop, "stripe")
     fake_stripe.fail_next("POST", "/v1/checkout/sessions", 500, 500, 500)
     session = await created(client, shop)
     assert session["routing"]["selectedProvider"] == "mollie"
@@ -113,7 +121,7 @@ async def test_mollie_timing_out_at_creation_cascades_to_stripe_and_its_late_pay
     async with open_runtime(impatient, db) as runtime:
         client = runtime.app.test_client()
         shop = await new_linked_shop(client, db, impatient, *BOTH)
-        _prefer(runtime, "mollie")
+        await _prefer(runtime, shop, "mollie")
         # Mollie takes 3 s, and then creates the payment: payorch gave up on it after 1 s.
         fake_mollie.fail_next("POST", "/v2/payments", ScriptedFailure(status=None, delay_s=3))
         session = await created(client, shop)
@@ -128,7 +136,38 @@ async def test_mollie_timing_out_at_creation_cascades_to_stripe_and_its_late_pay
     assert fake_mollie.payment(abandoned.answer["id"])["status"] == "open"
 
 
-async def test_a_mollie_that_keeps_failing_is_skipped_for_its_cool_down(
+async def test_a_mollie_account_that_keeps_failing_is_skipped_for_its_cool_down_for_that_shop_only(
+    client: Client,
+    db: Database,
+    settings: Settings,
+    runtime: Runtime,
+    fake_mollie: FakeMollie,
+) -> None:
+    mollie_only = await new_linked_shop(client, db, settings, ("mollie", MOLLIE_KEY))
+    fake_mollie.fail_next("POST", "/v2/payments", 500, 500, 500)
+    for attempt in range(3):
+        response = await create_session(client, mollie_only, f"down-{attempt}", session_body())
+        assert response.status_code != 201
+    now = trio.current_time()
+    figures = runtime.services.health.account_figures(await health_account(db, mollie_only, "mollie"), now)
+    assert figures is not None
+    assert (figures.consecutive_failures, figures.circuit) == (3, Circuit.OPEN)
+    assert figures.reopens_at is not None and 29 < figures.reopens_at - now <= 30
+    response = await create_session(client, mollie_only, "while-open", session_body())
+    assert response.status_code == 502
+    assert _mollie_creations(fake_mollie) == [500, 500, 500]  # not asked while its circuit is open
+
+    # Failures of one account are not Mollie's: another shop's payments go to Mollie meanwhile.
+    other = await new_linked_shop(client, db, settings, ("mollie", MOLLIE_KEY))
+    session = await created(client, other, "other shop")
+    assert session["routing"]["selectedProvider"] == "mollie"
+    assert _mollie_creations(fake_mollie) == [500, 500, 500, 201]
+    # Once the 30 s cool-down is over, one session of the shop may try Mollie again (the probe).
+    probe = runtime.services.health.account_figures(await health_account(db, mollie_only, "mollie"), now + 30)
+    assert probe is not None and probe.circuit is Circuit.HALF_OPEN
+
+
+async def test_a_mollie_failing_for_several_shops_is_skipped_by_every_shop_for_its_cool_down(
     client: Client,
     db: Database,
     settings: Settings,
@@ -136,11 +175,11 @@ async def test_a_mollie_that_keeps_failing_is_skipped_for_its_cool_down(
     fake_mollie: FakeMollie,
     fake_stripe: FakeStripe,
 ) -> None:
-    mollie_only = await new_linked_shop(client, db, settings, ("mollie", MOLLIE_KEY))
     fake_mollie.fail_next("POST", "/v2/payments", 500, 500, 500)
-    for attempt in range(3):
-        response = await create_session(client, mollie_only, f"down-{attempt}", session_body())
-        assert response.status_code != 201
+    for shop_number in range(3):  # Mollie answers 500 to three shops in a row: Mollie is failing
+        shop = await new_linked_shop(client, db, settings, ("mollie", MOLLIE_KEY))
+        response = await create_session(client, shop, "down", session_body())
+        assert response.status_code == 502, shop_number
     now = trio.current_time()
     figures = runtime.services.health.snapshot(now)["mollie"]
     assert (figures.consecutive_failures, figures.circuit) == (3, Circuit.OPEN)
@@ -150,5 +189,4 @@ async def test_a_mollie_that_keeps_failing_is_skipped_for_its_cool_down(
     session = await created(client, both, "while-open")
     assert session["routing"]["selectedProvider"] == "stripe"
     assert _mollie_creations(fake_mollie) == [500, 500, 500]  # not asked while its circuit is open
-    # Once the 30 s cool-down is over, one session may try Mollie again (the probe).
     assert runtime.services.health.snapshot(now + 30)["mollie"].circuit is Circuit.HALF_OPEN

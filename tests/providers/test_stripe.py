@@ -32,6 +32,7 @@ from tests.helpers import (
 from tests.providers.api_support import created as _created
 from tests.providers.api_support import events as _events
 from tests.providers.api_support import events_seen as _events_seen
+from tests.providers.api_support import health_account
 from tests.providers.api_support import record as _record
 from tests.providers.api_support import refund as _refund
 from tests.providers.api_support import settled as _settled
@@ -529,17 +530,18 @@ async def test_a_refund_stripe_refuses_fails_with_provider_refused(
 # --- Routing around a failing Stripe ---------------------------------------------------------------
 
 
-def _prefer_stripe(runtime: Runtime) -> None:
-    """Both fresh providers score 1.0 and ties go by name (sandbox first): give the sandbox a history
-    (one success taking 0.5 s) so Stripe ranks first."""
-    runtime.services.health.record_success("sandbox", 0.5, trio.current_time())
+async def _prefer_stripe(runtime: Runtime, shop: Shop) -> None:
+    """Both fresh providers score 1.0 and ties go by name (sandbox first): give the shop's sandbox a
+    history (one success taking 0.5 s) so Stripe ranks first."""
+    sandbox = await health_account(runtime.services.db, shop, "sandbox")
+    runtime.services.health.record_success(sandbox, 0.5, trio.current_time())
 
 
 async def test_stripe_answering_500_at_creation_cascades_to_the_sandbox(
     client: Client, db: Database, settings: Settings, runtime: Runtime, fake_stripe: FakeStripe
 ) -> None:
     shop = await _stripe_shop(client, db, settings, with_sandbox=True)
-    _prefer_stripe(runtime)
+    await _prefer_stripe(runtime, shop)
     fake_stripe.fail_next("POST", "/v1/checkout/sessions", 500, 500, 500)
     created = await _created(client, shop)
     assert created["routing"]["selectedProvider"] == "sandbox"
@@ -560,7 +562,7 @@ async def test_stripe_timing_out_at_creation_cascades_to_the_sandbox(
     async with open_runtime(impatient, db) as runtime:
         client = runtime.app.test_client()
         shop = await _stripe_shop(client, db, impatient, with_sandbox=True)
-        _prefer_stripe(runtime)
+        await _prefer_stripe(runtime, shop)
         fake_stripe.fail_next("POST", "/v1/checkout/sessions", ScriptedFailure(200, delay_s=30))
         created = await _created(client, shop)
         record = await _record(client, shop, created["sessionId"])

@@ -208,6 +208,45 @@ async def test_rate_limiting_that_persists_is_a_provider_error_after_the_retries
     assert [r.status for r in fake_stripe.requests] == [429, 429]
 
 
+@pytest.mark.parametrize(
+    ("failure", "provider_wide"), [(500, True), (503, True), (400, False), (404, False), (429, False)]
+)
+async def test_only_stripe_failing_is_a_provider_wide_error(
+    provider: StripeProvider, fake_stripe: FakeStripe, failure: int, provider_wide: bool
+) -> None:
+    fake_stripe.fail_next("POST", "/v1/checkout/sessions", failure, failure)  # the retry too
+    with pytest.raises(ProviderError) as raised:
+        await provider.create_checkout(KEY, _request(), idempotency_key="k")
+    assert raised.value.provider_wide is provider_wide
+
+
+async def test_a_key_stripe_stopped_accepting_is_an_account_error(
+    provider: StripeProvider, fake_stripe: FakeStripe
+) -> None:
+    fake_stripe.revoke_key(KEY.api_key)
+    with pytest.raises(ProviderError, match="rejected the stored key") as raised:
+        await provider.create_checkout(KEY, _request(), idempotency_key="k")
+    assert not raised.value.provider_wide
+
+
+async def test_stripe_unreachable_is_a_provider_wide_error() -> None:
+    unreachable = StripeProvider(
+        public_base_url="http://payorch.test", api_base="http://127.0.0.1:9", max_network_retries=0
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(unreachable.keep_connections_until_cancelled)
+        with pytest.raises(ProviderError) as raised:
+            await unreachable.create_checkout(KEY, _request(), idempotency_key="k")
+        nursery.cancel_scope.cancel()
+    assert raised.value.provider_wide
+
+
+async def test_an_amount_stripe_cannot_take_is_an_account_error(provider: StripeProvider) -> None:
+    with pytest.raises(ProviderError) as raised:
+        await provider.create_checkout(KEY, _request(199, method="blik"), idempotency_key="k")
+    assert not raised.value.provider_wide
+
+
 async def _paid_checkout(provider: StripeProvider, fake: FakeStripe) -> tuple[CheckoutRequest, str]:
     request = _request()
     created = await provider.create_checkout(KEY, request, idempotency_key=f"k-{request.session_id}")

@@ -13,6 +13,7 @@ import asyncpg
 import trio
 from quart import Blueprint, Response
 
+from payorch.engine.routing import Circuit
 from payorch.http.context import Services, services
 from payorch.metrics import OutboxBacklog, RuntimeSnapshot
 from payorch.storage.database import Database
@@ -41,6 +42,10 @@ async def metrics() -> Response:
 async def _snapshot(found: Services) -> RuntimeSnapshot:
     backlog = await _outbox_backlog(found.db, found.clock)
     # Read after the await, so the in-memory state is that of the moment the page is rendered.
+    now = trio.current_time()
+    providers = [provider.name for provider in found.providers]
+    figures = found.health.snapshot(now)
+    accounts_open = found.health.accounts_not_closed(now)
     return RuntimeSnapshot(
         mailbox_depths=list(found.actors.mailbox_depths().values()),
         mailbox_capacity=found.settings.engine.mailbox_size,
@@ -50,6 +55,10 @@ async def _snapshot(found: Services) -> RuntimeSnapshot:
         outbox=backlog,
         config_generation=found.live.generation,
         config_loaded_at=found.live.loaded_at,
+        provider_circuit_open={
+            name: name in figures and figures[name].circuit is not Circuit.CLOSED for name in providers
+        },
+        account_circuits_open={name: accounts_open.get(name, 0) for name in providers},
     )
 
 

@@ -39,6 +39,8 @@ from mollie.api.error import (
     Error,
     IdentifierError,
     NotFoundError,
+    RequestError,
+    RequestSetupError,
     ResponseError,
     ResponseHandlingError,
     UnauthorizedError,
@@ -341,4 +343,17 @@ def _unavailable(action: str, error: Error) -> ProviderError:
         return ProviderError(f"Mollie rejected the stored key, could not {action}: {_described(error)}")
     if isinstance(error, ConflictError):
         return ProviderError(f"Mollie is still working on the same request, could not {action}")
-    return ProviderError(f"Mollie could not {action}: {_described(error)}")
+    return ProviderError(
+        f"Mollie could not {action}: {_described(error)}", provider_wide=_provider_wide(error)
+    )
+
+
+def _provider_wide(error: Error) -> bool:
+    """Mollie unreachable, answering 5xx or something that is not its JSON: Mollie's failure. A 4xx
+    (a 429 included) or a request the SDK refused to send is about the account or the request alone
+    (docs/routing.md)."""
+    if isinstance(error, ResponseError):
+        return error.status is None or int(error.status) >= 500
+    if isinstance(error, RequestSetupError):
+        return False
+    return isinstance(error, RequestError | ResponseHandlingError)

@@ -89,7 +89,7 @@ def _unavailable_as_provider_error() -> Iterator[None]:
     try:
         yield
     except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
-        raise ProviderError(f"sandbox unavailable: {type(exc).__name__}") from exc
+        raise ProviderError(f"sandbox unavailable: {type(exc).__name__}", provider_wide=True) from exc
 
 
 class SandboxProvider:

@@ -372,4 +372,14 @@ def _rejected(error: stripe.StripeError) -> CredentialsRejected:
 def _unavailable(action: str, error: stripe.StripeError) -> ProviderError:
     if isinstance(error, stripe.AuthenticationError | stripe.PermissionError):
         return ProviderError(f"Stripe rejected the stored key, could not {action}: {_described(error)}")
-    return ProviderError(f"Stripe could not {action}: {_described(error)}")
+    return ProviderError(
+        f"Stripe could not {action}: {_described(error)}", provider_wide=_provider_wide(error)
+    )
+
+
+def _provider_wide(error: stripe.StripeError) -> bool:
+    """Stripe unreachable or answering 5xx: Stripe's failure. A 4xx (a 429 included) is about the
+    account or the request alone (docs/routing.md)."""
+    if isinstance(error, stripe.AuthenticationError | stripe.PermissionError | stripe.RateLimitError):
+        return False
+    return error.http_status is None or error.http_status >= 500
