@@ -65,6 +65,9 @@ class SessionLike(Protocol):
     @property
     def updated_at(self) -> datetime: ...
 
+    @property
+    def dispute_lost_at(self) -> datetime | None: ...
+
 
 @with_config(CLOSED)
 class SessionRecord(TypedDict):
@@ -82,6 +85,10 @@ class SessionRecord(TypedDict):
     expiresAt: Timestamp | None
     createdAt: Timestamp
     updatedAt: Timestamp
+    disputeLostAt: Annotated[
+        Timestamp | None,
+        Field(description="when the provider last reported a lost dispute (chargeback); null: never"),
+    ]
     refunds: list[RefundRecord] | None
 
 
@@ -100,6 +107,7 @@ def session_record(session: SessionLike, refunds: list[RefundRecord] | None = No
         "expiresAt": iso(session.expires_at),
         "createdAt": iso(session.created_at),
         "updatedAt": iso(session.updated_at),
+        "disputeLostAt": iso(session.dispute_lost_at),
         "refunds": (refunds or []) if status in WITH_REFUNDS else None,
     }
 

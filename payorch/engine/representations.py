@@ -30,9 +30,16 @@ Money = Annotated[Decimal, WithJsonSchema({"type": "number"})]
 """An amount in major currency units, a JSON number (never a string)."""
 CurrencyCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")]
 
-# The events a merchant may subscribe to and receive (the interface's list).
-EventType = Literal["session.completed", "session.expired", "refund.completed", "refund.failed"]
+# The events a merchant may subscribe to and receive: the interface's four, and a lost dispute.
+EventType = Literal[
+    "session.completed", "session.expired", "refund.completed", "refund.failed", "session.dispute_lost"
+]
 EVENT_TYPES: tuple[EventType, ...] = get_args(EventType)
+# What a configuration created without `subscribedEvents` subscribes to: the interface's four.
+DEFAULT_EVENT_TYPES: tuple[EventType, ...] = EVENT_TYPES[:4]
+# Delivered to every active configuration, named in its `subscribedEvents` or not: money the merchant
+# was paid has been taken back, and no configuration may miss that. Naming it is accepted.
+ALWAYS_DELIVERED: tuple[EventType, ...] = ("session.dispute_lost",)
 # The event a test send carries (`POST .../webhooks/{id}/test`): never subscribed to, never a
 # delivery, so not one of the interface's event types.
 TestEventType = Literal["webhook.test"]

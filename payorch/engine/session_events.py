@@ -38,10 +38,14 @@ async def apply_session_event(
         change = transition(SessionStatus(session.status), event)
     except TransitionRefused:
         return False
-    if change.status == session.status and change.failure_reason == session.failure_reason:
+    if (
+        change.status == session.status
+        and change.failure_reason == session.failure_reason
+        and not change.dispute_lost
+    ):
         return False
     updated = await sessions.set_session_status(
-        conn, session_id, change.status, change.failure_reason, now=now
+        conn, session_id, change.status, change.failure_reason, now=now, dispute_lost=change.dispute_lost
     )
     metrics.session_transition(session.status, updated.status)
     log.info(

@@ -5,7 +5,8 @@
     PENDING  --payment declined-->             PENDING          the customer may try again
     PENDING  --expired-->                      FAILED/EXPIRED   emits session.expired
     FAILED   --payment succeeded-->            SUCCEEDED        emits session.completed (a late payment)
-    SUCCEEDED | PARTIALLY_REFUNDED --dispute lost--> REVERSED
+    any state but REFUNDED --dispute lost-->   REVERSED         emits session.dispute_lost
+    REFUNDED --dispute lost-->                 REFUNDED         emits session.dispute_lost
     SUCCEEDED | PARTIALLY_REFUNDED | REFUNDED  follow the refunded sum (see `status_for_refunded`)
 
 A transition that does not apply to the current state is refused with `TransitionRefused`; callers
@@ -16,6 +17,12 @@ the provider's checkout (`engine.expiry`), but a provider that could not be reac
 delayed payment method, can still report a payment. The money was taken, so the session succeeds
 and the merchant hears `session.completed` (and can refund it); ignoring it would leave a payment
 nobody accounts for.
+
+A lost dispute (a chargeback) means the provider took the payment's money back from the merchant.
+It proves the payment happened, so a session payorch still holds PENDING or FAILED (its payment
+event not yet applied) is REVERSED as a paid one is; a REFUNDED session stays REFUNDED, though the
+money went out twice (the refund and the dispute). Whatever the state, the session records when
+(`disputeLostAt`) and the merchant hears `session.dispute_lost`, once per dispute the provider reports.
 """
 
 from __future__ import annotations
@@ -72,6 +79,7 @@ class Transition:
     status: SessionStatus
     failure_reason: str | None = None
     emits: EventType | None = None  # the webhook event this transition emits, if any
+    dispute_lost: bool = False  # the session records when a lost dispute was reported
 
 
 def transition(status: SessionStatus, event: SessionEvent) -> Transition:
@@ -85,8 +93,9 @@ def transition(status: SessionStatus, event: SessionEvent) -> Transition:
             return Transition(SessionStatus.FAILED, failure_reason=EXPIRED_REASON, emits="session.expired")
     if status is SessionStatus.FAILED and event is SessionEvent.PAYMENT_SUCCEEDED:
         return Transition(SessionStatus.SUCCEEDED, emits="session.completed")
-    if status in REFUNDABLE and event is SessionEvent.DISPUTE_LOST:
-        return Transition(SessionStatus.REVERSED)
+    if event is SessionEvent.DISPUTE_LOST:
+        reversed_to = SessionStatus.REFUNDED if status is SessionStatus.REFUNDED else SessionStatus.REVERSED
+        return Transition(reversed_to, emits="session.dispute_lost", dispute_lost=True)
     raise TransitionRefused(status, event)
 
 

@@ -32,6 +32,7 @@ class CheckoutSession:
     expires_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    dispute_lost_at: datetime | None = None  # when a lost dispute was last reported
 
 
 @dataclass(frozen=True)
@@ -122,15 +123,25 @@ async def lock_session(conn: Connection, session_id: uuid.UUID) -> CheckoutSessi
 
 
 async def set_session_status(
-    conn: Connection, session_id: uuid.UUID, status: str, failure_reason: str | None, *, now: datetime
+    conn: Connection,
+    session_id: uuid.UUID,
+    status: str,
+    failure_reason: str | None,
+    *,
+    now: datetime,
+    dispute_lost: bool = False,
 ) -> CheckoutSession:
+    """Set the session's status and failure reason at `now`; with `dispute_lost`, also record `now`
+    as when a lost dispute was reported."""
     row = await conn.fetchrow(
-        f"""UPDATE checkout_sessions SET status = $2, failure_reason = $3, updated_at = $4
+        f"""UPDATE checkout_sessions SET status = $2, failure_reason = $3, updated_at = $4,
+                   dispute_lost_at = CASE WHEN $5 THEN $4 ELSE dispute_lost_at END
             WHERE id = $1 RETURNING {_COLUMNS}""",
         session_id,
         status,
         failure_reason,
         now,
+        dispute_lost,
     )
     return _session(row)
 

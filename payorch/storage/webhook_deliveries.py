@@ -24,6 +24,7 @@ merchant at the same moment may together pass it by what one claim adds.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -31,7 +32,8 @@ from typing import Any
 from payorch.storage.database import Connection
 
 # Each new outbox event (oldest first, those another process is fanning out skipped) gets one
-# delivery per active configuration of its application that subscribes to its type, and is marked
+# delivery per active configuration of its application that subscribes to its type (or whose type
+# is one of `$4`, which every configuration gets), and is marked
 # fanned out, at `$3` (now). `{also}` adds to the one row of the answer (how many events were fanned out).
 _FAN_OUT = """WITH events AS (
         SELECT seq, application_id, session_id, type FROM outbox_events
@@ -42,7 +44,8 @@ _FAN_OUT = """WITH events AS (
         SELECT gen_random_uuid(), c.id, c.application_id, e.seq, e.session_id, 'PENDING',
                $3::timestamptz + make_interval(secs => $2)
         FROM events e JOIN webhook_configs c ON c.application_id = e.application_id
-        WHERE c.is_active AND c.deleted_at IS NULL AND e.type = ANY(c.subscribed_events)
+        WHERE c.is_active AND c.deleted_at IS NULL
+          AND (e.type = ANY(c.subscribed_events) OR e.type = ANY($4::text[]))
         ORDER BY e.seq
         ON CONFLICT (config_id, event_seq) DO NOTHING),
     marked AS (
@@ -53,10 +56,20 @@ _FAN_OUT = """WITH events AS (
 _ASYNCHRONOUS_COMMIT = ", set_config('synchronous_commit', 'off', true)"
 
 
-async def fan_out_events(conn: Connection, first_wait_s: float, *, now: datetime, limit: int = 200) -> int:
+async def fan_out_events(
+    conn: Connection,
+    first_wait_s: float,
+    *,
+    now: datetime,
+    limit: int = 200,
+    always_delivered: Sequence[str] = (),
+) -> int:
     """Give each new outbox event one delivery per active configuration of its application that
-    subscribes to its type; returns how many events were fanned out (one statement)."""
-    fanned_out: int = await conn.fetchval(_FAN_OUT.format(also=""), limit, float(first_wait_s), now)
+    subscribes to its type, or to every one when its type is in `always_delivered`; returns how many
+    events were fanned out (one statement)."""
+    fanned_out: int = await conn.fetchval(
+        _FAN_OUT.format(also=""), limit, float(first_wait_s), now, list(always_delivered)
+    )
     return fanned_out
 
 
@@ -212,6 +225,7 @@ async def fan_out_and_claim(
     lease_s: float,
     owner: int | None,
     now: datetime,
+    always_delivered: Sequence[str] = (),
 ) -> Round:
     """One round of the delivery supervisor in one transaction: fan new events out
     (`fan_out_events`), then claim up to `limit` due deliveries (`claim_due_deliveries`; none when
@@ -224,7 +238,11 @@ async def fan_out_and_claim(
     again, and delivery is at least once anyway. The attempt recorded after each delivery commits
     durably, and with it every round before."""
     fanned_out: int = await conn.fetchval(
-        _FAN_OUT.format(also=_ASYNCHRONOUS_COMMIT), fan_out_limit, float(first_wait_s), now
+        _FAN_OUT.format(also=_ASYNCHRONOUS_COMMIT),
+        fan_out_limit,
+        float(first_wait_s),
+        now,
+        list(always_delivered),
     )
     claimed: list[ClaimedDelivery] = []
     if limit > 0:

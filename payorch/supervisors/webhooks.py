@@ -35,6 +35,7 @@ import httpx
 import trio
 import triopg
 
+from payorch.engine.representations import ALWAYS_DELIVERED
 from payorch.outbound.client import CurrentClient, close_after, webhook_client
 from payorch.storage import webhook_deliveries
 from payorch.storage.outbox import OutboxDoorbell
@@ -107,6 +108,7 @@ async def _round(
         lease_s=webhooks.timeout_s + LEASE_MARGIN_S,
         owner=services.node.id,
         now=services.clock.now(),
+        always_delivered=ALWAYS_DELIVERED,
     )
     for delivery in done.claimed:
         slots.in_flight.add(delivery.id)

@@ -41,9 +41,35 @@ def test_a_payment_reported_after_expiry_succeeds_the_session_and_emits_session_
     )
 
 
-@pytest.mark.parametrize("status", [SessionStatus.SUCCEEDED, SessionStatus.PARTIALLY_REFUNDED])
-def test_lost_dispute_reverses_a_paid_session(status: SessionStatus) -> None:
-    assert transition(status, SessionEvent.DISPUTE_LOST).status is SessionStatus.REVERSED
+@pytest.mark.parametrize(
+    "status",
+    [
+        SessionStatus.SUCCEEDED,
+        SessionStatus.PARTIALLY_REFUNDED,
+        SessionStatus.REVERSED,
+        SessionStatus.PENDING,  # the dispute proves a payment whose event is not applied yet
+        SessionStatus.FAILED,
+    ],
+)
+def test_a_lost_dispute_reverses_any_session_but_a_refunded_one_and_tells_the_merchant(
+    status: SessionStatus,
+) -> None:
+    change = transition(status, SessionEvent.DISPUTE_LOST)
+    assert (change.status, change.failure_reason, change.emits, change.dispute_lost) == (
+        SessionStatus.REVERSED,
+        None,
+        "session.dispute_lost",
+        True,
+    )
+
+
+def test_a_lost_dispute_of_a_refunded_session_keeps_it_refunded_and_tells_the_merchant() -> None:
+    change = transition(SessionStatus.REFUNDED, SessionEvent.DISPUTE_LOST)
+    assert (change.status, change.emits, change.dispute_lost) == (
+        SessionStatus.REFUNDED,
+        "session.dispute_lost",
+        True,
+    )
 
 
 @pytest.mark.parametrize(
@@ -53,10 +79,6 @@ def test_lost_dispute_reverses_a_paid_session(status: SessionStatus) -> None:
         (SessionStatus.SUCCEEDED, SessionEvent.EXPIRED),
         (SessionStatus.FAILED, SessionEvent.EXPIRED),
         (SessionStatus.FAILED, SessionEvent.PAYMENT_DECLINED),
-        (SessionStatus.FAILED, SessionEvent.DISPUTE_LOST),
-        (SessionStatus.REFUNDED, SessionEvent.DISPUTE_LOST),
-        (SessionStatus.REVERSED, SessionEvent.DISPUTE_LOST),
-        (SessionStatus.PENDING, SessionEvent.DISPUTE_LOST),
     ],
 )
 def test_events_that_do_not_apply_are_refused(status: SessionStatus, event: SessionEvent) -> None:

@@ -282,8 +282,32 @@ async def test_a_chargeback_reverses_the_session_once(
     first = await fake_mollie.call_webhook(payment_id, via=mollie_caller)
     again = await fake_mollie.call_webhook(payment_id, via=mollie_caller)
     assert (first.json()["applied"], again.json()["applied"]) == (True, False)
-    assert (await record(client, shop, session_id))["status"] == "REVERSED"
+    reversed_ = await record(client, shop, session_id)
+    assert reversed_["status"] == "REVERSED" and reversed_["disputeLostAt"] is not None
     assert fake_mollie.requests_to("GET", f"/v2/payments/{payment_id}/chargebacks")[-1].status == 200
+    sent = await events(db, session_id)
+    assert [e["type"] for e in sent] == ["session.completed", "session.dispute_lost"]
+    assert sent[-1]["data"]["status"] == "REVERSED"
+    assert sent[-1]["data"]["disputeLostAt"] == reversed_["disputeLostAt"]
+
+
+async def test_a_chargeback_of_a_refunded_session_keeps_it_refunded_and_tells_the_merchant(
+    client: Client, shop: Shop, fake_mollie: FakeMollie, mollie_caller: httpx.AsyncClient, db: Database
+) -> None:
+    session_id, payment_id = await _paid(client, shop, fake_mollie, mollie_caller)
+    response = await refund(client, shop, session_id, "r1")
+    assert response.status_code == 201, await response.get_data(as_text=True)
+    fake_mollie.settle_refund(fake_mollie.only("POST", f"/v2/payments/{payment_id}/refunds").answer["id"])
+    assert (await fake_mollie.call_webhook(payment_id, via=mollie_caller)).json()["applied"]
+    assert (await record(client, shop, session_id))["disputeLostAt"] is None
+    fake_mollie.chargeback(payment_id)
+    assert (await fake_mollie.call_webhook(payment_id, via=mollie_caller)).json()["applied"]
+    stored = await record(client, shop, session_id)
+    assert stored["status"] == "REFUNDED"  # the money went out twice: the refund and the chargeback
+    assert stored["disputeLostAt"] is not None
+    sent = await events(db, session_id)
+    assert [e["type"] for e in sent] == ["session.completed", "refund.completed", "session.dispute_lost"]
+    assert sent[-1]["data"]["status"] == "REFUNDED"
 
 
 async def test_a_reversed_chargeback_changes_nothing(

@@ -25,7 +25,7 @@ from typing import Any
 from quart import Response, request, url_for
 from werkzeug.datastructures import MultiDict
 
-from payorch.engine.representations import EVENT_TYPES
+from payorch.engine.representations import DEFAULT_EVENT_TYPES, EVENT_TYPES
 from payorch.http.auth import application_for
 from payorch.http.console.kit import (
     Session,
@@ -89,7 +89,7 @@ async def _webhooks_page(
         application=application,
         listing=await listing(lambda page: webhooks_of(session.principal, application_id, page)),
         event_types=EVENT_TYPES,
-        form={"url": "", "events": list(EVENT_TYPES), "active": True, **(form or {})},
+        form={"url": "", "events": list(DEFAULT_EVENT_TYPES), "active": True, **(form or {})},
         errors=errors or {},
         notice=_done_notice() if status == 200 else None,
     )

@@ -19,6 +19,7 @@ from quart_schema import (
 
 from payorch.engine.records import event_body, new_event_id
 from payorch.engine.representations import (
+    DEFAULT_EVENT_TYPES,
     DELIVERY_STATUSES,
     EVENT_TYPES,
     TEST_EVENT_TYPE,
@@ -88,7 +89,7 @@ def delivery_body(delivery: DeliveryView) -> bodies.Delivery:
 
 def _events(requested: list[str] | None) -> list[str]:
     if requested is None:
-        return list(EVENT_TYPES)
+        return list(DEFAULT_EVENT_TYPES)
     unknown = sorted(set(requested) - set(EVENT_TYPES))
     if unknown:
         raise InvalidInput(
