@@ -262,6 +262,8 @@ class LimitSettings(_Section):
     burst: PositiveInt = 100
     login_per_minute: PositiveInt = 10
     failed_logins_per_account_per_hour: PositiveInt = 20
+    background_slots: PositiveInt = 64
+    background_per_merchant: PositiveInt = 8
 
 
 LogLevel = Literal["debug", "info", "warning", "error"]
