@@ -9,6 +9,7 @@ from typing import Any
 
 import asyncpg
 
+from payorch.storage import due_work
 from payorch.storage.database import Connection
 from payorch.storage.sessions import CheckoutSession
 
@@ -181,31 +182,44 @@ async def set_refund_outcome(
     return _refund(row)
 
 
-@dataclass(frozen=True)
-class DueSubmission:
-    refund_id: uuid.UUID
-    application_id: uuid.UUID
+_DUE_TO_SUBMIT = due_work.fair_share(
+    "refunds",
+    "provider_reference IS NULL AND status = 'PENDING' AND next_submit_at <= $7",
+    "next_submit_at",
+    lock=True,
+)
+_CLAIM_DUE = f"""
+    WITH picked AS ({_DUE_TO_SUBMIT})
+    UPDATE refunds r
+       SET next_submit_at = $7::timestamptz + make_interval(secs => $8), submit_claimed_by = $9
+      FROM picked WHERE r.id = picked.id
+    RETURNING r.id, r.application_id, picked.merchant_id"""
 
 
 async def claim_due_submissions(
-    conn: Connection, limit: int, lease_s: float, owner: int | None, *, now: datetime
-) -> list[DueSubmission]:
-    """Refunds due for another submission, claimed by the node `owner` for `lease_s` (FOR UPDATE
-    SKIP LOCKED, so two processes never take the same one; the claim of a process that died is
-    released as soon as another sees it gone, `storage.claim_takeover`, or at the lease's end)."""
-    rows = await conn.fetch(
-        """UPDATE refunds
-           SET next_submit_at = $4::timestamptz + make_interval(secs => $2), submit_claimed_by = $3
-           WHERE id IN (SELECT id FROM refunds
-                        WHERE provider_reference IS NULL AND status = 'PENDING' AND next_submit_at <= $4
-                        ORDER BY next_submit_at LIMIT $1 FOR UPDATE SKIP LOCKED)
-           RETURNING id, application_id""",
-        limit,
+    conn: Connection,
+    limit: int,
+    lease_s: float,
+    owner: int | None,
+    *,
+    per_merchant: int,
+    skips: due_work.Skips = due_work.NO_SKIPS,
+    now: datetime,
+) -> list[due_work.DueItem]:
+    """Refunds due for another submission, at most `limit`, a fair share per merchant
+    (`storage.due_work`), claimed by the node `owner` for `lease_s` (FOR UPDATE SKIP LOCKED, so two
+    processes never take the same one; the claim of a process that died is released as soon as
+    another sees it gone, `storage.claim_takeover`, or at the lease's end)."""
+    return await due_work.pick(
+        conn,
+        _CLAIM_DUE,
         float(lease_s),
         owner,
-        now,
+        limit=limit,
+        per_merchant=per_merchant,
+        skips=skips,
+        now=now,
     )
-    return [DueSubmission(row["id"], row["application_id"]) for row in rows]
 
 
 async def release_submission_claims(conn: Connection, refund_ids: list[uuid.UUID], *, now: datetime) -> None:

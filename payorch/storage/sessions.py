@@ -11,6 +11,7 @@ from typing import Any
 
 import asyncpg
 
+from payorch.storage import due_work
 from payorch.storage.database import Connection
 from payorch.values.pagination import PageRequest
 
@@ -208,20 +209,24 @@ async def session_particulars(conn: Connection, session_id: uuid.UUID) -> Sessio
     return SessionParticulars(**dict(row.items())) if row else None
 
 
-@dataclass(frozen=True)
-class DueExpiry:
-    session_id: uuid.UUID
-    application_id: uuid.UUID
+_DUE_FOR_EXPIRY = due_work.fair_share(
+    "checkout_sessions", "status = 'PENDING' AND expires_at <= $7", "expires_at"
+)
 
 
-async def sessions_due_for_expiry(conn: Connection, limit: int, *, now: datetime) -> list[DueExpiry]:
-    rows = await conn.fetch(
-        """SELECT id, application_id FROM checkout_sessions
-           WHERE status = 'PENDING' AND expires_at <= $2 ORDER BY expires_at LIMIT $1""",
-        limit,
-        now,
+async def sessions_due_for_expiry(
+    conn: Connection,
+    limit: int,
+    *,
+    per_merchant: int,
+    skips: due_work.Skips = due_work.NO_SKIPS,
+    now: datetime,
+) -> list[due_work.DueItem]:
+    """PENDING sessions past their expiry, at most `limit`, a fair share per merchant
+    (`storage.due_work`)."""
+    return await due_work.pick(
+        conn, _DUE_FOR_EXPIRY, limit=limit, per_merchant=per_merchant, skips=skips, now=now
     )
-    return [DueExpiry(row["id"], row["application_id"]) for row in rows]
 
 
 async def seconds_until_next_expiry(conn: Connection, *, now: datetime) -> float | None:

@@ -1,10 +1,13 @@
 """Session expiry: a PENDING session past `expiresAt` becomes FAILED with failureReason EXPIRED,
 once its provider has closed the checkout (`engine.expiry`).
 
-The supervisor sleeps until the earliest expiry (at most `MAX_SLEEP_S`, so sessions created
-meanwhile are not missed), hands the due sessions to their applications' actors, `CONCURRENCY` at
-a time (each may wait on its provider), and restarts after a failure. Nothing is kept in memory:
-after a restart the database says what is due.
+The supervisor hands due sessions to their applications' actors in slots (`supervisors.slots`):
+`limits.background_slots` at once, at most `limits.background_per_merchant` of one merchant's, each
+in a task of its own, so a provider that hangs holds only its merchant's share of the slots until
+its timeout, and a merchant whose actor is busy has its sessions expire a little later, alone. It
+looks for work as soon as a slot frees, else sleeps until the earliest expiry (at most
+`MAX_SLEEP_S`, so sessions created meanwhile are not missed). Nothing is kept in memory but what is
+in flight and what waits after a failure: after a restart the database says what is due.
 """
 
 from __future__ import annotations
@@ -14,42 +17,50 @@ import logging
 import trio
 
 from payorch.engine.expiry import ExpireSession
-from payorch.storage import sessions
+from payorch.storage import due_work, sessions
 from payorch.supervision import supervised
 from payorch.supervisors.context import Background
+from payorch.supervisors.slots import DueWork
 
 log = logging.getLogger("payorch.supervisors.expiry")
 
 MAX_SLEEP_S = 0.5
-BATCH = 200
-CONCURRENCY = 32
+
+
+def _expiry(services: Background) -> DueWork:
+    async def pick(limit: int, skips: due_work.Skips) -> list[due_work.DueItem]:
+        return await services.db.read(
+            sessions.sessions_due_for_expiry,
+            limit,
+            per_merchant=services.settings.limits.background_per_merchant,
+            skips=skips,
+            now=services.clock.now(),
+        )
+
+    async def expire(item: due_work.DueItem) -> bool:
+        return await services.actors.ask(item.application_id, ExpireSession(item.id))
+
+    return DueWork("session expiry", services, pick=pick, handle=expire)
 
 
 async def expire_due_sessions(services: Background) -> int:
     """Expire every session due now; returns how many changed."""
-    expired = 0
-    limiter = trio.CapacityLimiter(CONCURRENCY)
-
-    async def expire(item: sessions.DueExpiry) -> None:
-        nonlocal expired
-        async with limiter:
-            if await services.actors.ask(item.application_id, ExpireSession(item.session_id)):
-                expired += 1
-
-    while True:
-        due = await services.db.read(sessions.sessions_due_for_expiry, BATCH, now=services.clock.now())
-        async with trio.open_nursery() as expiring:
-            for item in due:
-                expiring.start_soon(expire, item)
-        if len(due) < BATCH:
-            return expired
+    return await _expiry(services).drain()
 
 
 async def _expiry_loop(services: Background) -> None:
-    while True:
-        await expire_due_sessions(services)
-        wait = await services.db.read(sessions.seconds_until_next_expiry, now=services.clock.now())
-        await trio.sleep(MAX_SLEEP_S if wait is None else min(max(wait, 0.01), MAX_SLEEP_S))
+    expiry = _expiry(services)
+    async with trio.open_nursery() as nursery:
+        while True:
+            started = await expiry.round(nursery)
+            if started and not expiry.slots.free:
+                await expiry.slots.wait_for_wake(MAX_SLEEP_S)  # more may be due: at the next free slot
+                continue
+            wait = await services.db.read(sessions.seconds_until_next_expiry, now=services.clock.now())
+            # Due now yet not started: in flight, over its merchant's share or waiting after a
+            # failure; a freed slot rings.
+            sleep_s = MAX_SLEEP_S if wait is None or wait <= 0 else min(max(wait, 0.01), MAX_SLEEP_S)
+            await expiry.slots.wait_for_wake(sleep_s)
 
 
 async def run_expiry_supervisor(

@@ -1,53 +1,71 @@
 """Refund submission: refunds the provider has not acknowledged are submitted again, with a growing
 pause (`refunds.retry_max_delay_s` at most), until it does, also after a restart: what is due
-lives in the database."""
+lives in the database.
+
+Submissions run in slots (`supervisors.slots`), as expiry does: `limits.background_slots` at once,
+at most `limits.background_per_merchant` of one merchant's, each in a task of its own, so a provider
+that hangs holds only its merchant's share until `refunds.submit_timeout_s`. A refund whose
+application's actor is busy (or that fails in payorch) is handed back and waits for a later round,
+alone; on shutdown the claims in flight are handed back, so another process need not wait out
+their lease."""
 
 from __future__ import annotations
+
+import uuid
 
 import trio
 
 from payorch.engine.refund_commands import SubmitRefund
-from payorch.storage import refunds
+from payorch.storage import due_work, refunds
 from payorch.supervision import supervised
 from payorch.supervisors.context import Background
+from payorch.supervisors.slots import DueWork
 
 POLL_S = 0.5
-BATCH = 50
+
+
+def _submissions(services: Background) -> DueWork:
+    async def pick(limit: int, skips: due_work.Skips) -> list[due_work.DueItem]:
+        lease_s = services.settings.refunds.submit_timeout_s * 2 + 30
+        return await services.db.transaction(
+            refunds.claim_due_submissions,
+            limit,
+            lease_s,
+            services.node.id,
+            per_merchant=services.settings.limits.background_per_merchant,
+            skips=skips,
+            now=services.clock.now(),
+        )
+
+    async def submit(item: due_work.DueItem) -> bool:
+        return await services.actors.ask(item.application_id, SubmitRefund(item.id))
+
+    async def give_back(refund_ids: list[uuid.UUID]) -> None:
+        await services.db.transaction(refunds.release_submission_claims, refund_ids, now=services.clock.now())
+
+    return DueWork("refund submission", services, pick=pick, handle=submit, give_back=give_back)
 
 
 async def submit_due_refunds(services: Background) -> int:
     """Submit every refund due now; returns how many the provider acknowledged."""
-    lease_s = services.settings.refunds.submit_timeout_s * 2 + 30
-    due = await services.db.transaction(
-        refunds.claim_due_submissions, BATCH, lease_s, services.node.id, now=services.clock.now()
-    )
-    acknowledged = 0
-    unfinished = {item.refund_id for item in due}
+    submissions = _submissions(services)
     try:
-        async with trio.open_nursery() as submitting:
-
-            async def submit(item: refunds.DueSubmission) -> None:
-                nonlocal acknowledged
-                if await services.actors.ask(item.application_id, SubmitRefund(item.refund_id)):
-                    acknowledged += 1
-                unfinished.discard(item.refund_id)
-
-            for item in due:
-                submitting.start_soon(submit, item)
+        return await submissions.drain()
     finally:
-        if unfinished:
-            # Shutting down: hand the claims back so another process need not wait out the lease.
-            with trio.CancelScope(shield=True), trio.move_on_after(5):
-                await services.db.transaction(
-                    refunds.release_submission_claims, list(unfinished), now=services.clock.now()
-                )
-    return acknowledged
+        await submissions.hand_back_in_flight()
 
 
 async def _refund_loop(services: Background) -> None:
-    while True:
-        await submit_due_refunds(services)
-        await trio.sleep(POLL_S)
+    submissions = _submissions(services)
+    try:
+        async with trio.open_nursery() as nursery:
+            while True:
+                await submissions.round(nursery)
+                # Retries fall due by the clock; what the round left (slots full, a merchant's share
+                # taken) is looked for again as soon as a slot frees.
+                await submissions.slots.wait_for_wake(POLL_S)
+    finally:
+        await submissions.hand_back_in_flight()
 
 
 async def run_refund_supervisor(

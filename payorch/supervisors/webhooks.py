@@ -29,7 +29,7 @@ flight are handed back at once, unattempted.
 
 from __future__ import annotations
 
-import uuid
+from functools import partial
 
 import httpx
 import trio
@@ -38,10 +38,9 @@ import triopg
 from payorch.engine.representations import ALWAYS_DELIVERED
 from payorch.outbound.client import CurrentClient, close_after, webhook_client
 from payorch.storage import webhook_deliveries
-from payorch.storage.outbox import OutboxDoorbell
-from payorch.storage.webhook_deliveries import ClaimedDelivery
 from payorch.supervision import supervised
 from payorch.supervisors.context import Background
+from payorch.supervisors.slots import WorkSlots
 from payorch.supervisors.webhook_attempts import attempt_delivery
 
 # Attempts in flight at once in one process. Each mostly waits on a receiver, so this is cheap; it
@@ -62,38 +61,8 @@ FAN_OUT_BATCH = 200
 HAND_BACK_TIMEOUT_S = 5.0
 
 
-class DeliverySlots:
-    """The attempts this process has in flight, and the wake-up the loop waits on: the database's
-    outbox doorbell, which a commit of new events rings, and so do a freed slot and a notification
-    from another process. Wake-ups coalesce: one pending is enough."""
-
-    def __init__(self, size: int, doorbell: OutboxDoorbell) -> None:
-        self.size = size
-        self.in_flight: set[uuid.UUID] = set()
-        self._doorbell = doorbell
-
-    @property
-    def free(self) -> int:
-        return self.size - len(self.in_flight)
-
-    def wake(self) -> None:
-        self._doorbell.ring()
-
-    async def wait_for_wake(self, timeout_s: float) -> None:
-        with trio.move_on_after(timeout_s):
-            await self._doorbell.wait()
-
-
-async def _attempt_in_slot(
-    services: Background, client: httpx.AsyncClient, slots: DeliverySlots, delivery: ClaimedDelivery
-) -> None:
-    await attempt_delivery(services, client, delivery)
-    slots.in_flight.discard(delivery.id)
-    slots.wake()  # a slot is free, and the delivery's successors in its session may be due
-
-
 async def _round(
-    services: Background, client: httpx.AsyncClient, slots: DeliverySlots, nursery: trio.Nursery
+    services: Background, client: httpx.AsyncClient, slots: WorkSlots, nursery: trio.Nursery
 ) -> int:
     """Fan new events out and claim due deliveries into the free slots, in one transaction; start
     an attempt for each claim. Returns how many events were fanned out."""
@@ -111,12 +80,17 @@ async def _round(
         always_delivered=ALWAYS_DELIVERED,
     )
     for delivery in done.claimed:
-        slots.in_flight.add(delivery.id)
-        nursery.start_soon(_attempt_in_slot, services, client, slots, delivery)
+        # A freed slot rings: the delivery's successors in its session may be due too.
+        slots.start(
+            nursery,
+            delivery.id,
+            delivery.application_id,
+            partial(attempt_delivery, services, client, delivery),
+        )
     return done.fanned_out
 
 
-async def _listen(dsn: str, own_origin: str, slots: DeliverySlots) -> None:
+async def _listen(dsn: str, own_origin: str, slots: WorkSlots) -> None:
     """Forward PostgreSQL notifications of new outbox events as wake-ups, but for those of this
     process's own database, whose doorbell has rung for them already. One notification waiting is
     enough: the loop looks for every new event in each round, and triopg adds an overflow marker
@@ -146,7 +120,7 @@ def _current_client(services: Background, current: CurrentClient, nursery: trio.
 
 async def _delivery_loop(services: Background) -> None:
     doorbell = services.db.outbox_doorbell
-    slots = DeliverySlots(DELIVERY_SLOTS, doorbell)
+    slots = WorkSlots(DELIVERY_SLOTS, doorbell)
     try:
         # A client of its own: its connections serve deliveries only (one per slot, and room to spare).
         settings = services.settings
