@@ -49,6 +49,9 @@ POOL_MAX = 16
 # The per-credential rate limit (default 50 requests/s per API key) would measure the limiter, not the
 # service: it is raised out of reach. Each request still pays for being charged to its bucket.
 UNREACHABLE_RATE = 1_000_000
+# Every client of the benchmark connects from 127.0.0.1, standing for many: one address may hold as
+# many connections as the node (server.max_connections), as behind a proxy.
+ONE_ADDRESS_FOR_ALL = ServerSettings().max_connections
 
 
 class _InitOnlySettings(Settings):
@@ -74,15 +77,19 @@ def bench_settings(
     limits: LimitSettings | None = None,
 ) -> Settings:
     """Defaults, except: port 0, the embedded database and state under `work_dir`, fresh secrets,
-    and rate limits the benchmark cannot reach unless `limits` are given. With `stripe_api_base`,
-    the Stripe provider is enabled too, its API there; with `actor_idle_s`, actors stop after that
-    long idle."""
+    no connection limit per address below the node's, and rate limits the benchmark cannot reach
+    unless `limits` are given. With `stripe_api_base`, the Stripe provider is enabled too, its API
+    there; with `actor_idle_s`, actors stop after that long idle."""
     providers = ProviderSettings()
     if stripe_api_base:
         providers = ProviderSettings(stripe=StripeSettings(enabled=True, api_base=stripe_api_base))
     engine = EngineSettings() if actor_idle_s is None else EngineSettings(actor_idle_s=actor_idle_s)
     return _InitOnlySettings(
-        server=ServerSettings(bind="127.0.0.1:0", state_dir=work_dir / "state"),
+        server=ServerSettings(
+            bind="127.0.0.1:0",
+            state_dir=work_dir / "state",
+            max_connections_per_address=ONE_ADDRESS_FOR_ALL,
+        ),
         database=DatabaseSettings(url="", data_dir=work_dir / "pgdata", pool_min=POOL_MIN, pool_max=POOL_MAX),
         auth=AuthSettings(jwt_secret=secrets.token_urlsafe(48)),
         security=SecuritySettings(encryption_key=Fernet.generate_key().decode()),

@@ -64,6 +64,11 @@ class ServerSettings(_Section):
     graceful_timeout_s: PositiveFloat = 10.0
     state_dir: Path = Path("var")
     trusted_proxy_hops: NonNegativeInt = 0
+    # What one client can hold of the HTTP server (payorch/http/server.py, docs/operations.md).
+    max_connections: PositiveInt = 1000
+    max_connections_per_address: PositiveInt = 100
+    read_timeout_s: PositiveFloat = 10.0
+    keep_alive_timeout_s: PositiveFloat = 5.0
     _public_base_url_follows_bind: bool = PrivateAttr(default=False)
 
     @field_validator("bind")
@@ -80,6 +85,13 @@ class ServerSettings(_Section):
         if value and not value.startswith(("http://", "https://")):
             raise ValueError("must be empty (to follow server.bind) or start with http:// or https://")
         return value.rstrip("/")
+
+    @field_validator("max_connections_per_address")
+    @classmethod
+    def _per_address_within_node(cls, value: int, info: Any) -> int:
+        if value > info.data.get("max_connections", value):
+            raise ValueError("must be at most server.max_connections")
+        return value
 
     @model_validator(mode="after")
     def _follow_bind(self) -> ServerSettings:
@@ -314,6 +326,10 @@ RESTART_ONLY = frozenset(
         "server.graceful_timeout_s",
         "server.state_dir",
         "server.trusted_proxy_hops",
+        "server.max_connections",
+        "server.max_connections_per_address",
+        "server.read_timeout_s",
+        "server.keep_alive_timeout_s",
         "database",
         "auth.jwt_secret",
         "security",

@@ -222,6 +222,13 @@ class Metrics:
             "Reloads (SIGHUP) refused because the configuration did not validate; the running one stayed.",
             registry=self.registry,
         )
+        self._connections_refused = Counter(
+            "payorch_http_connections_refused",
+            "HTTP connections answered 503 and closed unread, by the limit they were over: node "
+            "(server.max_connections) or address (server.max_connections_per_address).",
+            ["limit"],
+            registry=self.registry,
+        )
         self._snapshot = _SnapshotCollector()
         self.registry.register(self._snapshot)
 
@@ -262,6 +269,10 @@ class Metrics:
     def config_reload_failed(self) -> None:
         """Count one reload refused: the configuration did not validate."""
         self._config_reload_failures.inc()
+
+    def connection_refused(self, limit: str) -> None:
+        """Count one connection refused over `limit`: node or address."""
+        self._connections_refused.labels(limit).inc()
 
     def exposition(self, snapshot: RuntimeSnapshot) -> bytes:
         """Every metric in the Prometheus text format, the state gauges read from `snapshot`."""

@@ -3,7 +3,7 @@
     trio_asyncio loop          triopg's LISTEN connections run under it
     ├── database pool          asyncpg on an event loop in a thread of its own (storage/database.py);
     │                          embedded PostgreSQL when database.url is empty
-    └── hypercorn (trio)       the HTTP app, started with nursery.start
+    └── HTTP server            hypercorn's HTTP/1.1 on trio (http/server.py), started with nursery.start
 
 Cancellation is the shutdown: `shutdown` set (by SIGTERM/SIGINT in `serve_until_signalled`) makes
 hypercorn stop accepting and finish in-flight requests within `server.graceful_timeout_s`; then the
@@ -28,10 +28,10 @@ import trio
 import trio_asyncio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.middleware import ProxyFixMiddleware
-from hypercorn.trio import serve as hypercorn_serve
 from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
 
 from payorch.config import ConfigError, Settings
+from payorch.http import server as http_server
 from payorch.runtime import Runtime, open_runtime
 from payorch.storage.database import Database, open_database
 from payorch.storage.migrations import migrate
@@ -62,7 +62,7 @@ async def database_url(settings: Settings) -> str:
 
 
 def _hypercorn_config(settings: Settings) -> HypercornConfig:
-    config = HypercornConfig()
+    config = HypercornConfig()  # http_server.serve sets what bounds a client's connections
     config.bind = [settings.server.bind]
     config.graceful_timeout = settings.server.graceful_timeout_s
     config.accesslog = None
@@ -150,15 +150,19 @@ async def run(
             applied = await migrate(db)
             if applied:
                 log.info("migrations applied", extra={"migrations": applied})
+            limits = http_server.ConnectionLimits.of(settings.server)
+            http_server.ensure_open_files(limits)
             async with open_runtime(settings, db) as runtime, trio.open_nursery() as nursery:
                 addresses: list[str] = await nursery.start(
                     partial(
-                        hypercorn_serve,
+                        http_server.serve,
                         client_address_from_proxies(
                             _finish_responses_uncancelled(runtime.app), settings.server.trusted_proxy_hops
                         ),
                         _hypercorn_config(settings),
+                        limits,
                         shutdown_trigger=shutdown.wait,
+                        refused=runtime.services.metrics.connection_refused,
                     )
                 )
                 log.info("serving", extra={"addresses": addresses})

@@ -6,7 +6,6 @@ import re
 
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
 from quart import Response, request
-from quart_schema import QuartSchema
 
 from payorch.http import console, openapi
 from payorch.http.context import PayorchApp, Services
@@ -67,7 +66,7 @@ def create_app(services: Services) -> PayorchApp:
     app.services = services
     app.config["MAX_CONTENT_LENGTH"] = services.settings.server.max_body_bytes
     app.config["JSON_SORT_KEYS"] = False
-    QuartSchema(
+    openapi.PayorchQuartSchema(
         app,
         openapi_path="/api/v1/openapi.json",
         redoc_ui_path=None,

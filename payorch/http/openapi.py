@@ -7,8 +7,12 @@ closed `TypedDict`s their builders build (`engine.records`, `engine.refund_rules
 added to a response is added to its `TypedDict` and its builder; the document follows.
 
 What stays here: the security schemes, the two error shapes and their decorators (`errors()`,
-`coded_errors()`), the `Idempotency-Key` header, the document's info and tags, and the provider
-that completes what quart-schema generates.
+`coded_errors()`), the `Idempotency-Key` header, the document's info and tags, the provider that
+completes what quart-schema generates, and the extension that serves the document.
+
+The document depends on the app's routes and models only, never on a setting, and building it takes
+a few hundred milliseconds of the event loop: `PayorchQuartSchema` builds and encodes it once per
+app, at its first request, and answers every request with those bytes.
 """
 
 from __future__ import annotations
@@ -21,7 +25,16 @@ from http import HTTPStatus
 from typing import Annotated, Any, NotRequired, TypeVar, get_args, get_origin
 
 from pydantic import Field, StringConstraints, with_config
-from quart_schema import APIKeySecurityScheme, HttpSecurityScheme, Info, Tag, document_response
+from quart import Response, current_app
+from quart_schema import (
+    APIKeySecurityScheme,
+    HttpSecurityScheme,
+    Info,
+    QuartSchema,
+    Tag,
+    document_response,
+    hide,
+)
 from quart_schema.conversion import model_schema
 from quart_schema.openapi import QUART_SCHEMA_OPERATION_ID_ATTRIBUTE, OpenAPIProvider
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
@@ -310,6 +323,19 @@ class PayorchOpenAPIProvider(OpenAPIProvider):
 
     def _model_schema(self, model: type[Any]) -> dict[str, Any]:
         return model_schema(model, preference=self._app.config["QUART_SCHEMA_CONVERSION_PREFERENCE"])
+
+
+class PayorchQuartSchema(QuartSchema):
+    """quart-schema, serving the OpenAPI document built and encoded once, at its first request:
+    quart-schema's own view builds it again for every request."""
+
+    _encoded: bytes | None = None
+
+    @hide
+    async def openapi(self) -> Response:
+        if self._encoded is None:  # built without awaiting: two first requests cannot both build it
+            self._encoded = current_app.json.dumps(self.openapi_provider.schema()).encode()
+        return Response(self._encoded, content_type="application/json")
 
 
 def _describe(operation: dict[str, Any], doc: str | None) -> None:

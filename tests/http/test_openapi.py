@@ -82,6 +82,29 @@ async def test_the_document_is_openapi_3_1(document: dict[str, Any]) -> None:
     }
 
 
+async def test_the_document_is_built_once_and_then_served_as_built(
+    app: PayorchApp, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    provider = app.extensions["QUART_SCHEMA"].openapi_provider
+    builds = 0
+    build = provider.schema
+
+    def counted() -> dict[str, Any]:
+        nonlocal builds
+        builds += 1
+        return build()
+
+    monkeypatch.setattr(provider, "schema", counted)
+    bodies = []
+    for _ in range(3):
+        response = await client.get(OPENAPI_PATH)
+        assert response.status_code == 200
+        assert response.mimetype == "application/json"
+        bodies.append(await response.get_data())
+    assert builds == 1
+    assert bodies[0] == bodies[1] == bodies[2]
+
+
 async def test_the_document_validates_against_the_openapi_3_1_schema(document: dict[str, Any]) -> None:
     # The OpenAPI 3.1 meta-schema as schemathesis (a dev dependency) bundles it.
     from schemathesis.specs.openapi.definitions import OPENAPI_31

@@ -1,0 +1,284 @@
+"""The HTTP server (payorch/http/server.py) over raw sockets: HTTP/1.1 only, connections bounded
+per node and per address, a request's head and body read within `server.read_timeout_s`, and a
+client that closes its connection cancels its request.
+
+The service runs in-process (run() on port 0, its own trio_asyncio loop: the `settings` fixture only).
+A second client address is 127.0.0.2, which Linux routes over loopback like 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
+from functools import partial
+from urllib.parse import urlsplit
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from quart_trio import QuartTrio
+
+from payorch.config import ServerSettings, Settings
+from payorch.http import server as http_server
+from payorch.service import RunningService, run
+
+OTHER_ADDRESS = "127.0.0.2"
+HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: payorch.test\r\n\r\n"
+# HTTP/2's connection preface (RFC 9113, 3.4) followed by an empty SETTINGS frame.
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+H2C_UPGRADE = (
+    b"GET /healthz HTTP/1.1\r\nHost: payorch.test\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+    b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n"
+)
+SLOW_LOGIN_HEAD = (
+    b"POST /api/v1/auth/login HTTP/1.1\r\nHost: payorch.test\r\nContent-Type: application/json\r\n"
+    b"Content-Length: 100\r\n\r\n"
+)
+
+
+def _with_server(settings: Settings, **changes: object) -> Settings:
+    server = ServerSettings.model_validate({**settings.server.model_dump(), **changes})
+    return settings.model_copy(update={"server": server})
+
+
+@asynccontextmanager
+async def _running(settings: Settings) -> AsyncIterator[tuple[str, int]]:
+    shutdown = trio.Event()
+    async with trio.open_nursery() as nursery:
+        service: RunningService = await nursery.start(partial(run, settings, shutdown=shutdown))
+        url = urlsplit(service.addresses[0])
+        assert url.hostname is not None and url.port is not None
+        yield url.hostname, url.port
+        shutdown.set()
+
+
+async def _connect(address: tuple[str, int], source: str = "127.0.0.1") -> trio.SocketStream:
+    return await trio.open_tcp_stream(*address, local_address=source)
+
+
+async def _response(stream: trio.SocketStream) -> bytes:
+    """One response: its head, and as many bytes of body as its Content-Length says."""
+    received = b""
+    while b"\r\n\r\n" not in received:
+        chunk = await stream.receive_some()
+        if not chunk:
+            return received
+        received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+    while length and len(body) < int(length.group(1)):
+        chunk = await stream.receive_some()
+        if not chunk:
+            break
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
+def _body(response: bytes) -> object:
+    return json.loads(response.partition(b"\r\n\r\n")[2])
+
+
+async def _until_closed(stream: trio.SocketStream) -> bytes:
+    """What arrives until the server closes the connection (or resets it: closed with bytes of
+    ours unread)."""
+    received = b""
+    with suppress(trio.BrokenResourceError):
+        while chunk := await stream.receive_some():
+            received += chunk
+    return received
+
+
+async def _served(address: tuple[str, int], source: str = "127.0.0.1") -> bytes:
+    stream = await _connect(address, source)
+    async with stream:
+        await stream.send_all(HEALTHZ)
+        return await _response(stream)
+
+
+# --- HTTP/1.1 only ------------------------------------------------------------------------------
+
+
+async def test_an_http2_prior_knowledge_preface_is_answered_505_in_http11_and_closed(
+    settings: Settings,
+) -> None:
+    async with _running(settings) as address:
+        stream = await _connect(address)
+        async with stream:
+            await stream.send_all(HTTP2_PREFACE)
+            with trio.fail_after(5):
+                answer = await _until_closed(stream)
+    assert answer.startswith(b"HTTP/1.1 505 "), answer[:40]
+    assert b'"code":505' in answer
+
+
+async def test_an_h2c_upgrade_is_ignored_and_the_request_answered_in_http11(settings: Settings) -> None:
+    async with _running(settings) as address:
+        stream = await _connect(address)
+        async with stream:
+            await stream.send_all(H2C_UPGRADE)
+            with trio.fail_after(5):
+                answer = await _response(stream)
+            # Still HTTP/1.1 on the same connection.
+            await stream.send_all(HEALTHZ)
+            with trio.fail_after(5):
+                again = await _response(stream)
+    assert answer.startswith(b"HTTP/1.1 200 "), answer[:40]
+    assert _body(answer) == {"status": "ok"}
+    assert again.startswith(b"HTTP/1.1 200 ")
+
+
+# --- Connections per address and per node -------------------------------------------------------
+
+
+async def test_a_connection_over_the_per_address_cap_is_refused_while_another_address_is_served(
+    settings: Settings,
+) -> None:
+    small = _with_server(settings, max_connections_per_address=3, keep_alive_timeout_s=30)
+    async with _running(small) as address, AsyncExitStack() as held:
+        for _ in range(3):  # each answered once, then kept open and idle
+            stream = await held.enter_async_context(await _connect(address))
+            await stream.send_all(HEALTHZ)
+            assert (await _response(stream)).startswith(b"HTTP/1.1 200 ")
+        refused = await _connect(address)
+        async with refused:
+            with trio.fail_after(5):
+                answer = await _until_closed(refused)
+        with trio.fail_after(5):
+            assert (await _served(address, OTHER_ADDRESS)).startswith(b"HTTP/1.1 200 ")
+            metrics = await _connect(address, OTHER_ADDRESS)
+            async with metrics:
+                await metrics.send_all(b"GET /metrics HTTP/1.1\r\nHost: payorch.test\r\n\r\n")
+                exposition = await _response(metrics)
+    assert answer.startswith(b"HTTP/1.1 503 "), answer[:40]
+    assert b"\r\nretry-after: 1\r\n" in answer
+    assert answer.endswith(b'"code":503,"retryAfter":1}')
+    assert b'payorch_http_connections_refused_total{limit="address"} 1.0' in exposition
+
+
+async def test_a_connection_over_the_node_cap_is_refused_until_one_closes(settings: Settings) -> None:
+    small = _with_server(settings, max_connections=2, max_connections_per_address=2, keep_alive_timeout_s=30)
+    async with _running(small) as address:
+        first = await _connect(address)
+        async with first, await _connect(address) as second:
+            for stream in (first, second):
+                await stream.send_all(HEALTHZ)
+                assert (await _response(stream)).startswith(b"HTTP/1.1 200 ")
+            other = await _connect(address, OTHER_ADDRESS)
+            async with other:
+                with trio.fail_after(5):
+                    assert (await _until_closed(other)).startswith(b"HTTP/1.1 503 ")
+            await first.aclose()
+            with trio.fail_after(5):
+                # Until the server has seen `first` close: it says so to no one.
+                answer = await _served(address, OTHER_ADDRESS)
+                while not answer.startswith(b"HTTP/1.1 200 "):
+                    await trio.sleep(0.05)
+                    answer = await _served(address, OTHER_ADDRESS)
+    assert _body(answer) == {"status": "ok"}
+
+
+def test_the_per_address_cap_is_at_most_the_node_cap() -> None:
+    try:
+        ServerSettings(max_connections=10, max_connections_per_address=11)
+    except ValueError as error:
+        assert "server.max_connections" in str(error)
+    else:
+        raise AssertionError("accepted a per-address cap above the node's")
+
+
+# --- Slow requests ------------------------------------------------------------------------------
+
+
+async def test_a_body_slower_than_the_read_timeout_is_answered_408_and_its_connection_closed(
+    settings: Settings,
+) -> None:
+    small = _with_server(settings, read_timeout_s=1, keep_alive_timeout_s=30)
+    async with _running(small) as address:
+        stream = await _connect(address)
+        async with stream:
+            await stream.send_all(SLOW_LOGIN_HEAD + b'{"email"')
+            started = trio.current_time()
+            with trio.fail_after(5):
+                while True:  # a byte every 0.2 s: never idle, never done
+                    with trio.move_on_after(0.2):
+                        answer = await _until_closed(stream)
+                        break
+                    await stream.send_all(b" ")
+            took = trio.current_time() - started
+        # The connection still serves others.
+        assert (await _served(address)).startswith(b"HTTP/1.1 200 ")
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:40]
+    assert answer.endswith(b'"code":408}')
+    assert 0.8 <= took < 3
+
+
+async def test_a_head_slower_than_the_read_timeout_is_closed(settings: Settings) -> None:
+    small = _with_server(settings, read_timeout_s=1, keep_alive_timeout_s=30)
+    async with _running(small) as address:
+        stream = await _connect(address)
+        async with stream:
+            await stream.send_all(b"GET /healthz HTTP/1.1\r\n")
+            with trio.fail_after(5):
+                while True:
+                    with trio.move_on_after(0.2):
+                        answer = await _until_closed(stream)
+                        break
+                    await stream.send_all(b"X-Slow: 1\r\n")
+    assert answer == b""
+
+
+async def test_a_body_that_arrives_within_the_read_timeout_is_served(settings: Settings) -> None:
+    small = _with_server(settings, read_timeout_s=2, keep_alive_timeout_s=30)
+    body = b'{"email": "nobody@example.com", "password": "not-the-password"}'
+    head = SLOW_LOGIN_HEAD.replace(b"Content-Length: 100", b"Content-Length: %d" % len(body))
+    async with _running(small) as address:
+        stream = await _connect(address)
+        async with stream:
+            await stream.send_all(head)
+            for start in range(0, len(body), 16):  # in pieces over about a second
+                await trio.sleep(0.25)
+                await stream.send_all(body[start : start + 16])
+            with trio.fail_after(5):
+                answer = await _response(stream)
+    assert answer.startswith(b"HTTP/1.1 401 "), answer[:40]
+
+
+# --- A client that goes away --------------------------------------------------------------------
+
+
+async def test_a_client_closing_its_connection_cancels_its_request() -> None:
+    app = QuartTrio("slow")
+    began, cancelled = trio.Event(), trio.Event()
+
+    @app.route("/slow")
+    async def slow() -> str:
+        began.set()
+        try:
+            await trio.sleep_forever()
+        finally:
+            cancelled.set()
+
+    config = HypercornConfig()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    config.errorlog = logging.getLogger("tests.http_server")
+    limits = http_server.ConnectionLimits(
+        max_connections=10, max_connections_per_address=10, read_timeout_s=5, keep_alive_timeout_s=5
+    )
+    shutdown = trio.Event()
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(
+            partial(http_server.serve, app, config, limits, shutdown_trigger=shutdown.wait)
+        )
+        url = urlsplit(binds[0])
+        assert url.hostname is not None and url.port is not None
+        stream = await _connect((url.hostname, url.port))
+        await stream.send_all(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
+        with trio.fail_after(5):
+            await began.wait()
+        await stream.aclose()
+        with trio.fail_after(2):
+            await cancelled.wait()
+        shutdown.set()
