@@ -13,6 +13,8 @@ import pytest
 import trio
 
 from payorch.config import Settings
+from payorch.engine.session_events import apply_session_event
+from payorch.engine.session_states import SessionEvent
 from payorch.http.context import PayorchApp
 from payorch.storage import outbox
 from payorch.storage.database import Connection, Database
@@ -348,3 +350,27 @@ async def test_a_refund_without_the_csrf_token_is_403_and_refunds_nothing(
     response = await send_refund(console, session_id, {"idempotency_key": form["idempotency_key"]})
     assert response.status_code == 403
     assert await refunds_of(client, shop, session_id) == []
+
+
+async def test_a_session_whose_dispute_was_lost_shows_when_on_its_page(
+    app: PayorchApp, client: Client, db: Database, shop: Shop, console: Client
+) -> None:
+    session_id = await paid_session(client, shop)
+    _, html = await page(console, f"/console/sessions/{session_id}")
+    assert "Dispute lost" not in html
+
+    async def lose_dispute(conn: Connection) -> bool:
+        return await apply_session_event(
+            conn,
+            application_id=uuid.UUID(shop.application_id),
+            session_id=uuid.UUID(session_id),
+            event=SessionEvent.DISPUTE_LOST,
+            metrics=app.services.metrics,
+            now=app.services.clock.now(),
+        )
+
+    assert await db.transaction(lose_dispute)
+    lost_at = (await record_of(client, shop, session_id))["disputeLostAt"]
+    _, html = await page(console, f"/console/sessions/{session_id}")
+    assert f'<dt>Dispute lost</dt><dd><time datetime="{lost_at}">' in html
+    assert "REVERSED" in html
