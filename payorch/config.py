@@ -126,6 +126,7 @@ class AuthSettings(_Section):
     jwt_secret: str = ""
     jwt_ttl_s: PositiveInt = 3600
     api_key_cache_s: NonNegativeFloat = 5.0
+    api_key_miss_cache_s: NonNegativeFloat = 5.0
 
     @field_validator("jwt_secret")
     @classmethod
@@ -262,6 +263,13 @@ class LimitSettings(_Section):
     burst: PositiveInt = 100
     login_per_minute: PositiveInt = 10
     failed_logins_per_account_per_hour: PositiveInt = 20
+    merchant_requests_per_second: PositiveFloat = 150.0
+    merchant_burst: PositiveInt = 300
+    failed_api_keys_per_address_per_minute: PositiveInt = 60
+    merchant_list_reads: PositiveInt = 2
+    merchant_list_read_wait_s: NonNegativeFloat = 2.0
+    applications_per_merchant: PositiveInt = 100
+    active_api_keys_per_application: PositiveInt = 20
 
 
 LogLevel = Literal["debug", "info", "warning", "error"]
