@@ -49,6 +49,16 @@ POOL_MAX = 16
 # The per-credential rate limit (default 50 requests/s per API key) would measure the limiter, not the
 # service: it is raised out of reach. Each request still pays for being charged to its bucket.
 UNREACHABLE_RATE = 1_000_000
+# Limits the speed scenarios cannot reach: one merchant creates through many keys of up to 10,000
+# applications (idle), and lists as often as its connections ask.
+UNREACHABLE_LIMITS = LimitSettings(
+    requests_per_second=UNREACHABLE_RATE,
+    burst=UNREACHABLE_RATE,
+    merchant_requests_per_second=UNREACHABLE_RATE,
+    merchant_burst=UNREACHABLE_RATE,
+    merchant_list_reads=POOL_MAX,
+    applications_per_merchant=UNREACHABLE_RATE,
+)
 
 
 class _InitOnlySettings(Settings):
@@ -88,7 +98,7 @@ def bench_settings(
         security=SecuritySettings(encryption_key=Fernet.generate_key().decode()),
         engine=engine,
         providers=providers,
-        limits=limits or LimitSettings(requests_per_second=UNREACHABLE_RATE, burst=UNREACHABLE_RATE),
+        limits=limits or UNREACHABLE_LIMITS,
     )
 
 
