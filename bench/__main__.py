@@ -9,6 +9,8 @@
 - idle: 10,000 applications, one create each, then idle: every actor must stop and this process's
   memory come back to within 10% of what it was before (`bench/idle.py`);
 - webhooks: delivery latency to a real HTTPS receiver on loopback (`bench/webhooks.py`);
+- lists: a session list's first page and a page past its end, one request at a time, with a
+  million sessions in the application: p50 under 10 ms and 5 ms (`bench/lists.py`);
 - floods: other merchants' creates at a steady rate, alone, then while one merchant floods deep pages
   of its 100,000 sessions at its limits, then while a stranger floods a provider-event route, on a
   payorch with its default rate limits: their p99 must stay within 20% (`bench/floods.py`).
@@ -30,6 +32,7 @@ import trio
 from bench.bare import running_bare
 from bench.floods import FloodShape, measure_floods
 from bench.idle import measure_idle
+from bench.lists import measure_lists
 from bench.measure import Shape, background_cores, measure, measure_beside, progress
 from bench.payorch_target import (
     Payorch,
@@ -44,7 +47,7 @@ from bench.shop import Merchant, new_session, sandbox_link, signed_up_merchant, 
 from bench.slow_stripe import open_slow_stripe
 from bench.webhooks import measure_webhook_latency
 
-SCENARIOS = ("create", "read", "isolation", "idle", "webhooks", "floods")
+SCENARIOS = ("create", "read", "isolation", "idle", "webhooks", "lists", "floods")
 BARE_CREATE_LABEL, BARE_READ_LABEL = "bare Quart-Trio POST", "bare Quart-Trio GET"
 READ_LABEL = "GET /api/v1/sessions/{id}"
 
@@ -86,6 +89,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--flood-sessions", type=int, default=100_000, help="sessions of the flooder (default 100000)"
     )
+    parser.add_argument(
+        "--list-sessions",
+        type=int,
+        default=1_000_000,
+        help="sessions of the application whose list is timed (default 1000000)",
+    )
     args = parser.parse_args(argv)
     args.scenarios = {name.strip() for name in args.only.split(",") if name.strip()}
     if unknown := args.scenarios - set(SCENARIOS):
@@ -104,6 +113,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("need 2 <= --idle-applications <= 100000, 0 < --idle-actor-s <= 600")
     if not 1 <= args.flood_rate <= 1000 or not 1 <= args.flood_sessions <= 10_000_000:
         parser.error("need 1 <= --flood-rate <= 1000, 1 <= --flood-sessions <= 10000000")
+    if not 1 <= args.list_sessions <= 10_000_000:
+        parser.error("need 1 <= --list-sessions <= 10000000")
     return args
 
 
@@ -219,6 +230,13 @@ async def main(args: argparse.Namespace) -> None:
         if "webhooks" in wanted:
             (work_dir / "webhooks").mkdir()
             await _webhooks(work_dir / "webhooks", results)
+        if "lists" in wanted:
+            progress("lists: starting payorch on a fresh embedded PostgreSQL")
+            (work_dir / "lists").mkdir()
+            try:
+                results.lists = await measure_lists(work_dir / "lists", args.list_sessions)
+            finally:
+                results.problems += problems_logged(work_dir / "lists" / "payorch.log")
         if "floods" in wanted:
             progress("floods: starting payorch, with its default limits, on a fresh embedded PostgreSQL")
             (work_dir / "floods").mkdir()

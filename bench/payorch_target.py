@@ -52,6 +52,16 @@ UNREACHABLE_RATE = 1_000_000
 # Every client of the benchmark connects from 127.0.0.1, standing for many: one address may hold as
 # many connections as the node (server.max_connections), as behind a proxy.
 ONE_ADDRESS_FOR_ALL = ServerSettings().max_connections
+# Limits the speed scenarios cannot reach: one merchant creates through many keys of up to 10,000
+# applications (idle), and lists as often as its connections ask.
+UNREACHABLE_LIMITS = LimitSettings(
+    requests_per_second=UNREACHABLE_RATE,
+    burst=UNREACHABLE_RATE,
+    merchant_requests_per_second=UNREACHABLE_RATE,
+    merchant_burst=UNREACHABLE_RATE,
+    merchant_list_reads=POOL_MAX,
+    applications_per_merchant=UNREACHABLE_RATE,
+)
 
 
 class _InitOnlySettings(Settings):
@@ -95,7 +105,7 @@ def bench_settings(
         security=SecuritySettings(encryption_key=Fernet.generate_key().decode()),
         engine=engine,
         providers=providers,
-        limits=limits or LimitSettings(requests_per_second=UNREACHABLE_RATE, burst=UNREACHABLE_RATE),
+        limits=limits or UNREACHABLE_LIMITS,
     )
 
 

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 from bench.floods import Floods
 from bench.idle import IdleResult
+from bench.lists import ListTimes
 from bench.load import LoadResult
 from bench.measure import Measurement, cpu_count
 from bench.webhooks import WebhookLatency
@@ -21,6 +22,9 @@ BUSY_MACHINE_CORES = 0.2
 CREATE_RATIO_GOAL, CREATE_P99_GOAL_MS, READ_RATIO_GOAL = 0.5, 50.0, 0.8
 ISOLATION_CHANGE_GOAL = 0.10
 FLOOD_P99_CHANGE_GOAL = 0.20
+# A session list at a million sessions: its first page (20, the default size: a counter read and 20
+# rows with their refunds) and a page past its end (the counter read alone), p50.
+LIST_FIRST_PAGE_P50_GOAL_MS, LIST_PAST_THE_END_P50_GOAL_MS = 10.0, 5.0
 IDLE_RSS_GROWTH_GOAL = 0.10
 WEBHOOK_P50_GOAL_MS, WEBHOOK_P99_GOAL_MS = 25.0, 100.0
 MIB = 1024 * 1024
@@ -63,6 +67,7 @@ class Results:
     idle: IdleResult | None = None
     webhooks: WebhookLatency | None = None
     floods: Floods | None = None
+    lists: ListTimes | None = None
     problems: list[str] = field(default_factory=list)  # warnings and errors payorch logged
 
     def measurements(self) -> list[Measurement]:
@@ -132,6 +137,18 @@ def _isolation(iso: Isolation) -> Iterator[str]:
     yield _row(f"{iso.applications} applications alone", iso.alone.result)
     yield _row(f"{iso.applications} applications, slow one beside", iso.beside.result)
     yield _row("the slow application", iso.slow)
+    yield ""
+
+
+def _lists(lists: ListTimes) -> Iterator[str]:
+    yield f"lists: GET .../sessions of an application with {lists.sessions:,} sessions, one request at a time"
+    yield f"{'':<{LABEL_WIDTH}}{'p50 ms':>11}{'p99 ms':>9}"
+    for label, timing in (
+        ("first page (limit 20)", lists.first_page),
+        ("page 99999999999 (past the end)", lists.past_the_end),
+        ("  for scale: count(*) on the database", lists.plain_count),
+    ):
+        yield f"{label:<{LABEL_WIDTH}}{timing.p50_ms:>11.1f}{timing.p99_ms:>9.1f}"
     yield ""
 
 
@@ -254,6 +271,17 @@ def _goals(results: Results) -> Iterator[str]:
             f"within {ISOLATION_CHANGE_GOAL:.0%}",
             abs(change) <= ISOLATION_CHANGE_GOAL,
         )
+    if results.lists is not None:
+        for name, timing, goal_ms in (
+            ("first page", results.lists.first_page, LIST_FIRST_PAGE_P50_GOAL_MS),
+            ("page past the end", results.lists.past_the_end, LIST_PAST_THE_END_P50_GOAL_MS),
+        ):
+            yield goal_line(
+                f"lists: {name} p50, {results.lists.sessions / 1e6:g}M sessions",
+                f"{timing.p50_ms:.1f} ms",
+                f"under {goal_ms:g} ms",
+                timing.p50_ms < goal_ms,
+            )
     if results.floods is not None:
         floods = results.floods
         for name, beside in (("deep pages", floods.beside_pages), ("forged events", floods.beside_events)):
@@ -304,6 +332,8 @@ def report(results: Results, background: float | None) -> Iterator[str]:
         yield from _idle(results.idle)
     if results.webhooks is not None:
         yield from _webhooks(results.webhooks)
+    if results.lists is not None:
+        yield from _lists(results.lists)
     if results.floods is not None:
         yield from _floods(results.floods)
     yield from _cores(results.measurements())

@@ -139,6 +139,7 @@ class AuthSettings(_Section):
     jwt_secret: str = ""
     jwt_ttl_s: PositiveInt = 3600
     api_key_cache_s: NonNegativeFloat = 5.0
+    api_key_miss_cache_s: NonNegativeFloat = 5.0
 
     @field_validator("jwt_secret")
     @classmethod
@@ -281,6 +282,13 @@ class LimitSettings(_Section):
     provider_health_accounts: PositiveInt = 10000
     background_slots: PositiveInt = 64
     background_per_merchant: PositiveInt = 8
+    merchant_requests_per_second: PositiveFloat = 150.0
+    merchant_burst: PositiveInt = 300
+    failed_api_keys_per_address_per_minute: PositiveInt = 60
+    merchant_list_reads: PositiveInt = 2
+    merchant_list_read_wait_s: NonNegativeFloat = 2.0
+    applications_per_merchant: PositiveInt = 100
+    active_api_keys_per_application: PositiveInt = 20
 
 
 LogLevel = Literal["debug", "info", "warning", "error"]

@@ -160,6 +160,7 @@ class Runtime:
         if settings.limits != running.limits:
             services.limits.reconfigure(settings.limits)
         services.api_keys.ttl_s = settings.auth.api_key_cache_s
+        services.api_keys.miss_ttl_s = settings.auth.api_key_miss_cache_s
         self.app.config["MAX_CONTENT_LENGTH"] = settings.server.max_body_bytes
         if offered is not None:
             self._offer(offered, running)
@@ -266,7 +267,9 @@ async def open_runtime(
                 test_send_client=test_sends,
                 metrics=metrics,
                 limits=RequestLimits(settings.limits),
-                api_keys=ApiKeyCache(settings.auth.api_key_cache_s),
+                api_keys=ApiKeyCache(
+                    settings.auth.api_key_cache_s, miss_ttl_s=settings.auth.api_key_miss_cache_s
+                ),
                 node=node,
                 clock=clock,
             )

@@ -58,9 +58,10 @@ async def authenticate(accept: Accept) -> Principal:
     """The caller's identity, or `AuthenticationRequired` / `WrongCredentialKind` (401),
     `ApplicationDisabled` (403, an API key of a disabled application) or `RateLimited` (429).
 
-    A verified credential is charged one token of its bucket: `apikey:<key id>` for an API key,
-    `merchant:<merchant id>` for a JWT. Credentials that fail verification are not charged: there
-    is no bucket to charge them to."""
+    A verified credential is charged one token of its bucket: `apikey:<key id>` (and its merchant's
+    `merchant-keys:<merchant id>`) for an API key, `merchant:<merchant id>` for a JWT. An API key
+    that fails verification is charged to its client address instead (`ip:<address>` of the failed
+    API-key limit); a forged or expired JWT costs only its signature check and is not charged."""
     authorization = request.headers.get("Authorization")
     api_key = request.headers.get(API_KEY_HEADER)
     if authorization is not None:
@@ -93,21 +94,30 @@ def principal_of_access_token(token: str) -> Principal:
 
 
 async def _api_key_principal(api_key: str) -> Principal:
+    """The key's owner, charged to the key's and the merchant's buckets. A key that fails costs its
+    client address one failed authentication; an address out of them is refused (429) every key that
+    would need a database read, before the read (keys remembered as active still work)."""
+    limits, address = services().limits, request.remote_addr
     if not looks_like_api_key(api_key):
+        limits.count_api_key_failure(address)
         raise AuthenticationRequired("invalid API key")
     # The key is looked up by its SHA-256: the stored hash is compared, never the key itself.
     key_hash = token_hash(api_key)
     cache = services().api_keys
     owner = cache.get(key_hash, trio.current_time())
-    if owner is None:
+    if owner is None and not cache.is_missing(key_hash, trio.current_time()):
+        limits.check_api_key_failures(address)
         generation = cache.generation
         owner = await services().db.read(applications_store.find_api_key_owner, key_hash)
         if owner is not None:
             cache.put(key_hash, owner, trio.current_time(), generation)
+        else:
+            cache.put_missing(key_hash, trio.current_time(), generation)
     if owner is None:
+        limits.count_api_key_failure(address)
         raise AuthenticationRequired("invalid or revoked API key")
     note_application(owner.application_id)
-    services().limits.charge_credential(f"apikey:{owner.key_id}")
+    limits.charge_api_key(owner.key_id, owner.merchant_id)
     if not owner.application_enabled:
         raise ApplicationDisabled("the application of this API key is disabled")
     return Principal(merchant_id=owner.merchant_id, application_id=owner.application_id, key_id=owner.key_id)

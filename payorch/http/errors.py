@@ -32,6 +32,7 @@ STATUS_OF: dict[type[domain.DomainError], HTTPStatus] = {
     domain.NotFound: HTTPStatus.NOT_FOUND,
     domain.AccountExists: HTTPStatus.CONFLICT,
     domain.StatusUnchanged: HTTPStatus.CONFLICT,
+    domain.LimitReached: HTTPStatus.CONFLICT,
     domain.InviteUsedOrExpired: HTTPStatus.GONE,
     domain.ProviderAlreadyLinked: HTTPStatus.CONFLICT,
     domain.ChangeInProgress: HTTPStatus.CONFLICT,

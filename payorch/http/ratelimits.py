@@ -1,11 +1,24 @@
-"""The request limits of one running service: per credential, per client address for login and
-signup, and per account for failed logins. Each answers an excess with `RateLimited` (429,
-`retryAfter`, `Retry-After`).
+"""The request limits of one running service: per credential, per merchant over all its API keys,
+per client address for login and signup and for failed API-key authentications, per account for
+failed logins, and per merchant on list reads in flight. Each answers an excess with `RateLimited`
+(429, `retryAfter`, `Retry-After`).
 
 Per credential (`limits.requests_per_second`, `limits.burst`): charged by `authenticate` once a
 credential is verified, keyed `apikey:<key id>` or `merchant:<merchant id>` (every JWT of a merchant
 shares one bucket). Requests without a credential (health probes, sandbox pages) and inbound provider
 events (their signature is the credential) are not charged.
+
+Per merchant over its API keys (`limits.merchant_requests_per_second`, `limits.merchant_burst`):
+every API-key request is charged to its key's bucket and to the merchant's, keyed
+`merchant-keys:<merchant id>`, both or neither: more keys buy no more than this.
+
+Per client address, failed API-key authentications (`limits.failed_api_keys_per_address_per_minute`,
+a burst of the same size): each unknown, revoked or malformed key takes a token of `ip:<address>`.
+Once it is empty, that address's keys that would need a database read to authenticate are refused
+before the read; keys the cache holds as active still work.
+
+List reads per merchant (`limits.merchant_list_reads`): at most that many of one merchant's list
+reads hold a database connection at once; more wait up to `limits.merchant_list_read_wait_s`.
 
 Per client address (`limits.login_per_minute`, a burst of the same size): charged by login and
 signup before any work, keyed `ip:<remote address>`; the two share one bucket. The address is the
@@ -36,13 +49,14 @@ The buckets live in this process; see `docs/rate-limits.md` for sizing several p
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 import trio
 
 from payorch.config import LimitSettings
 from payorch.engine.ratelimit import InFlightLimit, RateLimiter, whole_seconds
+from payorch.http.concurrency import KeyedConcurrencyLimit
 from payorch.values.errors import RateLimited, ServiceBusy
 
 # Test sends (`POST .../webhooks/{id}/test`) in flight at once per merchant. Each may wait on a
@@ -63,12 +77,31 @@ class RequestLimits:
             rate=settings.failed_logins_per_account_per_hour / 3600.0,
             burst=settings.failed_logins_per_account_per_hour,
         )
+        self.per_merchant_keys = RateLimiter(
+            rate=settings.merchant_requests_per_second, burst=settings.merchant_burst
+        )
+        self.failed_api_keys_per_address = RateLimiter(
+            rate=settings.failed_api_keys_per_address_per_minute / 60.0,
+            burst=settings.failed_api_keys_per_address_per_minute,
+        )
         self.test_sends = InFlightLimit(TEST_SENDS_PER_MERCHANT)
         self.provider_events_per_address = RateLimiter(
             rate=settings.provider_events_per_address_per_second,
             burst=settings.provider_events_per_address_burst,
         )
         self.provider_event_lookups = InFlightLimit(settings.provider_event_lookups_per_application)
+        self.list_reads = KeyedConcurrencyLimit(settings.merchant_list_reads)
+        self.list_read_wait_s = settings.merchant_list_read_wait_s
+
+    def _limiters(self) -> tuple[RateLimiter, ...]:
+        return (
+            self.per_credential,
+            self.per_client_address,
+            self.failed_logins_per_account,
+            self.per_merchant_keys,
+            self.failed_api_keys_per_address,
+            self.provider_events_per_address,
+        )
 
     def reconfigure(self, settings: LimitSettings) -> None:
         """Apply reloaded `limits.*` from the next request on. Buckets keep their tokens (at most the
@@ -83,17 +116,19 @@ class RequestLimits:
             settings.provider_events_per_address_per_second, settings.provider_events_per_address_burst
         )
         self.provider_event_lookups.per_key = settings.provider_event_lookups_per_application
+        self.per_merchant_keys.reconfigure(settings.merchant_requests_per_second, settings.merchant_burst)
+        self.failed_api_keys_per_address.reconfigure(
+            settings.failed_api_keys_per_address_per_minute / 60.0,
+            settings.failed_api_keys_per_address_per_minute,
+        )
+        self.list_reads.per_key = settings.merchant_list_reads
+        self.list_read_wait_s = settings.merchant_list_read_wait_s
 
     def forget_idle(self) -> None:
         """Drop every bucket that refilled (they are dropped as requests come too; this is for
         when none come)."""
         now = trio.current_time()
-        for limiter in (
-            self.per_credential,
-            self.per_client_address,
-            self.failed_logins_per_account,
-            self.provider_events_per_address,
-        ):
+        for limiter in self._limiters():
             limiter.forget_idle(now)
 
     def charge_credential(self, key: str) -> None:
@@ -104,6 +139,56 @@ class RequestLimits:
             raise RateLimited(
                 f"too many requests for this credential: retry after {retry_after} s", retry_after
             )
+
+    def charge_api_key(self, key_id: uuid.UUID, merchant_id: uuid.UUID) -> None:
+        """Count one request of an API key to its own bucket and to its merchant's bucket over all
+        its keys, both or neither; `RateLimited` when either is empty (the key's said first)."""
+        now = trio.current_time()
+        key, merchant = f"apikey:{key_id}", f"merchant-keys:{merchant_id}"
+        wait = self.per_credential.wait(key, now)
+        if wait is not None:
+            retry_after = whole_seconds(wait)
+            raise RateLimited(
+                f"too many requests for this credential: retry after {retry_after} s", retry_after
+            )
+        wait = self.per_merchant_keys.wait(merchant, now)
+        if wait is not None:
+            retry_after = whole_seconds(wait)
+            raise RateLimited(
+                f"too many requests for this merchant's API keys together: retry after {retry_after} s",
+                retry_after,
+            )
+        self.per_credential.take(key, now)
+        self.per_merchant_keys.take(merchant, now)
+
+    def check_api_key_failures(self, remote_address: str | None) -> None:
+        """`RateLimited` when `remote_address` has used up its failed API-key authentications;
+        takes nothing."""
+        key = f"ip:{remote_address or 'unknown'}"
+        wait = self.failed_api_keys_per_address.wait(key, trio.current_time())
+        if wait is not None:
+            retry_after = whole_seconds(wait)
+            raise RateLimited(
+                f"too many failed API key authentications from this address: retry after {retry_after} s",
+                retry_after,
+            )
+
+    def count_api_key_failure(self, remote_address: str | None) -> None:
+        """Count one failed API-key authentication from `remote_address`."""
+        key = f"ip:{remote_address or 'unknown'}"
+        self.failed_api_keys_per_address.take(key, trio.current_time())
+
+    @asynccontextmanager
+    async def list_read(self, merchant_id: uuid.UUID) -> AsyncIterator[None]:
+        """Hold one of the merchant's list reads for the block, waiting up to
+        `limits.merchant_list_read_wait_s` for a turn; `RateLimited` after that."""
+        async with self.list_reads.hold(str(merchant_id), self.list_read_wait_s) as held:
+            if not held:
+                per_key = self.list_reads.per_key
+                raise RateLimited(
+                    f"at most {per_key} list reads of a merchant run at once: retry after 1 s", 1
+                )
+            yield
 
     def charge_login(self, remote_address: str | None) -> None:
         """Count one login or signup attempt from `remote_address`; `RateLimited` when its bucket

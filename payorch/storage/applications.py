@@ -11,7 +11,7 @@ import asyncpg
 
 from payorch.storage.application_changes import notify_application_changed
 from payorch.storage.database import Connection
-from payorch.values.errors import NotFound, StatusUnchanged
+from payorch.values.errors import LimitReached, NotFound, StatusUnchanged
 from payorch.values.pagination import PageRequest
 
 # Whether an API key still authenticates: the interface's `status` of a key, which storage derives
@@ -66,8 +66,22 @@ def _api_key(row: asyncpg.Record) -> ApiKey:
 
 
 async def create_application(
-    conn: Connection, *, merchant_id: uuid.UUID, name: str, description: dict[str, Any] | None
+    conn: Connection,
+    *,
+    merchant_id: uuid.UUID,
+    name: str,
+    description: dict[str, Any] | None,
+    most: int,
 ) -> Application:
+    """A new application of the merchant; `LimitReached` when it already has `most` (counted under
+    a lock of the merchant's row, so two creates at once cannot both pass). Run in a transaction."""
+    await conn.execute("SELECT 1 FROM merchants WHERE id = $1 FOR NO KEY UPDATE", merchant_id)
+    held = await conn.fetchval("SELECT count(*) FROM applications WHERE merchant_id = $1", merchant_id)
+    if held >= most:
+        raise LimitReached(
+            f"this merchant has {held} applications, the most it may have ({most}); "
+            "ask the operator to raise the limit"
+        )
     row = await conn.fetchrow(
         f"""INSERT INTO applications (id, merchant_id, name, description)
             VALUES ($1, $2, $3, $4) RETURNING {_APPLICATION_COLUMNS}""",
@@ -89,7 +103,9 @@ async def get_application(conn: Connection, application_id: uuid.UUID) -> Applic
 async def list_applications(
     conn: Connection, merchant_id: uuid.UUID, page: PageRequest
 ) -> tuple[list[Application], int]:
-    total = await conn.fetchval("SELECT count(*) FROM applications WHERE merchant_id = $1", merchant_id)
+    total: int = await conn.fetchval("SELECT count(*) FROM applications WHERE merchant_id = $1", merchant_id)
+    if page.is_past(total):  # past the end: no need to read the items
+        return [], total
     rows = await conn.fetch(
         f"""SELECT {_APPLICATION_COLUMNS} FROM applications WHERE merchant_id = $1
             ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3""",
@@ -97,7 +113,7 @@ async def list_applications(
         page.limit,
         page.offset,
     )
-    return [_application(row) for row in rows], int(total)
+    return [_application(row) for row in rows], total
 
 
 async def set_application_enabled(
@@ -124,8 +140,27 @@ async def set_application_enabled(
 
 
 async def create_api_key(
-    conn: Connection, *, application_id: uuid.UUID, key_hash: bytes, key_prefix: str, description: str
+    conn: Connection,
+    *,
+    application_id: uuid.UUID,
+    key_hash: bytes,
+    key_prefix: str,
+    description: str,
+    most_active: int,
 ) -> ApiKey:
+    """A new active key of the application; `LimitReached` when it already has `most_active` keys
+    not revoked (counted under a lock of the application's row, which session inserts do not wait
+    for). Every process hears of it on commit, and forgets the unknown keys it remembered. Run in a
+    transaction."""
+    await conn.execute("SELECT 1 FROM applications WHERE id = $1 FOR NO KEY UPDATE", application_id)
+    active = await conn.fetchval(
+        "SELECT count(*) FROM api_keys WHERE application_id = $1 AND revoked_at IS NULL", application_id
+    )
+    if active >= most_active:
+        raise LimitReached(
+            f"this application has {active} active API keys, the most it may have ({most_active}); "
+            "revoke one first"
+        )
     row = await conn.fetchrow(
         f"""INSERT INTO api_keys (id, application_id, key_hash, key_prefix, description)
             VALUES ($1, $2, $3, $4, $5) RETURNING {_API_KEY_COLUMNS}""",
@@ -135,13 +170,18 @@ async def create_api_key(
         key_prefix,
         description,
     )
+    await notify_application_changed(conn, application_id)
     return _api_key(row)
 
 
 async def list_api_keys(
     conn: Connection, application_id: uuid.UUID, page: PageRequest
 ) -> tuple[list[ApiKey], int]:
-    total = await conn.fetchval("SELECT count(*) FROM api_keys WHERE application_id = $1", application_id)
+    total: int = await conn.fetchval(
+        "SELECT count(*) FROM api_keys WHERE application_id = $1", application_id
+    )
+    if page.is_past(total):  # past the end: no need to read the items
+        return [], total
     rows = await conn.fetch(
         f"""SELECT {_API_KEY_COLUMNS} FROM api_keys WHERE application_id = $1
             ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3""",
@@ -149,7 +189,7 @@ async def list_api_keys(
         page.limit,
         page.offset,
     )
-    return [_api_key(row) for row in rows], int(total)
+    return [_api_key(row) for row in rows], total
 
 
 async def api_keys_of_applications(

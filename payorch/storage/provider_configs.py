@@ -145,9 +145,11 @@ async def get_provider_config(
 async def list_provider_configs(
     conn: Connection, application_id: uuid.UUID, page: PageRequest
 ) -> tuple[list[ProviderConfig], int]:
-    total = await conn.fetchval(
+    total: int = await conn.fetchval(
         "SELECT count(*) FROM provider_configs WHERE application_id = $1", application_id
     )
+    if page.is_past(total):  # past the end: no need to read the items
+        return [], total
     rows = await conn.fetch(
         f"""SELECT {_COLUMNS} FROM provider_configs WHERE application_id = $1
             ORDER BY created_at DESC, provider DESC LIMIT $2 OFFSET $3""",
@@ -155,7 +157,7 @@ async def list_provider_configs(
         page.limit,
         page.offset,
     )
-    return [_config(row) for row in rows], int(total)
+    return [_config(row) for row in rows], total
 
 
 async def active_provider_configs(conn: Connection, application_id: uuid.UUID) -> list[ProviderConfig]:

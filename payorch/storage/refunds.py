@@ -131,6 +131,8 @@ async def session_with_refunds(
 async def refunds_of_sessions(
     conn: Connection, session_ids: list[uuid.UUID]
 ) -> dict[uuid.UUID, list[Refund]]:
+    if not session_ids:  # an empty page (past the end) reads nothing more
+        return {}
     rows = await conn.fetch(
         f"SELECT {_COLUMNS} FROM refunds WHERE session_id = ANY($1::uuid[]) ORDER BY created_at, id",
         session_ids,

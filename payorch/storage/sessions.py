@@ -175,12 +175,30 @@ def _where(application_id: uuid.UUID, where: SessionFilter) -> tuple[str, list[o
     return " AND ".join(clauses), args
 
 
+async def count_sessions(conn: Connection, application_id: uuid.UUID) -> int:
+    """How many sessions the application has: its counter, which the database keeps in the same
+    transaction as the sessions themselves (migration 0013), so one primary-key read however many."""
+    count = await conn.fetchval(
+        "SELECT sessions FROM session_counts WHERE application_id = $1", application_id
+    )
+    return int(count or 0)
+
+
 async def list_sessions(
     conn: Connection, application_id: uuid.UUID, page: PageRequest, where: SessionFilter = ALL_SESSIONS
 ) -> tuple[list[CheckoutSession], int]:
-    """A page of the application's sessions that `where` holds, newest first, and how many it holds."""
+    """A page of the application's sessions that `where` holds, newest first, and how many it holds.
+
+    The total comes first: without a filter (the API's list) from the application's counter, with
+    one (the console's) by counting. A page past the end is then answered without reading any
+    session. Run it in `Database.snapshot` for the total and the page to agree."""
     clause, args = _where(application_id, where)
-    total = await conn.fetchval(f"SELECT count(*) FROM checkout_sessions WHERE {clause}", *args)
+    if where == ALL_SESSIONS:
+        total = await count_sessions(conn, application_id)
+    else:
+        total = int(await conn.fetchval(f"SELECT count(*) FROM checkout_sessions WHERE {clause}", *args))
+    if page.is_past(total):
+        return [], total
     rows = await conn.fetch(
         f"""SELECT {_COLUMNS} FROM checkout_sessions WHERE {clause}
             ORDER BY created_at DESC, id DESC LIMIT ${len(args) + 1} OFFSET ${len(args) + 2}""",
@@ -188,7 +206,7 @@ async def list_sessions(
         page.limit,
         page.offset,
     )
-    return [_session(row) for row in rows], int(total)
+    return [_session(row) for row in rows], total
 
 
 @dataclass(frozen=True)

@@ -85,10 +85,12 @@ async def get_webhook(
 async def list_webhooks(
     conn: Connection, application_id: uuid.UUID, page: PageRequest
 ) -> tuple[list[WebhookConfig], int]:
-    total = await conn.fetchval(
+    total: int = await conn.fetchval(
         "SELECT count(*) FROM webhook_configs WHERE application_id = $1 AND deleted_at IS NULL",
         application_id,
     )
+    if page.is_past(total):  # past the end: no need to read the items
+        return [], total
     rows = await conn.fetch(
         f"""SELECT {_CONFIG_COLUMNS} FROM webhook_configs WHERE application_id = $1 AND deleted_at IS NULL
             ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3""",
@@ -96,7 +98,7 @@ async def list_webhooks(
         page.limit,
         page.offset,
     )
-    return [_config(row) for row in rows], int(total)
+    return [_config(row) for row in rows], total
 
 
 async def update_webhook(
@@ -218,8 +220,15 @@ async def list_deliveries(
     conn: Connection, webhook_id: uuid.UUID, page: PageRequest
 ) -> tuple[list[DeliveryView], int]:
     """A page of the configuration's deliveries, newest first, each with its attempts; three
-    statements, so run it in a snapshot (`Database.snapshot`)."""
-    total = await conn.fetchval("SELECT count(*) FROM webhook_deliveries WHERE config_id = $1", webhook_id)
+    statements, so run it in a snapshot (`Database.snapshot`). The total is the configuration's
+    counter (kept by the database with the deliveries, migration 0013); a page past the end reads
+    nothing more."""
+    total = int(
+        await conn.fetchval("SELECT deliveries FROM webhook_delivery_counts WHERE config_id = $1", webhook_id)
+        or 0
+    )
+    if page.is_past(total):
+        return [], total
     rows = await conn.fetch(
         """SELECT d.id, e.id AS event_id, e.type AS event_type, d.status, d.attempts, d.next_attempt_at,
                   d.last_attempt_at, d.last_status_code, d.last_error, d.delivered_at, d.created_at
@@ -237,7 +246,7 @@ async def list_deliveries(
     log: dict[uuid.UUID, list[dict[str, Any]]] = {row["id"]: [] for row in rows}
     for attempt in attempts:
         log[attempt["delivery_id"]].append(dict(attempt.items()))
-    return [DeliveryView(**dict(row.items()), attempt_log=log[row["id"]]) for row in rows], int(total)
+    return [DeliveryView(**dict(row.items()), attempt_log=log[row["id"]]) for row in rows], total
 
 
 async def retry_delivery(

@@ -77,6 +77,11 @@ class StatusUnchanged(DomainError):
     """The application already has the requested status."""
 
 
+class LimitReached(DomainError):
+    """The merchant already has as many of something (applications, active API keys) as it may:
+    409 until one goes (a key revoked) or an operator raises the limit."""
+
+
 class ProviderAlreadyLinked(DomainError):
     """The application is linked to this provider already."""
 

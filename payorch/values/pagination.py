@@ -27,6 +27,11 @@ class PageRequest:
         """How many items come before this page; capped so a huge `page` is past the end, not an error."""
         return min((self.page - 1) * self.limit, MAX_OFFSET)
 
+    def is_past(self, total_items: int) -> bool:
+        """Whether this page starts beyond a list of `total_items`: it is empty, and a list that
+        knows its total answers it without reading the items (a huge `page` costs nothing)."""
+        return self.offset >= total_items
+
 
 @with_config(ConfigDict(extra="forbid"))
 class Page(TypedDict, Generic[T]):

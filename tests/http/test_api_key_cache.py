@@ -98,6 +98,55 @@ def test_a_time_of_zero_remembers_nothing() -> None:
     assert cache.get(b"k", now=0.0) is None
 
 
+def test_an_unknown_key_is_remembered_until_its_own_time_is_up() -> None:
+    cache = ApiKeyCache(600.0, miss_ttl_s=2.0)
+    cache.listening = True
+    cache.put_missing(b"bad", now=100.0, generation=cache.generation)
+    assert cache.is_missing(b"bad", now=101.9)
+    assert not cache.is_missing(b"bad", now=102.0)
+    assert cache.misses == 0
+
+
+def test_unknown_keys_are_bounded_apart_from_active_ones() -> None:
+    cache = ApiKeyCache(600.0, max_entries=2, miss_ttl_s=60.0)
+    cache.listening = True
+    cache.put(b"good", found := owner(), now=0.0, generation=cache.generation)
+    for number in range(10):
+        cache.put_missing(bytes([number]), now=float(number), generation=cache.generation)
+    assert cache.misses == 2
+    assert [cache.is_missing(bytes([n]), now=10.0) for n in (7, 8, 9)] == [False, True, True]
+    assert cache.get(b"good", now=10.0) == found  # a flood of bad keys pushes no good one out
+
+
+def test_unknown_keys_nobody_asks_for_again_are_dropped_in_the_sweep() -> None:
+    cache = ApiKeyCache(600.0, miss_ttl_s=2.0)
+    cache.listening = True
+    cache.put_missing(b"old", now=100.0, generation=cache.generation)
+    cache.put_missing(b"new", now=101.0, generation=cache.generation)
+    cache.forget_expired(now=102.5)
+    assert cache.misses == 1
+    assert cache.is_missing(b"new", now=102.5)
+
+
+def test_any_change_of_an_application_forgets_every_unknown_key() -> None:
+    cache = ApiKeyCache(600.0, miss_ttl_s=60.0)
+    cache.listening = True
+    generation = cache.generation  # a lookup starts ...
+    cache.put_missing(b"before", now=0.0, generation=generation)
+    cache.forget_application(uuid.uuid4())  # ... a key is created somewhere ...
+    cache.put_missing(b"late", now=0.0, generation=generation)  # ... and a stale miss arrives
+    assert cache.misses == 0
+
+
+def test_unknown_keys_are_not_remembered_while_not_listening_or_with_a_time_of_zero() -> None:
+    deaf = ApiKeyCache(600.0, miss_ttl_s=60.0)
+    deaf.put_missing(b"bad", now=0.0, generation=deaf.generation)
+    off = ApiKeyCache(600.0, miss_ttl_s=0.0)
+    off.listening = True
+    off.put_missing(b"bad", now=0.0, generation=off.generation)
+    assert (deaf.misses, off.misses) == (0, 0)
+
+
 # --- Through the service ------------------------------------------------------------------------
 
 

@@ -72,6 +72,7 @@ async def create_application_of(principal: Principal, data: ApplicationCreateReq
         merchant_id=principal.merchant_id,
         name=data.name,
         description=data.description,
+        most=services().settings.limits.applications_per_merchant,
     )
 
 
@@ -81,10 +82,11 @@ async def applications_of(
     """A page of the merchant's applications, newest first, each with its API keys when asked, and
     how many there are in all."""
     db = services().db
-    found, total = await db.read(applications_store.list_applications, principal.merchant_id, page)
-    if not with_api_keys:
-        return [(item, None) for item in found], total
-    keys = await db.read(applications_store.api_keys_of_applications, [item.id for item in found])
+    async with services().limits.list_read(principal.merchant_id):
+        found, total = await db.read(applications_store.list_applications, principal.merchant_id, page)
+        if not with_api_keys or not found:
+            return [(item, None) for item in found], total
+        keys = await db.read(applications_store.api_keys_of_applications, [item.id for item in found])
     return [(item, keys[item.id]) for item in found], total
 
 
@@ -113,7 +115,9 @@ async def create_api_key_of(
         key_hash=token_hash(key),
         key_prefix=api_key_prefix(key),
         description=data.description,
+        most_active=services().settings.limits.active_api_keys_per_application,
     )
+    services().api_keys.forget_application(application.id)  # no unknown key is remembered past it
     return key, created
 
 
@@ -122,7 +126,8 @@ async def api_keys_of(
 ) -> tuple[list[ApiKey], int]:
     """A page of the application's API keys, revoked ones included, and how many there are."""
     application = await application_for(principal, application_id)
-    return await services().db.read(applications_store.list_api_keys, application.id, page)
+    async with services().limits.list_read(principal.merchant_id):
+        return await services().db.read(applications_store.list_api_keys, application.id, page)
 
 
 async def revoke_api_key_of(principal: Principal, application_id: str, key_id: str) -> None:
@@ -140,7 +145,7 @@ async def revoke_api_key_of(principal: Principal, application_id: str, key_id: s
 @blueprint.post("")
 @security_scheme(api.JWT)
 @document_response(bodies.Application, 201)
-@api.errors(400, 401, 413, 429, 500)
+@api.errors(400, 401, 409, 413, 429, 500)
 @authenticated(Accept.JWT)
 @body_limit(APPLICATION_MAX_BODY_BYTES)
 @validate_request(ApplicationCreateRequest)
@@ -192,7 +197,7 @@ async def set_application_status(
 @blueprint.post("/<application_id>/api-keys")
 @security_scheme(api.JWT)
 @document_response(bodies.ApiKeyCreated, 201)
-@api.errors(400, 401, 403, 404, 413, 429, 500)
+@api.errors(400, 401, 403, 404, 409, 413, 429, 500)
 @authenticated(Accept.JWT)
 @validate_optional_request(ApiKeyCreateRequest)
 async def create_api_key(

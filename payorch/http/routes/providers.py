@@ -180,7 +180,8 @@ async def provider_configs_of(
 ) -> tuple[list[ProviderConfig], int]:
     """A page of the providers linked to the application, newest first, and how many there are."""
     application = await application_for(principal, application_id)
-    return await services().db.read(provider_configs_store.list_provider_configs, application.id, page)
+    async with services().limits.list_read(principal.merchant_id):
+        return await services().db.read(provider_configs_store.list_provider_configs, application.id, page)
 
 
 async def replace_api_key_of(

@@ -182,4 +182,5 @@ async def sessions_of(
     """A page of the application's session records that `where` holds (the API's list: all), and
     how many it holds; the application's errors of `application_for`."""
     application = await application_for(principal, application_id)
-    return await services().db.snapshot(session_page, application.id, page, where)
+    async with services().limits.list_read(principal.merchant_id):
+        return await services().db.snapshot(session_page, application.id, page, where)

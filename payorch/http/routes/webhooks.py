@@ -166,7 +166,8 @@ async def webhooks_of(
 ) -> tuple[list[WebhookConfig], int]:
     """A page of the application's configurations, newest first, and how many there are."""
     application = await application_for(principal, application_id)
-    return await services().db.read(webhooks_store.list_webhooks, application.id, page)
+    async with services().limits.list_read(principal.merchant_id):
+        return await services().db.read(webhooks_store.list_webhooks, application.id, page)
 
 
 async def webhook_of(principal: Principal, application_id: str, webhook_id: str) -> WebhookConfig:
@@ -263,7 +264,8 @@ async def deliveries_of(
     application = await application_for(principal, application_id)
     config = await _config(application.id, webhook_id)
     # One snapshot: a delivery's attempt log never shows an attempt its status does not yet.
-    return await services().db.snapshot(webhooks_store.list_deliveries, config.id, page)
+    async with services().limits.list_read(principal.merchant_id):
+        return await services().db.snapshot(webhooks_store.list_deliveries, config.id, page)
 
 
 async def retry_delivery_of(
