@@ -65,6 +65,19 @@ from payorch.values.errors import RateLimited, ServiceBusy
 TEST_SENDS_PER_MERCHANT = 2
 
 
+def _address_key(remote_address: str | None) -> str:
+    """The bucket key of a client address (the TCP peer's, or the one trusted proxies reported)."""
+    return f"ip:{remote_address or 'unknown'}"
+
+
+def _refuse_while_waiting(wait: float | None, too_many: str) -> None:
+    """`RateLimited` ("too many <too_many>: retry after N s") when a bucket answered `wait`, the
+    seconds until its next token; nothing when it had one."""
+    if wait is not None:
+        retry_after = whole_seconds(wait)
+        raise RateLimited(f"too many {too_many}: retry after {retry_after} s", retry_after)
+
+
 class RequestLimits:
     """The rate limiters of one service, on trio's clock, and its limit on test sends in flight."""
 
@@ -133,49 +146,34 @@ class RequestLimits:
 
     def charge_credential(self, key: str) -> None:
         """Count one request of the credential `key`; `RateLimited` when its bucket is empty."""
-        wait = self.per_credential.take(key, trio.current_time())
-        if wait is not None:
-            retry_after = whole_seconds(wait)
-            raise RateLimited(
-                f"too many requests for this credential: retry after {retry_after} s", retry_after
-            )
+        _refuse_while_waiting(
+            self.per_credential.take(key, trio.current_time()), "requests for this credential"
+        )
 
     def charge_api_key(self, key_id: uuid.UUID, merchant_id: uuid.UUID) -> None:
         """Count one request of an API key to its own bucket and to its merchant's bucket over all
         its keys, both or neither; `RateLimited` when either is empty (the key's said first)."""
         now = trio.current_time()
         key, merchant = f"apikey:{key_id}", f"merchant-keys:{merchant_id}"
-        wait = self.per_credential.wait(key, now)
-        if wait is not None:
-            retry_after = whole_seconds(wait)
-            raise RateLimited(
-                f"too many requests for this credential: retry after {retry_after} s", retry_after
-            )
-        wait = self.per_merchant_keys.wait(merchant, now)
-        if wait is not None:
-            retry_after = whole_seconds(wait)
-            raise RateLimited(
-                f"too many requests for this merchant's API keys together: retry after {retry_after} s",
-                retry_after,
-            )
+        _refuse_while_waiting(self.per_credential.wait(key, now), "requests for this credential")
+        _refuse_while_waiting(
+            self.per_merchant_keys.wait(merchant, now), "requests for this merchant's API keys together"
+        )
         self.per_credential.take(key, now)
         self.per_merchant_keys.take(merchant, now)
 
     def check_api_key_failures(self, remote_address: str | None) -> None:
         """`RateLimited` when `remote_address` has used up its failed API-key authentications;
         takes nothing."""
-        key = f"ip:{remote_address or 'unknown'}"
-        wait = self.failed_api_keys_per_address.wait(key, trio.current_time())
-        if wait is not None:
-            retry_after = whole_seconds(wait)
-            raise RateLimited(
-                f"too many failed API key authentications from this address: retry after {retry_after} s",
-                retry_after,
-            )
+        key = _address_key(remote_address)
+        _refuse_while_waiting(
+            self.failed_api_keys_per_address.wait(key, trio.current_time()),
+            "failed API key authentications from this address",
+        )
 
     def count_api_key_failure(self, remote_address: str | None) -> None:
         """Count one failed API-key authentication from `remote_address`."""
-        key = f"ip:{remote_address or 'unknown'}"
+        key = _address_key(remote_address)
         self.failed_api_keys_per_address.take(key, trio.current_time())
 
     @asynccontextmanager
@@ -193,23 +191,18 @@ class RequestLimits:
     def charge_login(self, remote_address: str | None) -> None:
         """Count one login or signup attempt from `remote_address`; `RateLimited` when its bucket
         is empty."""
-        key = f"ip:{remote_address or 'unknown'}"
-        wait = self.per_client_address.take(key, trio.current_time())
-        if wait is not None:
-            retry_after = whole_seconds(wait)
-            raise RateLimited(
-                f"too many login and signup attempts from this address: retry after {retry_after} s",
-                retry_after,
-            )
+        key = _address_key(remote_address)
+        _refuse_while_waiting(
+            self.per_client_address.take(key, trio.current_time()),
+            "login and signup attempts from this address",
+        )
 
     def check_account_login(self, email: str) -> None:
         """`RateLimited` when the account `email` has used up its failed logins; takes nothing."""
-        wait = self.failed_logins_per_account.wait(f"account:{email}", trio.current_time())
-        if wait is not None:
-            retry_after = whole_seconds(wait)
-            raise RateLimited(
-                f"too many failed logins for this account: retry after {retry_after} s", retry_after
-            )
+        _refuse_while_waiting(
+            self.failed_logins_per_account.wait(f"account:{email}", trio.current_time()),
+            "failed logins for this account",
+        )
 
     def count_failed_login(self, email: str) -> None:
         """Count one failed login of the account `email` (past its limit, nothing more to count)."""
@@ -234,12 +227,10 @@ class RequestLimits:
     def charge_provider_event(self, remote_address: str | None) -> None:
         """Count one inbound provider event from `remote_address`; `RateLimited` when its bucket is
         empty."""
-        wait = self.provider_events_per_address.take(f"ip:{remote_address or 'unknown'}", trio.current_time())
-        if wait is not None:
-            retry_after = whole_seconds(wait)
-            raise RateLimited(
-                f"too many provider events from this address: retry after {retry_after} s", retry_after
-            )
+        _refuse_while_waiting(
+            self.provider_events_per_address.take(_address_key(remote_address), trio.current_time()),
+            "provider events from this address",
+        )
 
     @contextmanager
     def provider_event_lookup(self, application_id: uuid.UUID) -> Iterator[None]:
