@@ -1,7 +1,9 @@
 # payorch: `make run` serves on an embedded PostgreSQL, `make test` runs lint, types and the tests,
 # `make bench` prints payorch's speed scenarios, each figure next to its goal (PASS or MISS): session
 # creates/s and reads/s with latency against a bare Quart-Trio endpoint, creates beside a slow provider,
-# 10,000 applications touched once then idle, webhook latency; `make soak` loads payorch for 10 minutes.
+# 10,000 applications touched once then idle, webhook latency, a list's pages at a million sessions,
+# other merchants' creates beside floods of deep pages and forged provider events; `make soak` loads
+# payorch for 10 minutes.
 # Each creates .venv and installs what it needs on a machine that has only Python 3.11.
 
 PYTHON ?= python3
