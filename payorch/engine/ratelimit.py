@@ -57,6 +57,18 @@ class TokenBucket:
             return None
         return (1.0 - self.tokens) / self.rate
 
+    def reserve(self, now: float, max_wait: float) -> tuple[float, float | None]:
+        """Take the next token, waiting for it when it is at most `max_wait` seconds away:
+        `(seconds to wait first, None)`, 0 when there was one; or, when it is further away,
+        `(0, seconds until it is)` and nothing taken. Reserved tokens make the bucket owe them, so
+        each caller waits its turn behind those before it: callers are paced to the rate."""
+        self._refill(now)
+        wait = max(0.0, (1.0 - self.tokens) / self.rate)
+        if wait > max_wait:
+            return 0.0, wait
+        self.tokens -= 1.0
+        return wait, None
+
     def wait(self, now: float) -> float | None:
         """What `take` would answer at `now`, without taking anything."""
         self._refill(now)
@@ -98,6 +110,10 @@ class RateLimiter:
         """Take one token from `key`'s bucket: None when allowed, else the seconds until a token
         is available."""
         self.forget_idle(now)
+        return self._bucket(key, now).take(now)
+
+    def _bucket(self, key: str, now: float) -> TokenBucket:
+        """`key`'s bucket, made full when there is none, as the most recently used."""
         bucket = self._buckets.get(key)
         if bucket is None:
             bucket = TokenBucket.full(self.rate, self.burst, now)
@@ -106,7 +122,14 @@ class RateLimiter:
                 self._buckets.popitem(last=False)
         else:
             self._buckets.move_to_end(key)
-        return bucket.take(now)
+        return bucket
+
+    def reserve(self, key: str, now: float, max_wait: float) -> tuple[float, float | None]:
+        """`TokenBucket.reserve` on `key`'s bucket: `(seconds to wait, None)` when its next token is
+        at most `max_wait` away (then taken), else `(0, seconds until it is)`."""
+        self.forget_idle(now)
+        bucket = self._bucket(key, now)
+        return bucket.reserve(now, max_wait)
 
     def wait(self, key: str, now: float) -> float | None:
         """What `take` would answer for `key` at `now`, without taking a token: None when a

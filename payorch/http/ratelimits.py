@@ -33,8 +33,10 @@ addresses is slowed as much as guessing from one.
 
 Per client address for inbound provider events (`limits.provider_events_per_address_per_second`,
 `limits.provider_events_per_address_burst`): charged before the route reads anything, keyed
-`ip:<address>` in a limiter of their own. A provider's genuine events come from a few addresses at
-the provider's pace, far below it; a stranger posting forged events is answered 429 after its burst.
+`ip:<address>` in a limiter of their own. Past the burst an event waits for its token, up to
+`PROVIDER_EVENT_PACE_S`, so an address is paced to its rate (a flood then costs no more than the
+rate, however fast it sends); beyond that wait, 429. A provider's genuine events come from a few
+addresses at the provider's pace, far below it.
 Nothing is recorded for a refused event, and providers send an unacknowledged event again.
 
 Per application, provider lookups in flight (`limits.provider_event_lookups_per_application`): an
@@ -63,6 +65,9 @@ from payorch.values.errors import RateLimited, ServiceBusy
 # receiver for the whole `webhooks.timeout_s` while holding a connection of the shared client: this
 # keeps one merchant from holding them all.
 TEST_SENDS_PER_MERCHANT = 2
+# How long an inbound provider event over its address's rate waits for its token before it is served
+# (paced, not refused): beyond this many seconds' worth of waiting events, 429.
+PROVIDER_EVENT_PACE_S = 1.0
 
 
 def _address_key(remote_address: str | None) -> str:
@@ -224,13 +229,17 @@ class RequestLimits:
         finally:
             self.test_sends.leave(key)
 
-    def charge_provider_event(self, remote_address: str | None) -> None:
-        """Count one inbound provider event from `remote_address`; `RateLimited` when its bucket is
-        empty."""
-        _refuse_while_waiting(
-            self.provider_events_per_address.take(_address_key(remote_address), trio.current_time()),
-            "provider events from this address",
+    async def pace_provider_event(self, remote_address: str | None) -> None:
+        """Count one inbound provider event from `remote_address`, first waiting for its token when
+        that is at most `PROVIDER_EVENT_PACE_S` away: an address sending faster than its rate is
+        slowed to it, and a flood costs no more than the rate. `RateLimited` when more than that
+        many seconds' worth of its events already wait."""
+        wait, refused = self.provider_events_per_address.reserve(
+            _address_key(remote_address), trio.current_time(), PROVIDER_EVENT_PACE_S
         )
+        _refuse_while_waiting(refused, "provider events from this address")
+        if wait > 0:
+            await trio.sleep(wait)
 
     @contextmanager
     def provider_event_lookup(self, application_id: uuid.UUID) -> Iterator[None]:

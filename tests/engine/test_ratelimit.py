@@ -140,3 +140,26 @@ def test_reconfigure_keeps_tokens_up_to_the_new_burst_and_refills_at_the_new_rat
         assert limiter.take("k", 0.0) is None
     assert limiter.take("k", 0.0) == pytest.approx(2.0)  # one token at 0.5 per second
     assert limiter.take("new", 0.0) is None  # a new key gets the new burst
+
+
+def test_reserving_paces_callers_to_the_rate_each_behind_the_ones_before() -> None:
+    limiter = RateLimiter(rate=10, burst=2)
+    waits = [limiter.reserve("ip:a", 0.0, max_wait=1.0) for _ in range(5)]
+    assert waits == [
+        (0.0, None),
+        (0.0, None),
+        (pytest.approx(0.1), None),
+        (pytest.approx(0.2), None),
+        (pytest.approx(0.3), None),
+    ]
+
+
+def test_a_token_further_away_than_the_wait_allowed_is_refused_and_nothing_taken() -> None:
+    limiter = RateLimiter(rate=10, burst=1)
+    assert limiter.reserve("ip:a", 0.0, max_wait=0.15) == (0.0, None)
+    assert limiter.reserve("ip:a", 0.0, max_wait=0.15) == (pytest.approx(0.1), None)
+    assert limiter.reserve("ip:a", 0.0, max_wait=0.15) == (0.0, pytest.approx(0.2))
+    assert limiter.reserve("ip:a", 0.2, max_wait=0.15) == (
+        pytest.approx(0.0),
+        None,
+    )  # the refusal took nothing

@@ -28,7 +28,7 @@ tag_blueprint(blueprint, ["Provider events"])
 @api.errors(400, 404, 413, 429, 500, 502, 503)
 async def receive_provider_event(provider_name: str, application_id: str) -> bodies.ProviderEventReceived:
     """Apply a provider's event once; a redelivered event answers 200 and changes nothing."""
-    services().limits.charge_provider_event(request.remote_addr)
+    await services().limits.pace_provider_event(request.remote_addr)
     provider = services().providers.get(provider_name)
     if provider is None:
         raise NotFound(f"provider {provider_name!r} is not in the catalogue")
