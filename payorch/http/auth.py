@@ -117,7 +117,7 @@ async def _api_key_principal(api_key: str) -> Principal:
         limits.count_api_key_failure(address)
         raise AuthenticationRequired("invalid or revoked API key")
     note_application(owner.application_id)
-    limits.charge_api_key(owner.key_id, owner.merchant_id)
+    await limits.pace_api_key(owner.key_id, owner.merchant_id)
     if not owner.application_enabled:
         raise ApplicationDisabled("the application of this API key is disabled")
     return Principal(merchant_id=owner.merchant_id, application_id=owner.application_id, key_id=owner.key_id)

@@ -34,7 +34,7 @@ addresses is slowed as much as guessing from one.
 Per client address for inbound provider events (`limits.provider_events_per_address_per_second`,
 `limits.provider_events_per_address_burst`): charged before the route reads anything, keyed
 `ip:<address>` in a limiter of their own. Past the burst an event waits for its token, up to
-`PROVIDER_EVENT_PACE_S`, so an address is paced to its rate (a flood then costs no more than the
+`PACE_S`, so an address is paced to its rate (a flood then costs no more than the
 rate, however fast it sends); beyond that wait, 429. A provider's genuine events come from a few
 addresses at the provider's pace, far below it.
 Nothing is recorded for a refused event, and providers send an unacknowledged event again.
@@ -50,6 +50,7 @@ The buckets live in this process; see `docs/rate-limits.md` for sizing several p
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -65,14 +66,21 @@ from payorch.values.errors import RateLimited, ServiceBusy
 # receiver for the whole `webhooks.timeout_s` while holding a connection of the shared client: this
 # keeps one merchant from holding them all.
 TEST_SENDS_PER_MERCHANT = 2
-# How long an inbound provider event over its address's rate waits for its token before it is served
-# (paced, not refused): beyond this many seconds' worth of waiting events, 429.
-PROVIDER_EVENT_PACE_S = 1.0
+# How long a request over its API key's, its merchant's or its address's provider-event rate waits
+# for its token (paced, not refused): beyond this many seconds' worth of waiting requests, 429. A
+# client sending faster than its rate is slowed to it, so a flood costs no more than the rate, and a
+# burst a little over the limit is served late rather than refused.
+PACE_S = 1.0
 
 
 def _address_key(remote_address: str | None) -> str:
     """The bucket key of a client address (the TCP peer's, or the one trusted proxies reported)."""
     return f"ip:{remote_address or 'unknown'}"
+
+
+def _beyond_pace(wait: float) -> float | None:
+    """`wait` when a request may not wait that long for its token, else None."""
+    return wait if wait > PACE_S else None
 
 
 def _refuse_while_waiting(wait: float | None, too_many: str) -> None:
@@ -155,17 +163,20 @@ class RequestLimits:
             self.per_credential.take(key, trio.current_time()), "requests for this credential"
         )
 
-    def charge_api_key(self, key_id: uuid.UUID, merchant_id: uuid.UUID) -> None:
+    async def pace_api_key(self, key_id: uuid.UUID, merchant_id: uuid.UUID) -> None:
         """Count one request of an API key to its own bucket and to its merchant's bucket over all
-        its keys, both or neither; `RateLimited` when either is empty (the key's said first)."""
+        its keys, both or neither, first waiting for their tokens when both are at most `PACE_S`
+        away; `RateLimited` when either is further (the key's said first), nothing taken then."""
         now = trio.current_time()
         key, merchant = f"apikey:{key_id}", f"merchant-keys:{merchant_id}"
-        _refuse_while_waiting(self.per_credential.wait(key, now), "requests for this credential")
-        _refuse_while_waiting(
-            self.per_merchant_keys.wait(merchant, now), "requests for this merchant's API keys together"
-        )
-        self.per_credential.take(key, now)
-        self.per_merchant_keys.take(merchant, now)
+        key_wait = self.per_credential.wait(key, now) or 0.0
+        merchant_wait = self.per_merchant_keys.wait(merchant, now) or 0.0
+        _refuse_while_waiting(_beyond_pace(key_wait), "requests for this credential")
+        _refuse_while_waiting(_beyond_pace(merchant_wait), "requests for this merchant's API keys together")
+        self.per_credential.reserve(key, now, math.inf)
+        self.per_merchant_keys.reserve(merchant, now, math.inf)
+        if wait := max(key_wait, merchant_wait):
+            await trio.sleep(wait)
 
     def check_api_key_failures(self, remote_address: str | None) -> None:
         """`RateLimited` when `remote_address` has used up its failed API-key authentications;
@@ -231,11 +242,11 @@ class RequestLimits:
 
     async def pace_provider_event(self, remote_address: str | None) -> None:
         """Count one inbound provider event from `remote_address`, first waiting for its token when
-        that is at most `PROVIDER_EVENT_PACE_S` away: an address sending faster than its rate is
+        that is at most `PACE_S` away: an address sending faster than its rate is
         slowed to it, and a flood costs no more than the rate. `RateLimited` when more than that
         many seconds' worth of its events already wait."""
         wait, refused = self.provider_events_per_address.reserve(
-            _address_key(remote_address), trio.current_time(), PROVIDER_EVENT_PACE_S
+            _address_key(remote_address), trio.current_time(), PACE_S
         )
         _refuse_while_waiting(refused, "provider events from this address")
         if wait > 0:

@@ -246,3 +246,14 @@ async def test_a_key_just_created_in_one_process_works_at_once_in_another(
         assert (await get_session_with(limited, {"X-API-Key": UNKNOWN_KEY})).status_code == 401
     created = await new_api_key(client, shop.merchant, shop.application_id)
     assert (await get_session_with(limited, {"X-API-Key": created["key"]})).status_code == 404
+
+
+async def test_requests_a_little_over_the_rate_are_paced_to_it_not_refused(
+    shop: Shop, settings: Settings, db: Database
+) -> None:
+    paced = LimitSettings(requests_per_second=20, burst=1, merchant_requests_per_second=20, merchant_burst=1)
+    async with open_runtime(settings.model_copy(update={"limits": paced}), db) as runtime:
+        client = runtime.app.test_client()
+        # A burst of one, then four more at once: each of those waits for its token (50 ms apart).
+        answers = [await get_session_with(client, shop.headers) for _ in range(5)]
+    assert [a.status_code for a in answers] == [404] * 5  # all served (no such session), none refused
