@@ -25,7 +25,13 @@ def settings(settings: Settings, webhook_receiver: WebhookReceiver) -> Settings:
     sandbox = settings.providers.sandbox.model_copy(update={"dispute_delay_ms": 100})
     return settings.model_copy(
         update={
-            "webhooks": settings.webhooks.model_copy(update={"ca_bundle": webhook_receiver.ca_path}),
+            "webhooks": settings.webhooks.model_copy(
+                update={
+                    "ca_bundle": webhook_receiver.ca_path,
+                    "retry_schedule_s": [0, 0.2, 0.2, 0.2],
+                    "timeout_s": 5,
+                }
+            ),
             "providers": settings.providers.model_copy(update={"sandbox": sandbox}),
         }
     )
@@ -57,8 +63,8 @@ async def test_a_lost_dispute_reaches_every_configuration_whatever_it_subscribed
     created = await (await create_session(client, shop, "k")).get_json()
     await client.post(urlsplit(created["checkoutUrl"]).path, form={"card_number": "4000000000000259"})
     base = urlsplit(webhook_receiver.url).path
-    refunds_only = await webhook_receiver.wait_for(1, timeout_s=10, path=f"{base}/refunds")
-    both = await webhook_receiver.wait_for(2, timeout_s=10, path=f"{base}/default")
+    refunds_only = await webhook_receiver.wait_for(1, timeout_s=20, path=f"{base}/refunds")
+    both = await webhook_receiver.wait_for(2, timeout_s=20, path=f"{base}/default")
     assert [r.json()["type"] for r in both] == ["session.completed", "session.dispute_lost"]
     assert [r.json()["type"] for r in refunds_only] == ["session.dispute_lost"]
     assert all(r.verified for r in [*both, *refunds_only])
