@@ -16,7 +16,6 @@ from datetime import datetime
 from typing import Any
 
 import outcome
-import tenacity
 import trio
 
 from payorch.engine.actors import ApplicationActor, Reply
@@ -57,10 +56,10 @@ def provider_refund_key(refund_id: uuid.UUID) -> str:
 
 
 def backoff_s(attempts: int, max_delay_s: float) -> float:
-    """Wait before the next submission attempt: exponential (1, 2, 4, ... s) up to `max_delay_s`."""
-    state = tenacity.RetryCallState(retry_object=tenacity.AsyncRetrying(), fn=None, args=(), kwargs={})
-    state.attempt_number = max(attempts, 1)
-    return float(tenacity.wait_exponential(multiplier=1, min=1, max=max_delay_s)(state))
+    """Wait before the next submission attempt: exponential (1, 2, 4, ... s) up to `max_delay_s`.
+    Plain arithmetic: the attempts are rounds of a supervisor, not a retry loop around one call."""
+    doublings = min(max(attempts, 1) - 1, 64)  # 2**64 s is past any max_delay_s, and no float overflows
+    return min(max_delay_s, 2.0**doublings)
 
 
 @dataclass(frozen=True)
