@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ssl
 import time
+import uuid
 
 import httpx
 import pytest
@@ -11,7 +12,6 @@ import trio
 
 from payorch.engine.webhook_signing import (
     key_fingerprint,
-    new_message_id,
     new_signing_secret,
     webhook_headers,
 )
@@ -25,7 +25,9 @@ BODY = b'{"id":"evt_1","type":"webhook.test","createdAt":"2025-01-01T00:00:00Z",
 
 
 def signed(secrets: list[str], body: bytes = BODY) -> dict[str, str]:
-    return webhook_headers(secrets, new_message_id(), int(time.time()), body, key_fingerprint(secrets[0]))
+    return webhook_headers(
+        secrets, f"msg_{uuid.uuid4().hex}", int(time.time()), body, key_fingerprint(secrets[0])
+    )
 
 
 def causes(error: BaseException) -> list[BaseException]:

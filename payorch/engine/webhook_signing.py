@@ -5,7 +5,9 @@ A merchant verifies a delivery with any Standard Webhooks library: the signed co
 signature is `v1,<base64 HMAC-SHA256>`. During a rotation overlap the header carries one signature per
 secret, space-separated, so a receiver holding either the old or the new secret accepts the delivery.
 
-Pure functions: no I/O, no clock (the caller passes the timestamp).
+Signatures are made by `standardwebhooks`, the reference library merchants verify with; payorch
+only checks a secret's form first (the library would accept some malformed ones) and joins one
+signature per secret. Pure functions: no I/O, no clock (the caller passes the timestamp).
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import hmac
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from secrets import token_bytes  # by name: `secrets` is the parameter of `sign`
+
+from standardwebhooks import Webhook
 
 SECRET_PREFIX = "whsec_"  # noqa: S105 - a prefix, not a secret
 SECRET_RANDOM_BYTES = 32
-MESSAGE_ID_PREFIX = "msg_"
 FINGERPRINT_PREFIX = "sha256:"
 FINGERPRINT_HEX_LENGTH = 16
 USER_AGENT = "payorch-webhooks/1"
@@ -44,13 +47,8 @@ def key_fingerprint(secret: str) -> str:
     return FINGERPRINT_PREFIX + digest[:FINGERPRINT_HEX_LENGTH]
 
 
-def new_message_id() -> str:
-    """A fresh `webhook-id`: `msg_` + 26 random lowercase base32 characters (130 bits)."""
-    # 17 random bytes are 136 bits; their base32 text, unpadded, is 28 characters: keep 26.
-    return MESSAGE_ID_PREFIX + base64.b32encode(token_bytes(17)).decode("ascii").lower()[:26]
-
-
-def _signing_key(secret: str) -> bytes:
+def _check_form(secret: str) -> None:
+    """`MalformedSigningSecret` unless `secret` is `whsec_` + non-empty standard base64."""
     if not secret.startswith(SECRET_PREFIX):
         raise MalformedSigningSecret(f"signing secret does not start with {SECRET_PREFIX!r}")
     try:
@@ -59,7 +57,6 @@ def _signing_key(secret: str) -> bytes:
         raise MalformedSigningSecret("signing secret is not valid base64 after 'whsec_'") from None
     if not key:
         raise MalformedSigningSecret("signing secret is empty after 'whsec_'")
-    return key
 
 
 def sign(secrets: Sequence[str], message_id: str, timestamp: int, body: bytes) -> str:
@@ -72,12 +69,11 @@ def sign(secrets: Sequence[str], message_id: str, timestamp: int, body: bytes) -
     """
     if not secrets:
         raise ValueError("at least one signing secret is needed")
-    signed_content = f"{message_id}.{timestamp}.".encode() + body
-    signatures = []
     for secret in secrets:
-        digest = hmac.new(_signing_key(secret), signed_content, hashlib.sha256).digest()
-        signatures.append("v1," + base64.b64encode(digest).decode("ascii"))
-    return " ".join(signatures)
+        _check_form(secret)
+    moment = datetime.fromtimestamp(timestamp, UTC)
+    content = body.decode("utf-8")  # payorch's bodies are its own JSON, UTF-8
+    return " ".join(Webhook(secret).sign(message_id, moment, content) for secret in secrets)
 
 
 def webhook_headers(
