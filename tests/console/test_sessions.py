@@ -20,7 +20,7 @@ from payorch.storage import outbox
 from payorch.storage.database import Connection, Database
 from tests.console.helpers import csrf_of, page, signed_in_browser
 from tests.helpers import Client, Shop, create_session, new_shop, post_json, session_body
-from tests.http.test_refunds import eventually, paid_session, record_of
+from tests.http.test_refunds import paid_session, record_of, record_when
 
 _KEY = re.compile(r'name="idempotency_key" value="([^"]+)"')
 
@@ -168,7 +168,7 @@ async def test_a_sessions_page_shows_its_record_refunds_and_events(
         {**shop.headers, "Idempotency-Key": "r1"},
     )
     refund_id = (await response.get_json())["refundId"]
-    await eventually(client, shop, session_id, lambda record: record["refunds"][0]["status"] == "COMPLETED")
+    await record_when(client, shop, session_id, lambda record: record["refunds"][0]["status"] == "COMPLETED")
     response, html = await page(console, f"/console/sessions/{session_id}")
     assert response.status_code == 200
     for shown in ("PARTIALLY_REFUNDED", "100.00 PLN", "30.00 PLN", "70.00 PLN", "Duplicate", "COMPLETED"):

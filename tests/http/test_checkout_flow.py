@@ -19,7 +19,7 @@ from payorch.storage import outbox, provider_configs, sessions
 from payorch.storage.database import Connection, Database
 from payorch.supervisors.expiry import expire_due_sessions
 from tests.clock import ShiftedClock
-from tests.helpers import Client, Shop, create_session, new_shop, session_body
+from tests.helpers import Client, Shop, create_session, eventually, new_shop, session_body
 
 
 @pytest.fixture
@@ -42,10 +42,11 @@ async def _record(client: Client, shop: Shop, session_id: str) -> dict[str, Any]
 
 
 async def _await_status(client: Client, shop: Shop, session_id: str, wanted: str) -> dict[str, Any]:
-    with trio.fail_after(10):
-        while (record := await _record(client, shop, session_id))["status"] != wanted:  # noqa: ASYNC110
-            await trio.sleep(0.05)
-    return record
+    async def with_status() -> dict[str, Any] | None:
+        record = await _record(client, shop, session_id)
+        return record if record["status"] == wanted else None
+
+    return await eventually(with_status)
 
 
 async def _events(db: Database, session_id: str) -> list[dict[str, Any]]:
@@ -101,9 +102,11 @@ async def test_declined_card_leaves_the_session_pending(client: Client, shop: Sh
         urlsplit(created["checkoutUrl"]).path, form={"card_number": "4000000000000002"}
     )
     assert declined.status_code == 402
-    with trio.fail_after(10):
-        while await _events_seen(db) == 0:  # noqa: ASYNC110 - polled, with a deadline
-            await trio.sleep(0.05)
+
+    async def declined_seen() -> int | None:
+        return await _events_seen(db) or None
+
+    await eventually(declined_seen)
     record = await _record(client, shop, created["sessionId"])
     assert (record["status"], record["failureReason"]) == ("PENDING", None)
     assert await _events(db, created["sessionId"]) == []

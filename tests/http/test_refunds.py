@@ -19,7 +19,7 @@ from payorch.storage import outbox
 from payorch.storage.database import Connection, Database
 from payorch.supervisors.idempotency import delete_expired_keys
 from payorch.values.clock import SYSTEM_CLOCK
-from tests.helpers import Client, Shop, create_session, new_shop, post_json, session_body
+from tests.helpers import Client, Shop, create_session, eventually, new_shop, post_json, session_body
 
 
 @pytest.fixture
@@ -34,12 +34,14 @@ async def record_of(client: Client, shop: Shop, session_id: str) -> dict[str, An
     return body
 
 
-async def eventually(client: Client, shop: Shop, session_id: str, check: Any) -> dict[str, Any]:
+async def record_when(client: Client, shop: Shop, session_id: str, check: Any) -> dict[str, Any]:
     """The session record once `check(record)` holds; fails after 10 s."""
-    with trio.fail_after(10):
-        while not check(record := await record_of(client, shop, session_id)):  # noqa: ASYNC110
-            await trio.sleep(0.05)
-    return record
+
+    async def matching() -> dict[str, Any] | None:
+        record = await record_of(client, shop, session_id)
+        return record if check(record) else None
+
+    return await eventually(matching)
 
 
 async def paid_session(
@@ -48,7 +50,7 @@ async def paid_session(
     response = await create_session(client, shop, f"pay-{uuid.uuid4()}", session_body(total=total))
     created = await response.get_json()
     await client.post(urlsplit(created["checkoutUrl"]).path, form={"card_number": card})
-    await eventually(client, shop, created["sessionId"], lambda record: record["status"] == "SUCCEEDED")
+    await record_when(client, shop, created["sessionId"], lambda record: record["status"] == "SUCCEEDED")
     return str(created["sessionId"])
 
 
@@ -70,7 +72,7 @@ async def test_full_refund_when_amount_is_omitted(client: Client, shop: Shop, db
     assert body["reason"] == "REQUESTED_BY_CUSTOMER"
     uuid.UUID(body["refundId"])
     assert (await record_of(client, shop, session_id))["status"] == "REFUNDED"
-    record = await eventually(
+    record = await record_when(
         client, shop, session_id, lambda record: record["refunds"][0]["status"] == "COMPLETED"
     )
     assert record["refunds"][0]["id"] == body["refundId"]
@@ -258,7 +260,7 @@ async def test_refund_rejected_by_the_provider_restores_the_balance(
     session_id = await paid_session(client, shop, card="4000000000005126")
     assert (await refund(client, shop, session_id, "r")).status_code == 201
     assert (await record_of(client, shop, session_id))["status"] == "REFUNDED"
-    record = await eventually(
+    record = await record_when(
         client, shop, session_id, lambda record: record["refunds"][0]["status"] == "FAILED"
     )
     assert record["refunds"][0]["failureReason"] == "LOST_OR_STOLEN_CARD"
@@ -289,7 +291,7 @@ async def test_unreachable_provider_answers_202_and_the_supervisor_submits_later
     assert (await response.get_json())["status"] == "PENDING"
     assert (await record_of(client, shop, session_id))["status"] == "REFUNDED"
     reachable.set()
-    record = await eventually(
+    record = await record_when(
         client, shop, session_id, lambda record: record["refunds"][0]["status"] == "COMPLETED"
     )
     assert record["status"] == "REFUNDED"

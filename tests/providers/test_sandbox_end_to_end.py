@@ -11,11 +11,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-import trio
 
 from payorch.config import Settings
 from payorch.storage.database import Database
-from tests.helpers import Client, Shop, new_shop
+from tests.helpers import Client, Shop, eventually, new_shop
 
 SESSION_BODY = {
     "orderReference": "order-1001",
@@ -44,13 +43,13 @@ async def _new_session(client: Client, shop: Shop) -> dict[str, Any]:
 
 async def _session_status(client: Client, shop: Shop, session_id: str, wanted: str) -> dict[str, Any]:
     """The session's read record once its status is `wanted`; fails after 10 s."""
-    with trio.fail_after(10):
-        while True:
-            response = await client.get(f"/api/v1/sessions/{session_id}", headers=shop.headers)
-            record: dict[str, Any] = await response.get_json()
-            if record["status"] == wanted:
-                return record
-            await trio.sleep(0.05)
+
+    async def with_status() -> dict[str, Any] | None:
+        response = await client.get(f"/api/v1/sessions/{session_id}", headers=shop.headers)
+        record: dict[str, Any] = await response.get_json()
+        return record if record["status"] == wanted else None
+
+    return await eventually(with_status)
 
 
 async def test_paying_on_the_sandbox_page_completes_the_session(client: Client, shop: Shop) -> None:
