@@ -14,7 +14,6 @@ import pytest
 import standardwebhooks
 
 from payorch.config import Settings
-from payorch.storage import webhooks
 from payorch.storage.database import Connection, Database
 from tests import webhook_receiver as receiving
 from tests.clock import ShiftedClock
@@ -77,7 +76,12 @@ async def all_that_will_be_sent(db: Database, session_id: str) -> list[tuple[str
         )
         if waiting:
             return None
-        return await webhooks.delivery_statuses(conn, uuid.UUID(session_id))
+        rows = await conn.fetch(
+            """SELECT e.type, d.status FROM webhook_deliveries d JOIN outbox_events e ON e.seq = d.event_seq
+               WHERE d.session_id = $1 ORDER BY d.event_seq""",
+            uuid.UUID(session_id),
+        )
+        return [(row["type"], row["status"]) for row in rows]
 
     return await db.read(read)
 

@@ -79,15 +79,6 @@ class RoutableConfig(Protocol):
     def payment_methods(self) -> Collection[str]: ...
 
 
-@dataclass(frozen=True)
-class ConfigView:
-    """A provider configuration as routing sees it."""
-
-    provider: str
-    is_active: bool
-    payment_methods: frozenset[str]
-
-
 def eligible_providers(
     configs: Iterable[RoutableConfig],
     accepts: Callable[[str, str, Money], bool],

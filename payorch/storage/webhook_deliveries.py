@@ -33,8 +33,9 @@ from payorch.storage.database import Connection
 
 # Each new outbox event (oldest first, those another process is fanning out skipped) gets one
 # delivery per active configuration of its application that subscribes to its type (or whose type
-# is one of `$4`, which every configuration gets), and is marked
-# fanned out, at `$3` (now). `{also}` adds to the one row of the answer (how many events were fanned out).
+# is one of `$4`, which every configuration gets), and is marked fanned out, at `$3` (now). The one row
+# of the answer: how many events were fanned out; selecting `set_config` also makes the transaction
+# commit without waiting for its WAL to reach the disk (see `fan_out_and_claim`).
 _FAN_OUT = """WITH events AS (
         SELECT seq, application_id, session_id, type FROM outbox_events
         WHERE fanned_out_at IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED),
@@ -50,27 +51,7 @@ _FAN_OUT = """WITH events AS (
         ON CONFLICT (config_id, event_seq) DO NOTHING),
     marked AS (
         UPDATE outbox_events o SET fanned_out_at = $3 FROM events e WHERE o.seq = e.seq)
-    SELECT (SELECT count(*) FROM events){also}"""
-
-# Also: the transaction commits without waiting for its WAL to reach the disk (see `fan_out_and_claim`).
-_ASYNCHRONOUS_COMMIT = ", set_config('synchronous_commit', 'off', true)"
-
-
-async def fan_out_events(
-    conn: Connection,
-    first_wait_s: float,
-    *,
-    now: datetime,
-    limit: int = 200,
-    always_delivered: Sequence[str] = (),
-) -> int:
-    """Give each new outbox event one delivery per active configuration of its application that
-    subscribes to its type, or to every one when its type is in `always_delivered`; returns how many
-    events were fanned out (one statement)."""
-    fanned_out: int = await conn.fetchval(
-        _FAN_OUT.format(also=""), limit, float(first_wait_s), now, list(always_delivered)
-    )
-    return fanned_out
+    SELECT (SELECT count(*) FROM events), set_config('synchronous_commit', 'off', true)"""
 
 
 @dataclass(frozen=True)
@@ -227,10 +208,12 @@ async def fan_out_and_claim(
     now: datetime,
     always_delivered: Sequence[str] = (),
 ) -> Round:
-    """One round of the delivery supervisor in one transaction: fan new events out
-    (`fan_out_events`), then claim up to `limit` due deliveries (`claim_due_deliveries`; none when
-    `limit` is 0). An event that commits just before is delivered in this same round when its
-    first attempt is due at once, and a round that finds nothing costs one short transaction.
+    """One round of the delivery supervisor in one transaction: give each new outbox event one
+    delivery per active configuration of its application that subscribes to its type (or to every
+    one when its type is in `always_delivered`), then claim up to `limit` due deliveries
+    (`claim_due_deliveries`; none when `limit` is 0). An event that commits just before is
+    delivered in this same round when its first attempt is due at once, and a round that finds
+    nothing costs one short transaction.
 
     The round commits without waiting for its WAL to reach the disk (set in the fan-out statement,
     not a round trip of its own): a crash of PostgreSQL may lose the last rounds (never half of one),
@@ -238,7 +221,7 @@ async def fan_out_and_claim(
     again, and delivery is at least once anyway. The attempt recorded after each delivery commits
     durably, and with it every round before."""
     fanned_out: int = await conn.fetchval(
-        _FAN_OUT.format(also=_ASYNCHRONOUS_COMMIT),
+        _FAN_OUT,
         fan_out_limit,
         float(first_wait_s),
         now,

@@ -262,13 +262,3 @@ async def retry_delivery(
     )
     if found is None:
         raise NotFound("delivery not found")
-
-
-async def delivery_statuses(conn: Connection, session_id: uuid.UUID) -> list[tuple[str, str]]:
-    """(event type, delivery status) of a session's deliveries in event order (tests, operators)."""
-    rows = await conn.fetch(
-        """SELECT e.type, d.status FROM webhook_deliveries d JOIN outbox_events e ON e.seq = d.event_seq
-           WHERE d.session_id = $1 ORDER BY d.event_seq""",
-        session_id,
-    )
-    return [(row["type"], row["status"]) for row in rows]

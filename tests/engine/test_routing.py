@@ -9,7 +9,6 @@ import pytest
 
 from payorch.engine.routing import (
     Circuit,
-    ConfigView,
     ProviderAccount,
     ProviderFigures,
     ProviderHealth,
@@ -27,6 +26,15 @@ EUR_10 = Money(1000, "EUR")
 
 def accepts_eur_up_to_100(provider: str, method: str, amount: Money) -> bool:
     return amount.currency == "EUR" and amount.minor <= 10_000
+
+
+@dataclass(frozen=True)
+class ConfigView:
+    """A provider configuration as routing sees it (`routing.RoutableConfig`)."""
+
+    provider: str
+    is_active: bool
+    payment_methods: frozenset[str]
 
 
 def card(provider: str, *, active: bool = True, methods: frozenset[str] = frozenset({"card"})) -> ConfigView:

@@ -16,7 +16,7 @@ from payorch.storage.database import Connection, Database
 from payorch.storage.webhook_deliveries import (
     ClaimedDelivery,
     claim_due_deliveries,
-    fan_out_events,
+    fan_out_and_claim,
     record_attempt,
     release_claims,
 )
@@ -59,7 +59,17 @@ async def _events(db: Database, application_id: uuid.UUID, count: int) -> None:
                 event_type="session.completed",
                 payload={},
             )
-        await fan_out_events(conn, 0, now=SYSTEM_CLOCK.now())
+        await fan_out_and_claim(
+            conn,
+            first_wait_s=0,
+            fan_out_limit=200,
+            limit=0,  # fan out only: the tests claim themselves
+            per_endpoint=SHARE,
+            per_merchant=MERCHANT_SHARE,
+            lease_s=60,
+            owner=None,
+            now=SYSTEM_CLOCK.now(),
+        )
 
     await db.transaction(add)
 
