@@ -1,6 +1,6 @@
 """`python -m bench.bridge`: what one crossing between Trio and asyncpg costs, bridge against bridge.
 
-payorch's code runs on Trio and asyncpg runs on asyncio; every unit of work (`Database.read`,
+payorch's code runs on Trio and asyncpg runs on asyncio; every unit of work (`Database.autocommit`,
 `Database.transaction`) crosses between the two once. This measures the same units of work through:
 
 - `trio_asyncio`: asyncpg on a trio_asyncio loop inside the Trio thread, one `aio_as_trio` per unit
@@ -8,7 +8,7 @@ payorch's code runs on Trio and asyncpg runs on asyncio; every unit of work (`Da
 - `thread/asyncio`, `thread/uvloop`: asyncpg on an asyncio (or uvloop) loop in a thread of its own,
   one handoff per unit (`payorch.storage.database.open_database`, given each loop).
 
-Units: a one-statement read (`Database.read`), and a transaction of two statements
+Units: a one-statement read (`Database.autocommit`), and a transaction of two statements
 (`Database.transaction`: BEGIN, a row locked, an event inserted, COMMIT), each at 1 and at 32
 concurrent callers. For each: units/s, latency p50/p99, and CPU seconds of this process per 1000 units
 (the server is CPU-bound, so CPU per unit is what matters most). CPU is of this process only (both its
@@ -57,7 +57,7 @@ STRAGGLER_DEADLINE_S = 30.0
 
 
 class Bridged(Protocol):
-    async def read(self, unit: Callable[..., Awaitable[Any]], *args: Any) -> Any: ...
+    async def autocommit(self, unit: Callable[..., Awaitable[Any]], *args: Any) -> Any: ...
     async def transaction(self, unit: Callable[..., Awaitable[Any]], *args: Any) -> Any: ...
 
 
@@ -67,7 +67,7 @@ class TrioAsyncioDatabase:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
 
-    async def read(self, unit: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+    async def autocommit(self, unit: Callable[..., Awaitable[Any]], *args: Any) -> Any:
         async def on_connection() -> Any:
             async with self._pool.acquire() as conn:
                 return await unit(conn, *args)
@@ -209,7 +209,7 @@ async def measure(db: Bridged, bridge: str, case: Case, warmup_s: float, measure
             row_id = rows.randrange(ROWS)
             started = time.perf_counter()
             if case.unit == "read":
-                await db.read(read_row, row_id)
+                await db.autocommit(read_row, row_id)
             else:
                 await db.transaction(lock_row_and_add_event, row_id)
             if counting:
@@ -280,7 +280,7 @@ async def _main(args: argparse.Namespace) -> None:
             }
             bridges = list(openers)
             dbs = {name: await stack.enter_async_context(open(dsn)) for name, open in openers.items()}
-            await dbs["trio_asyncio"].read(_create_tables)
+            await dbs["trio_asyncio"].autocommit(_create_tables)
             windows: list[Window] = []
             for round_number in range(args.rounds):
                 for case in cases:

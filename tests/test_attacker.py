@@ -105,7 +105,7 @@ async def _snapshot(db: Database) -> list[Any]:
         counts.append(await conn.fetchval("SELECT max(updated_at) FROM provider_configs"))
         return counts
 
-    return await db.read(rows)
+    return await db.autocommit(rows)
 
 
 async def test_every_route_refuses_another_merchants_jwt_and_api_key(

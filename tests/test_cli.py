@@ -385,7 +385,7 @@ async def test_invite_stores_only_a_hash_of_its_token(
     tmp_path: Path, database_dsn: str, db: Database
 ) -> None:
     invite = await _invite_json(tmp_path, database_dsn)
-    (row,) = await db.read(_invite_rows)
+    (row,) = await db.autocommit(_invite_rows)
     assert bytes(row["token_hash"]) == hashlib.sha256(invite["token"].encode()).digest()
     assert row["email"] == "ops@merchant.example"
     stored = " ".join(f"{value!r} {value!s}" for value in row.values())

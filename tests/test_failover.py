@@ -221,7 +221,7 @@ async def _taken_over(
             f"not taken over within {FAILOVER_S} s: creates of keys still answered {waiting}; "
             f"deliveries arrived again for {len(held.paid & delivered())} of {len(held.paid)} sessions"
         )
-    keys, stored = await db.read(_keys_and_sessions, scene.stripe_application_id)
+    keys, stored = await db.autocommit(_keys_and_sessions, scene.stripe_application_id)
     assert keys == {key: uuid.UUID(session) for key, session in sessions.items()}
     assert sorted(stored) == sorted(keys.values())  # one session per key, none besides
     # The retry asked Stripe under the dead node's Idempotency-Key: one Checkout Session per key there too.
@@ -246,7 +246,7 @@ async def _all_delivered(db: Database) -> bool:
     async def statuses(conn: Connection) -> list[str]:
         return [row["status"] for row in await conn.fetch("SELECT status FROM webhook_deliveries")]
 
-    found = await db.read(statuses)
+    found = await db.autocommit(statuses)
     return len(found) == DELIVERIES and all(status == "DELIVERED" for status in found)
 
 

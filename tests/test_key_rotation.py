@@ -60,7 +60,9 @@ async def node(settings: Settings, db: Database, clock: ShiftedClock) -> AsyncIt
 async def every_sealed_value(db: Database) -> dict[str, list[bytes]]:
     found: dict[str, list[bytes]] = {}
     for column in SEALED_COLUMNS:
-        found[column.name] = [sealed.value for sealed in await db.read(sealed_after, column, None, 1000)]
+        found[column.name] = [
+            sealed.value for sealed in await db.autocommit(sealed_after, column, None, 1000)
+        ]
     return found
 
 
@@ -228,7 +230,7 @@ async def test_a_change_made_during_the_rotation_is_kept_and_the_next_run_resume
             self.pending = True
 
         async def read(self, unit: Any, *args: Any, **kwargs: Any) -> Any:
-            return await db.read(unit, *args, **kwargs)
+            return await db.autocommit(unit, *args, **kwargs)
 
         async def transaction(self, unit: Any, *args: Any, **kwargs: Any) -> Any:
             if unit is replace_sealed and args[0].name == "webhook_configs.secret" and self.pending:
@@ -247,7 +249,7 @@ async def test_a_change_made_during_the_rotation_is_kept_and_the_next_run_resume
     counts = tally(await rotate_sealed_secrets(MerchantRotatesMeanwhile(), both))  # type: ignore[arg-type]
     assert counts["webhook_configs.secret"] == (0, 1, 0, 1, 0)  # read again: the merchant's, already new
     assert counts["webhook_configs.previous_secret"] == (1, 0, 0, 0, 0)  # the one it replaced
-    config = await db.read(webhooks_store.get_webhook, uuid.UUID(shop.application_id), webhook_id)
+    config = await db.autocommit(webhooks_store.get_webhook, uuid.UUID(shop.application_id), webhook_id)
     assert SecretBox(NEW_KEY).open(config.secret) == "whsec_rotated_meanwhile"
     assert config.previous_secret is not None
     assert SecretBox(NEW_KEY).open(config.previous_secret) == created["signingSecret"]
@@ -268,7 +270,7 @@ async def test_an_interrupted_rotation_resumes_with_what_is_left(
             self.writes = 0
 
         async def read(self, unit: Any, *args: Any, **kwargs: Any) -> Any:
-            return await db.read(unit, *args, **kwargs)
+            return await db.autocommit(unit, *args, **kwargs)
 
         async def transaction(self, unit: Any, *args: Any, **kwargs: Any) -> Any:
             if self.writes == 1:
@@ -286,10 +288,10 @@ async def test_an_interrupted_rotation_resumes_with_what_is_left(
 async def test_a_stale_value_is_not_replaced(client: Client, db: Database, settings: Settings) -> None:
     await new_shop(client, db, settings)
     (column,) = [column for column in SEALED_COLUMNS if column.name == "provider_configs.credentials"]
-    (sealed,) = await db.read(sealed_after, column, None, 10)
+    (sealed,) = await db.autocommit(sealed_after, column, None, 10)
     replaced = await db.transaction(replace_sealed, column, [(sealed.key, b"not what is stored", b"new")])
     assert replaced == []
-    assert (await db.read(sealed_after, column, None, 10))[0].value == sealed.value
+    assert (await db.autocommit(sealed_after, column, None, 10))[0].value == sealed.value
 
 
 async def test_rotate_credentials_with_a_key_missing_exits_1_and_changes_nothing(
@@ -345,7 +347,7 @@ async def test_every_bytea_column_is_sealed_and_rotated_or_a_hash(db: Database) 
         )
         return {f"{row['table_name']}.{row['column_name']}" for row in rows}
 
-    assert await db.read(bytea_columns) == set(COLUMNS) | hashes
+    assert await db.autocommit(bytea_columns) == set(COLUMNS) | hashes
 
 
 async def test_with_nothing_stored_every_column_counts_nothing(db: Database) -> None:

@@ -108,4 +108,4 @@ async def test_refunds_raced_through_two_processes_never_exceed_the_total(
             )
         )
 
-    assert await db.read(refunded) == 10000
+    assert await db.autocommit(refunded) == 10000

@@ -81,7 +81,7 @@ async def _pending_deliveries(db: Database) -> int:
     async def count(conn: Connection) -> int:
         return int(await conn.fetchval("SELECT count(*) FROM webhook_deliveries WHERE status = 'PENDING'"))
 
-    return await db.read(count)
+    return await db.autocommit(count)
 
 
 async def test_deliveries_pending_at_sigkill_are_all_delivered_after_restart(
@@ -110,12 +110,12 @@ async def _count_at_least(db: Database, wanted: int) -> bool:
     async def count(conn: Connection) -> int:
         return int(await conn.fetchval("SELECT count(*) FROM webhook_deliveries"))
 
-    return await db.read(count) >= wanted
+    return await db.autocommit(count) >= wanted
 
 
 async def _all_delivered(db: Database) -> bool:
     async def statuses(conn: Connection) -> list[str]:
         return [row["status"] for row in await conn.fetch("SELECT status FROM webhook_deliveries")]
 
-    found = await db.read(statuses)
+    found = await db.autocommit(statuses)
     return len(found) == SESSIONS and all(status == "DELIVERED" for status in found)

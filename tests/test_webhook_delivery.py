@@ -83,7 +83,7 @@ async def all_that_will_be_sent(db: Database, session_id: str) -> list[tuple[str
         )
         return [(row["type"], row["status"]) for row in rows]
 
-    return await db.read(read)
+    return await db.autocommit(read)
 
 
 async def succeeded(client: Client, shop: Shop, session_id: str) -> bool:
@@ -374,5 +374,5 @@ async def test_shutdown_hands_claimed_deliveries_back(
             "SELECT status, attempts, next_attempt_at <= now() AS due FROM webhook_deliveries"
         )
 
-    row = await db.read(state)
+    row = await db.autocommit(state)
     assert (row["status"], row["attempts"], row["due"]) == ("PENDING", 0, True)

@@ -77,7 +77,7 @@ async def attempts_to(db: Database, config: dict[str, Any]) -> list[dict[str, An
         )
         return [dict(row.items()) for row in rows]
 
-    return await db.read(read)
+    return await db.autocommit(read)
 
 
 def recorded(db: Database, config: dict[str, Any], count: int = 1) -> Callable[[], Awaitable[Any]]:

@@ -121,7 +121,7 @@ class CreateSession(BatchCommand[PaymentsContext, Answer]):
                 unclaimed.append(key)
                 reply.fail(error)
         if unclaimed:
-            await context.db.read(
+            await context.db.autocommit(
                 idempotency.release_idempotency_keys,
                 application_id=actor.application_id,
                 scope=SESSION_CREATE_SCOPE,
@@ -230,7 +230,7 @@ class _StoreSession(BatchCommand[PaymentsContext, Answer]):
             stored.append((store._answered(routed, now), reply))
         db = actor.context.db
         if unavailable:
-            await db.read(
+            await db.autocommit(
                 idempotency.release_idempotency_keys,
                 application_id=actor.application_id,
                 scope=SESSION_CREATE_SCOPE,
@@ -239,7 +239,7 @@ class _StoreSession(BatchCommand[PaymentsContext, Answer]):
         if not stored:
             return
         try:
-            await db.read(sessions.insert_answered_sessions, [answered for answered, _ in stored])
+            await db.autocommit(sessions.insert_answered_sessions, [answered for answered, _ in stored])
         except Exception as error:
             if len(stored) == 1 or storage_failure(error) is not StorageFailure.INTERNAL:
                 raise
@@ -274,7 +274,7 @@ class _StoreSession(BatchCommand[PaymentsContext, Answer]):
 async def _store_each(db: Database, stored: list[tuple[sessions.AnsweredSession, Reply[Answer]]]) -> None:
     for answered, reply in stored:
         try:
-            await db.read(sessions.insert_answered_sessions, [answered])
+            await db.autocommit(sessions.insert_answered_sessions, [answered])
         except Exception as error:
             if storage_failure(error) is not StorageFailure.INTERNAL:
                 raise
@@ -291,7 +291,7 @@ async def active_provider_configs(actor: ApplicationActor[PaymentsContext]) -> t
     if configs is None:
         generation = hot.generation
         configs = tuple(
-            await actor.context.db.read(provider_configs.active_provider_configs, actor.application_id)
+            await actor.context.db.autocommit(provider_configs.active_provider_configs, actor.application_id)
         )
         hot.keep_provider_configs(configs, generation)
     return configs

@@ -53,7 +53,7 @@ class ExpireSession:
 
     async def run(self, actor: ApplicationActor[PaymentsContext], reply: Reply[bool]) -> None:
         context: PaymentsContext = actor.context
-        due = await context.db.read(_due, context, actor.application_id, self.session_id)
+        due = await context.db.autocommit(_due, context, actor.application_id, self.session_id)
         if due is None:
             reply.send(False)
             return

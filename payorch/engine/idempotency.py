@@ -150,7 +150,7 @@ async def claim_idempotency_keys(
     each key claimed: its resource id and when its first request claimed it."""
     context = actor.context
     claims = [keys_store.NewClaim(key, fingerprint) for key, (fingerprint, _) in waiting.items()]
-    claimed = await context.db.read(
+    claimed = await context.db.autocommit(
         keys_store.claim_new_idempotency_keys,
         application_id=actor.application_id,
         scope=scope,

@@ -61,7 +61,7 @@ async def _rotate_column(
 ) -> ColumnCounts:
     counts = ColumnCounts(column.name)
     after: Key | None = None
-    while batch := await db.read(sealed_after, column, after, batch_size):
+    while batch := await db.autocommit(sealed_after, column, after, batch_size):
         after = batch[-1].key
         pending: list[Sealed] = batch
         for _ in range(_RETRIES):
@@ -74,7 +74,7 @@ async def _rotate_column(
             if not missed:
                 break
             counts.changed += len(missed)
-            pending = await db.read(sealed_of, column, missed)
+            pending = await db.autocommit(sealed_of, column, missed)
         else:
             counts.left += len(pending)
     return counts

@@ -16,7 +16,7 @@ from payorch.values.pagination import PageRequest
 async def session_with_record(
     conn: Connection, session_id: uuid.UUID
 ) -> tuple[sessions.CheckoutSession, SessionRecord] | None:
-    """The session and its read record with its refunds (one statement: `Database.read` is enough
+    """The session and its read record with its refunds (one statement: `Database.autocommit` is enough
     for the two to agree); None when there is no such session."""
     read = await refunds.session_with_refunds(conn, session_id)
     if read is None:

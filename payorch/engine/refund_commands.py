@@ -319,7 +319,7 @@ class SubmitRefund:
 
     async def run(self, actor: ApplicationActor[PaymentsContext], reply: Reply[bool]) -> None:
         context: PaymentsContext = actor.context
-        submission = await context.db.read(_pending_submission, actor.application_id, self.refund_id)
+        submission = await context.db.autocommit(_pending_submission, actor.application_id, self.refund_id)
         if submission is None:
             reply.send(False)
             return

@@ -108,7 +108,7 @@ async def _api_key_principal(api_key: str) -> Principal:
     if owner is None and not cache.is_missing(key_hash, trio.current_time()):
         limits.check_api_key_failures(address)
         generation = cache.generation
-        owner = await services().db.read(applications_store.find_api_key_owner, key_hash)
+        owner = await services().db.autocommit(applications_store.find_api_key_owner, key_hash)
         if owner is not None:
             cache.put(key_hash, owner, trio.current_time(), generation)
         else:
@@ -153,7 +153,9 @@ async def _read_once(application_id: uuid.UUID) -> Application | None:
     """The application as this request first read it (None: there was none)."""
     read: dict[uuid.UUID, Application | None] = g.setdefault("applications_read", {})
     if application_id not in read:
-        read[application_id] = await services().db.read(applications_store.get_application, application_id)
+        read[application_id] = await services().db.autocommit(
+            applications_store.get_application, application_id
+        )
     return read[application_id]
 
 

@@ -2,7 +2,7 @@
 
 asyncpg runs on an asyncio event loop (uvloop's where it is installed) in a thread of its own, which
 `open_database` starts with the pool and stops with it. Storage functions are asyncio coroutines that
-take a connection and do a whole unit of work; `Database.transaction`, `Database.read` and
+take a connection and do a whole unit of work; `Database.transaction`, `Database.autocommit` and
 `Database.snapshot` hand each unit to that thread once and are woken once when it ends. On uvloop that
 costs this process a fifth to a half of the CPU per unit of the trio_asyncio bridge it replaced
 (docs/bridge.md, `python -m bench.bridge`).
@@ -173,8 +173,11 @@ class Database:
         writes.ring_if_written()  # committed: new outbox events are delivered without waiting for a poll
         return result
 
-    async def read(self, unit: Unit[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run `unit(conn, ...)` outside an explicit transaction (each statement on its own)."""
+    async def autocommit(self, unit: Unit[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run `unit(conn, ...)` outside an explicit transaction: each statement commits on its own
+        (PostgreSQL's autocommit). For reads, and for units of one statement that may write (an
+        upsert, a claim): one statement is atomic by itself. A unit of several writes that must hold
+        together belongs in `transaction`."""
 
         async def on_connection() -> T:
             async with self._pool.acquire() as conn:
@@ -200,7 +203,7 @@ class Database:
         """Whether the database answers a trivial query within two seconds."""
         with trio.move_on_after(2):
             try:
-                return bool(await self.read(_select_one))
+                return bool(await self.autocommit(_select_one))
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
                 return False
         return False

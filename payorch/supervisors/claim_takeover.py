@@ -22,7 +22,7 @@ EVERY_S = 1.0
 
 async def take_over_claims_of_gone_nodes(services: Background) -> claim_takeover.Released | None:
     """Release the claims of every gone node; None when there were none."""
-    gone = await services.db.read(claim_takeover.gone_claim_owners)
+    gone = await services.db.autocommit(claim_takeover.gone_claim_owners)
     if not gone:
         return None
     released = await services.db.transaction(claim_takeover.release_claims_of, gone, now=services.clock.now())

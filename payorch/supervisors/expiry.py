@@ -29,7 +29,7 @@ MAX_SLEEP_S = 0.5
 
 def _expiry(services: Background) -> DueWork:
     async def pick(limit: int, skips: due_work.Skips) -> list[due_work.DueItem]:
-        return await services.db.read(
+        return await services.db.autocommit(
             sessions.sessions_due_for_expiry,
             limit,
             per_merchant=services.settings.limits.background_per_merchant,
@@ -56,7 +56,7 @@ async def _expiry_loop(services: Background) -> None:
             if started and not expiry.slots.free:
                 await expiry.slots.wait_for_wake(MAX_SLEEP_S)  # more may be due: at the next free slot
                 continue
-            wait = await services.db.read(sessions.seconds_until_next_expiry, now=services.clock.now())
+            wait = await services.db.autocommit(sessions.seconds_until_next_expiry, now=services.clock.now())
             # Due now yet not started: in flight, over its merchant's share or waiting after a
             # failure; a freed slot rings.
             sleep_s = MAX_SLEEP_S if wait is None or wait <= 0 else min(max(wait, 0.01), MAX_SLEEP_S)

@@ -174,7 +174,7 @@ async def test_a_sessions_page_shows_its_record_refunds_and_events(
     for shown in ("PARTIALLY_REFUNDED", "100.00 PLN", "30.00 PLN", "70.00 PLN", "Duplicate", "COMPLETED"):
         assert shown in html, shown
     assert refund_id in html
-    events = await db.read(outbox.events_of_session, uuid.UUID(session_id))
+    events = await db.autocommit(outbox.events_of_session, uuid.UUID(session_id))
     assert [event["type"] for event in events] == ["session.completed", "refund.completed"]
     # Newest first.
     assert html.index(events[1]["id"]) < html.index(events[0]["id"])

@@ -376,7 +376,11 @@ async def _victim_state(client: Client, shop: Shop, config: dict[str, Any], db: 
         return await conn.fetch("SELECT secret, previous_secret FROM webhook_configs ORDER BY id")
 
     deliveries = await deliveries_of(client, shop.merchant, shop.application_id, config["id"])
-    return listed, [(item["status"], len(item["attemptLog"])) for item in deliveries], await db.read(secrets)
+    return (
+        listed,
+        [(item["status"], len(item["attemptLog"])) for item in deliveries],
+        await db.autocommit(secrets),
+    )
 
 
 async def test_another_merchants_webhook_is_404_on_every_page_and_form_and_nothing_changes(

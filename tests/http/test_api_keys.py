@@ -42,7 +42,7 @@ async def test_only_a_sha256_of_the_key_is_stored(client: Client, merchant: Merc
     async def stored_row(conn: Connection) -> list[object]:
         return list((await conn.fetchrow("SELECT * FROM api_keys")).values())
 
-    row = await db.read(stored_row)
+    row = await db.autocommit(stored_row)
     assert hashlib.sha256(key["key"].encode()).digest() in row
     assert not any(isinstance(value, str) and key["key"] in value for value in row)
 

@@ -194,7 +194,7 @@ async def test_another_merchants_application_is_403_on_every_route(
     async def key_is_active(conn: Connection) -> bool:
         return bool(await conn.fetchval("SELECT revoked_at IS NULL FROM api_keys"))
 
-    assert await db.read(key_is_active)
+    assert await db.autocommit(key_is_active)
     response = await client.get(base, headers=merchant.headers)
     assert (await response.get_json())["isEnabled"] is True
 

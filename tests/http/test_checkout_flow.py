@@ -50,14 +50,14 @@ async def _await_status(client: Client, shop: Shop, session_id: str, wanted: str
 
 
 async def _events(db: Database, session_id: str) -> list[dict[str, Any]]:
-    return await db.read(outbox.events_of_session, uuid.UUID(session_id))
+    return await db.autocommit(outbox.events_of_session, uuid.UUID(session_id))
 
 
 async def _events_seen(db: Database) -> int:
     async def count(conn: Connection) -> int:
         return int(await conn.fetchval("SELECT count(*) FROM provider_events_seen"))
 
-    return await db.read(count)
+    return await db.autocommit(count)
 
 
 async def test_paying_by_card_through_the_checkout_url_succeeds_and_emits_session_completed(
@@ -156,9 +156,11 @@ async def _signed_event(
     from payorch.values.secretbox import SecretBox
 
     if checkout_id is None:
-        found = await db.read(sessions.get_session, uuid.UUID(session_id))
+        found = await db.autocommit(sessions.get_session, uuid.UUID(session_id))
         checkout_id = found.provider_reference if found is not None else "cs_sbx_unknown"
-    config = await db.read(provider_configs.get_provider_config, uuid.UUID(shop.application_id), "sandbox")
+    config = await db.autocommit(
+        provider_configs.get_provider_config, uuid.UUID(shop.application_id), "sandbox"
+    )
     assert config is not None and config.webhook_secret is not None
     secret = SecretBox(settings.security.encryption_key).open(config.webhook_secret)
     body = json.dumps(

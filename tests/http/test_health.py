@@ -103,7 +103,7 @@ async def test_a_process_whose_identity_connection_is_cut_takes_a_new_node_id_an
             first,
         )
 
-    await db.read(cut)
+    await db.autocommit(cut)
 
     async def holds_a_new_id() -> bool:
         return app.services.node.id is not None and app.services.node.id > first

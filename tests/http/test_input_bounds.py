@@ -56,7 +56,7 @@ async def application_count(db: Database) -> int:
     async def query(conn: Connection) -> int:
         return int(await conn.fetchval("SELECT count(*) FROM applications"))
 
-    return await db.read(query)
+    return await db.autocommit(query)
 
 
 async def refused(response: Response, status: int = 400) -> dict[str, Any]:
@@ -334,7 +334,7 @@ async def test_stored_json_beyond_the_request_bounds_still_reads(db: Database) -
     async def query(conn: Connection) -> Any:
         return await conn.fetchval("SELECT $1::text::jsonb", stored_text)
 
-    stored = await db.read(query)
+    stored = await db.autocommit(query)
     assert stored["x"] == Decimal("1e2000")
 
 

@@ -105,7 +105,7 @@ async def _config_rows(db: Database) -> list[dict[str, Any]]:
     async def read(conn: Connection) -> list[dict[str, Any]]:
         return [dict(row.items()) for row in await conn.fetch("SELECT * FROM provider_configs")]
 
-    return await db.read(read)
+    return await db.autocommit(read)
 
 
 async def _config_row(db: Database, application_id: str) -> dict[str, Any]:
@@ -117,7 +117,7 @@ async def _config_row(db: Database, application_id: str) -> dict[str, Any]:
         assert row is not None
         return dict(row.items())
 
-    return await db.read(read)
+    return await db.autocommit(read)
 
 
 async def _endpoints(db: Database) -> list[dict[str, Any]]:
@@ -125,7 +125,7 @@ async def _endpoints(db: Database) -> list[dict[str, Any]]:
         rows = await conn.fetch("SELECT * FROM sandbox_webhook_endpoints ORDER BY created_at, id")
         return [dict(row.items()) for row in rows]
 
-    return await db.read(read)
+    return await db.autocommit(read)
 
 
 def _account(api_key: str) -> str:

@@ -93,7 +93,7 @@ async def count(db: Database, table: str) -> int:
     async def query(conn: Connection) -> int:
         return int(await conn.fetchval(f"SELECT count(*) FROM {table}"))  # noqa: S608
 
-    return await db.read(query)
+    return await db.autocommit(query)
 
 
 async def test_api_key_request_beyond_the_burst_is_429_with_retry_after(limited: Client, shop: Shop) -> None:

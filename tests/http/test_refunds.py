@@ -76,7 +76,7 @@ async def test_full_refund_when_amount_is_omitted(client: Client, shop: Shop, db
         client, shop, session_id, lambda record: record["refunds"][0]["status"] == "COMPLETED"
     )
     assert record["refunds"][0]["id"] == body["refundId"]
-    types = [event["type"] for event in await db.read(outbox.events_of_session, uuid.UUID(session_id))]
+    types = [event["type"] for event in await db.autocommit(outbox.events_of_session, uuid.UUID(session_id))]
     assert types == ["session.completed", "refund.completed"]
 
 
@@ -161,7 +161,7 @@ async def test_line_items_are_stored_as_given(client: Client, shop: Shop, db: Da
     async def stored(conn: Connection) -> Any:
         return await conn.fetchval("SELECT line_items FROM refunds")
 
-    assert await db.read(stored) == items
+    assert await db.autocommit(stored) == items
 
 
 async def test_another_merchants_session_is_404(
@@ -205,7 +205,7 @@ async def test_a_refund_the_rules_refuse_leaves_its_key_free_for_a_corrected_ret
     async def keys(conn: Connection) -> int:
         return int(await conn.fetchval("SELECT count(*) FROM idempotency_keys WHERE key = 'fix-me'"))
 
-    assert await db.read(keys) == 0  # the claim went with the refused refund
+    assert await db.autocommit(keys) == 0  # the claim went with the refused refund
     retried = await refund(client, shop, session_id, "fix-me", amount=Decimal("100.00"))
     assert retried.status_code == 201, await retried.get_data(as_text=True)
 
@@ -265,7 +265,7 @@ async def test_refund_rejected_by_the_provider_restores_the_balance(
     )
     assert record["refunds"][0]["failureReason"] == "LOST_OR_STOLEN_CARD"
     assert record["status"] == "SUCCEEDED"
-    events = await db.read(outbox.events_of_session, uuid.UUID(session_id))
+    events = await db.autocommit(outbox.events_of_session, uuid.UUID(session_id))
     assert events[-1]["type"] == "refund.failed"
     assert events[-1]["data"]["failureReason"] == "LOST_OR_STOLEN_CARD"
     assert events[-1]["data"]["sessionId"] == session_id

@@ -90,7 +90,7 @@ async def test_same_key_and_body_replays_the_first_answer(client: Client, shop: 
     assert await again.get_json() == await first.get_json()
     assert again.headers.get("Idempotent-Replayed") == "true"
     assert first.headers.get("Idempotent-Replayed") is None
-    assert await db.read(_count_sessions) == 1
+    assert await db.autocommit(_count_sessions) == 1
 
 
 async def test_same_key_with_reordered_keys_and_other_number_spelling_is_the_same_request(
@@ -121,7 +121,7 @@ async def test_same_key_with_another_body_is_422_mismatch(client: Client, shop: 
         "statusCode": 422,
         "code": "IDEMPOTENCY_KEY_MISMATCH",
     }
-    assert await db.read(_count_sessions) == 1
+    assert await db.autocommit(_count_sessions) == 1
 
 
 async def test_same_key_sent_10_times_at_once_creates_one_session(
@@ -146,7 +146,7 @@ async def test_same_key_sent_10_times_at_once_creates_one_session(
             assert body["code"] == "IDEMPOTENCY_KEY_IN_PROGRESS"
             assert body["retryAfter"] >= 1
             assert answer.headers["Retry-After"] == str(body["retryAfter"])
-    assert await db.read(_count_sessions) == 1
+    assert await db.autocommit(_count_sessions) == 1
 
 
 async def test_key_claimed_by_another_process_is_409_in_progress(
@@ -249,7 +249,7 @@ async def test_invalid_session_is_400_naming_the_field(
     assert response.status_code == 400
     fields = [item["field"] for item in (await response.get_json())["details"]]
     assert any(item == field or item.startswith(field + ".") for item in fields), fields
-    assert await db.read(_count_sessions) == 0
+    assert await db.autocommit(_count_sessions) == 0
 
 
 async def test_jpy_takes_no_decimals(client: Client, db: Database, settings: Settings) -> None:
@@ -266,7 +266,7 @@ async def test_blik_outside_pln_has_no_provider_422(client: Client, shop: Shop, 
     response = await create_session(client, shop, "key-1", session_body(currency="EUR", method="blik"))
     assert response.status_code == 422
     assert (await response.get_json())["code"] == "NO_PROVIDER_AVAILABLE"
-    assert await db.read(_count_sessions) == 0
+    assert await db.autocommit(_count_sessions) == 0
 
 
 async def test_no_provider_linked_is_422_and_the_key_can_be_retried(
@@ -370,7 +370,7 @@ async def _redirect_urls_stored(db: Database) -> Any:
     async def read(conn: Connection) -> Any:
         return await conn.fetchval("SELECT redirect_urls FROM checkout_sessions")
 
-    return await db.read(read)
+    return await db.autocommit(read)
 
 
 async def test_redirect_url_with_crlf_is_400(client: Client, shop: Shop, db: Database) -> None:
@@ -378,7 +378,7 @@ async def test_redirect_url_with_crlf_is_400(client: Client, shop: Shop, db: Dat
     response = await create_session(client, shop, "k", session_body(redirectUrls=urls))
     assert response.status_code == 400
     assert [item["field"] for item in (await response.get_json())["details"]] == ["redirectUrls.success"]
-    assert await db.read(_count_sessions) == 0
+    assert await db.autocommit(_count_sessions) == 0
 
 
 async def test_redirect_url_ending_in_crlf_is_400_not_trimmed(client: Client, shop: Shop) -> None:
@@ -451,7 +451,7 @@ async def test_total_below_shipping_plus_tax_is_400(client: Client, shop: Shop, 
     body = await response.get_json()
     assert body["code"] == 400
     assert [item["field"] for item in body["details"]] == ["amount.total"]
-    assert await db.read(_count_sessions) == 0
+    assert await db.autocommit(_count_sessions) == 0
 
 
 async def test_total_equal_to_shipping_plus_tax_is_accepted(client: Client, shop: Shop) -> None:
@@ -476,7 +476,7 @@ async def test_total_below_one_minor_unit_is_400_not_rounded(
     response = await _post_raw_session(client, shop, f'{{"total":{total}}}')
     assert response.status_code == 400
     assert [item["field"] for item in (await response.get_json())["details"]] == ["amount.total"]
-    assert await db.read(_count_sessions) == 0
+    assert await db.autocommit(_count_sessions) == 0
 
 
 async def test_total_with_an_extreme_negative_exponent_is_400(
@@ -485,7 +485,7 @@ async def test_total_with_an_extreme_negative_exponent_is_400(
     # Refused before it is a number at all or by its decimals; never rounded to 0 minor units.
     response = await _post_raw_session(client, shop, '{"total":1e-999999999}')
     assert response.status_code == 400
-    assert await db.read(_count_sessions) == 0
+    assert await db.autocommit(_count_sessions) == 0
 
 
 async def test_shipping_far_below_one_minor_unit_is_400(client: Client, shop: Shop) -> None:
@@ -501,7 +501,7 @@ async def test_x_code_that_is_not_a_currency_is_400(
     response = await create_session(client, shop, "k", session_body(currency=currency))
     assert response.status_code == 400
     assert [item["field"] for item in (await response.get_json())["details"]] == ["currency"]
-    assert await db.read(_count_sessions) == 0
+    assert await db.autocommit(_count_sessions) == 0
 
 
 @pytest.mark.parametrize("currency", ["BOV", "CHE", "CHW", "CLF", "COU", "MXV", "USN", "UYI", "UYW"])
@@ -513,7 +513,7 @@ async def test_a_fund_code_or_unit_of_account_is_400(
     (problem,) = (await response.get_json())["details"]
     assert problem["field"] == "currency"
     assert "fund or unit of account" in problem["message"]
-    assert await db.read(_count_sessions) == 0
+    assert await db.autocommit(_count_sessions) == 0
 
 
 @pytest.mark.parametrize(

@@ -45,7 +45,7 @@ async def test_password_is_stored_as_argon2id_hash(client: Client, db: Database,
     async def stored(conn: Connection) -> str:
         return str(await conn.fetchval("SELECT password_hash FROM users"))
 
-    password_hash = await db.read(stored)
+    password_hash = await db.autocommit(stored)
     assert password_hash.startswith("$argon2id$")
     assert PASSWORD not in password_hash
 
@@ -56,13 +56,13 @@ async def test_invite_token_is_stored_only_as_hash(db: Database, settings: Setti
     async def stored(conn: Connection) -> bytes:
         return bytes(await conn.fetchval("SELECT token_hash FROM invites"))
 
-    assert await db.read(stored) == token_hash(invite.token)
+    assert await db.autocommit(stored) == token_hash(invite.token)
 
 
 async def test_missing_token_is_400(client: Client, db: Database) -> None:
     response = await _signup(client, None, signup_body("owner@acme.example", "REG-1"))
     assert response.status_code == 400
-    assert await db.read(_count, "merchants") == 0
+    assert await db.autocommit(_count, "merchants") == 0
 
 
 async def test_empty_token_is_400(client: Client) -> None:
@@ -74,7 +74,7 @@ async def test_unknown_token_is_400(client: Client, db: Database) -> None:
     response = await _signup(client, "not-a-real-token", signup_body("owner@acme.example", "REG-1"))
     assert response.status_code == 400
     assert (await response.get_json())["code"] == 400
-    assert await db.read(_count, "merchants") == 0
+    assert await db.autocommit(_count, "merchants") == 0
 
 
 async def test_used_token_is_410(client: Client, db: Database, settings: Settings) -> None:
@@ -83,7 +83,7 @@ async def test_used_token_is_410(client: Client, db: Database, settings: Setting
     assert first.status_code == 201
     again = await _signup(client, invite.token, signup_body("other@acme.example", "REG-2"))
     assert again.status_code == 410
-    assert await db.read(_count, "merchants") == 1
+    assert await db.autocommit(_count, "merchants") == 1
 
 
 async def test_expired_token_is_410(client: Client, db: Database) -> None:
@@ -95,7 +95,7 @@ async def test_expired_token_is_410(client: Client, db: Database) -> None:
     )
     response = await _signup(client, "expired-token", signup_body("owner@acme.example", "REG-1"))
     assert response.status_code == 410
-    assert await db.read(_count, "merchants") == 0
+    assert await db.autocommit(_count, "merchants") == 0
 
 
 async def test_invite_lifetime_comes_from_settings(db: Database, settings: Settings) -> None:
@@ -114,7 +114,7 @@ async def test_duplicate_admin_email_is_409_and_keeps_the_invite_usable(
     second = await issue_invite(db, settings, "b@acme.example")
     duplicate = await _signup(client, second.token, signup_body("OWNER@acme.example", "REG-2"))
     assert duplicate.status_code == 409
-    assert await db.read(_count, "merchants") == 1
+    assert await db.autocommit(_count, "merchants") == 1
     retry = await _signup(client, second.token, signup_body("someone-else@acme.example", "REG-2"))
     assert retry.status_code == 201
 
@@ -127,7 +127,7 @@ async def test_duplicate_company_registration_number_is_409(
     second = await issue_invite(db, settings, "b@acme.example")
     duplicate = await _signup(client, second.token, signup_body("two@acme.example", "reg-1"))
     assert duplicate.status_code == 409
-    assert await db.read(_count, "users") == 1
+    assert await db.autocommit(_count, "users") == 1
 
 
 async def test_password_shorter_than_16_is_400(client: Client, db: Database, settings: Settings) -> None:
@@ -194,7 +194,7 @@ async def test_password_of_one_repeated_character_or_only_white_space_is_400(
     response = await _signup(client, invite.token, signup_body("a@acme.example", "REG-1", password=password))
     assert response.status_code == 400
     assert await _fields(response) == ["admin.password"]
-    assert await db.read(_count, "users") == 0
+    assert await db.autocommit(_count, "users") == 0
 
 
 # --- Registration numbers and e-mails: compared as a reader sees them ----------------------------
@@ -219,7 +219,7 @@ async def test_registration_number_differing_by_invisible_or_full_width_characte
     second = await issue_invite(db, settings, "b@acme.example")
     duplicate = await _signup(client, second.token, signup_body("two@acme.example", spelling))
     assert duplicate.status_code == 409
-    assert await db.read(_count, "merchants") == 1
+    assert await db.autocommit(_count, "merchants") == 1
 
 
 @pytest.mark.parametrize(
@@ -234,7 +234,7 @@ async def test_admin_email_differing_by_invisible_or_full_width_characters_is_40
     second = await issue_invite(db, settings, "b@acme.example")
     duplicate = await _signup(client, second.token, signup_body(spelling, "REG-2"))
     assert duplicate.status_code == 409
-    assert await db.read(_count, "users") == 1
+    assert await db.autocommit(_count, "users") == 1
 
 
 async def test_registration_number_and_email_are_stored_and_echoed_in_canonical_form(
@@ -247,7 +247,7 @@ async def test_registration_number_and_email_are_stored_and_echoed_in_canonical_
     answer = await response.get_json()
     assert answer["organization"]["companyRegistrationNumber"] == "REG-1"
     assert answer["admin"]["email"] == "owner@acme.example"
-    assert await db.read(_stored) == ("REG-1", "owner@acme.example")
+    assert await db.autocommit(_stored) == ("REG-1", "owner@acme.example")
 
 
 async def test_registration_number_of_only_invisible_characters_is_400(

@@ -79,7 +79,7 @@ async def test_signing_secret_is_stored_encrypted(
     async def stored(conn: Connection) -> bytes:
         return bytes(await conn.fetchval("SELECT secret FROM webhook_configs"))
 
-    sealed = await db.read(stored)
+    sealed = await db.autocommit(stored)
     assert body["signingSecret"].encode() not in sealed
     assert SecretBox(settings.security.encryption_key).open(sealed) == body["signingSecret"]
 
@@ -118,7 +118,7 @@ async def test_invalid_configuration_is_400(
     async def count(conn: Connection) -> int:
         return int(await conn.fetchval("SELECT count(*) FROM webhook_configs"))
 
-    assert await db.read(count) == 0
+    assert await db.autocommit(count) == 0
 
 
 async def test_private_address_is_refused_unless_allowed(

@@ -16,7 +16,9 @@ from tests.helpers import Client, Shop, create_session, eventually, post_json, s
 
 async def health_account(db: Database, shop: Shop, provider: str) -> ProviderAccount:
     """The account routing health keeps for `shop`'s link to `provider`."""
-    config = await db.read(provider_configs.get_provider_config, uuid.UUID(shop.application_id), provider)
+    config = await db.autocommit(
+        provider_configs.get_provider_config, uuid.UUID(shop.application_id), provider
+    )
     assert config is not None
     return account_of(config)
 
@@ -41,14 +43,14 @@ async def refund(client: Client, shop: Shop, session_id: str, key: str, **body: 
 
 
 async def events(db: Database, session_id: str) -> list[dict[str, Any]]:
-    return await db.read(outbox.events_of_session, uuid.UUID(session_id))
+    return await db.autocommit(outbox.events_of_session, uuid.UUID(session_id))
 
 
 async def events_seen(db: Database) -> int:
     async def count(conn: Connection) -> int:
         return int(await conn.fetchval("SELECT count(*) FROM provider_events_seen"))
 
-    return await db.read(count)
+    return await db.autocommit(count)
 
 
 async def settled(client: Client, shop: Shop, session_id: str) -> dict[str, Any]:

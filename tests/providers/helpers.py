@@ -55,7 +55,7 @@ async def new_checkout(
 
 async def events_of(db: Database, checkout_id: str) -> list[store.SandboxEvent]:
     """Every event the sandbox queued about the checkout, oldest first."""
-    return await db.read(store.events_of_checkout, checkout_id)
+    return await db.autocommit(store.events_of_checkout, checkout_id)
 
 
 def data_of(event: store.SandboxEvent) -> dict[str, Any]:

@@ -121,7 +121,7 @@ async def test_register_webhook_returns_an_endpoint_and_keeps_its_secret_sealed(
         row = await conn.fetchrow("SELECT id, account, secret FROM sandbox_webhook_endpoints")
         return row["id"], row["account"], bytes(row["secret"])
 
-    endpoint_id, account, sealed = await db.read(stored)
+    endpoint_id, account, sealed = await db.autocommit(stored)
     assert registration.reference == endpoint_id
     assert endpoint_id.startswith("we_sbx_")
     assert account == hashlib.sha256(SANDBOX_KEY.encode()).hexdigest()
@@ -136,7 +136,7 @@ async def test_registering_the_same_url_again_keeps_the_endpoint_with_a_new_secr
     second = await sandbox.register_webhook(credentials, "http://payorch.test/events")
     assert second.reference == first.reference
     assert second.secret != first.secret
-    assert await db.read(_count, "sandbox_webhook_endpoints") == 1
+    assert await db.autocommit(_count, "sandbox_webhook_endpoints") == 1
 
 
 async def test_each_url_of_an_account_gets_its_own_endpoint(
@@ -145,7 +145,7 @@ async def test_each_url_of_an_account_gets_its_own_endpoint(
     first = await sandbox.register_webhook(credentials, "http://payorch.test/a")
     second = await sandbox.register_webhook(credentials, "http://payorch.test/b")
     assert first.reference != second.reference
-    assert await db.read(_count, "sandbox_webhook_endpoints") == 2
+    assert await db.autocommit(_count, "sandbox_webhook_endpoints") == 2
 
 
 # Checkouts
@@ -183,7 +183,7 @@ async def test_create_checkout_with_the_same_key_returns_the_same_checkout(
     first = await sandbox.create_checkout(credentials, request, idempotency_key="session-1")
     again = await sandbox.create_checkout(credentials, request, idempotency_key="session-1")
     assert again == first
-    assert await db.read(_count, "sandbox_checkouts") == 1
+    assert await db.autocommit(_count, "sandbox_checkouts") == 1
 
 
 async def test_concurrent_creates_with_the_same_key_make_one_checkout(
@@ -200,7 +200,7 @@ async def test_concurrent_creates_with_the_same_key_make_one_checkout(
         for _ in range(6):
             nursery.start_soon(create)
     assert len(references) == 6 and len(set(references)) == 1
-    assert await db.read(_count, "sandbox_checkouts") == 1
+    assert await db.autocommit(_count, "sandbox_checkouts") == 1
 
 
 async def test_the_same_key_in_another_account_makes_another_checkout(
@@ -211,7 +211,7 @@ async def test_the_same_key_in_another_account_makes_another_checkout(
     other = Credentials(api_key="sk_sandbox_another_account")
     second = await sandbox.create_checkout(other, request, idempotency_key="session-1")
     assert second.reference != first.reference
-    assert await db.read(_count, "sandbox_checkouts") == 2
+    assert await db.autocommit(_count, "sandbox_checkouts") == 2
 
 
 async def test_reusing_a_key_for_another_session_is_a_provider_error(

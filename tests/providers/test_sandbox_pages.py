@@ -272,6 +272,6 @@ async def test_an_event_is_queued_for_every_endpoint_of_the_account(
     path = await _checkout_path(provider, credentials)
     await client.post(path, form={"card_number": "4242424242424242"})
     (event,) = await events_of(db, _checkout_id(path))
-    deliveries = await db.read(store.deliveries_of_event, event.id)
+    deliveries = await db.autocommit(store.deliveries_of_event, event.id)
     assert {delivery.endpoint_id for delivery in deliveries} == {first.reference, second.reference}
     assert all(delivery.delivered_at is None and delivery.attempts == 0 for delivery in deliveries)

@@ -83,7 +83,7 @@ async def test_refund_with_the_same_key_refunds_once(
     first = await sandbox.submit_refund(credentials, request, idempotency_key="r1")
     again = await sandbox.submit_refund(credentials, request, idempotency_key="r1")
     assert again == first
-    assert await db.read(_refund_rows) == 1
+    assert await db.autocommit(_refund_rows) == 1
     assert len(await events_of(db, checkout_id)) == 2  # paid, one refund
 
 
@@ -112,7 +112,7 @@ async def test_refund_of_an_unpaid_checkout_is_refused_as_a_provider_error(
     _, checkout_id = await new_checkout(sandbox, credentials)
     with pytest.raises(ProviderError, match="not paid"):
         await sandbox.submit_refund(credentials, _refund(checkout_id), idempotency_key="r1")
-    assert await db.read(_refund_rows) == 0
+    assert await db.autocommit(_refund_rows) == 0
 
 
 async def test_refund_of_another_account_s_checkout_is_refused(

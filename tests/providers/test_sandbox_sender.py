@@ -80,7 +80,7 @@ async def wait_for_deliveries(
     """Poll the event's deliveries until each is `done`; fail after `timeout_s`."""
     with trio.fail_after(timeout_s):
         while True:
-            deliveries = await db.read(store.deliveries_of_event, event_id)
+            deliveries = await db.autocommit(store.deliveries_of_event, event_id)
             if deliveries and all(done(delivery) for delivery in deliveries):
                 return deliveries
             await trio.sleep(0.02)
@@ -250,7 +250,7 @@ async def test_events_are_not_sent_before_they_are_due(
     paid, dispute = await events_of(db, checkout_id)
     async with running_sender(db, secrets, receiver_client, clock):
         await wait_for_delivery(db, paid.id)
-        (pending,) = await db.read(store.deliveries_of_event, dispute.id)
+        (pending,) = await db.autocommit(store.deliveries_of_event, dispute.id)
         assert (pending.attempts, pending.delivered_at) == (0, None)
         clock.advance(3600)
         delivered = await wait_for_delivery(db, dispute.id)

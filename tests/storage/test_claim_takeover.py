@@ -170,16 +170,16 @@ async def test_deliveries_claimed_by_a_gone_node_are_due_again_and_a_live_nodes_
         async with another_node(database_dsn) as doomed:
             assert await claim(doomed, limit=1) == 1
             assert await claim(live, limit=1) == 1
-            assert await db.read(claim_takeover.gone_claim_owners) == []
-        gone = await db.read(claim_takeover.gone_claim_owners)
+            assert await db.autocommit(claim_takeover.gone_claim_owners) == []
+        gone = await db.autocommit(claim_takeover.gone_claim_owners)
         assert gone == [doomed]
         released = await db.transaction(claim_takeover.release_claims_of, gone, now=SYSTEM_CLOCK.now())
         assert released == claim_takeover.Released(
             webhook_deliveries=1, sandbox_deliveries=0, refund_submissions=0
         )
-        assert await db.read(_owners) == [live]
+        assert await db.autocommit(_owners) == [live]
         assert await claim(live, limit=10) == 1  # the released delivery, due again now
-        assert await db.read(claim_takeover.gone_claim_owners) == []
+        assert await db.autocommit(claim_takeover.gone_claim_owners) == []
 
 
 async def test_a_running_service_takes_over_a_gone_nodes_deliveries_by_itself_and_counts_them(
@@ -207,4 +207,4 @@ async def test_a_running_service_takes_over_a_gone_nodes_deliveries_by_itself_an
             return b'payorch_claims_taken_over_total{kind="webhook_delivery"} 1.0' in exposition
 
         await eventually(taken_over, timeout_s=10)
-    assert doomed not in await db.read(_owners)
+    assert doomed not in await db.autocommit(_owners)

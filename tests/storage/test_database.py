@@ -39,9 +39,9 @@ async def test_a_snapshot_sees_every_statement_as_of_its_first(db: Database, set
     assert await _two_reads_around_a_commit(db, settings.database.url, "snapshot") == (0, 0)
 
 
-async def test_a_plain_read_sees_each_commit_as_it_happens(db: Database, settings: Settings) -> None:
+async def test_an_autocommit_read_sees_each_commit_as_it_happens(db: Database, settings: Settings) -> None:
     await _table(db)
-    assert await _two_reads_around_a_commit(db, settings.database.url, "read") == (0, 1)
+    assert await _two_reads_around_a_commit(db, settings.database.url, "autocommit") == (0, 1)
 
 
 async def test_a_snapshot_may_not_write(db: Database) -> None:

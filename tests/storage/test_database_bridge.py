@@ -37,7 +37,7 @@ def _loop_threads() -> list[threading.Thread]:
 async def test_a_unit_that_returns_commits(db: Database) -> None:
     await db.transaction(_create_table)
     await db.transaction(_insert, 1)
-    assert await db.read(_count) == 1
+    assert await db.autocommit(_count) == 1
 
 
 async def test_a_unit_that_raises_rolls_back_and_its_exception_reaches_the_caller_unchanged(
@@ -53,7 +53,7 @@ async def test_a_unit_that_raises_rolls_back_and_its_exception_reaches_the_calle
     with pytest.raises(UnitFailed) as raised:
         await db.transaction(insert_then_fail)
     assert raised.value is failure
-    assert await db.read(_count) == 0
+    assert await db.autocommit(_count) == 0
 
 
 async def test_a_database_error_keeps_its_asyncpg_type(db: Database) -> None:
@@ -84,7 +84,7 @@ async def test_a_cancelled_caller_rolls_back_and_gives_the_connection_back(setti
             nursery.cancel_scope.cancel()
 
         # The pool's only connection is back, and the insert was rolled back.
-        assert await db.read(_count) == 0
+        assert await db.autocommit(_count) == 0
 
 
 async def test_the_thread_ends_with_the_block(settings: Settings) -> None:
@@ -105,4 +105,4 @@ async def test_a_database_used_after_its_block_says_it_is_closed(settings: Setti
     async with open_database(settings.database.url, min_size=1, max_size=1) as db:
         pass
     with pytest.raises(asyncpg.InterfaceError):
-        await db.read(_count)
+        await db.autocommit(_count)

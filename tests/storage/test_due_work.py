@@ -51,18 +51,20 @@ async def test_a_round_takes_a_share_per_merchant_whatever_its_applications_and_
 
     big, big_apps, small, small_app = await db.transaction(setup)
 
-    picked = await db.read(sessions.sessions_due_for_expiry, 10, per_merchant=2, now=NOW)
+    picked = await db.autocommit(sessions.sessions_due_for_expiry, 10, per_merchant=2, now=NOW)
     # Two of the big merchant's 150 (its share), the small one's one; every merchant's first item
     # before any merchant's second, the oldest first.
     assert [item.merchant_id for item in picked] == [big, small, big]
 
     # What a merchant has in flight counts against its share; what is left alone is skipped.
     in_flight = due_work.Skips(in_flight={big: 1}, items=[picked[0].id], applications=[small_app])
-    again = await db.read(sessions.sessions_due_for_expiry, 10, per_merchant=2, skips=in_flight, now=NOW)
+    again = await db.autocommit(
+        sessions.sessions_due_for_expiry, 10, per_merchant=2, skips=in_flight, now=NOW
+    )
     assert len(again) == 1
     assert again[0].merchant_id == big and again[0].id != picked[0].id
     assert again[0].application_id in big_apps
 
     # The free slots bound the round.
-    assert len(await db.read(sessions.sessions_due_for_expiry, 1, per_merchant=2, now=NOW)) == 1
-    assert await db.read(sessions.sessions_due_for_expiry, 0, per_merchant=2, now=NOW) == []
+    assert len(await db.autocommit(sessions.sessions_due_for_expiry, 1, per_merchant=2, now=NOW)) == 1
+    assert await db.autocommit(sessions.sessions_due_for_expiry, 0, per_merchant=2, now=NOW) == []

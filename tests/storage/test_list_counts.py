@@ -100,9 +100,9 @@ async def test_the_session_counter_follows_every_insert_and_delete(db: Database,
             await conn.fetchval("SELECT count(*) FROM checkout_sessions WHERE application_id = $1", of)
         )
 
-    assert await db.read(counted, application_id) == (5, 5)
-    assert await db.read(counted, other_id) == (3, 3)
-    assert await db.read(counted, uuid.uuid4()) == (0, 0)
+    assert await db.autocommit(counted, application_id) == (5, 5)
+    assert await db.autocommit(counted, other_id) == (3, 3)
+    assert await db.autocommit(counted, uuid.uuid4()) == (0, 0)
 
 
 async def test_a_filtered_page_past_the_end_reads_no_more_than_its_count(

@@ -123,7 +123,7 @@ async def test_no_merchant_gets_more_than_its_share_however_many_endpoints_it_re
     db: Database, other_application: uuid.UUID, endpoints: dict[str, uuid.UUID]
 ) -> None:
     # The merchant of `slow` and `quick` registers a third endpoint; another merchant has one.
-    first_application = await db.read(_application_of, endpoints["slow"])
+    first_application = await db.autocommit(_application_of, endpoints["slow"])
     endpoints["third"] = await _endpoint(db, first_application, "third")
     endpoints["other"] = await _endpoint(db, other_application, "other")
     await _events(db, first_application, 5)
@@ -212,7 +212,7 @@ async def test_a_claim_handed_back_is_due_again_unattempted(
             )
         )
 
-    assert {(row["attempts"], row["claimed_until"], row["due"]) for row in await db.read(state)} == {
+    assert {(row["attempts"], row["claimed_until"], row["due"]) for row in await db.autocommit(state)} == {
         (0, None, True)
     }
     assert len(await claim(db)) == len(claimed)

@@ -125,7 +125,7 @@ async def _status(db: Database, table: str, row_id: str) -> dict[str, Any]:
         assert row is not None
         return dict(row.items())
 
-    return await db.read(read)
+    return await db.autocommit(read)
 
 
 async def _expired(db: Database, session_id: str) -> bool:

@@ -62,7 +62,7 @@ async def admin_access_token(data: LoginRequest) -> str:
     account = data.email.lower()  # logins compare e-mails without regard to case
     services().limits.check_account_login(account)
     settings = services().settings
-    found = await services().db.read(accounts_store.find_login, data.email)
+    found = await services().db.autocommit(accounts_store.find_login, data.email)
     if not await verify_password(data.password, found.password_hash if found else None) or found is None:
         services().limits.count_failed_login(account)
         raise InvalidLogin("e-mail or password is incorrect")

@@ -83,10 +83,10 @@ async def applications_of(
     how many there are in all."""
     db = services().db
     async with services().limits.list_read(principal.merchant_id):
-        found, total = await db.read(applications_store.list_applications, principal.merchant_id, page)
+        found, total = await db.autocommit(applications_store.list_applications, principal.merchant_id, page)
         if not with_api_keys or not found:
             return [(item, None) for item in found], total
-        keys = await db.read(applications_store.api_keys_of_applications, [item.id for item in found])
+        keys = await db.autocommit(applications_store.api_keys_of_applications, [item.id for item in found])
     return [(item, keys[item.id]) for item in found], total
 
 
@@ -127,7 +127,7 @@ async def api_keys_of(
     """A page of the application's API keys, revoked ones included, and how many there are."""
     application = await application_for(principal, application_id)
     async with services().limits.list_read(principal.merchant_id):
-        return await services().db.read(applications_store.list_api_keys, application.id, page)
+        return await services().db.autocommit(applications_store.list_api_keys, application.id, page)
 
 
 async def revoke_api_key_of(principal: Principal, application_id: str, key_id: str) -> None:

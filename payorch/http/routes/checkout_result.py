@@ -30,7 +30,7 @@ REFRESH_S = 3
 async def show_result(session_id: str) -> Response:
     """The session's outcome, in words for the customer."""
     try:
-        found = await services().db.read(sessions.get_session, uuid.UUID(session_id))
+        found = await services().db.autocommit(sessions.get_session, uuid.UUID(session_id))
     except ValueError:
         found = None
     if found is None:

@@ -65,7 +65,7 @@ async def _snapshot(found: Services) -> RuntimeSnapshot:
 async def _outbox_backlog(db: Database, clock: Clock) -> OutboxBacklog | None:
     with trio.move_on_after(BACKLOG_QUERY_TIMEOUT_S):
         try:
-            return await db.read(outbox_backlog, now=clock.now())
+            return await db.autocommit(outbox_backlog, now=clock.now())
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
             log.warning("metrics: could not read the outbox backlog", extra={"error": repr(error)})
             return None

@@ -43,7 +43,7 @@ async def payment_methods(query_args: PaymentMethodsQuery, principal: Principal)
         application_id = str(query_args.applicationId)
     application = await application_for(principal, application_id)
     amount = money_of(Decimal(query_args.amount), query_args.currency, "amount")
-    configs = await services().db.read(provider_configs.active_provider_configs, application.id)
+    configs = await services().db.autocommit(provider_configs.active_provider_configs, application.id)
     methods: list[str] = []
     warnings: set[bodies.PaymentMethodWarning] = set()
     connected = False  # a link to a provider this deployment no longer offers connects nothing

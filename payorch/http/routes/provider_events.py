@@ -33,7 +33,7 @@ async def receive_provider_event(provider_name: str, application_id: str) -> bod
     if provider is None:
         raise NotFound(f"provider {provider_name!r} is not in the catalogue")
     app_id = parse_id(application_id, "application")
-    config = await services().db.read(provider_configs.get_provider_config, app_id, provider.name)
+    config = await services().db.autocommit(provider_configs.get_provider_config, app_id, provider.name)
     if config is None or config.webhook_secret is None:
         raise NotFound("no such provider configuration")
     note_application(app_id)

@@ -113,7 +113,7 @@ def catalogue_entry(provider: Provider) -> bodies.ProviderCatalogueEntry:
 
 async def _linked(application_id: uuid.UUID, name: str) -> tuple[Provider, ProviderConfig]:
     provider = _provider(name)
-    config = await services().db.read(
+    config = await services().db.autocommit(
         provider_configs_store.get_provider_config, application_id, provider.name
     )
     if config is None or config.webhook_secret is None:
@@ -181,7 +181,9 @@ async def provider_configs_of(
     """A page of the providers linked to the application, newest first, and how many there are."""
     application = await application_for(principal, application_id)
     async with services().limits.list_read(principal.merchant_id):
-        return await services().db.read(provider_configs_store.list_provider_configs, application.id, page)
+        return await services().db.autocommit(
+            provider_configs_store.list_provider_configs, application.id, page
+        )
 
 
 async def replace_api_key_of(

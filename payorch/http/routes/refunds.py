@@ -50,7 +50,7 @@ async def create_refund_of(
     request's fingerprint is taken of (the API's JSON body, or what the same request would send).
     Another merchant's session is `NotFound`; the refund rules' and the key's errors as the engine
     raises them. The answer replays the first one when `key` was used before with the same body."""
-    session = await services().db.read(sessions_store.get_session, parse_id(session_id, "session"))
+    session = await services().db.autocommit(sessions_store.get_session, parse_id(session_id, "session"))
     if session is None or not await may_read(principal, session.application_id):
         raise NotFound("session not found")
     note_application(session.application_id)

@@ -144,7 +144,7 @@ async def get_session(session_id: str, principal: Principal) -> SessionRecord:
 async def session_of(principal: Principal, session_id: str) -> tuple[CheckoutSession, SessionRecord]:
     """The session and its read record, if `principal` may read it: `NotFound` for another
     merchant's session (or another application's, for an API key), as for one that does not exist."""
-    found = await services().db.read(session_with_record, parse_id(session_id, "session"))
+    found = await services().db.autocommit(session_with_record, parse_id(session_id, "session"))
     if found is None or not await may_read(principal, found[0].application_id):
         raise NotFound("session not found")
     note_application(found[0].application_id)

@@ -118,7 +118,7 @@ async def _safe_url(url: str) -> str:
 
 
 async def _config(application_id: uuid.UUID, webhook_id: str) -> WebhookConfig:
-    found = await services().db.read(
+    found = await services().db.autocommit(
         webhooks_store.get_webhook, application_id, parse_id(webhook_id, "webhook")
     )
     if found is None:
@@ -167,7 +167,7 @@ async def webhooks_of(
     """A page of the application's configurations, newest first, and how many there are."""
     application = await application_for(principal, application_id)
     async with services().limits.list_read(principal.merchant_id):
-        return await services().db.read(webhooks_store.list_webhooks, application.id, page)
+        return await services().db.autocommit(webhooks_store.list_webhooks, application.id, page)
 
 
 async def webhook_of(principal: Principal, application_id: str, webhook_id: str) -> WebhookConfig:

@@ -176,7 +176,7 @@ class SandboxProvider:
             expires_at=request.expires_at,
         )
         with _unavailable_as_provider_error():
-            checkout, _ = await self._db.read(
+            checkout, _ = await self._db.autocommit(
                 store.insert_checkout, new, now=self.clock.now()
             )  # one statement
         if (checkout.client_reference, checkout.amount_minor, checkout.currency) != (
@@ -263,7 +263,7 @@ class SandboxProvider:
 
     async def checkout(self, checkout_id: str) -> store.SandboxCheckout | None:
         """The checkout as the page shows it; None when there is no such checkout."""
-        return await self._db.read(store.get_checkout, checkout_id)
+        return await self._db.autocommit(store.get_checkout, checkout_id)
 
     async def pay(self, checkout_id: str, entry: str) -> simulator.PaymentResult:
         """Pay the checkout with a card number or BLIK code, as its page's form does."""
