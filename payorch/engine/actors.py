@@ -1,5 +1,16 @@
-"""Application actors: one task per application applies every state change of its sessions and
-refunds, in the order its mailbox received them.
+"""Application actors: one task per application in a process, through which that application's
+commands pass.
+
+Who serializes what. PostgreSQL does, and so what holds across processes and nodes holds because of
+it: a session's or a refund's row lock (`storage.sessions.lock_session`, `storage.refunds.lock_refund`)
+orders the changes of one session or refund wherever they are made; an Idempotency-Key is a row with
+an owner and a lease, so one request of a key runs at a time on any node; refund submissions and
+webhook deliveries are claimed rows (FOR UPDATE SKIP LOCKED, with a lease and an owning node); a
+refund's balance is checked under its session's lock. The actor adds, within one process: batching
+(creates waiting together claim their keys and store their sessions in one round trip each), the
+application's hot state (its provider configurations, refreshed on change), one order of what this
+process applies for the application, and backpressure (a bounded mailbox: full is 503). It is not
+what keeps two processes from applying one change twice: the database is.
 
 `ActorRegistry.ask(application_id, command)` puts the command in the application's bounded mailbox
 (starting the actor on first use) and waits for the answer. A full mailbox is `ServiceBusy` (503).
