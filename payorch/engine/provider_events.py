@@ -15,7 +15,7 @@ from payorch.engine.session_events import apply_session_event
 from payorch.engine.session_states import SessionEvent
 from payorch.metrics import Metrics
 from payorch.providers.base import EventKind, ProviderEvent
-from payorch.storage import outbox, refunds, sessions
+from payorch.storage import provider_events_seen, refunds, sessions
 from payorch.storage.database import Connection
 
 log = logging.getLogger("payorch.provider_events")
@@ -46,7 +46,7 @@ class ApplyProviderEvent:
     async def _apply(
         self, conn: Connection, application_id: uuid.UUID, metrics: Metrics, now: datetime
     ) -> bool:
-        if not await outbox.first_sighting(conn, self.provider, application_id, self.event.id):
+        if not await provider_events_seen.first_sighting(conn, self.provider, application_id, self.event.id):
             return False
         event = self.event
         if (

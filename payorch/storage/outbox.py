@@ -97,15 +97,3 @@ async def events_of_session(conn: Connection, session_id: uuid.UUID) -> list[dic
         "SELECT payload FROM outbox_events WHERE session_id = $1 ORDER BY seq", session_id
     )
     return [row["payload"] for row in rows]
-
-
-async def first_sighting(conn: Connection, provider: str, application_id: uuid.UUID, event_id: str) -> bool:
-    """Record a provider's event for an application; False when it was seen before (a redelivery)."""
-    inserted = await conn.fetchval(
-        """INSERT INTO provider_events_seen (provider, application_id, event_id) VALUES ($1, $2, $3)
-           ON CONFLICT DO NOTHING RETURNING 1""",
-        provider,
-        application_id,
-        event_id,
-    )
-    return inserted is not None
