@@ -229,7 +229,7 @@ async def test_a_change_made_during_the_rotation_is_kept_and_the_next_run_resume
         def __init__(self) -> None:
             self.pending = True
 
-        async def read(self, unit: Any, *args: Any, **kwargs: Any) -> Any:
+        async def autocommit(self, unit: Any, *args: Any, **kwargs: Any) -> Any:
             return await db.autocommit(unit, *args, **kwargs)
 
         async def transaction(self, unit: Any, *args: Any, **kwargs: Any) -> Any:
@@ -269,7 +269,7 @@ async def test_an_interrupted_rotation_resumes_with_what_is_left(
         def __init__(self) -> None:
             self.writes = 0
 
-        async def read(self, unit: Any, *args: Any, **kwargs: Any) -> Any:
+        async def autocommit(self, unit: Any, *args: Any, **kwargs: Any) -> Any:
             return await db.autocommit(unit, *args, **kwargs)
 
         async def transaction(self, unit: Any, *args: Any, **kwargs: Any) -> Any:
