@@ -21,7 +21,7 @@ import trio
 from asyncpg import Connection
 
 from payorch.jsonexact import dumps_exact, loads_exact
-from payorch.storage.outbox import OutboxDoorbell, OutboxWrites
+from payorch.storage.wakeup import DeliveryWakeup, OutboxWrites
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -156,13 +156,13 @@ class Database:
         self._loop = loop
         self.dsn = dsn
         # Rung after each commit that wrote outbox events: the webhook supervisor waits on it.
-        self.outbox_doorbell = OutboxDoorbell()
+        self.delivery_wakeup = DeliveryWakeup()
 
     async def transaction(self, unit: Unit[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run `unit(conn, ...)` in one transaction: it commits when the unit returns, and rolls
         back when it raises (the exception propagates) or when the caller is cancelled."""
 
-        writes = OutboxWrites(self.outbox_doorbell)
+        writes = OutboxWrites(self.delivery_wakeup)
 
         async def in_transaction() -> T:
             writes.track()

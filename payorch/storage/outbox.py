@@ -1,66 +1,23 @@
 """The transactional outbox: events written in the transaction of the change that emits them, and
 the signals that tell the webhook delivery supervisor about them as soon as they commit.
 
-In this process the signal is the database's `OutboxDoorbell`: `Database.transaction` rings it once
-its transaction, whose unit wrote an event here (`add_event`), has committed. Other processes hear
-of it through PostgreSQL's `NOTIFY payorch_outbox`, sent at the same commit, whose payload is the
-doorbell's `origin`: a listener can skip its own database's notifications, the doorbell having
-already rung for them. PostgreSQL folds the identical notifications of one transaction into one, so
-a transaction that writes many events rings once and notifies once.
+In this process the signal is the database's `DeliveryWakeup` (`storage/wakeup.py`):
+`Database.transaction` rings it once its transaction, whose unit wrote an event here (`add_event`),
+has committed. Other processes hear of it through PostgreSQL's `NOTIFY payorch_outbox`, sent at the
+same commit, whose payload is the wake-up's `origin`: a listener can skip its own database's
+notifications, the wake-up having already rung for them. PostgreSQL folds the identical
+notifications of one transaction into one, so a transaction that writes many events rings once and
+notifies once.
 """
 
 from __future__ import annotations
 
-import secrets
 import uuid
 from collections.abc import Mapping
-from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import trio
-
-if TYPE_CHECKING:
-    from payorch.storage.database import Connection
-
-
-class OutboxDoorbell:
-    """Rung after the commit of each transaction of one database that wrote outbox events; its
-    waiter (the delivery supervisor) looks for new events then. Rings while no one waits are kept as
-    one: many commits during one look make one more look, not one each."""
-
-    def __init__(self) -> None:
-        self.origin = secrets.token_hex(8)  # the NOTIFY payload of this database's events
-        self._rung = trio.Event()
-
-    def ring(self) -> None:
-        self._rung.set()
-
-    async def wait(self) -> None:
-        """Return once rung since the last `wait` returned (at once if it already was)."""
-        await self._rung.wait()
-        self._rung = trio.Event()
-
-
-class OutboxWrites:
-    """Whether one transaction's unit wrote outbox events: a mutable mark the caller makes and keeps,
-    and the unit's side finds through a context variable (the unit runs as an asyncio task of its
-    own, so a value set there never reaches the caller; a change to this object does)."""
-
-    def __init__(self, doorbell: OutboxDoorbell) -> None:
-        self.doorbell = doorbell
-        self.written = False
-
-    def track(self) -> None:
-        """Make this the mark of the unit about to run in the current context."""
-        _writes.set(self)
-
-    def ring_if_written(self) -> None:
-        """After the commit: ring the doorbell when an event was written."""
-        if self.written:
-            self.doorbell.ring()
-
-
-_writes: ContextVar[OutboxWrites | None] = ContextVar("payorch_outbox_writes", default=None)
+from payorch.storage.database import Connection
+from payorch.storage.wakeup import mark_outbox_written
 
 
 async def add_event(
@@ -73,10 +30,8 @@ async def add_event(
     payload: Mapping[str, object],
 ) -> None:
     """Write an event in the caller's transaction; it is announced when the transaction commits
-    (the database's doorbell in this process, NOTIFY for the others)."""
-    writes = _writes.get()
-    if writes is not None:
-        writes.written = True
+    (the database's delivery wake-up in this process, NOTIFY for the others)."""
+    origin = mark_outbox_written()
     await conn.execute(
         """WITH event AS (
                INSERT INTO outbox_events (id, application_id, session_id, type, payload)
@@ -87,7 +42,7 @@ async def add_event(
         session_id,
         event_type,
         payload,
-        "" if writes is None else writes.doorbell.origin,
+        origin,
     )
 
 

@@ -39,7 +39,7 @@ async def take_over_claims_of_gone_nodes(services: Background) -> claim_takeover
     services.metrics.claims_taken_over("sandbox_delivery", released.sandbox_deliveries)
     services.metrics.claims_taken_over("refund_submission", released.refund_submissions)
     if released.webhook_deliveries:
-        services.db.outbox_doorbell.ring()  # the delivery loop claims them now, not at its next poll
+        services.db.delivery_wakeup.ring()  # the delivery loop claims them now, not at its next poll
     return released
 
 

@@ -1,7 +1,7 @@
 """Work slots: how a supervisor keeps a fixed pool of tasks busy with one merchant's work never able
 to hold more than its share, and one item's failure never able to fail another.
 
-`WorkSlots` is the pool: each item runs in a task of its own; a freed slot rings the loop's doorbell,
+`WorkSlots` is the pool: each item runs in a task of its own; a freed slot rings the loop's wake-up,
 and the loop's next round takes new work into the free slots (the webhook delivery loop, and
 `DueWork`'s loops). So a slow item holds its own slot, never a batch.
 
@@ -21,11 +21,11 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Protocol
 
 import trio
 
 from payorch.storage.due_work import DueItem, Skips
+from payorch.storage.wakeup import Wakeup
 from payorch.supervisors.context import Background
 from payorch.values.errors import ServiceBusy
 
@@ -36,34 +36,14 @@ FIRST_PAUSE_S = 0.5
 LONGEST_PAUSE_S = 30.0
 
 
-class Doorbell(Protocol):
-    def ring(self) -> None: ...
-
-    async def wait(self) -> None: ...
-
-
-class Bell:
-    """A doorbell in memory: rings while nobody waits are kept as one."""
-
-    def __init__(self) -> None:
-        self._rung = trio.Event()
-
-    def ring(self) -> None:
-        self._rung.set()
-
-    async def wait(self) -> None:
-        await self._rung.wait()
-        self._rung = trio.Event()
-
-
 class WorkSlots:
     """The items a loop has in flight (item id -> whose it is, a merchant's or an application's),
-    and the doorbell it waits on between rounds, which a freed slot rings."""
+    and the wake-up it waits on between rounds, which a freed slot rings."""
 
-    def __init__(self, size: int, doorbell: Doorbell) -> None:
+    def __init__(self, size: int, wakeup: Wakeup) -> None:
         self.size = size
         self.in_flight: dict[uuid.UUID, uuid.UUID] = {}
-        self._doorbell = doorbell
+        self._wakeup = wakeup
 
     @property
     def free(self) -> int:
@@ -87,11 +67,11 @@ class WorkSlots:
         self.wake()
 
     def wake(self) -> None:
-        self._doorbell.ring()
+        self._wakeup.ring()
 
     async def wait_for_wake(self, timeout_s: float) -> None:
         with trio.move_on_after(timeout_s):
-            await self._doorbell.wait()
+            await self._wakeup.wait()
 
 
 class Pauses:
@@ -139,7 +119,7 @@ class DueWork:
     ) -> None:
         self.name = name
         self.services = services
-        self.slots = WorkSlots(services.settings.limits.background_slots, Bell())
+        self.slots = WorkSlots(services.settings.limits.background_slots, Wakeup())
         self.busy = Pauses()  # applications whose actor's mailbox was full
         self.failing = Pauses()  # items that failed
         self.done = 0  # items that changed something

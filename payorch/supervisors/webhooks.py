@@ -6,7 +6,7 @@ It looks for work (one round: one transaction that fans new events out and claim
 deliveries as there are free slots) as soon as an event commits, and whenever a slot frees or a retry
 may have fallen due; each claimed delivery is attempted in a task of its own
 (`webhook_attempts.attempt_delivery`, which never raises). An event committed by this process rings
-the database's outbox doorbell right after its commit; one committed by another process arrives as
+the database's delivery wake-up right after its commit; one committed by another process arrives as
 a notification (LISTEN payorch_outbox). Wake-ups coalesce: however many come during a round, one
 more round follows, so a busy loop makes one round per batch of commits, not one per commit, and a
 wake-up that finds nothing costs one short transaction.
@@ -92,7 +92,7 @@ async def _round(
 
 async def _listen(dsn: str, own_origin: str, slots: WorkSlots) -> None:
     """Forward PostgreSQL notifications of new outbox events as wake-ups, but for those of this
-    process's own database, whose doorbell has rung for them already. One notification waiting is
+    process's own database, whose wake-up has rung for them already. One notification waiting is
     enough: the loop looks for every new event in each round, and triopg adds an overflow marker
     (a wake-up too) when more arrive."""
     async with triopg.connect(dsn) as conn, conn.listen("payorch_outbox", max_buffer_size=1) as notes:
@@ -119,15 +119,15 @@ def _current_client(services: Background, current: CurrentClient, nursery: trio.
 
 
 async def _delivery_loop(services: Background) -> None:
-    doorbell = services.db.outbox_doorbell
-    slots = WorkSlots(DELIVERY_SLOTS, doorbell)
+    wakeup = services.db.delivery_wakeup
+    slots = WorkSlots(DELIVERY_SLOTS, wakeup)
     try:
         # A client of its own: its connections serve deliveries only (one per slot, and room to spare).
         settings = services.settings
         current = CurrentClient(webhook_client(settings, 2 * DELIVERY_SLOTS), settings.webhooks)
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_listen, services.db.dsn, doorbell.origin, slots)
+                nursery.start_soon(_listen, services.db.dsn, wakeup.origin, slots)
                 while True:
                     client = _current_client(services, current, nursery)
                     fanned_out = await _round(services, client, slots, nursery)

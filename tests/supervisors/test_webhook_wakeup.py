@@ -1,6 +1,6 @@
 """The delivery supervisor picks a new event up as soon as it commits, not on its next poll: through
-the database's outbox doorbell for a commit of this process, through NOTIFY for a commit of another
-(here: another pool, with a doorbell of its own, as another process has). The poll is made an hour
+the database's delivery wake-up for a commit of this process, through NOTIFY for a commit of another
+(here: another pool, with a wake-up of its own, as another process has). The poll is made an hour
 long in these tests, so only a wake-up can deliver in time."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ async def subscribe(client: Client, shop: Shop, receiver: WebhookReceiver) -> No
     receiver.accept_secret((await response.get_json())["signingSecret"])
 
 
-async def test_an_event_committed_here_is_delivered_by_the_doorbell_alone(
+async def test_an_event_committed_here_is_delivered_by_the_wakeup_alone(
     db: Database, settings: Settings, webhook_receiver: WebhookReceiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def deaf(*_: Any) -> None:
@@ -86,7 +86,7 @@ async def test_an_event_committed_through_another_pool_is_delivered_on_its_notif
         client = runtime.app.test_client()
         shop = await new_shop(client, db, settings)
         await subscribe(client, shop, webhook_receiver)
-        # Another pool, as another process has: its doorbell is not the one this runtime waits on.
+        # Another pool, as another process has: its wake-up is not the one this runtime waits on.
         async with open_database(settings.database.url, min_size=1, max_size=1) as elsewhere:
             await elsewhere.transaction(add, uuid.UUID(shop.application_id))
 

@@ -1,4 +1,4 @@
-"""The outbox announces its events as they commit: the database's doorbell rings after the commit of
+"""The outbox announces its events as they commit: the database's delivery wake-up rings after the commit of
 a transaction that wrote any (once, however many), never for one that wrote none or rolled back;
 and one round of the delivery supervisor fans a committed event out and claims its delivery in one
 transaction."""
@@ -17,29 +17,29 @@ from payorch.config import Settings
 from payorch.runtime import open_runtime
 from payorch.storage import outbox, webhooks
 from payorch.storage.database import Connection, Database
-from payorch.storage.outbox import OutboxDoorbell
+from payorch.storage.wakeup import DeliveryWakeup
 from payorch.storage.webhook_deliveries import fan_out_and_claim
 from payorch.values.clock import SYSTEM_CLOCK
 from tests.helpers import new_application, new_merchant
 
 
 class Rings:
-    """Counts the rings of a doorbell, as its one waiter sees them."""
+    """Counts the rings of a wake-up, as its one waiter sees them."""
 
     def __init__(self) -> None:
         self.count = 0
 
-    async def listen(self, doorbell: OutboxDoorbell) -> None:
+    async def listen(self, wakeup: DeliveryWakeup) -> None:
         while True:
-            await doorbell.wait()
+            await wakeup.wait()
             self.count += 1
 
 
 async def rings_during(db: Database, *units: Callable[[Connection], Awaitable[None]]) -> int:
-    """How often `db`'s doorbell is seen ringing while `units` run, one transaction each."""
+    """How often `db`'s delivery wake-up is seen ringing while `units` run, one transaction each."""
     rings = Rings()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(rings.listen, db.outbox_doorbell)
+        nursery.start_soon(rings.listen, db.delivery_wakeup)
         await trio.testing.wait_all_tasks_blocked()
         for unit in units:
             await db.transaction(unit)
@@ -105,7 +105,7 @@ async def test_a_transaction_rolled_back_does_not_ring(db: Database, application
 
     rings = Rings()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(rings.listen, db.outbox_doorbell)
+        nursery.start_soon(rings.listen, db.delivery_wakeup)
         with pytest.raises(Refused):
             await db.transaction(event_then_error)
         await trio.testing.wait_all_tasks_blocked()
@@ -114,12 +114,12 @@ async def test_a_transaction_rolled_back_does_not_ring(db: Database, application
 
 
 async def test_rings_while_no_one_waits_are_kept_as_one(autojump_clock: trio.abc.Clock) -> None:
-    doorbell = OutboxDoorbell()
+    wakeup = DeliveryWakeup()
     for _ in range(5):
-        doorbell.ring()
-    await doorbell.wait()  # at once: it rang
+        wakeup.ring()
+    await wakeup.wait()  # at once: it rang
     with trio.move_on_after(60) as waited:
-        await doorbell.wait()
+        await wakeup.wait()
     assert waited.cancelled_caught
 
 
