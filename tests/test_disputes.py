@@ -4,15 +4,21 @@ and the session shows when (`disputeLostAt`)."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
 from payorch.config import Settings
-from payorch.storage.database import Database
+from payorch.engine.session_events import apply_session_event
+from payorch.engine.session_states import SessionEvent
+from payorch.http.context import PayorchApp
+from payorch.storage import outbox
+from payorch.storage.database import Connection, Database
 from tests import webhook_receiver as receiving
 from tests.helpers import Client, Shop, create_session, new_shop
+from tests.http.test_refunds import paid_session, record_of, record_when
 from tests.webhook_receiver import WebhookReceiver
 
 webhook_receiver = receiving.webhook_receiver
@@ -55,13 +61,13 @@ async def _subscribe(client: Client, shop: Shop, receiver: WebhookReceiver, path
 
 
 async def test_a_lost_dispute_reaches_every_configuration_whatever_it_subscribed_to(
-    client: Client, shop: Shop, webhook_receiver: WebhookReceiver
+    app: PayorchApp, client: Client, db: Database, shop: Shop, webhook_receiver: WebhookReceiver
 ) -> None:
     default = await _subscribe(client, shop, webhook_receiver, "/default")
     assert default["subscribedEvents"] == DEFAULT_EVENTS
     await _subscribe(client, shop, webhook_receiver, "/refunds", subscribedEvents=["refund.completed"])
-    created = await (await create_session(client, shop, "k")).get_json()
-    await client.post(urlsplit(created["checkoutUrl"]).path, form={"card_number": "4000000000000259"})
+    session_id = await paid_session(client, shop)
+    await _lose_dispute(app, db, shop, session_id)  # as a provider's event would, once applied
     base = urlsplit(webhook_receiver.url).path
     refunds_only = await webhook_receiver.wait_for(1, timeout_s=20, path=f"{base}/refunds")
     both = await webhook_receiver.wait_for(2, timeout_s=20, path=f"{base}/default")
@@ -69,12 +75,35 @@ async def test_a_lost_dispute_reaches_every_configuration_whatever_it_subscribed
     assert [r.json()["type"] for r in refunds_only] == ["session.dispute_lost"]
     assert all(r.verified for r in [*both, *refunds_only])
     data = refunds_only[0].json()["data"]
-    assert (data["id"], data["status"]) == (created["sessionId"], "REVERSED")
-    stored = await (
-        await client.get(f"/api/v1/sessions/{created['sessionId']}", headers=shop.headers)
-    ).get_json()
+    assert (data["id"], data["status"]) == (session_id, "REVERSED")
+    stored = await record_of(client, shop, session_id)
     assert stored["status"] == "REVERSED"
     assert stored["disputeLostAt"] == data["disputeLostAt"] is not None
+
+
+async def test_the_sandboxs_disputed_card_reverses_the_session_and_tells_the_merchant(
+    client: Client, db: Database, shop: Shop
+) -> None:
+    created = await (await create_session(client, shop, "k")).get_json()
+    await client.post(urlsplit(created["checkoutUrl"]).path, form={"card_number": "4000000000000259"})
+    record = await record_when(client, shop, created["sessionId"], lambda r: r["disputeLostAt"] is not None)
+    assert record["status"] == "REVERSED"
+    sent = await db.autocommit(outbox.events_of_session, uuid.UUID(created["sessionId"]))
+    assert "session.dispute_lost" in [event["type"] for event in sent]
+
+
+async def _lose_dispute(app: PayorchApp, db: Database, shop: Shop, session_id: str) -> None:
+    async def lose(conn: Connection) -> bool:
+        return await apply_session_event(
+            conn,
+            application_id=uuid.UUID(shop.application_id),
+            session_id=uuid.UUID(session_id),
+            event=SessionEvent.DISPUTE_LOST,
+            metrics=app.services.metrics,
+            now=app.services.clock.now(),
+        )
+
+    assert await db.transaction(lose)
 
 
 async def test_session_dispute_lost_may_be_named_in_subscribed_events(
