@@ -13,6 +13,9 @@ from quart.typing import TestClientProtocol as Client
 
 from payorch.config import Settings
 from payorch.engine.invites import issue_invite
+from payorch.engine.session_events import apply_session_event
+from payorch.engine.session_states import SessionEvent
+from payorch.http.context import PayorchApp
 from payorch.jsonexact import dumps_exact
 from payorch.storage.database import Connection, Database
 
@@ -174,3 +177,19 @@ async def expire_now(db: Database, session_id: str) -> None:
         )
 
     await db.transaction(backdate)
+
+
+async def lose_dispute(app: PayorchApp, db: Database, shop: Shop, session_id: str) -> None:
+    """Apply a lost dispute to the shop's session, as a provider's event would once verified."""
+
+    async def lose(conn: Connection) -> bool:
+        return await apply_session_event(
+            conn,
+            application_id=uuid.UUID(shop.application_id),
+            session_id=uuid.UUID(session_id),
+            event=SessionEvent.DISPUTE_LOST,
+            metrics=app.services.metrics,
+            now=app.services.clock.now(),
+        )
+
+    assert await db.transaction(lose)

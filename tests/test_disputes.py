@@ -11,13 +11,11 @@ from urllib.parse import urlsplit
 import pytest
 
 from payorch.config import Settings
-from payorch.engine.session_events import apply_session_event
-from payorch.engine.session_states import SessionEvent
 from payorch.http.context import PayorchApp
 from payorch.storage import outbox
-from payorch.storage.database import Connection, Database
+from payorch.storage.database import Database
 from tests import webhook_receiver as receiving
-from tests.helpers import Client, Shop, create_session, new_shop
+from tests.helpers import Client, Shop, create_session, lose_dispute, new_shop
 from tests.http.test_refunds import paid_session, record_of, record_when
 from tests.webhook_receiver import WebhookReceiver
 
@@ -67,7 +65,7 @@ async def test_a_lost_dispute_reaches_every_configuration_whatever_it_subscribed
     assert default["subscribedEvents"] == DEFAULT_EVENTS
     await _subscribe(client, shop, webhook_receiver, "/refunds", subscribedEvents=["refund.completed"])
     session_id = await paid_session(client, shop)
-    await _lose_dispute(app, db, shop, session_id)  # as a provider's event would, once applied
+    await lose_dispute(app, db, shop, session_id)  # as a provider's event would, once applied
     base = urlsplit(webhook_receiver.url).path
     refunds_only = await webhook_receiver.wait_for(1, timeout_s=20, path=f"{base}/refunds")
     both = await webhook_receiver.wait_for(2, timeout_s=20, path=f"{base}/default")
@@ -90,20 +88,6 @@ async def test_the_sandboxs_disputed_card_reverses_the_session_and_tells_the_mer
     assert record["status"] == "REVERSED"
     sent = await db.autocommit(outbox.events_of_session, uuid.UUID(created["sessionId"]))
     assert "session.dispute_lost" in [event["type"] for event in sent]
-
-
-async def _lose_dispute(app: PayorchApp, db: Database, shop: Shop, session_id: str) -> None:
-    async def lose(conn: Connection) -> bool:
-        return await apply_session_event(
-            conn,
-            application_id=uuid.UUID(shop.application_id),
-            session_id=uuid.UUID(session_id),
-            event=SessionEvent.DISPUTE_LOST,
-            metrics=app.services.metrics,
-            now=app.services.clock.now(),
-        )
-
-    assert await db.transaction(lose)
 
 
 async def test_session_dispute_lost_may_be_named_in_subscribed_events(

@@ -13,13 +13,11 @@ import pytest
 import trio
 
 from payorch.config import Settings
-from payorch.engine.session_events import apply_session_event
-from payorch.engine.session_states import SessionEvent
 from payorch.http.context import PayorchApp
 from payorch.storage import outbox
 from payorch.storage.database import Connection, Database
 from tests.console.helpers import csrf_of, page, signed_in_browser
-from tests.helpers import Client, Shop, create_session, new_shop, post_json, session_body
+from tests.helpers import Client, Shop, create_session, lose_dispute, new_shop, post_json, session_body
 from tests.http.test_refunds import paid_session, record_of, record_when
 
 _KEY = re.compile(r'name="idempotency_key" value="([^"]+)"')
@@ -359,17 +357,7 @@ async def test_a_session_whose_dispute_was_lost_shows_when_on_its_page(
     _, html = await page(console, f"/console/sessions/{session_id}")
     assert "Dispute lost" not in html
 
-    async def lose_dispute(conn: Connection) -> bool:
-        return await apply_session_event(
-            conn,
-            application_id=uuid.UUID(shop.application_id),
-            session_id=uuid.UUID(session_id),
-            event=SessionEvent.DISPUTE_LOST,
-            metrics=app.services.metrics,
-            now=app.services.clock.now(),
-        )
-
-    assert await db.transaction(lose_dispute)
+    await lose_dispute(app, db, shop, session_id)
     lost_at = (await record_of(client, shop, session_id))["disputeLostAt"]
     _, html = await page(console, f"/console/sessions/{session_id}")
     assert f'<dt>Dispute lost</dt><dd><time datetime="{lost_at}">' in html
