@@ -262,7 +262,7 @@ class Metrics:
         self._attempt_failures.labels(reason).inc()
 
     def claims_taken_over(self, kind: str, count: int) -> None:
-        """Count `count` claims of gone processes released by this one (`supervisors.claim_takeover`)."""
+        """Count `count` claims of gone processes released by this one (`supervisors.takeover_loop`)."""
         if count:
             self._claims_taken_over.labels(kind).inc(count)
 

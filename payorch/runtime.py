@@ -24,7 +24,7 @@ from payorch.engine.routing import ProviderHealth, RoutingPolicy
 from payorch.http.api_key_cache import ApiKeyCache
 from payorch.http.app import create_app
 from payorch.http.context import PayorchApp, Services
-from payorch.http.ratelimits import RequestLimits
+from payorch.http.request_limits import RequestLimits
 from payorch.logs import set_log_level
 from payorch.metrics import Metrics
 from payorch.outbound.client import CurrentClient, close_after, webhook_client
@@ -35,16 +35,16 @@ from payorch.providers.sandbox import SandboxProvider
 from payorch.providers.sandbox.pages import serve_checkout_pages
 from payorch.providers.sandbox.sender import run_event_sender
 from payorch.providers.stripe import StripeProvider
+from payorch.restarts import SupervisorBoard, supervised
 from payorch.storage.application_changes import keep_fresh
 from payorch.storage.database import Database
 from payorch.storage.nodes import NodeIdentity, hold_node_identity
-from payorch.supervision import SupervisorBoard, supervised
-from payorch.supervisors.claim_takeover import run_claim_takeover
-from payorch.supervisors.expiry import run_expiry_supervisor
+from payorch.supervisors.delivery_loop import run_webhook_supervisor
+from payorch.supervisors.expiry_loop import run_expiry_supervisor
 from payorch.supervisors.housekeeping import forget_idle_state
-from payorch.supervisors.idempotency import run_idempotency_supervisor
-from payorch.supervisors.refunds import run_refund_supervisor
-from payorch.supervisors.webhooks import run_webhook_supervisor
+from payorch.supervisors.key_sweeper import run_idempotency_supervisor
+from payorch.supervisors.refund_loop import run_refund_supervisor
+from payorch.supervisors.takeover_loop import run_claim_takeover
 from payorch.values.clock import SYSTEM_CLOCK, Clock
 from payorch.values.secretbox import SecretBox
 

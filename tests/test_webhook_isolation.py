@@ -20,7 +20,7 @@ from payorch.outbound.attempt import RESPONSE_EXCERPT
 from payorch.runtime import Runtime, open_runtime
 from payorch.storage.database import Connection, Database
 from payorch.supervisors import webhook_attempts
-from payorch.supervisors.webhooks import IN_FLIGHT_PER_ENDPOINT
+from payorch.supervisors.delivery_loop import IN_FLIGHT_PER_ENDPOINT
 from tests import webhook_receiver as receiving
 from tests.helpers import Client, Shop, eventually, new_shop
 from tests.test_metrics import scrape, value

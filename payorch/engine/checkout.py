@@ -31,10 +31,10 @@ from payorch.providers.base import (
     ProviderError,
 )
 from payorch.providers.catalogue import ProviderCatalogue
-from payorch.storage import idempotency, provider_configs, sessions
+from payorch.storage import idempotency_keys, provider_configs, sessions
 from payorch.storage.database import Database
 from payorch.storage.failures import StorageFailure, storage_failure
-from payorch.storage.idempotency import Claimed
+from payorch.storage.idempotency_keys import Claimed
 from payorch.storage.provider_configs import ProviderConfig
 from payorch.values.errors import (
     NoProviderAvailable,
@@ -122,7 +122,7 @@ class CreateSession(BatchCommand[PaymentsContext, Answer]):
                 reply.fail(error)
         if unclaimed:
             await context.db.autocommit(
-                idempotency.release_idempotency_keys,
+                idempotency_keys.release_idempotency_keys,
                 application_id=actor.application_id,
                 scope=SESSION_CREATE_SCOPE,
                 keys=unclaimed,
@@ -231,7 +231,7 @@ class _StoreSession(BatchCommand[PaymentsContext, Answer]):
         db = actor.context.db
         if unavailable:
             await db.autocommit(
-                idempotency.release_idempotency_keys,
+                idempotency_keys.release_idempotency_keys,
                 application_id=actor.application_id,
                 scope=SESSION_CREATE_SCOPE,
                 keys=unavailable,

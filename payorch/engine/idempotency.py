@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 from payorch.config import Settings
 from payorch.engine.actors import ApplicationActor, Reply
 from payorch.engine.context import PaymentsContext
-from payorch.storage import idempotency as keys_store
+from payorch.storage import idempotency_keys as keys_store
 from payorch.storage.database import Connection
 from payorch.values.errors import IdempotencyKeyInProgress, IdempotencyKeyMismatch
 

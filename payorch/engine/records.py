@@ -11,8 +11,7 @@ from typing import Annotated, Protocol
 from pydantic import Field, WithJsonSchema, with_config
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
-from payorch.engine.refund_rules import RefundEventData, RefundRecord
-from payorch.engine.representations import (
+from payorch.engine.body_types import (
     CLOSED,
     CurrencyCode,
     EventType,
@@ -22,6 +21,7 @@ from payorch.engine.representations import (
     Uuid,
     listed,
 )
+from payorch.engine.refund_rules import RefundEventData, RefundRecord
 from payorch.engine.session_states import WITH_REFUNDS, SessionStatus
 from payorch.values.money import to_major_units
 from payorch.values.timefmt import iso

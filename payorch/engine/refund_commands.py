@@ -19,6 +19,7 @@ import outcome
 import trio
 
 from payorch.engine.actors import ApplicationActor, Reply
+from payorch.engine.body_types import EventType
 from payorch.engine.context import PaymentsContext
 from payorch.engine.idempotency import Answer, claim_idempotency_key
 from payorch.engine.records import event_body, new_event_id
@@ -28,11 +29,10 @@ from payorch.engine.refund_rules import (
     refund_created_body,
     refund_event_data,
 )
-from payorch.engine.representations import EventType
 from payorch.engine.session_states import REFUNDABLE, WITH_REFUNDS, SessionStatus, status_for_refunded
 from payorch.metrics import Metrics
 from payorch.providers.base import ProviderError, RefundRefused, RefundRequest, RefundSubmitted
-from payorch.storage import idempotency, outbox, provider_configs, refunds, sessions
+from payorch.storage import idempotency_keys, outbox, provider_configs, refunds, sessions
 from payorch.storage.database import Connection
 from payorch.storage.refunds import Refund
 from payorch.values.errors import (
@@ -237,7 +237,7 @@ class CreateRefund:
         scope = refund_scope(self.draft.session_id)
         in_flight_key = f"{scope}:{self.idempotency_key}"
 
-        async def reserve(conn: Connection, claim: idempotency.Claimed) -> _Submission:
+        async def reserve(conn: Connection, claim: idempotency_keys.Claimed) -> _Submission:
             # A refund the rules refuse (DomainError) rolls the claim back with it: the key stays free.
             return await _reserve(
                 conn,
@@ -300,7 +300,7 @@ class CreateRefund:
         current = await refunds.get_refund(conn, refund.id)
         assert current is not None
         body = refund_created_body(current)
-        await idempotency.complete_idempotency_key(
+        await idempotency_keys.complete_idempotency_key(
             conn,
             application_id=actor.application_id,
             scope=scope,

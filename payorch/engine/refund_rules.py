@@ -11,7 +11,7 @@ from typing import Annotated, Literal, NotRequired, Protocol, get_args
 from pydantic import with_config
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
-from payorch.engine.representations import (
+from payorch.engine.body_types import (
     CLOSED,
     CurrencyCode,
     Money,

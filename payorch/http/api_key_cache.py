@@ -17,7 +17,7 @@ Unknown keys (never issued, or revoked) are remembered too, by hash, for `miss_t
 one bad key costs one database read per `miss_ttl_s`, not one per request. At most `max_entries`
 of them are held (the longest known dropped first), apart from the active keys, so a flood of
 distinct bad keys cannot push active keys out or grow memory; the per-address limit on failed
-authentications (`http/ratelimits.py`) is what holds that flood back. A remembered miss can never
+authentications (`http/request_limits.py`) is what holds that flood back. A remembered miss can never
 make a new key fail: a key's hash is unknown to everyone until its create call answers with the
 key, so nobody can have asked for it before it existed. On top of that, creating a key notifies
 its application's change like a revocation, and every change forgets every remembered miss.

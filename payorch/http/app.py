@@ -9,7 +9,7 @@ from quart import Response, request
 
 from payorch.http import console, openapi
 from payorch.http.context import PayorchApp, Services
-from payorch.http.errors import install_error_handlers
+from payorch.http.error_responses import install_error_handlers
 from payorch.http.jsonio import ExactJsonProvider
 from payorch.http.requestlog import install_request_log
 from payorch.http.routes import (

@@ -14,13 +14,13 @@ from payorch.engine.actors import ActorRegistry
 from payorch.engine.context import PaymentsContext
 from payorch.engine.routing import ProviderHealth
 from payorch.http.api_key_cache import ApiKeyCache
-from payorch.http.ratelimits import RequestLimits
+from payorch.http.request_limits import RequestLimits
 from payorch.metrics import Metrics
 from payorch.outbound.client import CurrentClient
 from payorch.providers.catalogue import ProviderCatalogue
+from payorch.restarts import SupervisorBoard
 from payorch.storage.database import Database
 from payorch.storage.nodes import NodeIdentity
-from payorch.supervision import SupervisorBoard
 from payorch.values.clock import Clock
 from payorch.values.secretbox import SecretBox
 

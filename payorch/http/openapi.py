@@ -40,8 +40,8 @@ from quart_schema.openapi import QUART_SCHEMA_OPERATION_ID_ATTRIBUTE, OpenAPIPro
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 from werkzeug.routing.rules import Rule
 
+from payorch.engine.body_types import CLOSED
 from payorch.engine.idempotency import MAX_KEY_LENGTH
-from payorch.engine.representations import CLOSED
 from payorch.http.models import JsonNumber
 from payorch.values.errors import ErrorCode
 from payorch.values.pagination import Page

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, NotRequired, get_args
 from pydantic import Field, StringConstraints, with_config
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
-from payorch.engine.representations import CLOSED, DeliveryStatus, EventType, Timestamp, Uuid
+from payorch.engine.body_types import CLOSED, DeliveryStatus, EventType, Timestamp, Uuid
 from payorch.http.models import Organization
 from payorch.providers.base import EventDelivery
 from payorch.storage.applications import ApiKeyStatus

@@ -1,7 +1,7 @@
 """Taking over the claims of nodes that are gone (`storage.nodes`): webhook deliveries, sandbox
 event deliveries and refund submissions claimed by a process that died are due again at once,
 instead of when their leases end. (Idempotency-Key claims and provider configuration changes are
-taken over by the request that meets them: see `storage.idempotency` and `storage.provider_configs`.)
+taken over by the request that meets them: see `storage.idempotency_keys` and `storage.provider_configs`.)
 
 Two statements, so that nothing a live node claims can be released: the first names the owners of
 claims it sees that are not alive while it runs; a node holds its lock before it claims anything,

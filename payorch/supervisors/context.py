@@ -10,9 +10,9 @@ from payorch.config import Settings
 from payorch.engine.actors import ActorRegistry
 from payorch.engine.context import PaymentsContext
 from payorch.metrics import Metrics
+from payorch.restarts import SupervisorBoard
 from payorch.storage.database import Database
 from payorch.storage.nodes import NodeIdentity
-from payorch.supervision import SupervisorBoard
 from payorch.values.clock import Clock
 from payorch.values.secretbox import SecretBox
 

@@ -14,16 +14,16 @@ from collections.abc import Sequence
 
 import httpx
 
-from payorch.engine.representations import DeliveryStatus
+from payorch.engine.body_types import DeliveryStatus
 from payorch.jsonexact import dumps_exact
 from payorch.outbound.attempt import INTERNAL, AttemptResult, send_signed
-from payorch.outbound.signing import signing_secrets
+from payorch.outbound.signing_secrets import signing_secrets
 from payorch.storage import webhook_deliveries, webhooks
 from payorch.storage.database import Connection
 from payorch.storage.webhook_deliveries import ClaimedDelivery
 from payorch.supervisors.context import Background
 
-log = logging.getLogger("payorch.supervisors.webhooks")
+log = logging.getLogger("payorch.supervisors.delivery_loop")
 
 
 def retry_wait_s(schedule: Sequence[float], attempts_made: int, retry_after_s: float | None) -> float | None:

@@ -1,4 +1,5 @@
-"""Domain errors. Each says which rule refused a request; `http/errors.py` maps each to one status."""
+"""Domain errors. Each says which rule refused a request; `http/error_responses.py` maps each to one
+status."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from payorch.providers.sandbox.signing import SIGNATURE_HEADER, signature_header
 from payorch.runtime import Runtime, open_runtime
 from payorch.storage import outbox, provider_configs, sessions
 from payorch.storage.database import Connection, Database
-from payorch.supervisors.expiry import expire_due_sessions
+from payorch.supervisors.expiry_loop import expire_due_sessions
 from tests.clock import ShiftedClock
 from tests.helpers import Client, Shop, create_session, eventually, new_shop, session_body
 

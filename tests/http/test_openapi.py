@@ -9,8 +9,8 @@ from urllib.parse import urlsplit
 import jsonschema_rs
 import pytest
 
+from payorch.engine.body_types import DELIVERY_STATUSES, EVENT_TYPES
 from payorch.engine.refund_rules import REFUND_REASONS, RefundStatus
-from payorch.engine.representations import DELIVERY_STATUSES, EVENT_TYPES
 from payorch.engine.session_states import SessionStatus
 from payorch.http.context import PayorchApp
 from payorch.values.errors import ErrorCode

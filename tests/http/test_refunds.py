@@ -17,7 +17,7 @@ from payorch.providers.base import ProviderError
 from payorch.providers.sandbox import SandboxProvider
 from payorch.storage import outbox
 from payorch.storage.database import Connection, Database
-from payorch.supervisors.idempotency import delete_expired_keys
+from payorch.supervisors.key_sweeper import delete_expired_keys
 from payorch.values.clock import SYSTEM_CLOCK
 from tests.helpers import Client, Shop, create_session, eventually, new_shop, post_json, session_body
 

@@ -15,7 +15,7 @@ from payorch.config import Settings
 from payorch.engine.checkout import CreateSession
 from payorch.engine.idempotency import request_fingerprint
 from payorch.jsonexact import dumps_exact, loads_exact
-from payorch.storage import idempotency
+from payorch.storage import idempotency_keys
 from payorch.storage.database import Connection, Database
 from tests.clock import ShiftedClock
 from tests.helpers import (
@@ -154,7 +154,7 @@ async def test_key_claimed_by_another_process_is_409_in_progress(
 ) -> None:
     # A claim in the database, as a second service process would hold it while it works.
     await db.transaction(
-        idempotency.claim_idempotency_key,
+        idempotency_keys.claim_idempotency_key,
         application_id=uuid.UUID(shop.application_id),
         scope="POST /api/v1/sessions",
         key="key-1",
@@ -180,7 +180,7 @@ async def test_a_create_retried_after_its_node_died_keeps_the_first_requests_exp
     first_claimed_at = clock.now()
     async with another_node(database_dsn) as gone:
         await db.transaction(
-            idempotency.claim_idempotency_key,
+            idempotency_keys.claim_idempotency_key,
             application_id=uuid.UUID(shop.application_id),
             scope="POST /api/v1/sessions",
             key="key-1",

@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from payorch.config import Settings
-from payorch.http.ratelimits import TEST_SENDS_PER_MERCHANT
+from payorch.http.request_limits import TEST_SENDS_PER_MERCHANT
 from payorch.storage.database import Connection, Database
 from payorch.values.secretbox import SecretBox
 from tests import webhook_receiver as receiving

@@ -18,7 +18,7 @@ import trio
 
 from payorch.config import Settings
 from payorch.runtime import open_runtime
-from payorch.storage import claim_takeover, idempotency, provider_configs
+from payorch.storage import claim_takeover, idempotency_keys, provider_configs
 from payorch.storage.database import Connection, Database
 from payorch.storage.nodes import NodeIdentity, hold_node_identity
 from payorch.storage.webhook_deliveries import claim_due_deliveries
@@ -41,10 +41,10 @@ async def another_node(database_dsn: str) -> AsyncIterator[int]:
 
 async def _claim_key(
     db: Database, application_id: uuid.UUID, owner: int | None, after_s: float = 0
-) -> idempotency.ClaimResult:
+) -> idempotency_keys.ClaimResult:
     """Claim key-1 (a 60 s lease) for `owner`, `after_s` seconds from now."""
     return await db.transaction(
-        idempotency.claim_idempotency_key,
+        idempotency_keys.claim_idempotency_key,
         application_id=application_id,
         scope="POST /api/v1/sessions",
         key="key-1",
@@ -62,12 +62,12 @@ async def test_a_key_claimed_by_a_live_node_stays_in_progress_and_is_taken_over_
     application_id = await _application(db, settings)
     async with another_node(database_dsn) as other:
         first = await _claim_key(db, application_id, owner=other)
-        assert isinstance(first, idempotency.Claimed)
-        assert isinstance(await _claim_key(db, application_id, owner=None), idempotency.InProgress)
+        assert isinstance(first, idempotency_keys.Claimed)
+        assert isinstance(await _claim_key(db, application_id, owner=None), idempotency_keys.InProgress)
     # Gone: the retry takes the claim over at once, with the resource id the first request was given.
     async with another_node(database_dsn) as survivor:
         assert await _claim_key(db, application_id, owner=survivor) == first
-        assert isinstance(await _claim_key(db, application_id, owner=None), idempotency.InProgress)
+        assert isinstance(await _claim_key(db, application_id, owner=None), idempotency_keys.InProgress)
 
 
 async def test_a_live_nodes_key_claim_is_taken_over_only_once_its_lease_has_run_out(
@@ -76,10 +76,10 @@ async def test_a_live_nodes_key_claim_is_taken_over_only_once_its_lease_has_run_
     application_id = await _application(db, settings)
     async with another_node(database_dsn) as wedged:
         first = await _claim_key(db, application_id, owner=wedged)
-        assert isinstance(first, idempotency.Claimed)
+        assert isinstance(first, idempotency_keys.Claimed)
         # Alive but never finishing: in progress until the lease's last moment, taken over after it.
         assert isinstance(
-            await _claim_key(db, application_id, owner=None, after_s=59.9), idempotency.InProgress
+            await _claim_key(db, application_id, owner=None, after_s=59.9), idempotency_keys.InProgress
         )
         assert await _claim_key(db, application_id, owner=None, after_s=60) == first
 

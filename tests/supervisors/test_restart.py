@@ -7,7 +7,7 @@ import logging
 import pytest
 import trio
 
-from payorch.supervision import SupervisorBoard, supervised
+from payorch.restarts import SupervisorBoard, supervised
 
 
 async def test_a_crash_during_shutdown_is_logged_and_the_shutdown_goes_on(

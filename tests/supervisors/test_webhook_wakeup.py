@@ -16,7 +16,7 @@ from payorch.config import Settings
 from payorch.runtime import open_runtime
 from payorch.storage import outbox
 from payorch.storage.database import Connection, Database, open_database
-from payorch.supervisors import webhooks as supervisor
+from payorch.supervisors import delivery_loop as supervisor
 from tests import webhook_receiver as receiving
 from tests.helpers import Client, Shop, create_session, new_shop
 from tests.webhook_receiver import WebhookReceiver

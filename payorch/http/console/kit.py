@@ -26,7 +26,7 @@ from werkzeug.exceptions import HTTPException
 
 from payorch.http.auth import Principal, principal_of_access_token
 from payorch.http.context import services
-from payorch.http.errors import SHAPE_B_STATUS_OF, STATUS_OF
+from payorch.http.error_responses import SHAPE_B_STATUS_OF, STATUS_OF
 from payorch.http.jsonio import unstorable_text_problem
 from payorch.http.models import PageQuery
 from payorch.http.routes.applications import APPLICATION_MAX_BODY_BYTES

@@ -45,7 +45,7 @@ from payorch.http.console.kit import (
     validated,
 )
 from payorch.http.context import services
-from payorch.http.errors import SHAPE_B_STATUS_OF
+from payorch.http.error_responses import SHAPE_B_STATUS_OF
 from payorch.http.models import RefundCreateRequest
 from payorch.http.routes.refunds import create_refund_of
 from payorch.http.routes.sessions import session_of, sessions_of

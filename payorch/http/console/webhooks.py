@@ -25,7 +25,7 @@ from typing import Any
 from quart import Response, request, url_for
 from werkzeug.datastructures import MultiDict
 
-from payorch.engine.representations import DEFAULT_EVENT_TYPES, EVENT_TYPES
+from payorch.engine.body_types import DEFAULT_EVENT_TYPES, EVENT_TYPES
 from payorch.http.auth import application_for
 from payorch.http.console.kit import (
     Session,

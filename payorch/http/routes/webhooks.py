@@ -17,14 +17,14 @@ from quart_schema import (
     validate_request,
 )
 
-from payorch.engine.records import event_body, new_event_id
-from payorch.engine.representations import (
+from payorch.engine.body_types import (
     DEFAULT_EVENT_TYPES,
     DELIVERY_STATUSES,
     EVENT_TYPES,
     TEST_EVENT_TYPE,
     one_of,
 )
+from payorch.engine.records import event_body, new_event_id
 from payorch.engine.webhook_signing import key_fingerprint, new_signing_secret
 from payorch.http import openapi as api
 from payorch.http import representations as bodies
@@ -33,7 +33,7 @@ from payorch.http.context import services
 from payorch.http.models import PageQuery, WebhookCreateRequest, WebhookUpdateRequest
 from payorch.jsonexact import dumps_exact
 from payorch.outbound.attempt import AttemptResult, send_signed
-from payorch.outbound.signing import signing_secrets
+from payorch.outbound.signing_secrets import signing_secrets
 from payorch.outbound.ssrf import UnsafeWebhookUrl, check_webhook_url
 from payorch.storage import webhooks as webhooks_store
 from payorch.storage.webhooks import DeliveryView, WebhookConfig

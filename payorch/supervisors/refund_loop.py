@@ -16,8 +16,8 @@ import uuid
 import trio
 
 from payorch.engine.refund_commands import SubmitRefund
+from payorch.restarts import supervised
 from payorch.storage import due_work, refunds
-from payorch.supervision import supervised
 from payorch.supervisors.context import Background
 from payorch.supervisors.slots import DueWork
 

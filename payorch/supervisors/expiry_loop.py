@@ -1,5 +1,5 @@
 """Session expiry: a PENDING session past `expiresAt` becomes FAILED with failureReason EXPIRED,
-once its provider has closed the checkout (`engine.expiry`).
+once its provider has closed the checkout (`engine.session_expiry`).
 
 The supervisor hands due sessions to their applications' actors in slots (`supervisors.slots`):
 `limits.background_slots` at once, at most `limits.background_per_merchant` of one merchant's, each
@@ -16,13 +16,13 @@ import logging
 
 import trio
 
-from payorch.engine.expiry import ExpireSession
+from payorch.engine.session_expiry import ExpireSession
+from payorch.restarts import supervised
 from payorch.storage import due_work, sessions
-from payorch.supervision import supervised
 from payorch.supervisors.context import Background
 from payorch.supervisors.slots import DueWork
 
-log = logging.getLogger("payorch.supervisors.expiry")
+log = logging.getLogger("payorch.supervisors.expiry_loop")
 
 MAX_SLEEP_S = 0.5
 

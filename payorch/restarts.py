@@ -1,4 +1,4 @@
-"""Supervision: a long-running loop that fails is logged and restarted after a pause that grows.
+"""Restarts (supervision): a long-running loop that fails is logged and restarted after a pause that grows.
 
 A `SupervisorBoard` records which supervised loops are running, for `/readyz`.
 """

@@ -58,7 +58,7 @@ from contextlib import asynccontextmanager, contextmanager
 import trio
 
 from payorch.config import LimitSettings
-from payorch.engine.ratelimit import InFlightLimit, RateLimiter, whole_seconds
+from payorch.engine.token_buckets import InFlightLimit, RateLimiter, whole_seconds
 from payorch.http.concurrency import KeyedConcurrencyLimit
 from payorch.values.errors import RateLimited, ServiceBusy
 

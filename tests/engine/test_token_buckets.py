@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from payorch.engine.ratelimit import InFlightLimit, RateLimiter, TokenBucket, whole_seconds
+from payorch.engine.token_buckets import InFlightLimit, RateLimiter, TokenBucket, whole_seconds
 
 
 def test_a_burst_is_allowed_then_the_next_request_waits_one_interval() -> None:

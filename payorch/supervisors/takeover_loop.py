@@ -11,11 +11,11 @@ import logging
 
 import trio
 
+from payorch.restarts import supervised
 from payorch.storage import claim_takeover
-from payorch.supervision import supervised
 from payorch.supervisors.context import Background
 
-log = logging.getLogger("payorch.supervisors.claim_takeover")
+log = logging.getLogger("payorch.supervisors.takeover_loop")
 
 EVERY_S = 1.0
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import trio
 
-from payorch.storage.idempotency import delete_expired_idempotency_keys
-from payorch.supervision import supervised
+from payorch.restarts import supervised
+from payorch.storage.idempotency_keys import delete_expired_idempotency_keys
 from payorch.supervisors.context import Background
 
 SWEEP_EVERY_S = 60.0

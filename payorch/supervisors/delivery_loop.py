@@ -22,7 +22,7 @@ bundle, private networks) gives the loop a new client at its next round; attempt
 finish on the old one, closed once they are over.
 
 A claim is a lease in the database, named by this node: if this process dies mid-delivery, the
-delivery is due again as soon as another node sees it gone (`supervisors.claim_takeover`), or when
+delivery is due again as soon as another node sees it gone (`supervisors.takeover_loop`), or when
 the lease runs out, its attempt counted, so nothing is lost. On shutdown the claims still in
 flight are handed back at once, unattempted.
 """
@@ -35,10 +35,10 @@ import httpx
 import trio
 import triopg
 
-from payorch.engine.representations import ALWAYS_DELIVERED
+from payorch.engine.body_types import ALWAYS_DELIVERED
 from payorch.outbound.client import CurrentClient, close_after, webhook_client
+from payorch.restarts import supervised
 from payorch.storage import webhook_deliveries
-from payorch.supervision import supervised
 from payorch.supervisors.context import Background
 from payorch.supervisors.slots import WorkSlots
 from payorch.supervisors.webhook_attempts import attempt_delivery
