@@ -18,13 +18,13 @@ import httpx
 import trio
 
 from payorch.config import ConfigError, LiveSettings, Settings, changed_keys, keep_restart_only
-from payorch.engine.actors import ActorRegistry
-from payorch.engine.context import PaymentsContext
+from payorch.engine.commands import PaymentActors
+from payorch.engine.context import Context
 from payorch.engine.routing import ProviderHealth, RoutingPolicy
 from payorch.http.api_key_cache import ApiKeyCache
 from payorch.http.app import create_app
-from payorch.http.context import PayorchApp, Services
 from payorch.http.request_limits import RequestLimits
+from payorch.http.services import PayorchApp, Services
 from payorch.logs import set_log_level
 from payorch.metrics import Metrics
 from payorch.outbound.client import CurrentClient, close_after, webhook_client
@@ -139,7 +139,7 @@ class Runtime:
         between, so no request sees half of it. `ConfigError` (nothing changed) when it cannot be
         applied: a `webhooks.ca_bundle` that cannot be read."""
         services = self.services
-        running = services.settings
+        running = services.context.settings
         settings, kept = keep_restart_only(running, loaded)
         changed = changed_keys(running, settings)
         test_sends = services.test_send_client
@@ -166,15 +166,15 @@ class Runtime:
             self._offer(offered, running)
         if settings.logging.level != running.logging.level:
             set_log_level(settings.logging.level)
-        services.live.replace(settings, loaded_at=self._clock.now().timestamp())
+        services.context.live.replace(settings, loaded_at=self._clock.now().timestamp())
         log.info(
             "configuration reloaded",
-            extra={"generation": services.live.generation, "changed": changed},
+            extra={"generation": services.context.live.generation, "changed": changed},
         )
         if kept:
             log.warning(
                 "configuration reloaded, but these keys need a restart: they keep their running value",
-                extra={"generation": services.live.generation, "restartOnly": kept},
+                extra={"generation": services.context.live.generation, "restartOnly": kept},
             )
 
     def _providers_for(self, running: Settings, settings: Settings) -> list[Provider]:
@@ -185,11 +185,13 @@ class Runtime:
             section = getattr(settings.providers, name)
             if not section.enabled:
                 continue
-            current = self.services.providers.get(name)
+            current = self.services.context.providers.get(name)
             if current is not None and section == getattr(running.providers, name):
                 offered.append(current)
             else:
-                offered.append(provider_adapter(name, settings, self._db, self.services.secrets, self._clock))
+                offered.append(
+                    provider_adapter(name, settings, self._db, self.services.context.secrets, self._clock)
+                )
         return offered
 
     def _offer(self, offered: list[Provider], running: Settings) -> None:
@@ -197,10 +199,13 @@ class Runtime:
         closed once their calls in flight are over."""
         services = self.services
         for provider in offered:
-            if provider not in self._keepers and services.providers.get(provider.name) is not provider:
+            if (
+                provider not in self._keepers
+                and services.context.providers.get(provider.name) is not provider
+            ):
                 self.start_connection_keeper(provider)
-        retired = [provider for provider in services.providers if provider not in offered]
-        services.providers.replace(offered)
+        retired = [provider for provider in services.context.providers if provider not in offered]
+        services.context.providers.replace(offered)
         for provider in retired:
             scope = self._keepers.pop(provider, None)
             if scope is not None:
@@ -235,7 +240,7 @@ async def open_runtime(
     health = ProviderHealth(RoutingPolicy(max_accounts=settings.limits.provider_health_accounts))
     metrics = Metrics()
     node = NodeIdentity()
-    context = PaymentsContext(
+    context = Context(
         live=live,
         db=db,
         secrets=secrets,
@@ -250,28 +255,22 @@ async def open_runtime(
         async with trio.open_nursery() as nursery:
             # Held before anything is claimed, so every claim names a live node (`storage.nodes`).
             await nursery.start(hold_node_identity, db.dsn, node)
-            actors = ActorRegistry(
+            actors = PaymentActors(
                 nursery,
                 context,
                 mailbox_size=settings.engine.mailbox_size,
                 idle_s=settings.engine.actor_idle_s,
             )
+            board = SupervisorBoard()
             services = Services(
-                live=live,
-                db=db,
-                secrets=secrets,
-                providers=providers,
-                health=health,
+                context=context,
                 actors=actors,
-                supervisors=SupervisorBoard(),
+                supervisors=board,
                 test_send_client=test_sends,
-                metrics=metrics,
                 limits=RequestLimits(settings.limits),
                 api_keys=ApiKeyCache(
                     settings.auth.api_key_cache_s, miss_ttl_s=settings.auth.api_key_miss_cache_s
                 ),
-                node=node,
-                clock=clock,
             )
             app = create_app(services)
             runtime = Runtime(services, app, nursery, db, clock)
@@ -280,7 +279,7 @@ async def open_runtime(
                 serve_checkout_pages(app, sandbox)
             nursery.start_soon(
                 supervised,
-                services.supervisors,
+                board,
                 "application changes",
                 keep_fresh,
                 db.dsn,
@@ -288,16 +287,16 @@ async def open_runtime(
             )
             nursery.start_soon(
                 supervised,
-                services.supervisors,
+                board,
                 "idle state",
                 forget_idle_state,
                 [services.api_keys, services.limits],
             )
-            await nursery.start(run_claim_takeover, services)
-            await nursery.start(run_expiry_supervisor, services)
-            await nursery.start(run_refund_supervisor, services)
-            await nursery.start(run_idempotency_supervisor, services)
-            await nursery.start(run_webhook_supervisor, services)
+            await nursery.start(run_claim_takeover, context, board)
+            await nursery.start(run_expiry_supervisor, context, actors, board)
+            await nursery.start(run_refund_supervisor, context, actors, board)
+            await nursery.start(run_idempotency_supervisor, context, board)
+            await nursery.start(run_webhook_supervisor, context, board)
             for provider in providers:
                 runtime.start_connection_keeper(provider)
             if settings.providers.sandbox.enabled:
@@ -310,7 +309,7 @@ async def open_runtime(
                 nursery.start_soon(_closing, sandbox_client)
                 nursery.start_soon(
                     supervised,
-                    services.supervisors,
+                    board,
                     "sandbox events",
                     run_event_sender,
                     db,

@@ -113,21 +113,21 @@ async def reload_when_asked(
             loaded = await trio.to_thread.run_sync(reload_settings)
             runtime.reload(loaded)
         except ConfigError as error:
-            runtime.services.metrics.config_reload_failed()
+            runtime.services.context.metrics.config_reload_failed()
             log.error(
                 "configuration not reloaded: the running one stays",
                 extra={
                     "error": str(error),
                     "key": error.key,
-                    "generation": runtime.services.live.generation,
+                    "generation": runtime.services.context.live.generation,
                 },
             )
         except Exception:
             # A bug, not the file: the service keeps serving on the configuration it had.
-            runtime.services.metrics.config_reload_failed()
+            runtime.services.context.metrics.config_reload_failed()
             log.exception(
                 "configuration not reloaded: the running one stays",
-                extra={"key": None, "generation": runtime.services.live.generation},
+                extra={"key": None, "generation": runtime.services.context.live.generation},
             )
 
 
@@ -162,7 +162,7 @@ async def run(
                         _hypercorn_config(settings),
                         limits,
                         shutdown_trigger=shutdown.wait,
-                        refused=runtime.services.metrics.connection_refused,
+                        refused=runtime.services.context.metrics.connection_refused,
                     )
                 )
                 log.info("serving", extra={"addresses": addresses})

@@ -30,7 +30,7 @@ from payorch.config import (
     Settings,
     WebhookSettings,
 )
-from payorch.http.context import PayorchApp
+from payorch.http.services import PayorchApp
 from payorch.runtime import Runtime, open_runtime
 from payorch.storage.database import Database, open_database
 from payorch.storage.migrations import migrate

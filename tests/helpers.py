@@ -15,7 +15,7 @@ from payorch.config import Settings
 from payorch.engine.invites import issue_invite
 from payorch.engine.session_events import apply_session_event
 from payorch.engine.session_states import SessionEvent
-from payorch.http.context import PayorchApp
+from payorch.http.services import PayorchApp
 from payorch.jsonexact import dumps_exact
 from payorch.storage.database import Connection, Database
 
@@ -188,8 +188,8 @@ async def lose_dispute(app: PayorchApp, db: Database, shop: Shop, session_id: st
             application_id=uuid.UUID(shop.application_id),
             session_id=uuid.UUID(session_id),
             event=SessionEvent.DISPUTE_LOST,
-            metrics=app.services.metrics,
-            now=app.services.clock.now(),
+            metrics=app.services.context.metrics,
+            now=app.services.context.clock.now(),
         )
 
     assert await db.transaction(lose)

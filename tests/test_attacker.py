@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from payorch.config import Settings
-from payorch.http.context import PayorchApp
+from payorch.http.services import PayorchApp
 from payorch.jsonexact import dumps_exact
 from payorch.storage.database import Connection, Database
 from tests.helpers import Client, Shop, create_session, new_shop, session_body

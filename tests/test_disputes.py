@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from payorch.config import Settings
-from payorch.http.context import PayorchApp
+from payorch.http.services import PayorchApp
 from payorch.storage import outbox
 from payorch.storage.database import Database
 from tests import webhook_receiver as receiving

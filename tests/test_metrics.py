@@ -11,7 +11,7 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from payorch.config import SessionSettings, Settings
-from payorch.http.context import PayorchApp
+from payorch.http.services import PayorchApp
 from payorch.runtime import open_runtime
 from payorch.storage.database import Database, open_database
 from tests.helpers import Client, Shop, create_session, eventually, new_shop

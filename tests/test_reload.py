@@ -52,7 +52,7 @@ async def test_a_lowered_rate_limit_holds_from_the_next_request(
     runtime.reload(changed(settings, "limits", requests_per_second=0.01, burst=2))
     statuses = [(await client.get(UNKNOWN_SESSION, headers=shop.headers)).status_code for _ in range(3)]
     assert statuses == [404, 404, 429]
-    assert runtime.services.settings.limits.burst == 2
+    assert runtime.services.context.settings.limits.burst == 2
 
 
 async def test_a_raised_rate_limit_refills_at_its_new_rate(
@@ -78,17 +78,17 @@ async def test_enabling_and_disabling_a_provider_changes_the_catalogue(
     with_stripe = changed(settings, "providers.stripe", enabled=True, api_base="http://127.0.0.1:9")
     runtime.reload(with_stripe)
     assert await offered() == ["sandbox", "stripe"]
-    stripe = runtime.services.providers.get("stripe")
-    sandbox = runtime.services.providers.get("sandbox")
+    stripe = runtime.services.context.providers.get("stripe")
+    sandbox = runtime.services.context.providers.get("sandbox")
 
     runtime.reload(changed(with_stripe, "providers.mollie", enabled=True))
     assert await offered() == ["mollie", "sandbox", "stripe"]
     # Adapters whose section did not change stay as they are (with their connections).
-    assert runtime.services.providers.get("stripe") is stripe
-    assert runtime.services.providers.get("sandbox") is sandbox
+    assert runtime.services.context.providers.get("stripe") is stripe
+    assert runtime.services.context.providers.get("sandbox") is sandbox
 
     runtime.reload(changed(with_stripe, "providers.stripe", timeout_s=3.0))
-    assert runtime.services.providers.get("stripe") is not stripe  # a changed section: a new adapter
+    assert runtime.services.context.providers.get("stripe") is not stripe  # a changed section: a new adapter
 
     runtime.reload(settings)
     assert await offered() == ["sandbox"]
@@ -118,12 +118,12 @@ async def test_restart_only_keys_keep_their_running_value_in_one_log_line(
     loaded = changed(loaded, "providers.sandbox", enabled=False)
     with caplog.at_level(logging.INFO, logger="payorch.runtime"):
         runtime.reload(loaded)
-    running = runtime.services.settings
+    running = runtime.services.context.settings
     assert running.server == settings.server
     assert running.database == settings.database
     assert running.auth.jwt_secret == settings.auth.jwt_secret
     assert running.providers.sandbox.enabled
-    assert runtime.services.providers.get("sandbox") is not None
+    assert runtime.services.context.providers.get("sandbox") is not None
     assert running.auth.jwt_ttl_s == 60  # live keys beside them take effect
     (kept,) = [record for record in caplog.records if hasattr(record, "restartOnly")]
     assert kept.levelno == logging.WARNING
@@ -157,13 +157,13 @@ async def test_a_file_that_does_not_validate_changes_nothing(
 ) -> None:
     path = tmp_path / "reloaded.toml"
     path.write_text("[limits]\nburst = 0\n")
-    before = runtime.services.settings
+    before = runtime.services.context.settings
     asked, requests = trio.open_memory_channel[None](1)
     async with asked:
         asked.send_nowait(None)
     with caplog.at_level(logging.INFO):
         await reload_when_asked(runtime, requests, lambda: load_settings(path, ensure_secrets=False))
-    assert runtime.services.settings is before
+    assert runtime.services.context.settings is before
     (refused,) = [record for record in caplog.records if "not reloaded" in record.getMessage()]
     assert refused.levelno == logging.ERROR
     assert refused.key == "limits.burst"
@@ -180,8 +180,8 @@ async def test_sighups_apply_in_order(runtime: Runtime, settings: Settings) -> N
         for _ in range(3):
             asked.send_nowait(None)
     await reload_when_asked(runtime, requests, lambda: changed(settings, "sessions", ttl_s=next(ttls)))
-    assert runtime.services.settings.sessions.ttl_s == 333
-    assert runtime.services.live.generation == 4
+    assert runtime.services.context.settings.sessions.ttl_s == 333
+    assert runtime.services.context.live.generation == 4
 
 
 async def test_changed_webhook_settings_replace_the_test_send_client(
@@ -198,13 +198,13 @@ async def test_changed_webhook_settings_replace_the_test_send_client(
 async def test_an_unreadable_ca_bundle_changes_nothing(
     runtime: Runtime, settings: Settings, tmp_path: Path
 ) -> None:
-    before = runtime.services.settings
+    before = runtime.services.context.settings
     client = runtime.services.webhooks
     bundle = tmp_path / "missing.pem"
     with pytest.raises(ConfigError) as refused:
         runtime.reload(changed(settings, "webhooks", ca_bundle=bundle, timeout_s=3.0))
     assert refused.value.key == "webhooks.ca_bundle"
-    assert runtime.services.settings is before
+    assert runtime.services.context.settings is before
     assert runtime.services.webhooks is client
 
 

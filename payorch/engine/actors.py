@@ -8,22 +8,32 @@ an owner and a lease, so one request of a key runs at a time on any node; refund
 webhook deliveries are claimed rows (FOR UPDATE SKIP LOCKED, with a lease and an owning node); a
 refund's balance is checked under its session's lock. The actor adds, within one process: batching
 (creates waiting together claim their keys and store their sessions in one round trip each), the
-application's hot state (its provider configurations, refreshed on change), one order of what this
-process applies for the application, and backpressure (a bounded mailbox: full is 503). It is not
-what keeps two processes from applying one change twice: the database is.
+application's hot state (its provider configurations, refreshed on change), one order per lane of
+what this process applies for the application, and backpressure (a bounded mailbox: full is 503).
+It is not what keeps two processes from applying one change twice: the database is.
+
+Lanes. Every command names the lane it runs in (`lane`): what it must wait for within this process.
+A command about one session runs in that session's lane (`("session", id)`), one about a refund in
+the refund's; creating sessions and storing what their providers answered each have a lane of
+their own kind (`BatchCommand`). A lane runs its commands one at a time, in mailbox order; lanes run
+side by side. So a provider event of one session never waits for another session's transaction or
+provider call (the database orders what they share), while the changes of one session apply in the
+order this process received them. A command that names no lane runs in the application's lane.
 
 `ActorRegistry.ask(application_id, command)` puts the command in the application's bounded mailbox
 (starting the actor on first use) and waits for the answer. A full mailbox is `ServiceBusy` (503).
+The actor takes commands out of its mailbox into their lanes while fewer than `mailbox_size` are
+in its lanes: past that the mailbox fills, and the next `ask` is answered 503. Every command an
+application's actor runs is listed, with its answer, in `engine.commands`.
 
-An actor takes everything waiting in its mailbox as one batch. Commands of a kind that can run
-together (`BatchCommand`: creating sessions, storing what their providers answered) and that waited
-side by side run as one `run_batch` call, so one database unit serves them all; every other command
-runs on its own. Either way, one step at a time, in mailbox order.
+Batching. Commands of a `BatchCommand` class that wait in their lane while an earlier batch of
+theirs runs go together as the next batch, in mailbox order: one `run_batch` call, so one database
+unit serves them all (group commit).
 
-A command that must wait on a provider does not wait in the actor: it calls `actor.spawn(io, then)`,
+A command that must wait on a provider does not wait in its lane: it calls `actor.spawn(io, then)`,
 which runs the I/O in a child task and queues `then(result)` back into the mailbox, where it runs in
-turn like any other message. So a slow provider delays only the commands that need it, and the order
-of state changes is the order the actor applied them.
+the same lane like any other message (`spawn_command` queues a command of its own instead). So a
+slow provider delays only the commands that need it.
 
 A step that fails on the database fails the requests it touched (`StorageUnavailable`, 503, when
 the database is unreachable or asks for a retry; 500 otherwise) and the actor goes on with the next.
@@ -34,9 +44,11 @@ An actor that fails in any other way is dropped: the requests it was serving get
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -60,14 +72,40 @@ class ActorCrashed(Exception):
 
 
 class Command(Protocol[C, T]):
-    """A message for an application actor. `run` executes inside the actor, one at a time."""
+    """A message for an application actor. `run` executes in the command's lane (`lane_of`), one
+    command of the lane at a time."""
 
     async def run(self, actor: ApplicationActor[C], reply: Reply[T]) -> None: ...
 
 
+APPLICATION_LANE: Hashable = "application"  # the lane of a command that names none
+
+# The lane of the step running in this task: `spawn` sends the I/O's continuation back to it.
+_current_lane: contextvars.ContextVar[Hashable] = contextvars.ContextVar("lane", default=APPLICATION_LANE)
+
+
+def session_lane(session_id: uuid.UUID) -> Hashable:
+    """The lane of the commands about one session (its refunds' creation included)."""
+    return ("session", session_id)
+
+
+def refund_lane(refund_id: uuid.UUID) -> Hashable:
+    """The lane of the commands about one refund that do not name its session."""
+    return ("refund", refund_id)
+
+
+def lane_of(command: Command[Any, Any]) -> Hashable:
+    """The lane `command` runs in: its class for a `BatchCommand`, else its `lane` attribute (a
+    session's or a refund's), else the application's lane."""
+    if isinstance(command, BatchCommand):
+        return ("batch", type(command))
+    lane: Hashable = getattr(command, "lane", APPLICATION_LANE)
+    return lane
+
+
 class BatchCommand(Generic[C, T]):
-    """A command that runs together with the commands of its class that waited beside it in the
-    mailbox: `run_batch` gets them all, in mailbox order, and answers each one's reply. Subclasses
+    """A command that runs together with the commands of its class that waited beside it in its
+    lane: `run_batch` gets them all, in mailbox order, and answers each one's reply. Subclasses
     define `run_batch`; a command alone is a batch of one."""
 
     async def run(self, actor: ApplicationActor[C], reply: Reply[T]) -> None:
@@ -115,10 +153,11 @@ class _Envelope(Generic[C]):
 
 @dataclass(frozen=True)
 class _Resume(Generic[C, R]):
-    """Applies the outcome of a child's I/O inside the actor."""
+    """Applies the outcome of a child's I/O in the lane of the step that started it."""
 
     then: Callable[[outcome.Outcome[R]], Awaitable[None]]
     result: outcome.Outcome[R]
+    lane: Hashable
 
     async def run(self, actor: ApplicationActor[C], reply: Reply[Any]) -> None:
         await self.then(self.result)
@@ -131,7 +170,9 @@ class ApplicationActor(Generic[C]):
     hot: HotState  # the application's state kept between messages
     _inbox: trio.MemorySendChannel[_Envelope[C]]
     _nursery: trio.Nursery
-    _waiting: set[Reply[Any]] = field(default_factory=set)
+    _room: trio.Semaphore  # commands the lanes may hold: `mailbox_size`
+    _waiting: set[Reply[Any]] = field(default_factory=set)  # on a child's I/O
+    _lanes: dict[Hashable, deque[_Envelope[C]]] = field(default_factory=dict)  # lanes with work
     in_flight: dict[str, Reply[Any]] = field(default_factory=dict)  # idempotency keys being processed
 
     def spawn(
@@ -140,8 +181,9 @@ class ApplicationActor(Generic[C]):
         then: Callable[[outcome.Outcome[R]], Awaitable[None]],
         reply: Reply[Any],
     ) -> None:
-        """Run `io` in a child task; when it ends, `then(its outcome)` runs inside the actor."""
-        self.spawn_command(io, lambda result: _Resume(then, result), reply)
+        """Run `io` in a child task; when it ends, `then(its outcome)` runs in this step's lane."""
+        lane = _current_lane.get()
+        self.spawn_command(io, lambda result: _Resume(then, result, lane), reply)
 
     def spawn_command(
         self,
@@ -150,7 +192,8 @@ class ApplicationActor(Generic[C]):
         reply: Reply[Any],
     ) -> None:
         """Run `io` in a child task; when it ends, the command `then(its outcome)` goes to the
-        mailbox, where it runs in turn (with others of its kind, if it is a `BatchCommand`)."""
+        mailbox, where it runs in turn in its lane (with others of its kind, if it is a
+        `BatchCommand`)."""
         self._waiting.add(reply)
 
         async def child() -> None:
@@ -164,7 +207,41 @@ class ApplicationActor(Generic[C]):
         self._waiting.discard(reply)
 
     def pending_replies(self) -> set[Reply[Any]]:
-        return set(self._waiting)
+        """The replies still owed: of the commands in lanes, and of those waiting on a child's I/O."""
+        owed = set(self._waiting)
+        for lane in self._lanes.values():
+            owed.update(message.reply for message in lane)
+        return owed
+
+    def busy(self) -> bool:
+        return bool(self._waiting or self._lanes)
+
+    def _enqueue(self, message: _Envelope[C]) -> None:
+        """Put `message` at the end of its lane, starting the lane's task if the lane was idle."""
+        if message.resumes:
+            self._settled(message.reply)
+        key = lane_of(message.command)
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = deque()
+            self._nursery.start_soon(self._drain, key, lane)
+        lane.append(message)
+
+    async def _drain(self, key: Hashable, lane: deque[_Envelope[C]]) -> None:
+        """Run the lane's commands one step at a time until it is empty; the lane then ends."""
+        _current_lane.set(key)
+        while lane:
+            step = [lane[0]]
+            if isinstance(step[0].command, BatchCommand):
+                step = list(lane)
+            # A crash raises out of here, leaving the step in the lane: its replies are stranded
+            # with the lane's others and closed by the registry (`ActorCrashed`).
+            await _run_guarded(self, step)
+            for _ in step:
+                lane.popleft()
+                self._room.release()
+        # No await between the last check and the removal: nothing can join the lane in between.
+        del self._lanes[key]
 
 
 class ActorRegistry(Generic[C]):
@@ -235,7 +312,8 @@ class ActorRegistry(Generic[C]):
         try:
             async with trio.open_nursery() as children:
                 hot = HotState(trusted=lambda: self.listening)
-                actor = ApplicationActor(application_id, self._context, hot, send, children)
+                room = trio.Semaphore(self._mailbox_size)
+                actor = ApplicationActor(application_id, self._context, hot, send, children, room)
                 self._actors[application_id] = actor
                 await self._serve(actor, receive)
                 children.cancel_scope.cancel()
@@ -262,44 +340,25 @@ class ActorRegistry(Generic[C]):
     async def _serve(
         self, actor: ApplicationActor[C], receive: trio.MemoryReceiveChannel[_Envelope[C]]
     ) -> None:
+        """Move messages from the mailbox into their lanes while the lanes have room; stop after
+        `idle_s` with nothing to do."""
         while True:
-            first = None
+            message = None
             with trio.move_on_after(self._idle_s):
-                first = await receive.receive()
-            if first is None:
-                if not actor.pending_replies() and receive.statistics().current_buffer_used == 0:
+                await actor._room.acquire()
+                try:
+                    message = await receive.receive()
+                finally:
+                    if message is None:
+                        actor._room.release()
+            if message is None:
+                if not actor.busy() and receive.statistics().current_buffer_used == 0:
                     # No await between this check and the removal: no message can slip in between.
                     del self._mailboxes[actor.application_id]
                     del self._actors[actor.application_id]
                     return
                 continue
-            batch = [first]
-            while len(batch) < self._mailbox_size:
-                try:
-                    batch.append(receive.receive_nowait())
-                except trio.WouldBlock:
-                    break
-            for run in _runs(batch):
-                for message in run:
-                    if message.resumes:
-                        actor._settled(message.reply)
-                await _run_guarded(actor, run)
-
-
-def _runs(batch: list[_Envelope[C]]) -> Iterator[list[_Envelope[C]]]:
-    """The batch cut into steps, in order: messages of one `BatchCommand` class that follow one
-    another make one step; any other message is a step of its own."""
-    run: list[_Envelope[C]] = []
-    for message in batch:
-        kind = type(message.command)
-        if run and issubclass(kind, BatchCommand) and type(run[0].command) is kind:
-            run.append(message)
-            continue
-        if run:
-            yield run
-        run = [message]
-    if run:
-        yield run
+            actor._enqueue(message)
 
 
 async def _run_guarded(actor: ApplicationActor[C], run: list[_Envelope[C]]) -> None:

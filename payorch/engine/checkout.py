@@ -16,7 +16,7 @@ import outcome
 import trio
 
 from payorch.engine.actors import ActorCrashed, ApplicationActor, BatchCommand, Reply
-from payorch.engine.context import PaymentsContext, account_of
+from payorch.engine.context import Context, account_of
 from payorch.engine.idempotency import (
     Answer,
     claim_idempotency_keys,
@@ -76,7 +76,7 @@ class _Routed:
 
 
 @dataclass(frozen=True)
-class CreateSession(BatchCommand[PaymentsContext, Answer]):
+class CreateSession(BatchCommand[Context, Answer]):
     """Create a checkout session. Runs in batches: the commands that waited together in the mailbox
     claim their Idempotency-Keys in one statement, route on the provider configurations the actor
     holds, and call their providers side by side; what comes back together is stored together
@@ -89,7 +89,7 @@ class CreateSession(BatchCommand[PaymentsContext, Answer]):
     @classmethod
     async def run_batch(
         cls,
-        actor: ApplicationActor[PaymentsContext],
+        actor: ApplicationActor[Context],
         batch: Sequence[tuple[CreateSession, Reply[Answer]]],
     ) -> None:
         context = actor.context
@@ -130,7 +130,7 @@ class CreateSession(BatchCommand[PaymentsContext, Answer]):
 
     def _start(
         self,
-        actor: ApplicationActor[PaymentsContext],
+        actor: ApplicationActor[Context],
         reply: Reply[Answer],
         claim: Claimed,
         configs: dict[str, ProviderConfig],
@@ -200,7 +200,7 @@ class CreateSession(BatchCommand[PaymentsContext, Answer]):
 
 
 @dataclass(frozen=True)
-class _StoreSession(BatchCommand[PaymentsContext, Answer]):
+class _StoreSession(BatchCommand[Context, Answer]):
     """What a session's providers answered, back in the actor. The ones that came back together
     are stored in one round trip (group commit): each session with its Idempotency-Key's answer."""
 
@@ -212,7 +212,7 @@ class _StoreSession(BatchCommand[PaymentsContext, Answer]):
     @classmethod
     async def run_batch(
         cls,
-        actor: ApplicationActor[PaymentsContext],
+        actor: ApplicationActor[Context],
         batch: Sequence[tuple[_StoreSession, Reply[Answer]]],
     ) -> None:
         stored: list[tuple[sessions.AnsweredSession, Reply[Answer]]] = []
@@ -284,7 +284,7 @@ async def _store_each(db: Database, stored: list[tuple[sessions.AnsweredSession,
             reply.send(Answer(answered.status, answered.body))
 
 
-async def active_provider_configs(actor: ApplicationActor[PaymentsContext]) -> tuple[ProviderConfig, ...]:
+async def active_provider_configs(actor: ApplicationActor[Context]) -> tuple[ProviderConfig, ...]:
     """The application's active provider configurations, as its actor holds them (read if not)."""
     hot = actor.hot
     configs = hot.provider_configs()
@@ -309,7 +309,7 @@ def _accepts(providers: ProviderCatalogue) -> Callable[[str, str, Money], bool]:
 
 
 async def _create_with_cascade(
-    context: PaymentsContext,
+    context: Context,
     ranked: list[tuple[str, float]],
     configs: dict[str, ProviderConfig],
     request: CheckoutRequest,

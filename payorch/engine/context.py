@@ -1,6 +1,9 @@
-"""What the commands of every application's actor share: one `PaymentsContext` per service, built by
-the runtime, holding the settings, the database, the sealed-secret box, the providers and their
-health, the metrics, this node's identity and the clock, and timing every provider call the same way."""
+"""The service's one context: built once by the runtime (the composition root) and passed down the
+way hypercorn passes its `Config`. It holds what every floor above shares: the settings, the
+database, the sealed-secret box, the providers and their health, the metrics, this node's identity
+and the clock; and it times every provider call the same way. The actors' commands receive it as
+`actor.context`, the HTTP app as `Services.context` (beside what only HTTP uses), every background
+loop as its first argument (beside the actors or the supervisor board, when it uses them)."""
 
 from __future__ import annotations
 
@@ -24,8 +27,8 @@ from payorch.values.secretbox import SecretBox
 
 
 @dataclass(frozen=True)
-class PaymentsContext:
-    """What the commands need; one per service, shared by every actor."""
+class Context:
+    """What the service's parts share; one per service."""
 
     live: LiveSettings  # the settings now: read them through `settings`
     db: Database

@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar
 
 from payorch.config import Settings
 from payorch.engine.actors import ApplicationActor, Reply
-from payorch.engine.context import PaymentsContext
+from payorch.engine.context import Context
 from payorch.storage import idempotency_keys as keys_store
 from payorch.storage.database import Connection
 from payorch.values.errors import IdempotencyKeyInProgress, IdempotencyKeyMismatch
@@ -78,7 +78,7 @@ class Fresh(Generic[T]):
 
 
 async def claim_idempotency_key(
-    actor: ApplicationActor[PaymentsContext],
+    actor: ApplicationActor[Context],
     reply: Reply[Answer],
     *,
     scope: str,
@@ -142,7 +142,7 @@ def in_progress() -> IdempotencyKeyInProgress:
 
 
 async def claim_idempotency_keys(
-    actor: ApplicationActor[PaymentsContext], scope: str, waiting: Mapping[str, tuple[bytes, Reply[Answer]]]
+    actor: ApplicationActor[Context], scope: str, waiting: Mapping[str, tuple[bytes, Reply[Answer]]]
 ) -> dict[str, keys_store.Claimed]:
     """Claim the Idempotency-Keys of `waiting` (key: its request's fingerprint and reply) in
     `scope`: new keys in one statement, and the few seen before in one transaction, which answers

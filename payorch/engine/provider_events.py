@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import datetime
 
-from payorch.engine.actors import ApplicationActor, Reply
-from payorch.engine.context import PaymentsContext
+from payorch.engine.actors import APPLICATION_LANE, ApplicationActor, Reply, refund_lane, session_lane
+from payorch.engine.context import Context
 from payorch.engine.refund_commands import apply_refund_outcome
 from payorch.engine.session_events import apply_session_event
 from payorch.engine.session_states import SessionEvent
@@ -35,8 +36,17 @@ class ApplyProviderEvent:
     provider: str
     event: ProviderEvent
 
-    async def run(self, actor: ApplicationActor[PaymentsContext], reply: Reply[bool]) -> None:
-        context: PaymentsContext = actor.context
+    @property
+    def lane(self) -> Hashable:
+        """The lane of the session (or refund) the event is about."""
+        if self.event.session_id is not None:
+            return session_lane(self.event.session_id)
+        if self.event.refund_id is not None:
+            return refund_lane(self.event.refund_id)
+        return APPLICATION_LANE
+
+    async def run(self, actor: ApplicationActor[Context], reply: Reply[bool]) -> None:
+        context: Context = actor.context
         reply.send(
             await context.db.transaction(
                 self._apply, actor.application_id, context.metrics, context.clock.now()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,9 +19,9 @@ from typing import Any
 import outcome
 import trio
 
-from payorch.engine.actors import ApplicationActor, Reply
+from payorch.engine.actors import ApplicationActor, Reply, refund_lane, session_lane
 from payorch.engine.body_types import EventType
-from payorch.engine.context import PaymentsContext
+from payorch.engine.context import Context
 from payorch.engine.idempotency import Answer, claim_idempotency_key
 from payorch.engine.records import event_body, new_event_id
 from payorch.engine.refund_rules import (
@@ -138,9 +139,7 @@ async def _settle_session_status(
         )
 
 
-async def _submit(
-    context: PaymentsContext, submission: _Submission, timeout_s: float
-) -> RefundSubmitted | None:
+async def _submit(context: Context, submission: _Submission, timeout_s: float) -> RefundSubmitted | None:
     """Ask the provider; None when it did not acknowledge in time (it will be asked again)."""
     provider = context.providers.get(submission.config.provider)
     if provider is None:
@@ -232,8 +231,13 @@ class CreateRefund:
     fingerprint: bytes
     draft: RefundDraft
 
-    async def run(self, actor: ApplicationActor[PaymentsContext], reply: Reply[Answer]) -> None:
-        context: PaymentsContext = actor.context
+    @property
+    def lane(self) -> Hashable:
+        """The refunded session's lane: its refunds are created one at a time in this process."""
+        return session_lane(self.draft.session_id)
+
+    async def run(self, actor: ApplicationActor[Context], reply: Reply[Answer]) -> None:
+        context: Context = actor.context
         scope = refund_scope(self.draft.session_id)
         in_flight_key = f"{scope}:{self.idempotency_key}"
 
@@ -275,9 +279,9 @@ class CreateRefund:
         conn: Connection,
         refund: Refund,
         result: outcome.Outcome[RefundSubmitted | None],
-        context: PaymentsContext,
+        context: Context,
         scope: str,
-        actor: ApplicationActor[PaymentsContext],
+        actor: ApplicationActor[Context],
     ) -> Answer:
         now = context.clock.now()
         try:
@@ -317,8 +321,12 @@ class SubmitRefund:
 
     refund_id: uuid.UUID
 
-    async def run(self, actor: ApplicationActor[PaymentsContext], reply: Reply[bool]) -> None:
-        context: PaymentsContext = actor.context
+    @property
+    def lane(self) -> Hashable:
+        return refund_lane(self.refund_id)
+
+    async def run(self, actor: ApplicationActor[Context], reply: Reply[bool]) -> None:
+        context: Context = actor.context
         submission = await context.db.autocommit(_pending_submission, actor.application_id, self.refund_id)
         if submission is None:
             reply.send(False)
@@ -367,7 +375,7 @@ async def _record_attempt(
     conn: Connection,
     refund: Refund,
     result: outcome.Outcome[RefundSubmitted | None],
-    context: PaymentsContext,
+    context: Context,
 ) -> bool:
     now = context.clock.now()
     try:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 import outcome
 import trio
 
-from payorch.engine.actors import ApplicationActor, Reply
-from payorch.engine.context import PaymentsContext
+from payorch.engine.actors import ApplicationActor, Reply, session_lane
+from payorch.engine.context import Context
 from payorch.engine.session_events import apply_session_event
 from payorch.engine.session_states import SessionEvent, SessionStatus
 from payorch.providers.base import CheckoutClosed, Credentials, CredentialsRejected, ProviderError
@@ -51,8 +52,12 @@ class ExpireSession:
 
     session_id: uuid.UUID
 
-    async def run(self, actor: ApplicationActor[PaymentsContext], reply: Reply[bool]) -> None:
-        context: PaymentsContext = actor.context
+    @property
+    def lane(self) -> Hashable:
+        return session_lane(self.session_id)
+
+    async def run(self, actor: ApplicationActor[Context], reply: Reply[bool]) -> None:
+        context: Context = actor.context
         due = await context.db.autocommit(_due, context, actor.application_id, self.session_id)
         if due is None:
             reply.send(False)
@@ -96,7 +101,7 @@ class ExpireSession:
 
         actor.spawn(close, then, reply)
 
-    async def _apply(self, context: PaymentsContext, application_id: uuid.UUID, event: SessionEvent) -> bool:
+    async def _apply(self, context: Context, application_id: uuid.UUID, event: SessionEvent) -> bool:
         return await context.db.transaction(
             apply_session_event,
             application_id=application_id,
@@ -108,7 +113,7 @@ class ExpireSession:
 
 
 async def _due(
-    conn: Connection, context: PaymentsContext, application_id: uuid.UUID, session_id: uuid.UUID
+    conn: Connection, context: Context, application_id: uuid.UUID, session_id: uuid.UUID
 ) -> _Due | None:
     """What expiring the session involves; None when it is not a PENDING session of the application
     past its expiry (any more)."""

@@ -8,7 +8,6 @@ from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
 from quart import Response, request
 
 from payorch.http import console, openapi
-from payorch.http.context import PayorchApp, Services
 from payorch.http.error_responses import install_error_handlers
 from payorch.http.jsonio import ExactJsonProvider
 from payorch.http.requestlog import install_request_log
@@ -26,6 +25,7 @@ from payorch.http.routes import (
     sessions,
     webhooks,
 )
+from payorch.http.services import PayorchApp, Services
 from payorch.http.validation import LimitedRequest
 
 
@@ -64,7 +64,7 @@ def create_app(services: Services) -> PayorchApp:
     """A new app serving with `services`; nothing is shared between two apps."""
     app = _App("payorch")
     app.services = services
-    app.config["MAX_CONTENT_LENGTH"] = services.settings.server.max_body_bytes
+    app.config["MAX_CONTENT_LENGTH"] = services.context.settings.server.max_body_bytes
     app.config["JSON_SORT_KEYS"] = False
     openapi.PayorchQuartSchema(
         app,

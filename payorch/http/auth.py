@@ -18,8 +18,8 @@ import trio
 from quart import g, request
 
 from payorch.engine.access_tokens import verify_access_token
-from payorch.http.context import services
 from payorch.http.requestlog import note_application
+from payorch.http.services import services
 from payorch.storage import applications as applications_store
 from payorch.storage.applications import Application
 from payorch.values.errors import (
@@ -87,7 +87,7 @@ def principal_of_access_token(token: str) -> Principal:
     `AuthenticationRequired` for a forged or expired token, `RateLimited` for an empty bucket. The
     API's `Authorization: Bearer` and the console's session cookie both come here."""
     claims = verify_access_token(
-        token, secret=services().settings.auth.jwt_secret, now=services().clock.now()
+        token, secret=services().context.settings.auth.jwt_secret, now=services().context.clock.now()
     )
     services().limits.charge_credential(f"merchant:{claims.merchant_id}")
     return Principal(merchant_id=claims.merchant_id, user_id=claims.user_id)
@@ -108,7 +108,7 @@ async def _api_key_principal(api_key: str) -> Principal:
     if owner is None and not cache.is_missing(key_hash, trio.current_time()):
         limits.check_api_key_failures(address)
         generation = cache.generation
-        owner = await services().db.autocommit(applications_store.find_api_key_owner, key_hash)
+        owner = await services().context.db.autocommit(applications_store.find_api_key_owner, key_hash)
         if owner is not None:
             cache.put(key_hash, owner, trio.current_time(), generation)
         else:
@@ -153,7 +153,7 @@ async def _read_once(application_id: uuid.UUID) -> Application | None:
     """The application as this request first read it (None: there was none)."""
     read: dict[uuid.UUID, Application | None] = g.setdefault("applications_read", {})
     if application_id not in read:
-        read[application_id] = await services().db.autocommit(
+        read[application_id] = await services().context.db.autocommit(
             applications_store.get_application, application_id
         )
     return read[application_id]

@@ -14,7 +14,7 @@ import uuid
 from quart import Quart, Response, g, request
 
 from payorch import logcontext
-from payorch.http.context import services
+from payorch.http.services import services
 
 log = logging.getLogger("payorch.access")
 
@@ -47,7 +47,7 @@ async def _finish(response: Response) -> Response:
     started = g.get("started")
     seconds = time.perf_counter() - started if started else 0.0
     rule = request.url_rule.rule if request.url_rule is not None else None
-    services().metrics.http_request(request.method, rule, response.status_code, seconds)
+    services().context.metrics.http_request(request.method, rule, response.status_code, seconds)
     log.info(
         "request",
         extra={

@@ -36,10 +36,10 @@ import trio
 import triopg
 
 from payorch.engine.body_types import ALWAYS_DELIVERED
+from payorch.engine.context import Context
 from payorch.outbound.client import CurrentClient, close_after, webhook_client
-from payorch.restarts import supervised
+from payorch.restarts import SupervisorBoard, supervised
 from payorch.storage import webhook_deliveries
-from payorch.supervisors.context import Background
 from payorch.supervisors.slots import WorkSlots
 from payorch.supervisors.webhook_attempts import attempt_delivery
 
@@ -61,13 +61,11 @@ FAN_OUT_BATCH = 200
 HAND_BACK_TIMEOUT_S = 5.0
 
 
-async def _round(
-    services: Background, client: httpx.AsyncClient, slots: WorkSlots, nursery: trio.Nursery
-) -> int:
+async def _round(context: Context, client: httpx.AsyncClient, slots: WorkSlots, nursery: trio.Nursery) -> int:
     """Fan new events out and claim due deliveries into the free slots, in one transaction; start
     an attempt for each claim. Returns how many events were fanned out."""
-    webhooks = services.settings.webhooks
-    done = await services.db.transaction(
+    webhooks = context.settings.webhooks
+    done = await context.db.transaction(
         webhook_deliveries.fan_out_and_claim,
         first_wait_s=webhooks.retry_schedule_s[0],
         fan_out_limit=FAN_OUT_BATCH,
@@ -75,8 +73,8 @@ async def _round(
         per_endpoint=IN_FLIGHT_PER_ENDPOINT,
         per_merchant=IN_FLIGHT_PER_MERCHANT,
         lease_s=webhooks.timeout_s + LEASE_MARGIN_S,
-        owner=services.node.id,
-        now=services.clock.now(),
+        owner=context.node.id,
+        now=context.clock.now(),
         always_delivered=ALWAYS_DELIVERED,
     )
     for delivery in done.claimed:
@@ -85,7 +83,7 @@ async def _round(
             nursery,
             delivery.id,
             delivery.application_id,
-            partial(attempt_delivery, services, client, delivery),
+            partial(attempt_delivery, context, client, delivery),
         )
     return done.fanned_out
 
@@ -107,10 +105,10 @@ def _is_cancellation(error: BaseException) -> bool:
     return isinstance(error, trio.Cancelled)
 
 
-def _current_client(services: Background, current: CurrentClient, nursery: trio.Nursery) -> httpx.AsyncClient:
+def _current_client(context: Context, current: CurrentClient, nursery: trio.Nursery) -> httpx.AsyncClient:
     """The client to attempt deliveries with now: rebuilt when a reload changed `webhooks.*` (the
     runtime checked that it builds), the one it replaces closed once its attempts are over."""
-    settings = services.settings
+    settings = context.settings
     if settings.webhooks != current.built_from:
         nursery.start_soon(close_after, current.client, current.built_from.timeout_s + LEASE_MARGIN_S)
         current.client = webhook_client(settings, 2 * DELIVERY_SLOTS)
@@ -118,19 +116,19 @@ def _current_client(services: Background, current: CurrentClient, nursery: trio.
     return current.client
 
 
-async def _delivery_loop(services: Background) -> None:
-    wakeup = services.db.delivery_wakeup
+async def _delivery_loop(context: Context) -> None:
+    wakeup = context.db.delivery_wakeup
     slots = WorkSlots(DELIVERY_SLOTS, wakeup)
     try:
         # A client of its own: its connections serve deliveries only (one per slot, and room to spare).
-        settings = services.settings
+        settings = context.settings
         current = CurrentClient(webhook_client(settings, 2 * DELIVERY_SLOTS), settings.webhooks)
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_listen, services.db.dsn, wakeup.origin, slots)
+                nursery.start_soon(_listen, context.db.dsn, wakeup.origin, slots)
                 while True:
-                    client = _current_client(services, current, nursery)
-                    fanned_out = await _round(services, client, slots, nursery)
+                    client = _current_client(context, current, nursery)
+                    fanned_out = await _round(context, client, slots, nursery)
                     if fanned_out < FAN_OUT_BATCH:  # else more events wait: fan them out at once
                         await slots.wait_for_wake(IDLE_WAIT_S)
         finally:
@@ -141,14 +139,14 @@ async def _delivery_loop(services: Background) -> None:
         # crash leaves them to their leases instead: counted, and not due again at once.
         if slots.in_flight and _is_cancellation(stopped):
             with trio.move_on_after(HAND_BACK_TIMEOUT_S, shield=True):
-                await services.db.transaction(
-                    webhook_deliveries.release_claims, list(slots.in_flight), now=services.clock.now()
+                await context.db.transaction(
+                    webhook_deliveries.release_claims, list(slots.in_flight), now=context.clock.now()
                 )
         raise
 
 
 async def run_webhook_supervisor(
-    services: Background, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    context: Context, board: SupervisorBoard, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
     task_status.started()
-    await supervised(services.supervisors, "webhook delivery", _delivery_loop, services)
+    await supervised(board, "webhook delivery", _delivery_loop, context)

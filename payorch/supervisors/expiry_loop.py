@@ -16,10 +16,11 @@ import logging
 
 import trio
 
+from payorch.engine.commands import PaymentActors
+from payorch.engine.context import Context
 from payorch.engine.session_expiry import ExpireSession
-from payorch.restarts import supervised
+from payorch.restarts import SupervisorBoard, supervised
 from payorch.storage import due_work, sessions
-from payorch.supervisors.context import Background
 from payorch.supervisors.slots import DueWork
 
 log = logging.getLogger("payorch.supervisors.expiry_loop")
@@ -27,36 +28,36 @@ log = logging.getLogger("payorch.supervisors.expiry_loop")
 MAX_SLEEP_S = 0.5
 
 
-def _expiry(services: Background) -> DueWork:
+def _expiry(context: Context, actors: PaymentActors) -> DueWork:
     async def pick(limit: int, skips: due_work.Skips) -> list[due_work.DueItem]:
-        return await services.db.autocommit(
+        return await context.db.autocommit(
             sessions.sessions_due_for_expiry,
             limit,
-            per_merchant=services.settings.limits.background_per_merchant,
+            per_merchant=context.settings.limits.background_per_merchant,
             skips=skips,
-            now=services.clock.now(),
+            now=context.clock.now(),
         )
 
     async def expire(item: due_work.DueItem) -> bool:
-        return await services.actors.ask(item.application_id, ExpireSession(item.id))
+        return await actors.ask(item.application_id, ExpireSession(item.id))
 
-    return DueWork("session expiry", services, pick=pick, handle=expire)
+    return DueWork("session expiry", context, pick=pick, handle=expire)
 
 
-async def expire_due_sessions(services: Background) -> int:
+async def expire_due_sessions(context: Context, actors: PaymentActors) -> int:
     """Expire every session due now; returns how many changed."""
-    return await _expiry(services).drain()
+    return await _expiry(context, actors).drain()
 
 
-async def _expiry_loop(services: Background) -> None:
-    expiry = _expiry(services)
+async def _expiry_loop(context: Context, actors: PaymentActors) -> None:
+    expiry = _expiry(context, actors)
     async with trio.open_nursery() as nursery:
         while True:
             started = await expiry.round(nursery)
             if started and not expiry.slots.free:
                 await expiry.slots.wait_for_wake(MAX_SLEEP_S)  # more may be due: at the next free slot
                 continue
-            wait = await services.db.autocommit(sessions.seconds_until_next_expiry, now=services.clock.now())
+            wait = await context.db.autocommit(sessions.seconds_until_next_expiry, now=context.clock.now())
             # Due now yet not started: in flight, over its merchant's share or waiting after a
             # failure; a freed slot rings.
             sleep_s = MAX_SLEEP_S if wait is None or wait <= 0 else min(max(wait, 0.01), MAX_SLEEP_S)
@@ -64,7 +65,11 @@ async def _expiry_loop(services: Background) -> None:
 
 
 async def run_expiry_supervisor(
-    services: Background, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    context: Context,
+    actors: PaymentActors,
+    board: SupervisorBoard,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     task_status.started()
-    await supervised(services.supervisors, "session expiry", _expiry_loop, services)
+    await supervised(board, "session expiry", _expiry_loop, context, actors)

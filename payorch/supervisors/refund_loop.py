@@ -15,48 +15,49 @@ import uuid
 
 import trio
 
+from payorch.engine.commands import PaymentActors
+from payorch.engine.context import Context
 from payorch.engine.refund_commands import SubmitRefund
-from payorch.restarts import supervised
+from payorch.restarts import SupervisorBoard, supervised
 from payorch.storage import due_work, refunds
-from payorch.supervisors.context import Background
 from payorch.supervisors.slots import DueWork
 
 POLL_S = 0.5
 
 
-def _submissions(services: Background) -> DueWork:
+def _submissions(context: Context, actors: PaymentActors) -> DueWork:
     async def pick(limit: int, skips: due_work.Skips) -> list[due_work.DueItem]:
-        lease_s = services.settings.refunds.submit_timeout_s * 2 + 30
-        return await services.db.transaction(
+        lease_s = context.settings.refunds.submit_timeout_s * 2 + 30
+        return await context.db.transaction(
             refunds.claim_due_submissions,
             limit,
             lease_s,
-            services.node.id,
-            per_merchant=services.settings.limits.background_per_merchant,
+            context.node.id,
+            per_merchant=context.settings.limits.background_per_merchant,
             skips=skips,
-            now=services.clock.now(),
+            now=context.clock.now(),
         )
 
     async def submit(item: due_work.DueItem) -> bool:
-        return await services.actors.ask(item.application_id, SubmitRefund(item.id))
+        return await actors.ask(item.application_id, SubmitRefund(item.id))
 
     async def give_back(refund_ids: list[uuid.UUID]) -> None:
-        await services.db.transaction(refunds.release_submission_claims, refund_ids, now=services.clock.now())
+        await context.db.transaction(refunds.release_submission_claims, refund_ids, now=context.clock.now())
 
-    return DueWork("refund submission", services, pick=pick, handle=submit, give_back=give_back)
+    return DueWork("refund submission", context, pick=pick, handle=submit, give_back=give_back)
 
 
-async def submit_due_refunds(services: Background) -> int:
+async def submit_due_refunds(context: Context, actors: PaymentActors) -> int:
     """Submit every refund due now; returns how many the provider acknowledged."""
-    submissions = _submissions(services)
+    submissions = _submissions(context, actors)
     try:
         return await submissions.drain()
     finally:
         await submissions.hand_back_in_flight()
 
 
-async def _refund_loop(services: Background) -> None:
-    submissions = _submissions(services)
+async def _refund_loop(context: Context, actors: PaymentActors) -> None:
+    submissions = _submissions(context, actors)
     try:
         async with trio.open_nursery() as nursery:
             while True:
@@ -69,7 +70,11 @@ async def _refund_loop(services: Background) -> None:
 
 
 async def run_refund_supervisor(
-    services: Background, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    context: Context,
+    actors: PaymentActors,
+    board: SupervisorBoard,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     task_status.started()
-    await supervised(services.supervisors, "refund submission", _refund_loop, services)
+    await supervised(board, "refund submission", _refund_loop, context, actors)

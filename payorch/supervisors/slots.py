@@ -24,9 +24,9 @@ from functools import partial
 
 import trio
 
+from payorch.engine.context import Context
 from payorch.storage.due_work import DueItem, Skips
 from payorch.storage.wakeup import Wakeup
-from payorch.supervisors.context import Background
 from payorch.values.errors import ServiceBusy
 
 log = logging.getLogger("payorch.supervisors")
@@ -111,15 +111,15 @@ class DueWork:
     def __init__(
         self,
         name: str,
-        services: Background,
+        context: Context,
         *,
         pick: Pick,
         handle: Callable[[DueItem], Awaitable[bool]],
         give_back: Callable[[list[uuid.UUID]], Awaitable[None]] | None = None,
     ) -> None:
         self.name = name
-        self.services = services
-        self.slots = WorkSlots(services.settings.limits.background_slots, Wakeup())
+        self.context = context
+        self.slots = WorkSlots(context.settings.limits.background_slots, Wakeup())
         self.busy = Pauses()  # applications whose actor's mailbox was full
         self.failing = Pauses()  # items that failed
         self.done = 0  # items that changed something
@@ -129,7 +129,7 @@ class DueWork:
 
     async def round(self, nursery: trio.Nursery) -> int:
         """Pick due items into the free slots and start each; returns how many started."""
-        limits = self.services.settings.limits  # a reload's new limits hold from the next round
+        limits = self.context.settings.limits  # a reload's new limits hold from the next round
         self.slots.size = limits.background_slots
         skips = Skips(
             in_flight=self.slots.per_owner(),

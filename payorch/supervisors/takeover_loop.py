@@ -11,21 +11,21 @@ import logging
 
 import trio
 
-from payorch.restarts import supervised
+from payorch.engine.context import Context
+from payorch.restarts import SupervisorBoard, supervised
 from payorch.storage import claim_takeover
-from payorch.supervisors.context import Background
 
 log = logging.getLogger("payorch.supervisors.takeover_loop")
 
 EVERY_S = 1.0
 
 
-async def take_over_claims_of_gone_nodes(services: Background) -> claim_takeover.Released | None:
+async def take_over_claims_of_gone_nodes(context: Context) -> claim_takeover.Released | None:
     """Release the claims of every gone node; None when there were none."""
-    gone = await services.db.autocommit(claim_takeover.gone_claim_owners)
+    gone = await context.db.autocommit(claim_takeover.gone_claim_owners)
     if not gone:
         return None
-    released = await services.db.transaction(claim_takeover.release_claims_of, gone, now=services.clock.now())
+    released = await context.db.transaction(claim_takeover.release_claims_of, gone, now=context.clock.now())
     log.warning(
         "took over the claims of nodes that are gone",
         extra={
@@ -35,22 +35,22 @@ async def take_over_claims_of_gone_nodes(services: Background) -> claim_takeover
             "refundSubmissions": released.refund_submissions,
         },
     )
-    services.metrics.claims_taken_over("webhook_delivery", released.webhook_deliveries)
-    services.metrics.claims_taken_over("sandbox_delivery", released.sandbox_deliveries)
-    services.metrics.claims_taken_over("refund_submission", released.refund_submissions)
+    context.metrics.claims_taken_over("webhook_delivery", released.webhook_deliveries)
+    context.metrics.claims_taken_over("sandbox_delivery", released.sandbox_deliveries)
+    context.metrics.claims_taken_over("refund_submission", released.refund_submissions)
     if released.webhook_deliveries:
-        services.db.delivery_wakeup.ring()  # the delivery loop claims them now, not at its next poll
+        context.db.delivery_wakeup.ring()  # the delivery loop claims them now, not at its next poll
     return released
 
 
-async def _takeover_loop(services: Background) -> None:
+async def _takeover_loop(context: Context) -> None:
     while True:
-        await take_over_claims_of_gone_nodes(services)
+        await take_over_claims_of_gone_nodes(context)
         await trio.sleep(EVERY_S)
 
 
 async def run_claim_takeover(
-    services: Background, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    context: Context, board: SupervisorBoard, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
     task_status.started()
-    await supervised(services.supervisors, "claim takeover", _takeover_loop, services)
+    await supervised(board, "claim takeover", _takeover_loop, context)

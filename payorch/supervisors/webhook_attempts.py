@@ -15,13 +15,13 @@ from collections.abc import Sequence
 import httpx
 
 from payorch.engine.body_types import DeliveryStatus
+from payorch.engine.context import Context
 from payorch.jsonexact import dumps_exact
 from payorch.outbound.attempt import INTERNAL, AttemptResult, send_signed
 from payorch.outbound.signing_secrets import signing_secrets
 from payorch.storage import webhook_deliveries, webhooks
 from payorch.storage.database import Connection
 from payorch.storage.webhook_deliveries import ClaimedDelivery
-from payorch.supervisors.context import Background
 
 log = logging.getLogger("payorch.supervisors.delivery_loop")
 
@@ -40,21 +40,19 @@ def retry_wait_s(schedule: Sequence[float], attempts_made: int, retry_after_s: f
     return max(wait, min(retry_after_s, max(schedule)))
 
 
-async def attempt_delivery(
-    services: Background, client: httpx.AsyncClient, delivery: ClaimedDelivery
-) -> None:
+async def attempt_delivery(context: Context, client: httpx.AsyncClient, delivery: ClaimedDelivery) -> None:
     """Send `delivery` once and record the attempt: DELIVERED on 2xx, else PENDING for its next
     attempt or FAILED when none is left (or the receiver answered 410, which also deactivates the
     configuration). Never raises except `trio.Cancelled`: an unexpected error is logged with the
     delivery id and recorded as this attempt's failure."""
     try:
-        result = await _send(services, client, delivery)
-        outcome, retry_in = await _record(services, delivery, result)
+        result = await _send(context, client, delivery)
+        outcome, retry_in = await _record(context, delivery, result)
     except Exception as unexpected:
         log.exception("webhook delivery attempt failed inside payorch", extra=_ids(delivery))
-        await _record_internal_failure(services, delivery, unexpected)
+        await _record_internal_failure(context, delivery, unexpected)
         return
-    _count(services, outcome, result.failure_reason)
+    _count(context, outcome, result.failure_reason)
     log.info(
         "webhook delivery attempt",
         extra={
@@ -70,13 +68,13 @@ async def attempt_delivery(
     )
 
 
-async def _send(services: Background, client: httpx.AsyncClient, delivery: ClaimedDelivery) -> AttemptResult:
+async def _send(context: Context, client: httpx.AsyncClient, delivery: ClaimedDelivery) -> AttemptResult:
     secrets = signing_secrets(
-        services.secrets,
+        context.secrets,
         secret=delivery.secret,
         previous_secret=delivery.previous_secret,
         previous_secret_expires_at=delivery.previous_secret_expires_at,
-        now=services.clock.now(),
+        now=context.clock.now(),
     )
     return await send_signed(
         client,
@@ -85,18 +83,18 @@ async def _send(services: Background, client: httpx.AsyncClient, delivery: Claim
         fingerprint=delivery.key_fingerprint,
         message_id=delivery.event_id,
         body=dumps_exact(delivery.payload).encode(),
-        timeout_s=services.settings.webhooks.timeout_s,
+        timeout_s=context.settings.webhooks.timeout_s,
         log_context=_ids(delivery),
-        clock=services.clock,
+        clock=context.clock,
     )
 
 
 async def _record(
-    services: Background, delivery: ClaimedDelivery, result: AttemptResult
+    context: Context, delivery: ClaimedDelivery, result: AttemptResult
 ) -> tuple[DeliveryStatus, float | None]:
     """Record the attempt in one transaction; returns the delivery's outcome and the wait before
     its next attempt."""
-    schedule = services.settings.webhooks.retry_schedule_s
+    schedule = context.settings.webhooks.retry_schedule_s
     gone = result.status_code == 410
     retry_in: float | None = None
     outcome: DeliveryStatus
@@ -106,7 +104,7 @@ async def _record(
         retry_in = None if gone else retry_wait_s(schedule, delivery.attempts, result.retry_after_s)
         outcome = "FAILED" if retry_in is None else "PENDING"
 
-    now = services.clock.now()
+    now = context.clock.now()
 
     async def record(conn: Connection) -> None:
         await webhook_deliveries.record_attempt(
@@ -123,19 +121,19 @@ async def _record(
         if gone:
             await webhooks.deactivate(conn, delivery.config_id, "the receiver answered 410 Gone", now=now)
 
-    await services.db.transaction(record)
+    await context.db.transaction(record)
     return outcome, retry_in
 
 
 async def _record_internal_failure(
-    services: Background, delivery: ClaimedDelivery, unexpected: Exception
+    context: Context, delivery: ClaimedDelivery, unexpected: Exception
 ) -> None:
     """Count the attempt as failed and schedule the next per the schedule alone. If even that cannot
     be recorded, the claim stays: the delivery is due again when its lease runs out."""
-    retry_in = retry_wait_s(services.settings.webhooks.retry_schedule_s, delivery.attempts, None)
+    retry_in = retry_wait_s(context.settings.webhooks.retry_schedule_s, delivery.attempts, None)
     outcome: DeliveryStatus = "FAILED" if retry_in is None else "PENDING"
     try:
-        await services.db.transaction(
+        await context.db.transaction(
             webhook_deliveries.record_attempt,
             delivery.id,
             status_code=None,
@@ -144,7 +142,7 @@ async def _record_internal_failure(
             response_body=None,
             outcome=outcome,
             retry_in_s=retry_in,
-            now=services.clock.now(),
+            now=context.clock.now(),
         )
     except Exception:
         log.exception(
@@ -152,13 +150,13 @@ async def _record_internal_failure(
             extra=_ids(delivery),
         )
         outcome = "PENDING"
-    _count(services, outcome, INTERNAL)
+    _count(context, outcome, INTERNAL)
 
 
-def _count(services: Background, outcome: DeliveryStatus, failure_reason: str | None) -> None:
-    services.metrics.webhook_delivery_attempt(outcome)
+def _count(context: Context, outcome: DeliveryStatus, failure_reason: str | None) -> None:
+    context.metrics.webhook_delivery_attempt(outcome)
     if failure_reason is not None:
-        services.metrics.webhook_attempt_failure(failure_reason)
+        context.metrics.webhook_attempt_failure(failure_reason)
 
 
 def _ids(delivery: ClaimedDelivery) -> dict[str, str]:

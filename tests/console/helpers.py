@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
-from payorch.http.context import PayorchApp
+from payorch.http.services import PayorchApp
 from tests.helpers import PASSWORD, Client
 
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')

@@ -16,7 +16,7 @@ import pytest
 from payorch.config import Settings
 from payorch.engine.session_states import SessionStatus
 from payorch.http.console.activity import OUTCOME_OF, activity_chart
-from payorch.http.context import PayorchApp
+from payorch.http.services import PayorchApp
 from payorch.storage.activity import Activity, DayRefunds, DaySessions
 from payorch.storage.database import Connection, Database
 from tests.clock import ShiftedClock

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from payorch.http.context import PayorchApp
+from payorch.http.services import PayorchApp
 from tests.console.helpers import page, signed_in
 from tests.helpers import Client, Merchant, new_api_key, new_application
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from payorch.config import LimitSettings, Settings
-from payorch.http.context import PayorchApp
+from payorch.http.services import PayorchApp
 from payorch.runtime import open_runtime
 from payorch.storage.database import Database
 from tests.console.helpers import page, signed_in

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from payorch.config import Settings
-from payorch.http.context import PayorchApp
+from payorch.http.services import PayorchApp
 from payorch.storage.database import Database
 from tests.console.helpers import page, signed_in
 from tests.helpers import (

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from payorch.config import ProviderSettings, Settings, StripeSettings
-from payorch.http.context import PayorchApp
+from payorch.http.services import PayorchApp
 from payorch.runtime import open_runtime
 from payorch.storage.database import Database
 from tests.console.helpers import page, signed_in_browser, submit

@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from payorch.config import Settings
-from payorch.http.context import PayorchApp
+from payorch.http.services import PayorchApp
 from payorch.storage import outbox
 from payorch.storage.database import Connection, Database
 from tests.console.helpers import csrf_of, page, signed_in_browser

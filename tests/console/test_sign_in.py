@@ -11,7 +11,7 @@ import pytest
 
 from payorch.config import LimitSettings, Settings
 from payorch.engine.access_tokens import AccessClaims, issue_access_token
-from payorch.http.context import PayorchApp
+from payorch.http.services import PayorchApp
 from payorch.runtime import open_runtime
 from payorch.storage.database import Database
 from tests.clock import ShiftedClock

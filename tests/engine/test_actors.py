@@ -1,4 +1,5 @@
-"""Application actors: one mailbox per application, applied in order, crashes contained."""
+"""Application actors: one mailbox per application, lanes applied in order and side by side,
+crashes contained."""
 
 from __future__ import annotations
 
@@ -32,6 +33,32 @@ class Append:
         await trio.lowlevel.checkpoint()
         log.applied.append(self.number)
         reply.send(self.number)
+
+
+@dataclass(frozen=True)
+class AppendIn:
+    """`Append` in a lane of its own: what a session's command is."""
+
+    number: int
+    lane: str
+
+    async def run(self, actor: ApplicationActor, reply: Reply[int]) -> None:
+        log: Log = actor.context
+        await trio.lowlevel.checkpoint()
+        log.applied.append(self.number)
+        reply.send(self.number)
+
+
+@dataclass(frozen=True)
+class BlockIn:
+    """Holds its lane until `gate` is set (a slow transaction of one session)."""
+
+    gate: trio.Event
+    lane: str
+
+    async def run(self, actor: ApplicationActor, reply: Reply[None]) -> None:
+        await self.gate.wait()
+        reply.send(None)
 
 
 @dataclass(frozen=True)
@@ -117,6 +144,7 @@ async def test_crash_fails_the_request_and_a_fresh_actor_serves_the_next(registr
     application = uuid.uuid4()
     with pytest.raises(ActorCrashed):
         await registry.ask(application, Explode())
+    await trio.testing.wait_all_tasks_blocked()  # the failed actor is dropped after it answered
     assert registry.crashes == 1
     assert await registry.ask(application, Append(2)) == 2
 
@@ -187,15 +215,19 @@ async def test_idle_actor_stops_and_restarts_on_the_next_message(nursery: trio.N
 
 @dataclass(frozen=True)
 class Gather(BatchCommand[Log, int]):
-    """A batched command: the commands that waited together run as one `run_batch` call."""
+    """A batched command: the commands that waited together run as one `run_batch` call. One
+    holding `gate` keeps its batch (and so its lane) running until the gate is set."""
 
     number: int
+    gate: trio.Event | None = None
 
     @classmethod
     async def run_batch(cls, actor: ApplicationActor, batch: Sequence[tuple[Gather, Reply[int]]]) -> None:
         log: Log = actor.context
         log.batches.append([command.number for command, _ in batch])
         for command, reply in batch:
+            if command.gate is not None:
+                await command.gate.wait()
             reply.send(command.number)
 
 
@@ -211,24 +243,88 @@ class BreakAStatement:
         raise asyncpg.UndefinedColumnError('column "nope" does not exist')
 
 
-async def test_batched_commands_that_waited_together_run_as_one_batch_in_mailbox_order(
+async def test_batched_commands_that_waited_while_their_batch_ran_go_together_in_mailbox_order(
     registry: ActorRegistry,
 ) -> None:
     application = uuid.uuid4()
     gate = trio.Event()
     async with trio.open_nursery() as tasks:
-        tasks.start_soon(registry.ask, application, Block(gate))  # holds the actor
+        tasks.start_soon(registry.ask, application, Gather(0, gate))  # holds its lane
         await trio.testing.wait_all_tasks_blocked()
-        for number in range(5):
+        for number in range(1, 5):
             tasks.start_soon(registry.ask, application, Gather(number))
             await trio.testing.wait_all_tasks_blocked()
-        tasks.start_soon(registry.ask, application, Append(99))  # not batched: a step of its own
-        await trio.testing.wait_all_tasks_blocked()
+        assert await registry.ask(application, Append(99)) == 99  # another lane: not held
         tasks.start_soon(registry.ask, application, Gather(5))
         await trio.testing.wait_all_tasks_blocked()
         gate.set()
-    assert registry._context.batches == [[0, 1, 2, 3, 4], [5]]
+    assert registry._context.batches == [[0], [1, 2, 3, 4, 5]]
     assert registry._context.applied == [99]
+
+
+async def test_a_command_waits_for_nothing_of_another_lane(registry: ActorRegistry) -> None:
+    application = uuid.uuid4()
+    gate = trio.Event()
+    async with trio.open_nursery() as tasks:
+        tasks.start_soon(registry.ask, application, BlockIn(gate, "session a"))
+        await trio.testing.wait_all_tasks_blocked()
+        assert await registry.ask(application, AppendIn(1, "session b")) == 1
+        assert await registry.ask(application, Append(2)) == 2  # the application's lane
+        gate.set()
+
+
+async def test_commands_of_one_lane_apply_in_mailbox_order_beside_other_lanes(
+    registry: ActorRegistry,
+) -> None:
+    application = uuid.uuid4()
+    sent: dict[str, list[int]] = {"a": [], "b": [], "c": []}
+
+    async def send(number: int) -> None:
+        lane = "abc"[number % 3]
+        sent[lane].append(number)  # the order messages enter the mailbox: no checkpoint before ask's send
+        await registry.ask(application, AppendIn(number, lane))
+
+    async with trio.open_nursery() as senders:
+        for number in range(99):
+            senders.start_soon(send, number)
+    applied: list[int] = registry._context.applied
+    for lane, numbers in sent.items():
+        assert [number for number in applied if "abc"[number % 3] == lane] == numbers
+
+
+async def test_a_crash_in_one_lane_fails_the_requests_waiting_in_the_others(registry: ActorRegistry) -> None:
+    application = uuid.uuid4()
+    never = trio.Event()
+    outcomes: list[BaseException] = []
+
+    async def waiting() -> None:
+        try:
+            await registry.ask(application, BlockIn(never, "session a"))
+        except ActorCrashed as error:
+            outcomes.append(error)
+
+    async with trio.open_nursery() as tasks:
+        tasks.start_soon(waiting)
+        await trio.testing.wait_all_tasks_blocked()
+        with pytest.raises(ActorCrashed):
+            await registry.ask(application, Explode())
+    assert len(outcomes) == 1
+
+
+async def test_a_full_lane_fills_the_mailbox_and_the_next_ask_is_service_busy(nursery: trio.Nursery) -> None:
+    registry = ActorRegistry(nursery, Log(), mailbox_size=2, idle_s=60)
+    application = uuid.uuid4()
+    gate = trio.Event()
+    async with trio.open_nursery() as tasks:
+        # Two commands fill the lanes' room; the next two wait in the mailbox, which is then full.
+        for lane in ("a", "b", "c", "d"):
+            tasks.start_soon(registry.ask, application, BlockIn(gate, lane))
+            await trio.testing.wait_all_tasks_blocked()
+        assert registry.mailbox_depths()[application] == 2
+        with pytest.raises(ServiceBusy):
+            await registry.ask(application, AppendIn(5, "e"))
+        gate.set()
+    assert await registry.ask(application, AppendIn(6, "e")) == 6
 
 
 async def test_a_lost_database_fails_the_request_with_503_and_the_actor_lives_on(

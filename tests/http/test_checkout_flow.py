@@ -121,7 +121,7 @@ async def test_pending_session_expires_to_failed_once_its_ttl_has_passed_and_not
     created = await _created(client, shop)
     clock.advance(settings.sessions.ttl_s - 1)
     # What the expiry supervisor runs finds nothing due a second before the session's expiry.
-    assert await expire_due_sessions(runtime.services) == 0
+    assert await expire_due_sessions(runtime.services.context, runtime.services.actors) == 0
     assert (await _record(client, shop, created["sessionId"]))["status"] == "PENDING"
     clock.advance(2)
     record = await _await_status(client, shop, created["sessionId"], "FAILED")

@@ -11,7 +11,7 @@ import pytest
 from quart import Response
 
 from payorch.config import Settings
-from payorch.http.context import PayorchApp
+from payorch.http.services import PayorchApp
 from payorch.runtime import open_runtime
 from payorch.storage.database import Database
 from tests.helpers import Client, Merchant

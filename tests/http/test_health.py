@@ -10,7 +10,7 @@ import pytest
 import trio_asyncio
 
 from payorch.config import Settings
-from payorch.http.context import PayorchApp
+from payorch.http.services import PayorchApp
 from payorch.runtime import open_runtime
 from payorch.storage.database import Database, open_database
 from payorch.storage.nodes import NODE_LOCK_CLASS
@@ -79,20 +79,20 @@ async def test_readyz_is_503_while_a_supervisor_waits_to_restart(app: PayorchApp
 
 
 async def test_readyz_is_503_while_the_process_holds_no_node_identity(app: PayorchApp) -> None:
-    held = app.services.node.id
-    app.services.node.id = None  # as between losing the identity's connection and holding a new one
+    held = app.services.context.node.id
+    app.services.context.node.id = None  # as between losing the identity's connection and holding a new one
     try:
         response = await app.test_client().get("/readyz")
         assert response.status_code == 503
         assert (await response.get_json())["checks"]["node"] is False
     finally:
-        app.services.node.id = held
+        app.services.context.node.id = held
 
 
 async def test_a_process_whose_identity_connection_is_cut_takes_a_new_node_id_and_is_ready_again(
     app: PayorchApp, db: Database
 ) -> None:
-    first = app.services.node.id
+    first = app.services.context.node.id
     assert first is not None
 
     async def cut(conn: asyncpg.Connection) -> None:
@@ -106,7 +106,7 @@ async def test_a_process_whose_identity_connection_is_cut_takes_a_new_node_id_an
     await db.autocommit(cut)
 
     async def holds_a_new_id() -> bool:
-        return app.services.node.id is not None and app.services.node.id > first
+        return app.services.context.node.id is not None and app.services.context.node.id > first
 
     await eventually(holds_a_new_id, timeout_s=30)
     assert (await app.test_client().get("/readyz")).status_code == 200

@@ -12,7 +12,7 @@ import pytest
 from payorch.engine.body_types import DELIVERY_STATUSES, EVENT_TYPES
 from payorch.engine.refund_rules import REFUND_REASONS, RefundStatus
 from payorch.engine.session_states import SessionStatus
-from payorch.http.context import PayorchApp
+from payorch.http.services import PayorchApp
 from payorch.values.errors import ErrorCode
 from tests.helpers import Client
 

@@ -308,7 +308,7 @@ async def test_expired_idempotency_keys_are_deleted(
         )
 
     await db.transaction(age)
-    assert await delete_expired_keys(app.services) == 1
+    assert await delete_expired_keys(app.services.context) == 1
     # The key is free again: the same key makes a new session.
     again = await create_session(client, shop, "old", session_body(total="1.00"))
     assert again.status_code == 201

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from payorch.http.context import PayorchApp
 from payorch.http.requestlog import is_acceptable_request_id
+from payorch.http.services import PayorchApp
 from payorch.logs import JsonFormatter
 from tests.helpers import Client, Merchant, new_api_key, new_application
 

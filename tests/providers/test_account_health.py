@@ -62,9 +62,9 @@ async def test_a_shop_whose_stripe_key_stripe_rejects_leaves_stripe_to_the_other
     assert _stripe_creations(fake_stripe, STRIPE_REJECTED) == [401, 401, 401]
     assert _stripe_creations(fake_stripe, STRIPE_VALID) == [200] * 10
     now = trio.current_time()
-    own = runtime.services.health.account_figures(await health_account(db, rejected, "stripe"), now)
+    own = runtime.services.context.health.account_figures(await health_account(db, rejected, "stripe"), now)
     assert own is not None and own.circuit is Circuit.OPEN
-    assert runtime.services.health.snapshot(now)["stripe"].circuit is Circuit.CLOSED
+    assert runtime.services.context.health.snapshot(now)["stripe"].circuit is Circuit.CLOSED
     _, samples = await scrape(client)
     assert value(samples, "payorch_provider_account_circuits_open", provider="stripe") == 1
     assert value(samples, "payorch_provider_circuit_open", provider="stripe") == 0
@@ -80,7 +80,7 @@ async def test_a_shop_whose_stripe_key_is_rejected_is_not_routed_to_stripe_but_t
     fake_stripe.revoke_key(STRIPE_REJECTED)
     for shop in (rejected, valid):  # Mollie has a history (0.5 s, 0.9333): fresh Stripe ranks first
         mollie = await health_account(db, shop, "mollie")
-        runtime.services.health.record_success(mollie, 0.5, trio.current_time())
+        runtime.services.context.health.record_success(mollie, 0.5, trio.current_time())
     for attempt in range(5):
         mine = await created(client, rejected, f"rejected-{attempt}")
         assert mine["routing"]["selectedProvider"] == "mollie"
@@ -119,5 +119,5 @@ async def test_closing_checkouts_with_a_revoked_mollie_key_at_expiry_leaves_moll
         session = await created(client, valid, f"valid-{attempt}")
         assert session["routing"]["selectedProvider"] == "mollie"
     now = trio.current_time()
-    own = runtime.services.health.account_figures(await health_account(db, rejected, "mollie"), now)
+    own = runtime.services.context.health.account_figures(await health_account(db, rejected, "mollie"), now)
     assert own is not None and own.circuit is Circuit.OPEN

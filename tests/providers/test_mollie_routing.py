@@ -47,8 +47,8 @@ async def _prefer(runtime: Runtime, shop: Shop, provider: str) -> None:
     """Give the shop's other provider a history (one success taking 0.5 s, score 0.9333) so that
     `provider`, never used (score 1.0), ranks first."""
     other = {"mollie": "stripe", "stripe": "mollie"}[provider]
-    account = await health_account(runtime.services.db, shop, other)
-    runtime.services.health.record_success(account, 0.5, trio.current_time())
+    account = await health_account(runtime.services.context.db, shop, other)
+    runtime.services.context.health.record_success(account, 0.5, trio.current_time())
 
 
 async def _served(fake: FakeMollie) -> list[ReceivedMollieRequest] | None:
@@ -71,7 +71,7 @@ async def test_with_stripe_and_mollie_linked_the_route_follows_the_score(
     fake_mollie: FakeMollie,
     fake_stripe: FakeStripe,
 ) -> None:
-    health = runtime.services.health
+    health = runtime.services.context.health
     stripe, mollie = await health_account(db, shop, "stripe"), await health_account(db, shop, "mollie")
     health.record_success(stripe, 3.0, trio.current_time())  # Stripe slow: 0.85 against Mollie's 1.0
     first = await created(client, shop, "first")
@@ -99,7 +99,7 @@ async def test_mollie_answering_500_at_creation_cascades_to_stripe(
         f"payorch-session-{session['sessionId']}",
     )
     assert _stripe_creations(fake_stripe) == [200]
-    assert runtime.services.health.snapshot(trio.current_time())["mollie"].consecutive_failures == 1
+    assert runtime.services.context.health.snapshot(trio.current_time())["mollie"].consecutive_failures == 1
 
 
 async def test_stripe_answering_500_at_creation_cascades_back_to_mollie(
@@ -126,7 +126,9 @@ async def test_mollie_timing_out_at_creation_cascades_to_stripe_and_its_late_pay
         fake_mollie.fail_next("POST", "/v2/payments", ScriptedFailure(status=None, delay_s=3))
         session = await created(client, shop)
         stored = await record(client, shop, session["sessionId"])
-        assert runtime.services.health.snapshot(trio.current_time())["mollie"].consecutive_failures == 1
+        assert (
+            runtime.services.context.health.snapshot(trio.current_time())["mollie"].consecutive_failures == 1
+        )
     assert session["routing"]["selectedProvider"] == stored["providerName"] == "stripe"
     assert session["checkoutUrl"] == fake_stripe.only("POST", "/v1/checkout/sessions").answer["url"]
     # The abandoned call reaches Mollie late, carrying the session's key: at most this one payment
@@ -149,7 +151,9 @@ async def test_a_mollie_account_that_keeps_failing_is_skipped_for_its_cool_down_
         response = await create_session(client, mollie_only, f"down-{attempt}", session_body())
         assert response.status_code != 201
     now = trio.current_time()
-    figures = runtime.services.health.account_figures(await health_account(db, mollie_only, "mollie"), now)
+    figures = runtime.services.context.health.account_figures(
+        await health_account(db, mollie_only, "mollie"), now
+    )
     assert figures is not None
     assert (figures.consecutive_failures, figures.circuit) == (3, Circuit.OPEN)
     assert figures.reopens_at is not None and 29 < figures.reopens_at - now <= 30
@@ -163,7 +167,9 @@ async def test_a_mollie_account_that_keeps_failing_is_skipped_for_its_cool_down_
     assert session["routing"]["selectedProvider"] == "mollie"
     assert _mollie_creations(fake_mollie) == [500, 500, 500, 201]
     # Once the 30 s cool-down is over, one session of the shop may try Mollie again (the probe).
-    probe = runtime.services.health.account_figures(await health_account(db, mollie_only, "mollie"), now + 30)
+    probe = runtime.services.context.health.account_figures(
+        await health_account(db, mollie_only, "mollie"), now + 30
+    )
     assert probe is not None and probe.circuit is Circuit.HALF_OPEN
 
 
@@ -181,7 +187,7 @@ async def test_a_mollie_failing_for_several_shops_is_skipped_by_every_shop_for_i
         response = await create_session(client, shop, "down", session_body())
         assert response.status_code == 502, shop_number
     now = trio.current_time()
-    figures = runtime.services.health.snapshot(now)["mollie"]
+    figures = runtime.services.context.health.snapshot(now)["mollie"]
     assert (figures.consecutive_failures, figures.circuit) == (3, Circuit.OPEN)
     assert figures.reopens_at is not None and 29 < figures.reopens_at - now <= 30
 
@@ -189,4 +195,4 @@ async def test_a_mollie_failing_for_several_shops_is_skipped_by_every_shop_for_i
     session = await created(client, both, "while-open")
     assert session["routing"]["selectedProvider"] == "stripe"
     assert _mollie_creations(fake_mollie) == [500, 500, 500]  # not asked while its circuit is open
-    assert runtime.services.health.snapshot(now + 30)["mollie"].circuit is Circuit.HALF_OPEN
+    assert runtime.services.context.health.snapshot(now + 30)["mollie"].circuit is Circuit.HALF_OPEN

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from payorch.config import ProviderSettings, SandboxSettings, Settings
-from payorch.http.context import PayorchApp
+from payorch.http.services import PayorchApp
 from payorch.providers.base import Credentials
 from payorch.providers.sandbox import SandboxProvider
 from payorch.storage import sandbox as store
@@ -30,7 +30,7 @@ def settings(settings: Settings) -> Settings:
 @pytest.fixture
 def provider(app: PayorchApp) -> SandboxProvider:
     """The sandbox as the app's catalogue has it (enabled by default)."""
-    return cast(SandboxProvider, app.services.providers.get("sandbox"))
+    return cast(SandboxProvider, app.services.context.providers.get("sandbox"))
 
 
 async def _checkout_path(provider: SandboxProvider, credentials: Credentials, **request: Any) -> str:

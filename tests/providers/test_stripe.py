@@ -533,8 +533,8 @@ async def test_a_refund_stripe_refuses_fails_with_provider_refused(
 async def _prefer_stripe(runtime: Runtime, shop: Shop) -> None:
     """Both fresh providers score 1.0 and ties go by name (sandbox first): give the shop's sandbox a
     history (one success taking 0.5 s) so Stripe ranks first."""
-    sandbox = await health_account(runtime.services.db, shop, "sandbox")
-    runtime.services.health.record_success(sandbox, 0.5, trio.current_time())
+    sandbox = await health_account(runtime.services.context.db, shop, "sandbox")
+    runtime.services.context.health.record_success(sandbox, 0.5, trio.current_time())
 
 
 async def test_stripe_answering_500_at_creation_cascades_to_the_sandbox(
@@ -550,7 +550,7 @@ async def test_stripe_answering_500_at_creation_cascades_to_the_sandbox(
     attempts = fake_stripe.requests_to("POST", "/v1/checkout/sessions")
     assert [a.status for a in attempts] == [500, 500, 500]
     assert {a.headers["idempotency-key"] for a in attempts} == {f"payorch-session-{created['sessionId']}"}
-    assert runtime.services.health.snapshot(trio.current_time())["stripe"].consecutive_failures == 1
+    assert runtime.services.context.health.snapshot(trio.current_time())["stripe"].consecutive_failures == 1
 
 
 async def test_stripe_timing_out_at_creation_cascades_to_the_sandbox(
@@ -568,7 +568,9 @@ async def test_stripe_timing_out_at_creation_cascades_to_the_sandbox(
         record = await _record(client, shop, created["sessionId"])
         # Stripe would have answered after 30 s: the session went to the sandbox because the
         # 1 s timeout cut Stripe off, counted against Stripe's health.
-        assert runtime.services.health.snapshot(trio.current_time())["stripe"].consecutive_failures == 1
+        assert (
+            runtime.services.context.health.snapshot(trio.current_time())["stripe"].consecutive_failures == 1
+        )
     assert created["routing"]["selectedProvider"] == record["providerName"] == "sandbox"
     assert "/sandbox/checkout/" in created["checkoutUrl"]
 

@@ -21,7 +21,7 @@ import trio
 
 from payorch.config import Settings
 from payorch.engine.actors import ApplicationActor, Reply
-from payorch.engine.context import PaymentsContext
+from payorch.engine.context import Context
 from payorch.runtime import Runtime
 from payorch.storage.database import Connection, Database
 from payorch.values.errors import ServiceBusy
@@ -83,7 +83,7 @@ class _Hold:
 
     released: trio.Event
 
-    async def run(self, actor: ApplicationActor[PaymentsContext], reply: Reply[None]) -> None:
+    async def run(self, actor: ApplicationActor[Context], reply: Reply[None]) -> None:
         await self.released.wait()
         reply.send(None)
 

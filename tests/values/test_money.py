@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from quart import jsonify, request
 
-from payorch.http.context import PayorchApp
 from payorch.http.jsonio import ExactJsonProvider, dumps_exact, loads_exact
+from payorch.http.services import PayorchApp
 from payorch.values.money import (
     AmountOutOfRange,
     TooManyDecimals,

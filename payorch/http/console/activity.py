@@ -24,7 +24,7 @@ from markupsafe import Markup
 
 from payorch.engine.session_states import SessionStatus
 from payorch.http.auth import Principal
-from payorch.http.context import services
+from payorch.http.services import services
 from payorch.storage.activity import Activity, merchant_activity
 from payorch.values.money import to_major_units
 
@@ -109,9 +109,9 @@ class ActivityChart:
 
 async def activity_of(principal: Principal) -> ActivityChart:
     """The picture of the principal's merchant's last 30 UTC days, today by the service's clock."""
-    today = services().clock.now().astimezone(UTC).date()
+    today = services().context.clock.now().astimezone(UTC).date()
     first = today - timedelta(days=DAYS - 1)
-    activity = await services().db.snapshot(
+    activity = await services().context.db.snapshot(
         merchant_activity,
         principal.merchant_id,
         since=datetime.combine(first, time(), UTC),

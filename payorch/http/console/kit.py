@@ -25,11 +25,11 @@ from werkzeug.datastructures import MultiDict
 from werkzeug.exceptions import HTTPException
 
 from payorch.http.auth import Principal, principal_of_access_token
-from payorch.http.context import services
 from payorch.http.error_responses import SHAPE_B_STATUS_OF, STATUS_OF
 from payorch.http.jsonio import unstorable_text_problem
 from payorch.http.models import PageQuery
 from payorch.http.routes.applications import APPLICATION_MAX_BODY_BYTES
+from payorch.http.services import services
 from payorch.http.validation import limit_request_body
 from payorch.values import errors as domain
 from payorch.values.html import see_other as see_other  # 303, for the pages to import from here
@@ -96,7 +96,7 @@ class Session:
 def csrf_token_of(access_token: str) -> str:
     """The CSRF token of the session holding `access_token`: an HMAC of it under the JWT secret, so
     it is new at every sign-in, and only the server (and the session's own pages) know it."""
-    secret = services().settings.auth.jwt_secret.encode()
+    secret = services().context.settings.auth.jwt_secret.encode()
     return hmac.new(secret, b"payorch console csrf\x00" + access_token.encode(), hashlib.sha256).hexdigest()
 
 

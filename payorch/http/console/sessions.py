@@ -44,11 +44,11 @@ from payorch.http.console.kit import (
     text_fields,
     validated,
 )
-from payorch.http.context import services
 from payorch.http.error_responses import SHAPE_B_STATUS_OF
 from payorch.http.models import RefundCreateRequest
 from payorch.http.routes.refunds import create_refund_of
 from payorch.http.routes.sessions import session_of, sessions_of
+from payorch.http.services import services
 from payorch.storage import outbox
 from payorch.storage import sessions as sessions_store
 from payorch.storage.database import Connection
@@ -194,7 +194,7 @@ async def _session_page(
 ) -> tuple[str, int]:
     checkout, record = await session_of(session.principal, session_id)  # not the merchant's: the 404 page
     application = await application_for(session.principal, str(checkout.application_id))
-    history = await services().db.snapshot(_history, checkout.id)
+    history = await services().context.db.snapshot(_history, checkout.id)
     refunds = list(reversed(record["refunds"] or []))
     remaining = record["amount"] - _refunded(record)
     notice = None

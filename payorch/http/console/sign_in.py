@@ -32,9 +32,9 @@ from payorch.http.console.kit import (
     text_fields,
     validated,
 )
-from payorch.http.context import services
 from payorch.http.models import LoginRequest
 from payorch.http.routes.accounts import admin_access_token, charge_login_attempt
+from payorch.http.services import services
 from payorch.values import errors as domain
 
 SIGN_IN_COOKIE = "payorch_console_sign_in"  # the CSRF token of the sign-in form (double submit)
@@ -116,7 +116,7 @@ async def sign_in_submitted() -> Response:
     except domain.InvalidLogin as error:
         return await _sign_in_form(401, email=email, next_to=next_to, message=error.message)
     response = see_other(next_to or url_for("console.applications"))
-    set_cookie(response, SESSION_COOKIE, token, max_age=services().settings.auth.jwt_ttl_s)
+    set_cookie(response, SESSION_COOKIE, token, max_age=services().context.settings.auth.jwt_ttl_s)
     delete_cookie(response, SIGN_IN_COOKIE)
     return response
 

@@ -19,8 +19,8 @@ from payorch.engine.access_tokens import AccessClaims, issue_access_token
 from payorch.engine.passwords import hash_password, verify_password
 from payorch.http import openapi as api
 from payorch.http import representations as bodies
-from payorch.http.context import services
 from payorch.http.models import LoginRequest, SignupQuery, SignupRequest
+from payorch.http.services import services
 from payorch.http.validation import View, body_limit
 from payorch.storage import accounts as accounts_store
 from payorch.values.errors import InvalidLogin, InviteInvalid
@@ -61,8 +61,8 @@ async def admin_access_token(data: LoginRequest) -> str:
     the caller charges the client address first (`charge_login_attempt`)."""
     account = data.email.lower()  # logins compare e-mails without regard to case
     services().limits.check_account_login(account)
-    settings = services().settings
-    found = await services().db.autocommit(accounts_store.find_login, data.email)
+    settings = services().context.settings
+    found = await services().context.db.autocommit(accounts_store.find_login, data.email)
     if not await verify_password(data.password, found.password_hash if found else None) or found is None:
         services().limits.count_failed_login(account)
         raise InvalidLogin("e-mail or password is incorrect")
@@ -70,7 +70,7 @@ async def admin_access_token(data: LoginRequest) -> str:
         AccessClaims(user_id=found.user_id, merchant_id=found.merchant_id),
         secret=settings.auth.jwt_secret,
         ttl_s=settings.auth.jwt_ttl_s,
-        now=services().clock.now(),
+        now=services().context.clock.now(),
     )
 
 
@@ -93,11 +93,11 @@ async def sign_up(data: SignupRequest, query_args: SignupQuery) -> tuple[dict[st
         admin_first_name=data.admin.firstName,
         admin_last_name=data.admin.lastName,
     )
-    await services().db.transaction(
+    await services().context.db.transaction(
         accounts_store.sign_up,
         token_hash=token_hash(query_args.token),
         account=account,
-        now=services().clock.now(),
+        now=services().context.clock.now(),
     )
     body: bodies.SignupResponse = {
         "organization": data.organization,
@@ -120,4 +120,8 @@ async def sign_up(data: SignupRequest, query_args: SignupQuery) -> tuple[dict[st
 async def log_in(data: LoginRequest) -> bodies.LoginResponse:
     """Exchange an admin's e-mail and password for an access token (JWT)."""
     token = await admin_access_token(data)
-    return {"accessToken": token, "tokenType": "Bearer", "expiresIn": services().settings.auth.jwt_ttl_s}
+    return {
+        "accessToken": token,
+        "tokenType": "Bearer",
+        "expiresIn": services().context.settings.auth.jwt_ttl_s,
+    }

@@ -14,7 +14,6 @@ from quart_schema import (
 from payorch.http import openapi as api
 from payorch.http import representations as bodies
 from payorch.http.auth import Accept, Principal, application_for, authenticated, parse_id
-from payorch.http.context import services
 from payorch.http.models import (
     FREE_FORM_MAX_BYTES,
     ApiKeyCreateRequest,
@@ -23,6 +22,7 @@ from payorch.http.models import (
     ApplicationStatusRequest,
     PageQuery,
 )
+from payorch.http.services import services
 from payorch.http.validation import body_limit, validate_optional_request
 from payorch.storage import applications as applications_store
 from payorch.storage.applications import ApiKey, Application
@@ -67,12 +67,12 @@ def api_key_summary(key: ApiKey) -> bodies.ApiKeySummary:
 
 async def create_application_of(principal: Principal, data: ApplicationCreateRequest) -> Application:
     """A new, enabled application of the principal's merchant."""
-    return await services().db.transaction(
+    return await services().context.db.transaction(
         applications_store.create_application,
         merchant_id=principal.merchant_id,
         name=data.name,
         description=data.description,
-        most=services().settings.limits.applications_per_merchant,
+        most=services().context.settings.limits.applications_per_merchant,
     )
 
 
@@ -81,7 +81,7 @@ async def applications_of(
 ) -> tuple[list[tuple[Application, list[ApiKey] | None]], int]:
     """A page of the merchant's applications, newest first, each with its API keys when asked, and
     how many there are in all."""
-    db = services().db
+    db = services().context.db
     async with services().limits.list_read(principal.merchant_id):
         found, total = await db.autocommit(applications_store.list_applications, principal.merchant_id, page)
         if not with_api_keys or not found:
@@ -95,8 +95,11 @@ async def set_status_of(
 ) -> Application:
     """Enable or disable the application (`StatusUnchanged` when it already has that status)."""
     application = await application_for(principal, application_id)
-    updated = await services().db.transaction(
-        applications_store.set_application_enabled, application.id, data.isEnabled, now=services().clock.now()
+    updated = await services().context.db.transaction(
+        applications_store.set_application_enabled,
+        application.id,
+        data.isEnabled,
+        now=services().context.clock.now(),
     )
     services().api_keys.forget_application(application.id)  # its keys' next request sees the status
     return updated
@@ -109,13 +112,13 @@ async def create_api_key_of(
     is kept of it (its SHA-256 and prefix)."""
     application = await application_for(principal, application_id)
     key = new_api_key()
-    created = await services().db.transaction(
+    created = await services().context.db.transaction(
         applications_store.create_api_key,
         application_id=application.id,
         key_hash=token_hash(key),
         key_prefix=api_key_prefix(key),
         description=data.description,
-        most_active=services().settings.limits.active_api_keys_per_application,
+        most_active=services().context.settings.limits.active_api_keys_per_application,
     )
     services().api_keys.forget_application(application.id)  # no unknown key is remembered past it
     return key, created
@@ -127,17 +130,17 @@ async def api_keys_of(
     """A page of the application's API keys, revoked ones included, and how many there are."""
     application = await application_for(principal, application_id)
     async with services().limits.list_read(principal.merchant_id):
-        return await services().db.autocommit(applications_store.list_api_keys, application.id, page)
+        return await services().context.db.autocommit(applications_store.list_api_keys, application.id, page)
 
 
 async def revoke_api_key_of(principal: Principal, application_id: str, key_id: str) -> None:
     """Revoke the key at once (revoking it again changes nothing)."""
     application = await application_for(principal, application_id)
-    await services().db.transaction(
+    await services().context.db.transaction(
         applications_store.revoke_api_key,
         application.id,
         parse_id(key_id, "API key"),
-        now=services().clock.now(),
+        now=services().context.clock.now(),
     )
     services().api_keys.forget_application(application.id)  # the key's very next request is 401
 

@@ -17,7 +17,7 @@ from html import escape
 from quart import Blueprint, Response, request
 
 from payorch.engine.session_states import PAID, SessionStatus
-from payorch.http.context import services
+from payorch.http.services import services
 from payorch.storage import sessions
 from payorch.values.html import formatted_amount, html_page
 
@@ -30,7 +30,7 @@ REFRESH_S = 3
 async def show_result(session_id: str) -> Response:
     """The session's outcome, in words for the customer."""
     try:
-        found = await services().db.autocommit(sessions.get_session, uuid.UUID(session_id))
+        found = await services().context.db.autocommit(sessions.get_session, uuid.UUID(session_id))
     except ValueError:
         found = None
     if found is None:

@@ -7,7 +7,7 @@ from quart_schema import document_response, security_scheme, tag_blueprint
 
 from payorch.http import openapi as api
 from payorch.http import representations as bodies
-from payorch.http.context import services
+from payorch.http.services import services
 
 blueprint = Blueprint("health", __name__)
 tag_blueprint(blueprint, ["Operations"])
@@ -30,9 +30,9 @@ async def readyz() -> tuple[Response, int]:
     """The database answers, every supervisor runs, and this process holds its node identity (so the
     work it claims is its own): the service can do useful work."""
     checks: bodies.ReadinessChecks = {
-        "database": await services().db.ping(),
+        "database": await services().context.db.ping(),
         "supervisors": services().supervisors.all_running(),
-        "node": services().node.id is not None,
+        "node": services().context.node.id is not None,
     }
     ready = all(checks.values())
     body: bodies.Readiness = {"status": "ok" if ready else "unavailable", "checks": checks}

@@ -14,7 +14,7 @@ import trio
 from quart import Blueprint, Response
 
 from payorch.engine.routing import Circuit
-from payorch.http.context import Services, services
+from payorch.http.services import Services, services
 from payorch.metrics import OutboxBacklog, RuntimeSnapshot
 from payorch.storage.database import Database
 from payorch.storage.metrics_queries import outbox_backlog
@@ -36,25 +36,25 @@ async def metrics() -> Response:
     """Every payorch metric in the Prometheus text format."""
     found = services()
     snapshot = await _snapshot(found)
-    return Response(found.metrics.exposition(snapshot), content_type=CONTENT_TYPE)
+    return Response(found.context.metrics.exposition(snapshot), content_type=CONTENT_TYPE)
 
 
 async def _snapshot(found: Services) -> RuntimeSnapshot:
-    backlog = await _outbox_backlog(found.db, found.clock)
+    backlog = await _outbox_backlog(found.context.db, found.context.clock)
     # Read after the await, so the in-memory state is that of the moment the page is rendered.
     now = trio.current_time()
-    providers = [provider.name for provider in found.providers]
-    figures = found.health.snapshot(now)
-    accounts_open = found.health.accounts_not_closed(now)
+    providers = [provider.name for provider in found.context.providers]
+    figures = found.context.health.snapshot(now)
+    accounts_open = found.context.health.accounts_not_closed(now)
     return RuntimeSnapshot(
         mailbox_depths=list(found.actors.mailbox_depths().values()),
-        mailbox_capacity=found.settings.engine.mailbox_size,
+        mailbox_capacity=found.context.settings.engine.mailbox_size,
         actor_crashes=found.actors.crashes,
         supervisors=dict(found.supervisors.running),
         supervisor_restarts=dict(found.supervisors.restarts),
         outbox=backlog,
-        config_generation=found.live.generation,
-        config_loaded_at=found.live.loaded_at,
+        config_generation=found.context.live.generation,
+        config_loaded_at=found.context.live.loaded_at,
         provider_circuit_open={
             name: name in figures and figures[name].circuit is not Circuit.CLOSED for name in providers
         },

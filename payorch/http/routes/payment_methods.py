@@ -10,9 +10,9 @@ from quart_schema import document_response, security_scheme, tag_blueprint, vali
 from payorch.http import openapi as api
 from payorch.http import representations as bodies
 from payorch.http.auth import Accept, Principal, application_for, authenticated
-from payorch.http.context import services
 from payorch.http.models import PaymentMethodsQuery
 from payorch.http.routes.sessions import money_of
+from payorch.http.services import services
 from payorch.storage import provider_configs
 from payorch.values.errors import FieldProblem, InvalidInput, NotPermitted
 
@@ -43,12 +43,12 @@ async def payment_methods(query_args: PaymentMethodsQuery, principal: Principal)
         application_id = str(query_args.applicationId)
     application = await application_for(principal, application_id)
     amount = money_of(Decimal(query_args.amount), query_args.currency, "amount")
-    configs = await services().db.autocommit(provider_configs.active_provider_configs, application.id)
+    configs = await services().context.db.autocommit(provider_configs.active_provider_configs, application.id)
     methods: list[str] = []
     warnings: set[bodies.PaymentMethodWarning] = set()
     connected = False  # a link to a provider this deployment no longer offers connects nothing
     for config in configs:
-        provider = services().providers.get(config.provider)
+        provider = services().context.providers.get(config.provider)
         if provider is None:
             continue
         connected = True

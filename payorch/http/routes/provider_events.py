@@ -12,8 +12,8 @@ from payorch.engine.provider_events import ApplyProviderEvent
 from payorch.http import openapi as api
 from payorch.http import representations as bodies
 from payorch.http.auth import parse_id
-from payorch.http.context import services
 from payorch.http.requestlog import note_application
+from payorch.http.services import services
 from payorch.providers.base import EventRejected, ProviderError
 from payorch.storage import provider_configs
 from payorch.values.errors import InvalidInput, NotFound, ProviderUnavailable
@@ -29,11 +29,13 @@ tag_blueprint(blueprint, ["Provider events"])
 async def receive_provider_event(provider_name: str, application_id: str) -> bodies.ProviderEventReceived:
     """Apply a provider's event once; a redelivered event answers 200 and changes nothing."""
     await services().limits.pace_provider_event(request.remote_addr)
-    provider = services().providers.get(provider_name)
+    provider = services().context.providers.get(provider_name)
     if provider is None:
         raise NotFound(f"provider {provider_name!r} is not in the catalogue")
     app_id = parse_id(application_id, "application")
-    config = await services().db.autocommit(provider_configs.get_provider_config, app_id, provider.name)
+    config = await services().context.db.autocommit(
+        provider_configs.get_provider_config, app_id, provider.name
+    )
     if config is None or config.webhook_secret is None:
         raise NotFound("no such provider configuration")
     note_application(app_id)
@@ -41,13 +43,13 @@ async def receive_provider_event(provider_name: str, application_id: str) -> bod
     assert isinstance(body, bytes)
     try:
         event = provider.parse_event(
-            dict(request.headers), body, services().secrets.open(config.webhook_secret)
+            dict(request.headers), body, services().context.secrets.open(config.webhook_secret)
         )
     except EventRejected as error:
         raise InvalidInput(f"event rejected: {error}") from None
     try:
         with services().limits.provider_event_lookup(app_id):
-            resolved = await provider.resolve_event(credentials_of(services().secrets, config), event)
+            resolved = await provider.resolve_event(credentials_of(services().context.secrets, config), event)
     except ProviderError as error:
         # Not applied: the provider sends the event again, by when it may answer.
         raise ProviderUnavailable(f"could not look the event up with {provider.display_name}") from error

@@ -17,13 +17,13 @@ from quart_schema import (
 from payorch.http import openapi as api
 from payorch.http import representations as bodies
 from payorch.http.auth import Accept, Principal, application_for, authenticated
-from payorch.http.context import services
 from payorch.http.models import (
     PageQuery,
     ProviderApiKeyRequest,
     ProviderLinkRequest,
     ProviderPaymentMethodsRequest,
 )
+from payorch.http.services import services
 from payorch.providers.base import (
     Credentials,
     CredentialsRejected,
@@ -60,7 +60,7 @@ def config_body(config: ProviderConfig) -> bodies.ProviderConfig:
 
 
 def _provider(name: str) -> Provider:
-    provider = services().providers.get(name)
+    provider = services().context.providers.get(name)
     if provider is None:
         raise NotFound(f"provider {name!r} is not in the catalogue")
     return provider
@@ -77,7 +77,8 @@ def _check_methods(provider: Provider, methods: list[str]) -> list[str]:
 
 
 def provider_events_url(provider: str, application_id: object) -> str:
-    return f"{services().settings.server.public_base_url}/api/v1/provider-events/{provider}/{application_id}"
+    base_url = services().context.settings.server.public_base_url
+    return f"{base_url}/api/v1/provider-events/{provider}/{application_id}"
 
 
 async def _check_key(provider: Provider, api_key: str) -> None:
@@ -113,7 +114,7 @@ def catalogue_entry(provider: Provider) -> bodies.ProviderCatalogueEntry:
 
 async def _linked(application_id: uuid.UUID, name: str) -> tuple[Provider, ProviderConfig]:
     provider = _provider(name)
-    config = await services().db.autocommit(
+    config = await services().context.db.autocommit(
         provider_configs_store.get_provider_config, application_id, provider.name
     )
     if config is None or config.webhook_secret is None:
@@ -130,7 +131,7 @@ def catalogue_of(principal: Principal) -> list[Provider]:
     """The providers this deployment offers, by name: the same for every merchant (`principal` is
     asked for so that only a signed-in caller reads it)."""
     del principal
-    return list(services().providers)
+    return list(services().context.providers)
 
 
 async def link_provider_of(
@@ -143,7 +144,7 @@ async def link_provider_of(
     application = await application_for(principal, application_id)
     provider = _provider(data.name)
     methods = _check_methods(provider, data.paymentMethods)
-    db, secrets = services().db, services().secrets
+    db, secrets = services().context.db, services().context.secrets
     await _check_key(provider, data.credentials.apiKey)
     await db.transaction(
         provider_configs_store.begin_link,
@@ -152,8 +153,8 @@ async def link_provider_of(
         payment_methods=methods,
         credentials=secrets.seal(data.credentials.apiKey),
         key_fingerprint=key_fingerprint(data.credentials.apiKey),
-        owner=services().node.id,
-        now=services().clock.now(),
+        owner=services().context.node.id,
+        now=services().context.clock.now(),
     )
     try:
         registration = await _register(provider, data.credentials.apiKey, application.id)
@@ -169,7 +170,7 @@ async def link_provider_of(
         key_fingerprint=key_fingerprint(data.credentials.apiKey),
         webhook_reference=registration.reference,
         webhook_secret=secrets.seal(registration.secret),
-        now=services().clock.now(),
+        now=services().context.clock.now(),
     )
     services().actors.forget_application(application.id)  # the next session routes with it
     return linked
@@ -181,7 +182,7 @@ async def provider_configs_of(
     """A page of the providers linked to the application, newest first, and how many there are."""
     application = await application_for(principal, application_id)
     async with services().limits.list_read(principal.merchant_id):
-        return await services().db.autocommit(
+        return await services().context.db.autocommit(
             provider_configs_store.list_provider_configs, application.id, page
         )
 
@@ -194,13 +195,13 @@ async def replace_api_key_of(
     application = await application_for(principal, application_id)
     provider, _ = await _linked(application.id, provider_name)
     await _check_key(provider, data.apiKey)
-    db, secrets = services().db, services().secrets
+    db, secrets = services().context.db, services().context.secrets
     await db.transaction(
         provider_configs_store.begin_key_change,
         application.id,
         provider.name,
-        services().node.id,
-        now=services().clock.now(),
+        services().context.node.id,
+        now=services().context.clock.now(),
     )
     try:
         registration = await _register(provider, data.apiKey, application.id)
@@ -216,7 +217,7 @@ async def replace_api_key_of(
         key_fingerprint=key_fingerprint(data.apiKey),
         webhook_reference=registration.reference,
         webhook_secret=secrets.seal(registration.secret),
-        now=services().clock.now(),
+        now=services().context.clock.now(),
     )
     services().actors.forget_application(application.id)  # the next session uses the new key
     return changed
@@ -230,12 +231,12 @@ async def set_payment_methods_of(
     application = await application_for(principal, application_id)
     provider, _ = await _linked(application.id, provider_name)
     methods = _check_methods(provider, data.paymentMethods)
-    updated = await services().db.transaction(
+    updated = await services().context.db.transaction(
         provider_configs_store.set_payment_methods,
         application.id,
         provider.name,
         methods,
-        now=services().clock.now(),
+        now=services().context.clock.now(),
     )
     services().actors.forget_application(application.id)  # the next session routes with them
     return updated

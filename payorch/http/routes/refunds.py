@@ -12,10 +12,10 @@ from payorch.engine.refund_commands import CreateRefund, RefundDraft, refund_sco
 from payorch.engine.refund_rules import RefundCreated
 from payorch.http import openapi as api
 from payorch.http.auth import Accept, Principal, authenticated, parse_id
-from payorch.http.context import services
 from payorch.http.models import RefundCreateRequest
 from payorch.http.requestlog import note_application
 from payorch.http.routes.sessions import answer_response, idempotency_key, may_read, money_of
+from payorch.http.services import services
 from payorch.http.validation import validate_optional_request
 from payorch.storage import sessions as sessions_store
 from payorch.values.errors import NotFound
@@ -50,7 +50,9 @@ async def create_refund_of(
     request's fingerprint is taken of (the API's JSON body, or what the same request would send).
     Another merchant's session is `NotFound`; the refund rules' and the key's errors as the engine
     raises them. The answer replays the first one when `key` was used before with the same body."""
-    session = await services().db.autocommit(sessions_store.get_session, parse_id(session_id, "session"))
+    session = await services().context.db.autocommit(
+        sessions_store.get_session, parse_id(session_id, "session")
+    )
     if session is None or not await may_read(principal, session.application_id):
         raise NotFound("session not found")
     note_application(session.application_id)

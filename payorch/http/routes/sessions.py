@@ -21,10 +21,10 @@ from payorch.engine.reads import session_page, session_with_record
 from payorch.engine.records import SessionCreated, SessionRecord
 from payorch.http import openapi as api
 from payorch.http.auth import Accept, Principal, application_for, authenticated, parse_id
-from payorch.http.context import services
 from payorch.http.models import PageQuery, SessionCreateRequest
 from payorch.http.openapi import IDEMPOTENCY_HEADER
 from payorch.http.requestlog import note_application
+from payorch.http.services import services
 from payorch.storage.sessions import ALL_SESSIONS, CheckoutSession, SessionFilter
 from payorch.values.errors import FieldProblem, InvalidInput, NotFound, NotPermitted
 from payorch.values.money import Money, TooManyDecimals, UnknownCurrency
@@ -94,7 +94,7 @@ async def create_session(data: SessionCreateRequest, principal: Principal) -> tu
     """Create a checkout session, routed to the best eligible provider. Needs `Idempotency-Key`."""
     key = idempotency_key()
     application_id = await _target_application(principal, data.applicationId)
-    catalogue_methods = services().providers.all_payment_methods()
+    catalogue_methods = services().context.providers.all_payment_methods()
     if data.paymentMethod not in catalogue_methods:
         raise InvalidInput(
             "unknown payment method",
@@ -144,7 +144,7 @@ async def get_session(session_id: str, principal: Principal) -> SessionRecord:
 async def session_of(principal: Principal, session_id: str) -> tuple[CheckoutSession, SessionRecord]:
     """The session and its read record, if `principal` may read it: `NotFound` for another
     merchant's session (or another application's, for an API key), as for one that does not exist."""
-    found = await services().db.autocommit(session_with_record, parse_id(session_id, "session"))
+    found = await services().context.db.autocommit(session_with_record, parse_id(session_id, "session"))
     if found is None or not await may_read(principal, found[0].application_id):
         raise NotFound("session not found")
     note_application(found[0].application_id)
@@ -183,4 +183,4 @@ async def sessions_of(
     how many it holds; the application's errors of `application_for`."""
     application = await application_for(principal, application_id)
     async with services().limits.list_read(principal.merchant_id):
-        return await services().db.snapshot(session_page, application.id, page, where)
+        return await services().context.db.snapshot(session_page, application.id, page, where)

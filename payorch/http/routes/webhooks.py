@@ -29,8 +29,8 @@ from payorch.engine.webhook_signing import key_fingerprint, new_signing_secret
 from payorch.http import openapi as api
 from payorch.http import representations as bodies
 from payorch.http.auth import Accept, Principal, application_for, authenticated, parse_id
-from payorch.http.context import services
 from payorch.http.models import PageQuery, WebhookCreateRequest, WebhookUpdateRequest
+from payorch.http.services import services
 from payorch.jsonexact import dumps_exact
 from payorch.outbound.attempt import AttemptResult, send_signed
 from payorch.outbound.signing_secrets import signing_secrets
@@ -110,7 +110,7 @@ def _events(requested: list[str] | None) -> list[str]:
 async def _safe_url(url: str) -> str:
     try:
         await check_webhook_url(
-            url, allow_private_networks=services().settings.webhooks.allow_private_networks
+            url, allow_private_networks=services().context.settings.webhooks.allow_private_networks
         )
     except UnsafeWebhookUrl as error:
         raise InvalidInput("webhook URL refused", [FieldProblem("url", str(error))]) from None
@@ -118,7 +118,7 @@ async def _safe_url(url: str) -> str:
 
 
 async def _config(application_id: uuid.UUID, webhook_id: str) -> WebhookConfig:
-    found = await services().db.autocommit(
+    found = await services().context.db.autocommit(
         webhooks_store.get_webhook, application_id, parse_id(webhook_id, "webhook")
     )
     if found is None:
@@ -149,12 +149,12 @@ async def create_webhook_of(
     events = _events(data.subscribedEvents)
     url = await _safe_url(data.url)
     secret = new_signing_secret()
-    created = await services().db.transaction(
+    created = await services().context.db.transaction(
         webhooks_store.create_webhook,
         application_id=application.id,
         url=url,
         subscribed_events=events,
-        secret=services().secrets.seal(secret),
+        secret=services().context.secrets.seal(secret),
         key_fingerprint=key_fingerprint(secret),
         is_active=is_active,
     )
@@ -167,7 +167,7 @@ async def webhooks_of(
     """A page of the application's configurations, newest first, and how many there are."""
     application = await application_for(principal, application_id)
     async with services().limits.list_read(principal.merchant_id):
-        return await services().db.autocommit(webhooks_store.list_webhooks, application.id, page)
+        return await services().context.db.autocommit(webhooks_store.list_webhooks, application.id, page)
 
 
 async def webhook_of(principal: Principal, application_id: str, webhook_id: str) -> WebhookConfig:
@@ -189,8 +189,8 @@ async def update_webhook_of(
         changes["is_active"] = data.isActive
     if data.subscribedEvents is not None:
         changes["subscribed_events"] = _events(data.subscribedEvents)
-    return await services().db.transaction(
-        webhooks_store.update_webhook, application.id, config.id, changes, now=services().clock.now()
+    return await services().context.db.transaction(
+        webhooks_store.update_webhook, application.id, config.id, changes, now=services().context.clock.now()
     )
 
 
@@ -199,8 +199,8 @@ async def delete_webhook_of(principal: Principal, application_id: str, webhook_i
     no more events, and its PENDING deliveries become FAILED ("webhook configuration deleted")."""
     application = await application_for(principal, application_id)
     config = await _config(application.id, webhook_id)
-    await services().db.transaction(
-        webhooks_store.delete_webhook, application.id, config.id, now=services().clock.now()
+    await services().context.db.transaction(
+        webhooks_store.delete_webhook, application.id, config.id, now=services().context.clock.now()
     )
 
 
@@ -212,14 +212,14 @@ async def rotate_secret_of(
     application = await application_for(principal, application_id)
     config = await _config(application.id, webhook_id)
     secret = new_signing_secret()
-    rotated = await services().db.transaction(
+    rotated = await services().context.db.transaction(
         webhooks_store.rotate_secret,
         application.id,
         config.id,
-        secret=services().secrets.seal(secret),
+        secret=services().context.secrets.seal(secret),
         key_fingerprint=key_fingerprint(secret),
-        overlap_s=services().settings.webhooks.rotation_overlap_s,
-        now=services().clock.now(),
+        overlap_s=services().context.settings.webhooks.rotation_overlap_s,
+        now=services().context.clock.now(),
     )
     return secret, rotated
 
@@ -230,16 +230,16 @@ async def send_test_event_of(principal: Principal, application_id: str, webhook_
     application = await application_for(principal, application_id)
     config = await _config(application.id, webhook_id)
     event_id = new_event_id()
-    delivered_at = services().clock.now()
+    delivered_at = services().context.clock.now()
     body = event_body(event_id, TEST_EVENT_TYPE, delivered_at, application.id, {"webhookId": str(config.id)})
     secrets = signing_secrets(
-        services().secrets,
+        services().context.secrets,
         secret=config.secret,
         previous_secret=config.previous_secret,
         previous_secret_expires_at=config.previous_secret_expires_at,
         now=delivered_at,
     )
-    timeout_s = services().settings.webhooks.timeout_s
+    timeout_s = services().context.settings.webhooks.timeout_s
     with services().limits.test_send(principal.merchant_id, retry_after=math.ceil(timeout_s)):
         result = await send_signed(
             services().webhooks,
@@ -250,10 +250,10 @@ async def send_test_event_of(principal: Principal, application_id: str, webhook_
             body=dumps_exact(body).encode(),
             timeout_s=timeout_s,
             log_context={"webhookId": str(config.id), "eventId": event_id},
-            clock=services().clock,
+            clock=services().context.clock,
         )
     status: bodies.WebhookTestStatus = "SUCCEEDED" if result.succeeded else "FAILED"
-    await services().db.transaction(webhooks_store.record_test, config.id, delivered_at, status)
+    await services().context.db.transaction(webhooks_store.record_test, config.id, delivered_at, status)
     return SentTestEvent(config=config, delivered_at=delivered_at, result=result)
 
 
@@ -265,7 +265,7 @@ async def deliveries_of(
     config = await _config(application.id, webhook_id)
     # One snapshot: a delivery's attempt log never shows an attempt its status does not yet.
     async with services().limits.list_read(principal.merchant_id):
-        return await services().db.snapshot(webhooks_store.list_deliveries, config.id, page)
+        return await services().context.db.snapshot(webhooks_store.list_deliveries, config.id, page)
 
 
 async def retry_delivery_of(
@@ -274,11 +274,11 @@ async def retry_delivery_of(
     """Make the delivery PENDING and due now, whatever became of it (FAILED, DELIVERED or PENDING)."""
     application = await application_for(principal, application_id)
     config = await _config(application.id, webhook_id)
-    await services().db.transaction(
+    await services().context.db.transaction(
         webhooks_store.retry_delivery,
         config.id,
         parse_id(delivery_id, "delivery"),
-        now=services().clock.now(),
+        now=services().context.clock.now(),
     )
 
 

@@ -1,0 +1,63 @@
+"""Every command an application's actor runs, what each answers, and who sends it.
+
+- `CreateSession` (`engine/checkout.py`), from `POST /api/v1/sessions`; lane: sessions being
+  created, batched. Answers the key's `Answer`: 201 with the session, or the replay of an earlier one.
+- `ApplyProviderEvent` (`engine/provider_events.py`), from `POST /api/v1/provider-events/...`; lane:
+  its session's, or its refund's. Answers `bool`: applied now (False: seen before, or about nothing).
+- `ExpireSession` (`engine/session_expiry.py`), from the expiry loop (`supervisors/expiry_loop.py`);
+  lane: its session's. Answers `bool`: the session changed.
+- `CreateRefund` (`engine/refund_commands.py`), from `POST /api/v1/sessions/<id>/refunds`; lane: its
+  session's. Answers the key's `Answer`: 201 or 202 with the refund, or the replay of an earlier one.
+- `SubmitRefund` (`engine/refund_commands.py`), from the refund loop (`supervisors/refund_loop.py`);
+  lane: its refund's. Answers `bool`: the provider took the refund.
+
+And the one command an actor sends itself: `_StoreSession` (`engine/checkout.py`), what a created
+session's providers answered, stored with the others that came back together (batched in a lane
+of its own). The other commands that wait on a provider continue in their own lane when it answers
+(`ApplicationActor.spawn`).
+
+`PaymentActors` is the registry the HTTP routes and the supervisors hold: its `ask` takes exactly
+these commands, and mypy checks each answer's type where it is used. A route names the command it
+sends (`actors.ask(application_id, CreateSession(...))`), one hop from its handler.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, overload
+
+from payorch.engine.actors import ActorRegistry, Command
+from payorch.engine.checkout import CreateSession
+from payorch.engine.context import Context
+from payorch.engine.idempotency import Answer
+from payorch.engine.provider_events import ApplyProviderEvent
+from payorch.engine.refund_commands import CreateRefund, SubmitRefund
+from payorch.engine.session_expiry import ExpireSession
+
+__all__ = [
+    "ApplyProviderEvent",
+    "CreateRefund",
+    "CreateSession",
+    "ExpireSession",
+    "PaymentActors",
+    "SubmitRefund",
+]
+
+
+class PaymentActors(ActorRegistry[Context]):
+    """The application actors of payorch's payments: `ask` sends one of the commands listed above."""
+
+    # Narrower than `ActorRegistry.ask` on purpose: payorch's actors take only these commands.
+    @overload  # type: ignore[override]
+    async def ask(self, application_id: uuid.UUID, command: CreateSession) -> Answer: ...
+    @overload
+    async def ask(self, application_id: uuid.UUID, command: ApplyProviderEvent) -> bool: ...
+    @overload
+    async def ask(self, application_id: uuid.UUID, command: ExpireSession) -> bool: ...
+    @overload
+    async def ask(self, application_id: uuid.UUID, command: CreateRefund) -> Answer: ...
+    @overload
+    async def ask(self, application_id: uuid.UUID, command: SubmitRefund) -> bool: ...
+
+    async def ask(self, application_id: uuid.UUID, command: Command[Context, Any]) -> Any:
+        return await super().ask(application_id, command)

@@ -1,0 +1,48 @@
+"""What request handlers reach through the app: the service's one `Context` (settings, database,
+providers and the rest, `engine.context`) and the parts only the HTTP layer uses, passed in when the
+app is built, never global."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+import httpx
+from quart import current_app
+from quart_trio import QuartTrio
+
+from payorch.engine.commands import PaymentActors
+from payorch.engine.context import Context
+from payorch.http.api_key_cache import ApiKeyCache
+from payorch.http.request_limits import RequestLimits
+from payorch.outbound.client import CurrentClient
+from payorch.restarts import SupervisorBoard
+
+
+@dataclass(frozen=True)
+class Services:
+    context: Context  # the service's settings, database, providers, metrics, node and clock
+    actors: PaymentActors  # the application actors: `actors.ask(application_id, <command>)`
+    supervisors: SupervisorBoard  # which background loops run, for /readyz
+    test_send_client: CurrentClient  # for webhook test sends (deliveries have a client of their own)
+    limits: RequestLimits  # per-credential and per-address token buckets of this process
+    api_keys: ApiKeyCache  # active API keys recently seen, forgotten on revocation
+
+    @property
+    def webhooks(self) -> httpx.AsyncClient:
+        """The client for webhook test sends now (a reload that changes `webhooks.*` replaces it)."""
+        return self.test_send_client.client
+
+
+class PayorchApp(QuartTrio):
+    services: Services
+
+
+def services() -> Services:
+    """The services of the app handling the current request."""
+    return cast(PayorchApp, current_app).services
+
+
+def context() -> Context:
+    """The service's context, as the app handling the current request holds it."""
+    return services().context
