@@ -92,7 +92,7 @@ async def _reserve(
     existing = await refunds.get_refund(conn, refund_id)
     session = await sessions.lock_session(conn, draft.session_id)
     if session is None or session.application_id != application_id:
-        raise NotFound("session not found")
+        raise NotFound("session not found", missing="session")
     if existing is None:
         refunded = await refunds.refunded_minor(conn, session.id)
         requested = draft.amount.minor if draft.amount is not None else None

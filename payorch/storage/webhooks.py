@@ -122,7 +122,7 @@ async def update_webhook(
         *changes.values(),
     )
     if row is None:
-        raise NotFound("webhook configuration not found")
+        raise NotFound("webhook configuration not found", missing="webhook configuration")
     return _config(row)
 
 
@@ -151,7 +151,7 @@ async def rotate_secret(
         now,
     )
     if row is None:
-        raise NotFound("webhook configuration not found")
+        raise NotFound("webhook configuration not found", missing="webhook configuration")
     return _config(row)
 
 
@@ -167,7 +167,7 @@ async def delete_webhook(
         now,
     )
     if deleted is None:
-        raise NotFound("webhook configuration not found")
+        raise NotFound("webhook configuration not found", missing="webhook configuration")
     await fail_pending_deliveries(conn, webhook_id, "webhook configuration deleted")
 
 
@@ -261,4 +261,4 @@ async def retry_delivery(
         now,
     )
     if found is None:
-        raise NotFound("delivery not found")
+        raise NotFound("delivery not found", missing="delivery")

@@ -13,7 +13,6 @@ import functools
 import hashlib
 import hmac
 import logging
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -55,7 +54,6 @@ CONTENT_SECURITY_POLICY = (
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 log = logging.getLogger("payorch.http")
-_MISSING = re.compile(r"([A-Za-z ]{1,40}) not found")
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
@@ -296,9 +294,8 @@ async def _rate_limited(error: domain.RateLimited) -> Response:
 @blueprint.errorhandler(domain.NotPermitted)
 async def _not_found(error: domain.DomainError) -> Response:
     # Another merchant's application is as absent as one that never existed: the console does not
-    # tell the two apart. What is missing is named from the error ("session not found": a session).
-    found = _MISSING.fullmatch(error.message) if isinstance(error, domain.NotFound) else None
-    what = found.group(1) if found else "application"
+    # tell the two apart. What is missing is named by the error when it names one (a session...).
+    what = (error.missing if isinstance(error, domain.NotFound) else None) or "application"
     return await message_page(f"No such {what}", f"There is no such {what} in your account.", 404)
 
 

@@ -290,7 +290,7 @@ async def refund_session(
         message = f"Nothing was refunded: {error.message}. {after}".strip()
         return await _session_page(session, session_id, status, form=shown, refund_error=message)
     except domain.NotFound as error:
-        if error.message == "session not found":
+        if error.missing == "session":
             raise  # the console's 404 page
         return await message_page("Not refunded", error.message, 404)
     query = {"refund": str(answer.body["refundId"])}

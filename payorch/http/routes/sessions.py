@@ -146,7 +146,7 @@ async def session_of(principal: Principal, session_id: str) -> tuple[CheckoutSes
     merchant's session (or another application's, for an API key), as for one that does not exist."""
     found = await services().db.autocommit(session_with_record, parse_id(session_id, "session"))
     if found is None or not await may_read(principal, found[0].application_id):
-        raise NotFound("session not found")
+        raise NotFound("session not found", missing="session")
     note_application(found[0].application_id)
     return found
 

@@ -122,7 +122,7 @@ async def _config(application_id: uuid.UUID, webhook_id: str) -> WebhookConfig:
         webhooks_store.get_webhook, application_id, parse_id(webhook_id, "webhook")
     )
     if found is None:
-        raise NotFound("webhook configuration not found")
+        raise NotFound("webhook configuration not found", missing="webhook configuration")
     return found
 
 
