@@ -24,7 +24,6 @@ from payorch.engine.idempotency import (
 )
 from payorch.engine.records import SessionCreated
 from payorch.engine.routing import eligible_providers, plan_route
-from payorch.engine.session_states import SessionStatus
 from payorch.providers.base import (
     CheckoutCreated,
     CheckoutRequest,
@@ -41,6 +40,7 @@ from payorch.values.errors import (
     ProviderUnavailable,
 )
 from payorch.values.money import Money
+from payorch.values.statuses import SessionStatus
 from payorch.values.timefmt import iso
 
 log = logging.getLogger("payorch.checkout")

@@ -22,8 +22,9 @@ from payorch.engine.body_types import (
     listed,
 )
 from payorch.engine.refund_rules import RefundEventData, RefundRecord
-from payorch.engine.session_states import WITH_REFUNDS, SessionStatus
+from payorch.engine.session_states import WITH_REFUNDS
 from payorch.values.money import to_major_units
+from payorch.values.statuses import SessionStatus
 from payorch.values.timefmt import iso
 
 SessionStatusField = Annotated[SessionStatus, listed(SessionStatus)]

@@ -24,12 +24,11 @@ from payorch.engine.context import PaymentsContext
 from payorch.engine.idempotency import Answer, claim_idempotency_key
 from payorch.engine.records import event_body, new_event_id
 from payorch.engine.refund_rules import (
-    RefundStatus,
     refund_amount,
     refund_created_body,
     refund_event_data,
 )
-from payorch.engine.session_states import REFUNDABLE, WITH_REFUNDS, SessionStatus, status_for_refunded
+from payorch.engine.session_states import WITH_REFUNDS, status_for_refunded
 from payorch.metrics import Metrics
 from payorch.providers.base import ProviderError, RefundRefused, RefundRequest, RefundSubmitted
 from payorch.storage import idempotency_keys, outbox, provider_configs, refunds, sessions
@@ -39,6 +38,7 @@ from payorch.values.errors import (
     NotFound,
 )
 from payorch.values.money import Money
+from payorch.values.statuses import FailureReason, RefundStatus, SessionStatus
 
 log = logging.getLogger("payorch.refunds")
 
@@ -163,7 +163,7 @@ async def _submit(
 
 
 async def _fail_refund(
-    conn: Connection, refund_id: uuid.UUID, reason: str, metrics: Metrics, now: datetime
+    conn: Connection, refund_id: uuid.UUID, reason: FailureReason, metrics: Metrics, now: datetime
 ) -> Refund | None:
     """Mark a PENDING refund FAILED, give its amount back to the balance, emit `refund.failed`."""
     refund = await refunds.lock_refund(conn, refund_id)
@@ -212,7 +212,7 @@ async def apply_refund_outcome(
     application_id: uuid.UUID,
     refund_id: uuid.UUID,
     succeeded: bool,
-    reason: str | None,
+    reason: FailureReason | None,
     metrics: Metrics,
     now: datetime,
 ) -> bool:
@@ -223,7 +223,9 @@ async def apply_refund_outcome(
         return False
     if succeeded:
         return await _complete_refund(conn, refund_id, metrics, now) is not None
-    return await _fail_refund(conn, refund_id, reason or "PAYMENT_FAILED", metrics, now) is not None
+    return (
+        await _fail_refund(conn, refund_id, reason or FailureReason.PAYMENT_FAILED, metrics, now) is not None
+    )
 
 
 @dataclass(frozen=True)
@@ -284,7 +286,7 @@ class CreateRefund:
             submitted = result.unwrap()
         except RefundRefused as error:
             # The provider answered, and for good: the refund is FAILED now (refund.failed follows).
-            await _fail_refund(conn, refund.id, "PROVIDER_REFUSED", context.metrics, now)
+            await _fail_refund(conn, refund.id, FailureReason.PROVIDER_REFUSED, context.metrics, now)
             log.warning(
                 "provider refused the refund", extra={"refundId": str(refund.id), "error": str(error)}
             )
@@ -373,7 +375,7 @@ async def _record_attempt(
     try:
         submitted = result.unwrap()
     except RefundRefused:
-        await _fail_refund(conn, refund.id, "PROVIDER_REFUSED", context.metrics, now)
+        await _fail_refund(conn, refund.id, FailureReason.PROVIDER_REFUSED, context.metrics, now)
         return False
     if submitted is None:
         current = await refunds.get_refund(conn, refund.id)
@@ -387,7 +389,6 @@ async def _record_attempt(
 
 
 __all__ = [
-    "REFUNDABLE",
     "CreateRefund",
     "RefundDraft",
     "SubmitRefund",

@@ -3,7 +3,6 @@ shape, a closed `TypedDict` that the OpenAPI document shows too, beside the func
 
 from __future__ import annotations
 
-import enum
 import uuid
 from datetime import datetime
 from typing import Annotated, Literal, NotRequired, Protocol, get_args
@@ -20,20 +19,15 @@ from payorch.engine.body_types import (
     listed,
     one_of,
 )
-from payorch.engine.session_states import REFUNDABLE, SessionStatus
+from payorch.engine.session_states import REFUNDABLE
 from payorch.values.errors import RefundExceedsBalance, SessionNotRefundable
 from payorch.values.money import to_major_units
+from payorch.values.statuses import RefundStatus, SessionStatus
 from payorch.values.timefmt import iso
 
 # The reasons a merchant may give for a refund (the interface's list): validated, stored, documented.
 RefundReason = Literal["REQUESTED_BY_CUSTOMER", "DUPLICATE", "FRAUDULENT", "OTHER"]
 REFUND_REASONS: tuple[RefundReason, ...] = get_args(RefundReason)
-
-
-class RefundStatus(enum.StrEnum):
-    PENDING = "PENDING"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
 
 
 RefundStatusField = Annotated[RefundStatus, listed(RefundStatus)]

@@ -9,22 +9,23 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-import asyncpg
-
 from payorch.storage import due_work
 from payorch.storage.database import Connection
 from payorch.values.pagination import PageRequest
+from payorch.values.statuses import FailureReason, SessionStatus
 
 
 @dataclass(frozen=True)
 class CheckoutSession:
+    """A stored session, as the reads and state changes use it."""
+
     id: uuid.UUID
     application_id: uuid.UUID
     order_reference: str
     amount_minor: int
     currency: str
-    status: str
-    failure_reason: str | None
+    status: SessionStatus
+    failure_reason: FailureReason | None
     provider_name: str | None
     provider_reference: str | None
     payment_method: str
@@ -62,8 +63,13 @@ class NewSession:
 _COLUMNS = ", ".join(CheckoutSession.__dataclass_fields__)
 
 
-def _session(row: asyncpg.Record) -> CheckoutSession:
-    return CheckoutSession(**dict(row.items()))
+def checkout_session(row: Mapping[str, Any]) -> CheckoutSession:
+    """The session of a row that holds `CheckoutSession`'s columns (by their names)."""
+    values = {name: row[name] for name in CheckoutSession.__dataclass_fields__}
+    values["status"] = SessionStatus(values["status"])
+    if values["failure_reason"] is not None:
+        values["failure_reason"] = FailureReason(values["failure_reason"])
+    return CheckoutSession(**values)
 
 
 @dataclass(frozen=True)
@@ -84,7 +90,7 @@ _INSERT_ANSWERED = f"""
     WITH stored AS (
         INSERT INTO checkout_sessions ({", ".join(_NEW_FIELDS)}, status, created_at, updated_at)
         VALUES ({", ".join(f"${index}" for index in range(1, len(_NEW_FIELDS) + 1))},
-                'PENDING', ${_CREATED}, ${_CREATED})
+                '{SessionStatus.PENDING}', ${_CREATED}, ${_CREATED})
     )
     UPDATE idempotency_keys SET response_status = ${_STATUS}, response_body = ${_BODY}
     WHERE application_id = ${_NEW_FIELDS.index("application_id") + 1}
@@ -112,7 +118,7 @@ async def insert_answered_sessions(conn: Connection, answered: Sequence[Answered
 
 async def get_session(conn: Connection, session_id: uuid.UUID) -> CheckoutSession | None:
     row = await conn.fetchrow(f"SELECT {_COLUMNS} FROM checkout_sessions WHERE id = $1", session_id)
-    return _session(row) if row else None
+    return checkout_session(row) if row else None
 
 
 async def lock_session(conn: Connection, session_id: uuid.UUID) -> CheckoutSession | None:
@@ -120,14 +126,14 @@ async def lock_session(conn: Connection, session_id: uuid.UUID) -> CheckoutSessi
     row = await conn.fetchrow(
         f"SELECT {_COLUMNS} FROM checkout_sessions WHERE id = $1 FOR UPDATE", session_id
     )
-    return _session(row) if row else None
+    return checkout_session(row) if row else None
 
 
 async def set_session_status(
     conn: Connection,
     session_id: uuid.UUID,
-    status: str,
-    failure_reason: str | None,
+    status: SessionStatus,
+    failure_reason: FailureReason | None,
     *,
     now: datetime,
     dispute_lost: bool = False,
@@ -144,14 +150,14 @@ async def set_session_status(
         now,
         dispute_lost,
     )
-    return _session(row)
+    return checkout_session(row)
 
 
 @dataclass(frozen=True)
 class SessionFilter:
     """Which of an application's sessions a list holds; by default, all of them."""
 
-    status: str | None = None
+    status: SessionStatus | None = None
     created_from: datetime | None = None  # inclusive
     created_before: datetime | None = None  # exclusive
 
@@ -206,7 +212,7 @@ async def list_sessions(
         page.limit,
         page.offset,
     )
-    return [_session(row) for row in rows], total
+    return [checkout_session(row) for row in rows], total
 
 
 @dataclass(frozen=True)
@@ -228,7 +234,7 @@ async def session_particulars(conn: Connection, session_id: uuid.UUID) -> Sessio
 
 
 _DUE_FOR_EXPIRY = due_work.fair_share(
-    "checkout_sessions", "status = 'PENDING' AND expires_at <= $7", "expires_at"
+    "checkout_sessions", f"status = '{SessionStatus.PENDING}' AND expires_at <= $7", "expires_at"
 )
 
 
@@ -247,12 +253,13 @@ async def sessions_due_for_expiry(
     )
 
 
+_SECONDS_UNTIL_NEXT_EXPIRY = f"""
+    SELECT extract(epoch FROM min(expires_at) - $1::timestamptz) FROM checkout_sessions
+    WHERE status = '{SessionStatus.PENDING}'"""
+
+
 async def seconds_until_next_expiry(conn: Connection, *, now: datetime) -> float | None:
     """Seconds from `now` until the earliest PENDING session expires (<= 0 when one is due); None
     if none."""
-    value = await conn.fetchval(
-        """SELECT extract(epoch FROM min(expires_at) - $1::timestamptz) FROM checkout_sessions
-           WHERE status = 'PENDING'""",
-        now,
-    )
+    value = await conn.fetchval(_SECONDS_UNTIL_NEXT_EXPIRY, now)
     return float(value) if value is not None else None
