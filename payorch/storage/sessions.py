@@ -11,6 +11,7 @@ from typing import Any
 
 from payorch.storage import due_work
 from payorch.storage.database import Connection
+from payorch.values.money import Money
 from payorch.values.pagination import PageRequest
 from payorch.values.statuses import FailureReason, SessionStatus
 
@@ -37,29 +38,6 @@ class CheckoutSession:
     dispute_lost_at: datetime | None = None  # when a lost dispute was last reported
 
 
-@dataclass(frozen=True)
-class NewSession:
-    id: uuid.UUID
-    application_id: uuid.UUID
-    order_reference: str
-    amount_minor: int
-    shipping_minor: int
-    tax_minor: int
-    currency: str
-    payment_method: str
-    locale: str | None
-    customer: dict[str, Any]
-    order_items: list[dict[str, Any]] | None
-    shipping: dict[str, Any] | None
-    additional_information: dict[str, Any] | None
-    redirect_urls: dict[str, Any] | None
-    expires_at: datetime
-    provider_name: str
-    provider_reference: str
-    checkout_url: str
-    routing_score: Decimal
-
-
 _COLUMNS = ", ".join(CheckoutSession.__dataclass_fields__)
 
 
@@ -70,6 +48,56 @@ def checkout_session(row: Mapping[str, Any]) -> CheckoutSession:
     if values["failure_reason"] is not None:
         values["failure_reason"] = FailureReason(values["failure_reason"])
     return CheckoutSession(**values)
+
+
+@dataclass(frozen=True)
+class SessionDraft:
+    """A validated request to create a checkout session: what the merchant asked for, stored as it
+    is once a provider has created the session's checkout (`NewSession`)."""
+
+    application_id: uuid.UUID
+    order_reference: str
+    amount: Money  # amount.total; stored as `amount_minor` and `currency`
+    shipping_minor: int
+    tax_minor: int
+    payment_method: str
+    locale: str | None
+    customer: dict[str, Any]
+    order_items: list[dict[str, Any]] | None
+    shipping: dict[str, Any] | None
+    additional_information: dict[str, Any] | None
+    redirect_urls: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class NewSession:
+    """A session to store: its draft, and the checkout that the provider it was routed to created."""
+
+    id: uuid.UUID
+    draft: SessionDraft
+    expires_at: datetime
+    provider_name: str
+    provider_reference: str
+    checkout_url: str
+    routing_score: Decimal
+
+
+# The columns a new session fills: the draft's own (its amount split in two), then the rest of
+# `NewSession`'s, in the order of `_new_session_values`.
+_DRAFT_COLUMNS = [name for name in SessionDraft.__dataclass_fields__ if name != "amount"]
+_ROUTED_COLUMNS = [name for name in NewSession.__dataclass_fields__ if name not in ("id", "draft")]
+_NEW_COLUMNS = ["id", *_DRAFT_COLUMNS, "amount_minor", "currency", *_ROUTED_COLUMNS]
+
+
+def _new_session_values(new: NewSession) -> tuple[object, ...]:
+    draft = new.draft
+    return (
+        new.id,
+        *(getattr(draft, name) for name in _DRAFT_COLUMNS),
+        draft.amount.minor,
+        draft.amount.currency,
+        *(getattr(new, name) for name in _ROUTED_COLUMNS),
+    )
 
 
 @dataclass(frozen=True)
@@ -84,16 +112,15 @@ class AnsweredSession:
     body: Mapping[str, object]
 
 
-_NEW_FIELDS = list(NewSession.__dataclass_fields__)
-_CREATED, _SCOPE, _KEY, _STATUS, _BODY = range(len(_NEW_FIELDS) + 1, len(_NEW_FIELDS) + 6)
+_CREATED, _SCOPE, _KEY, _STATUS, _BODY = range(len(_NEW_COLUMNS) + 1, len(_NEW_COLUMNS) + 6)
 _INSERT_ANSWERED = f"""
     WITH stored AS (
-        INSERT INTO checkout_sessions ({", ".join(_NEW_FIELDS)}, status, created_at, updated_at)
-        VALUES ({", ".join(f"${index}" for index in range(1, len(_NEW_FIELDS) + 1))},
+        INSERT INTO checkout_sessions ({", ".join(_NEW_COLUMNS)}, status, created_at, updated_at)
+        VALUES ({", ".join(f"${index}" for index in range(1, len(_NEW_COLUMNS) + 1))},
                 '{SessionStatus.PENDING}', ${_CREATED}, ${_CREATED})
     )
     UPDATE idempotency_keys SET response_status = ${_STATUS}, response_body = ${_BODY}
-    WHERE application_id = ${_NEW_FIELDS.index("application_id") + 1}
+    WHERE application_id = ${_NEW_COLUMNS.index("application_id") + 1}
       AND scope = ${_SCOPE} AND key = ${_KEY}"""
 
 
@@ -104,7 +131,7 @@ async def insert_answered_sessions(conn: Connection, answered: Sequence[Answered
         _INSERT_ANSWERED,
         [
             (
-                *(getattr(item.session, name) for name in _NEW_FIELDS),
+                *_new_session_values(item.session),
                 item.created_at,
                 item.scope,
                 item.key,

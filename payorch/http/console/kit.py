@@ -85,7 +85,8 @@ class CsrfRefused(Exception):
 
 @dataclass(frozen=True)
 class Session:
-    """The admin signed in, and the CSRF token every form of theirs carries."""
+    """The admin signed in, and the CSRF token every form of theirs carries: the console's sign-in
+    session, nothing to do with a checkout session (`storage.sessions.CheckoutSession`)."""
 
     principal: Principal
     csrf_token: str
