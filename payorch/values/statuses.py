@@ -4,7 +4,10 @@ refund failed: each enumeration's one definition.
 They live on the lowest floor because every floor speaks them: the engine moves sessions and
 refunds between them (`engine.session_states`, `engine.refund_rules`), the providers translate
 their own codes into a `FailureReason`, storage writes them into its statements' text, the
-interface's bodies and document list them.
+database keeps its columns to them, the interface's bodies and document list them. A value is
+added (or taken out) here and nowhere else: the CHECK constraints of the columns are written from
+these enumerations (`storage.enumerated_columns`) by migration 0014, which `payorch migrate`
+applies again whenever they change.
 
 Every value is written as on the wire (the interface's contract): upper-case letters and
 underscores, so that it is also its own SQL literal between single quotes.
