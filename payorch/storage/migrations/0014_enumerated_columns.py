@@ -3,9 +3,10 @@
 written from the enumerations themselves rather than typed here.
 
 Repeatable: when an enumeration gains (or loses) a value, this migration's SQL changes with it, and
-the next `payorch migrate` (or service start) applies it again, replacing each constraint. A value
-taken out of an enumeration must first be gone from every row: the constraint checks the rows it
-finds, and the migration fails, changing nothing, while one holds it.
+the next `payorch migrate` (or service start) applies it again, replacing each constraint. Each
+constraint checks the rows it finds, holding its table's lock meanwhile (docs/operations.md): a
+value taken out of an enumeration must first be gone from every row, or the migration fails and
+changes nothing.
 """
 
 from __future__ import annotations
