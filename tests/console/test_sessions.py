@@ -184,7 +184,7 @@ async def test_a_pending_session_has_no_refund_form(client: Client, shop: Shop, 
     response, html = await page(console, f"/console/sessions/{session_id}")
     assert response.status_code == 200
     assert "idempotency_key" not in html
-    assert "cannot be refunded" in html
+    assert "A PENDING session was not paid, so it cannot be refunded." in html
 
 
 # --- Refunds -----------------------------------------------------------------------------------
@@ -218,7 +218,7 @@ async def test_a_full_refund_is_the_default(client: Client, shop: Shop, console:
     assert (refund["amount"], refund["reason"]) == (Decimal("0.30"), None)
     _, html = await page(console, f"/console/sessions/{session_id}")
     assert "idempotency_key" not in html  # nothing remains to refund: no form
-    assert "Nothing remains to be refunded" in html
+    assert "Nothing remains to be refunded." in html
 
 
 async def test_the_same_form_sent_twice_refunds_once(client: Client, shop: Shop, console: Client) -> None:
@@ -384,3 +384,4 @@ async def test_a_session_whose_dispute_was_lost_shows_when_on_its_page(
     _, html = await page(console, f"/console/sessions/{session_id}")
     assert f'<dt>Dispute lost</dt><dd><time datetime="{lost_at}">' in html
     assert "REVERSED" in html
+    assert "Nothing remains to be refunded: the payment was reversed." in html

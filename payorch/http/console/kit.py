@@ -23,6 +23,7 @@ from quart import Blueprint, Response, render_template, request, url_for
 from werkzeug.datastructures import MultiDict
 from werkzeug.exceptions import HTTPException
 
+from payorch.engine.session_states import PAID
 from payorch.http.auth import Principal, principal_of_access_token
 from payorch.http.context import services
 from payorch.http.error_responses import SHAPE_B_STATUS_OF, STATUS_OF
@@ -33,6 +34,7 @@ from payorch.http.validation import limit_request_body
 from payorch.values import errors as domain
 from payorch.values.html import see_other as see_other  # 303, for the pages to import from here
 from payorch.values.pagination import PageRequest
+from payorch.values.statuses import DeliveryStatus, RefundStatus, SessionStatus
 from payorch.values.timefmt import iso
 
 blueprint = Blueprint(
@@ -77,6 +79,17 @@ def application_section(label: str, endpoint: str) -> None:
 @blueprint.context_processor
 def _sections() -> dict[str, object]:
     return {"application_sections": APPLICATION_SECTIONS}
+
+
+@blueprint.context_processor
+def _statuses() -> dict[str, object]:
+    # Templates compare a status with its enumeration's members, never with text of their own.
+    return {
+        "SessionStatus": SessionStatus,
+        "RefundStatus": RefundStatus,
+        "DeliveryStatus": DeliveryStatus,
+        "PAID": PAID,
+    }
 
 
 class CsrfRefused(Exception):
