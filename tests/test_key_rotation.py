@@ -338,7 +338,12 @@ async def test_rotate_credentials_from_the_command_line(
 async def test_every_bytea_column_is_sealed_and_rotated_or_a_hash(db: Database) -> None:
     """A new column holding sealed values must join SEALED_COLUMNS, or rotation would leave it
     under the old key, unreadable once that key is removed."""
-    hashes = {"invites.token_hash", "api_keys.key_hash", "idempotency_keys.fingerprint"}
+    hashes = {
+        "invites.token_hash",
+        "api_keys.key_hash",
+        "idempotency_keys.fingerprint",
+        "schema_migrations.checksum",  # of each migration's SQL (storage.migrations)
+    }
 
     async def bytea_columns(conn: Connection) -> set[str]:
         rows = await conn.fetch(

@@ -45,10 +45,6 @@ ALWAYS_DELIVERED: tuple[EventType, ...] = ("session.dispute_lost",)
 TestEventType = Literal["webhook.test"]
 TEST_EVENT_TYPE: TestEventType = get_args(TestEventType)[0]
 
-# What became of a webhook delivery: due (again), received by the merchant, or given up.
-DeliveryStatus = Literal["PENDING", "DELIVERED", "FAILED"]
-DELIVERY_STATUSES: tuple[DeliveryStatus, ...] = get_args(DeliveryStatus)
-
 
 def one_of(value: object, members: tuple[T, ...]) -> T:
     """The member of an enumeration that `value` (text read back from storage) equals.

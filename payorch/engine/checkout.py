@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import outcome
 import trio
@@ -24,7 +24,6 @@ from payorch.engine.idempotency import (
 )
 from payorch.engine.records import SessionCreated
 from payorch.engine.routing import eligible_providers, plan_route
-from payorch.engine.session_states import SessionStatus
 from payorch.providers.base import (
     CheckoutCreated,
     CheckoutRequest,
@@ -36,11 +35,13 @@ from payorch.storage.database import Database
 from payorch.storage.failures import StorageFailure, storage_failure
 from payorch.storage.idempotency_keys import Claimed
 from payorch.storage.provider_configs import ProviderConfig
+from payorch.storage.sessions import SessionDraft
 from payorch.values.errors import (
     NoProviderAvailable,
     ProviderUnavailable,
 )
 from payorch.values.money import Money
+from payorch.values.statuses import SessionStatus
 from payorch.values.timefmt import iso
 
 log = logging.getLogger("payorch.checkout")
@@ -48,24 +49,6 @@ log = logging.getLogger("payorch.checkout")
 T = TypeVar("T")
 
 SESSION_CREATE_SCOPE = "POST /api/v1/sessions"
-
-
-@dataclass(frozen=True)
-class SessionDraft:
-    """A validated request to create a checkout session."""
-
-    application_id: uuid.UUID
-    order_reference: str
-    amount: Money
-    shipping_minor: int
-    tax_minor: int
-    payment_method: str
-    locale: str | None
-    customer: dict[str, Any]
-    order_items: list[dict[str, Any]] | None
-    shipping: dict[str, Any] | None
-    additional_information: dict[str, Any] | None
-    redirect_urls: dict[str, Any] | None
 
 
 @dataclass(frozen=True)
@@ -175,22 +158,9 @@ class CreateSession(BatchCommand[Context, Answer]):
     def new_session(
         self, session_id: uuid.UUID, expires_at: datetime, routed: _Routed
     ) -> sessions.NewSession:
-        draft = self.draft
         return sessions.NewSession(
             id=session_id,
-            application_id=draft.application_id,
-            order_reference=draft.order_reference,
-            amount_minor=draft.amount.minor,
-            shipping_minor=draft.shipping_minor,
-            tax_minor=draft.tax_minor,
-            currency=draft.amount.currency,
-            payment_method=draft.payment_method,
-            locale=draft.locale,
-            customer=draft.customer,
-            order_items=draft.order_items,
-            shipping=draft.shipping,
-            additional_information=draft.additional_information,
-            redirect_urls=draft.redirect_urls,
+            draft=self.draft,
             expires_at=expires_at,
             provider_name=routed.provider,
             provider_reference=routed.created.reference,

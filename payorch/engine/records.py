@@ -1,12 +1,16 @@
 """The API's representations of sessions and events, built from stored values: each body's shape
-(a closed `TypedDict`, also the OpenAPI document's) beside the function that builds it."""
+(a closed `TypedDict`, also the OpenAPI document's) beside the function that builds it.
+
+A body is the interface's shape of a session, not payorch's: its keys and their JSON types are the
+contract (API.md), written from the stored session (`storage.sessions.CheckoutSession`), which is
+the one definition of what a session holds."""
 
 from __future__ import annotations
 
 import uuid
 from datetime import datetime
 from decimal import Decimal
-from typing import Annotated, Protocol
+from typing import Annotated
 
 from pydantic import Field, WithJsonSchema, with_config
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
@@ -22,51 +26,13 @@ from payorch.engine.body_types import (
     listed,
 )
 from payorch.engine.refund_rules import RefundEventData, RefundRecord
-from payorch.engine.session_states import WITH_REFUNDS, SessionStatus
+from payorch.engine.session_states import WITH_REFUNDS
+from payorch.storage.sessions import CheckoutSession
 from payorch.values.money import to_major_units
+from payorch.values.statuses import SessionStatus
 from payorch.values.timefmt import iso
 
 SessionStatusField = Annotated[SessionStatus, listed(SessionStatus)]
-
-
-class SessionLike(Protocol):
-    """What a session record is built from (read-only)."""
-
-    @property
-    def id(self) -> uuid.UUID: ...
-
-    @property
-    def order_reference(self) -> str: ...
-
-    @property
-    def amount_minor(self) -> int: ...
-
-    @property
-    def currency(self) -> str: ...
-
-    @property
-    def status(self) -> str: ...
-
-    @property
-    def failure_reason(self) -> str | None: ...
-
-    @property
-    def provider_name(self) -> str | None: ...
-
-    @property
-    def payment_method(self) -> str: ...
-
-    @property
-    def expires_at(self) -> datetime | None: ...
-
-    @property
-    def created_at(self) -> datetime: ...
-
-    @property
-    def updated_at(self) -> datetime: ...
-
-    @property
-    def dispute_lost_at(self) -> datetime | None: ...
 
 
 @with_config(CLOSED)
@@ -92,9 +58,9 @@ class SessionRecord(TypedDict):
     refunds: list[RefundRecord] | None
 
 
-def session_record(session: SessionLike, refunds: list[RefundRecord] | None = None) -> SessionRecord:
+def session_record(session: CheckoutSession, refunds: list[RefundRecord] | None = None) -> SessionRecord:
     """The session read record of section 2.8; `refunds` only in the states that carry them."""
-    status = SessionStatus(session.status)
+    status = session.status
     return {
         "id": str(session.id),
         "orderReference": session.order_reference,

@@ -25,12 +25,11 @@ from payorch.engine.context import Context
 from payorch.engine.idempotency import Answer, claim_idempotency_key
 from payorch.engine.records import event_body, new_event_id
 from payorch.engine.refund_rules import (
-    RefundStatus,
     refund_amount,
     refund_created_body,
     refund_event_data,
 )
-from payorch.engine.session_states import REFUNDABLE, WITH_REFUNDS, SessionStatus, status_for_refunded
+from payorch.engine.session_states import WITH_REFUNDS, status_for_refunded
 from payorch.metrics import Metrics
 from payorch.providers.base import ProviderError, RefundRefused, RefundRequest, RefundSubmitted
 from payorch.storage import idempotency_keys, outbox, provider_configs, refunds, sessions
@@ -40,6 +39,7 @@ from payorch.values.errors import (
     NotFound,
 )
 from payorch.values.money import Money
+from payorch.values.statuses import FailureReason, RefundStatus, SessionStatus
 
 log = logging.getLogger("payorch.refunds")
 
@@ -93,7 +93,7 @@ async def _reserve(
     existing = await refunds.get_refund(conn, refund_id)
     session = await sessions.lock_session(conn, draft.session_id)
     if session is None or session.application_id != application_id:
-        raise NotFound("session not found")
+        raise NotFound("session not found", missing="session")
     if existing is None:
         refunded = await refunds.refunded_minor(conn, session.id)
         requested = draft.amount.minor if draft.amount is not None else None
@@ -162,7 +162,7 @@ async def _submit(context: Context, submission: _Submission, timeout_s: float) -
 
 
 async def _fail_refund(
-    conn: Connection, refund_id: uuid.UUID, reason: str, metrics: Metrics, now: datetime
+    conn: Connection, refund_id: uuid.UUID, reason: FailureReason, metrics: Metrics, now: datetime
 ) -> Refund | None:
     """Mark a PENDING refund FAILED, give its amount back to the balance, emit `refund.failed`."""
     refund = await refunds.lock_refund(conn, refund_id)
@@ -211,7 +211,7 @@ async def apply_refund_outcome(
     application_id: uuid.UUID,
     refund_id: uuid.UUID,
     succeeded: bool,
-    reason: str | None,
+    reason: FailureReason | None,
     metrics: Metrics,
     now: datetime,
 ) -> bool:
@@ -222,7 +222,9 @@ async def apply_refund_outcome(
         return False
     if succeeded:
         return await _complete_refund(conn, refund_id, metrics, now) is not None
-    return await _fail_refund(conn, refund_id, reason or "PAYMENT_FAILED", metrics, now) is not None
+    return (
+        await _fail_refund(conn, refund_id, reason or FailureReason.PAYMENT_FAILED, metrics, now) is not None
+    )
 
 
 @dataclass(frozen=True)
@@ -288,7 +290,7 @@ class CreateRefund:
             submitted = result.unwrap()
         except RefundRefused as error:
             # The provider answered, and for good: the refund is FAILED now (refund.failed follows).
-            await _fail_refund(conn, refund.id, "PROVIDER_REFUSED", context.metrics, now)
+            await _fail_refund(conn, refund.id, FailureReason.PROVIDER_REFUSED, context.metrics, now)
             log.warning(
                 "provider refused the refund", extra={"refundId": str(refund.id), "error": str(error)}
             )
@@ -381,7 +383,7 @@ async def _record_attempt(
     try:
         submitted = result.unwrap()
     except RefundRefused:
-        await _fail_refund(conn, refund.id, "PROVIDER_REFUSED", context.metrics, now)
+        await _fail_refund(conn, refund.id, FailureReason.PROVIDER_REFUSED, context.metrics, now)
         return False
     if submitted is None:
         current = await refunds.get_refund(conn, refund.id)
@@ -395,7 +397,6 @@ async def _record_attempt(
 
 
 __all__ = [
-    "REFUNDABLE",
     "CreateRefund",
     "RefundDraft",
     "SubmitRefund",

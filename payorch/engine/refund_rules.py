@@ -3,10 +3,7 @@ shape, a closed `TypedDict` that the OpenAPI document shows too, beside the func
 
 from __future__ import annotations
 
-import enum
-import uuid
-from datetime import datetime
-from typing import Annotated, Literal, NotRequired, Protocol, get_args
+from typing import Annotated, Literal, NotRequired, get_args
 
 from pydantic import with_config
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
@@ -20,20 +17,16 @@ from payorch.engine.body_types import (
     listed,
     one_of,
 )
-from payorch.engine.session_states import REFUNDABLE, SessionStatus
+from payorch.engine.session_states import REFUNDABLE
+from payorch.storage.refunds import Refund
 from payorch.values.errors import RefundExceedsBalance, SessionNotRefundable
 from payorch.values.money import to_major_units
+from payorch.values.statuses import RefundStatus, SessionStatus
 from payorch.values.timefmt import iso
 
 # The reasons a merchant may give for a refund (the interface's list): validated, stored, documented.
 RefundReason = Literal["REQUESTED_BY_CUSTOMER", "DUPLICATE", "FRAUDULENT", "OTHER"]
 REFUND_REASONS: tuple[RefundReason, ...] = get_args(RefundReason)
-
-
-class RefundStatus(enum.StrEnum):
-    PENDING = "PENDING"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
 
 
 RefundStatusField = Annotated[RefundStatus, listed(RefundStatus)]
@@ -58,27 +51,6 @@ def refund_amount(
     return amount
 
 
-class RefundLike(Protocol):
-    @property
-    def id(self) -> uuid.UUID: ...
-    @property
-    def session_id(self) -> uuid.UUID: ...
-    @property
-    def amount_minor(self) -> int: ...
-    @property
-    def currency(self) -> str: ...
-    @property
-    def status(self) -> str: ...
-    @property
-    def failure_reason(self) -> str | None: ...
-    @property
-    def reason(self) -> str | None: ...
-    @property
-    def created_at(self) -> datetime: ...
-    @property
-    def updated_at(self) -> datetime: ...
-
-
 @with_config(CLOSED)
 class RefundRecord(TypedDict):
     id: Uuid
@@ -91,13 +63,13 @@ class RefundRecord(TypedDict):
     updatedAt: Timestamp
 
 
-def refund_record(refund: RefundLike) -> RefundRecord:
+def refund_record(refund: Refund) -> RefundRecord:
     """A refund inside a session read record (section 2.9)."""
     return {
         "id": str(refund.id),
         "amount": to_major_units(refund.amount_minor, refund.currency),
         "currency": refund.currency,
-        "status": RefundStatus(refund.status),
+        "status": refund.status,
         "failureReason": refund.failure_reason,
         "reason": _reason(refund),
         "createdAt": iso(refund.created_at),
@@ -119,12 +91,12 @@ class RefundCreated(TypedDict):
     createdAt: Timestamp
 
 
-def refund_created_body(refund: RefundLike) -> RefundCreated:
+def refund_created_body(refund: Refund) -> RefundCreated:
     """The answer to a refund creation (section 2.9), which the Idempotency-Key keeps to replay."""
     body: RefundCreated = {
         "refundId": str(refund.id),
         "sessionId": str(refund.session_id),
-        "status": RefundStatus(refund.status),
+        "status": refund.status,
         "amount": to_major_units(refund.amount_minor, refund.currency),
         "currency": refund.currency,
         "reason": _reason(refund),
@@ -142,9 +114,9 @@ class RefundEventData(RefundRecord):
     sessionId: Uuid
 
 
-def refund_event_data(refund: RefundLike) -> RefundEventData:
+def refund_event_data(refund: Refund) -> RefundEventData:
     return {**refund_record(refund), "sessionId": str(refund.session_id)}
 
 
-def _reason(refund: RefundLike) -> RefundReason | None:
+def _reason(refund: Refund) -> RefundReason | None:
     return None if refund.reason is None else one_of(refund.reason, REFUND_REASONS)

@@ -9,10 +9,11 @@ import uuid
 from datetime import datetime
 
 from payorch.engine.records import event_body, new_event_id, session_record
-from payorch.engine.session_states import SessionEvent, SessionStatus, TransitionRefused, transition
+from payorch.engine.session_states import SessionEvent, TransitionRefused, transition
 from payorch.metrics import Metrics
 from payorch.storage import outbox, sessions
 from payorch.storage.database import Connection
+from payorch.values.statuses import SessionStatus
 
 log = logging.getLogger("payorch.sessions")
 

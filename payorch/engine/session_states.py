@@ -31,15 +31,7 @@ import enum
 from dataclasses import dataclass
 
 from payorch.engine.body_types import EventType
-
-
-class SessionStatus(enum.StrEnum):
-    PENDING = "PENDING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    PARTIALLY_REFUNDED = "PARTIALLY_REFUNDED"
-    REFUNDED = "REFUNDED"
-    REVERSED = "REVERSED"
+from payorch.values.statuses import FailureReason, SessionStatus
 
 
 class SessionEvent(enum.StrEnum):
@@ -62,8 +54,6 @@ PAID = frozenset(
 # The states whose read record lists its refunds (the paid ones); `refunds` is null in the others.
 WITH_REFUNDS = PAID
 
-EXPIRED_REASON = "EXPIRED"
-
 
 class TransitionRefused(Exception):
     """The event does not apply to a session in this state."""
@@ -77,7 +67,7 @@ class TransitionRefused(Exception):
 @dataclass(frozen=True)
 class Transition:
     status: SessionStatus
-    failure_reason: str | None = None
+    failure_reason: FailureReason | None = None
     emits: EventType | None = None  # the webhook event this transition emits, if any
     dispute_lost: bool = False  # the session records when a lost dispute was reported
 
@@ -90,7 +80,9 @@ def transition(status: SessionStatus, event: SessionEvent) -> Transition:
         if event is SessionEvent.PAYMENT_DECLINED:
             return Transition(SessionStatus.PENDING)
         if event is SessionEvent.EXPIRED:
-            return Transition(SessionStatus.FAILED, failure_reason=EXPIRED_REASON, emits="session.expired")
+            return Transition(
+                SessionStatus.FAILED, failure_reason=FailureReason.EXPIRED, emits="session.expired"
+            )
     if status is SessionStatus.FAILED and event is SessionEvent.PAYMENT_SUCCEEDED:
         return Transition(SessionStatus.SUCCEEDED, emits="session.completed")
     if event is SessionEvent.DISPUTE_LOST:

@@ -25,6 +25,7 @@ from payorch.storage.applications import Application
 from payorch.values.errors import (
     ApplicationDisabled,
     AuthenticationRequired,
+    Missing,
     NotFound,
     NotPermitted,
     WrongCredentialKind,
@@ -123,12 +124,12 @@ async def _api_key_principal(api_key: str) -> Principal:
     return Principal(merchant_id=owner.merchant_id, application_id=owner.application_id, key_id=owner.key_id)
 
 
-def parse_id(value: str, what: str) -> uuid.UUID:
+def parse_id(value: str, what: Missing) -> uuid.UUID:
     """A path identifier; a value that is not a UUID cannot name anything, so it is a 404."""
     try:
         return uuid.UUID(value)
     except ValueError:
-        raise NotFound(f"{what} not found") from None
+        raise NotFound(f"{what} not found", missing=what) from None
 
 
 async def application_for(principal: Principal, application_id: str) -> Application:
@@ -140,7 +141,7 @@ async def application_for(principal: Principal, application_id: str) -> Applicat
     request that changes the application takes the changed one from the change's answer."""
     found = await _read_once(parse_id(application_id, "application"))
     if found is None:
-        raise NotFound("application not found")
+        raise NotFound("application not found", missing="application")
     if found.merchant_id != principal.merchant_id:
         raise NotPermitted("this application belongs to another merchant")
     if principal.is_api_key and principal.application_id != found.id:

@@ -347,6 +347,9 @@ class RedirectUrls(Body):
     failure: RedirectUrl | None = None
 
 
+# The interface's shape of a new session (camelCase, as API.md writes it), not payorch's: the route
+# turns it into a `storage.sessions.SessionDraft`, the one definition of what a session is made of.
+# (A comment, not a docstring: a docstring would be the document's description of the body.)
 class SessionCreateRequest(Body):
     applicationId: uuid.UUID | None = None
     orderReference: Text

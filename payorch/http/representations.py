@@ -8,15 +8,16 @@ Keys that are sometimes absent (never null) are `NotRequired`.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, NotRequired, get_args
+from typing import Annotated, Any, Literal, NotRequired
 
 from pydantic import Field, StringConstraints, with_config
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
-from payorch.engine.body_types import CLOSED, DeliveryStatus, EventType, Timestamp, Uuid
+from payorch.engine.body_types import CLOSED, EventType, Timestamp, Uuid, listed
 from payorch.http.models import Organization
 from payorch.providers.base import EventDelivery
 from payorch.storage.applications import ApiKeyStatus
+from payorch.values.statuses import DeliveryStatus, WebhookTestStatus
 
 # --- Common -------------------------------------------------------------------------------------
 
@@ -150,9 +151,7 @@ class PaymentMethodList(TypedDict):
 
 # --- Webhooks -----------------------------------------------------------------------------------
 
-# How a configuration's endpoint answered its last test send.
-WebhookTestStatus = Literal["SUCCEEDED", "FAILED"]
-WEBHOOK_TEST_STATUSES: tuple[WebhookTestStatus, ...] = get_args(WebhookTestStatus)
+WebhookTestStatusField = Annotated[WebhookTestStatus, listed(WebhookTestStatus)]
 SigningSecret = Annotated[str, StringConstraints(pattern=r"^whsec_")]
 
 
@@ -166,7 +165,7 @@ class WebhookConfig(TypedDict):
     keyFingerprint: Annotated[str, Field(description="`sha256:` and the first 16 hex digits of the secret")]
     subscribedEvents: list[EventType]
     lastTestAt: Timestamp | None
-    lastTestStatus: WebhookTestStatus | None
+    lastTestStatus: WebhookTestStatusField | None
     createdAt: Timestamp
     updatedAt: Annotated[Timestamp | None, Field(description="null until the first change")]
 
@@ -212,7 +211,7 @@ class Delivery(TypedDict):
     id: Uuid
     eventId: str
     eventType: str
-    status: DeliveryStatus
+    status: Annotated[DeliveryStatus, listed(DeliveryStatus)]
     attempts: Annotated[int, Field(ge=0)]
     nextAttemptAt: Timestamp | None
     lastAttemptAt: Timestamp | None
@@ -228,7 +227,7 @@ class DeliveryRetry(TypedDict):
     """The delivery is queued to be sent again now."""
 
     id: str
-    status: Literal["PENDING"]
+    status: Literal[DeliveryStatus.PENDING]
 
 
 # --- Operations ---------------------------------------------------------------------------------

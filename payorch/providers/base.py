@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from payorch.values.money import Money
+from payorch.values.statuses import FailureReason
 
 
 class ProviderError(Exception):
@@ -119,7 +120,8 @@ class EventKind(enum.Enum):
 @dataclass(frozen=True)
 class ProviderEvent:
     """A provider's event, verified and translated. `session_id` and `refund_id` are payorch's ids
-    as the provider echoes them back; `reason` is payorch's failure reason code where one applies.
+    as the provider echoes them back; `reason` is payorch's failure reason where one applies (the
+    provider's own code translated by its adapter).
     `payment_reference` is the provider's id of the payment, for an event that names only that
     (`Provider.resolve_event` finds payorch's session from it)."""
 
@@ -128,7 +130,7 @@ class ProviderEvent:
     session_id: uuid.UUID | None = None
     refund_id: uuid.UUID | None = None
     checkout_reference: str | None = None
-    reason: str | None = None
+    reason: FailureReason | None = None
     payment_reference: str | None = None
 
 

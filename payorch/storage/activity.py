@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 
 from payorch.storage.database import Connection
+from payorch.values.statuses import RefundStatus, SessionStatus
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,7 @@ class DaySessions:
     """Sessions of one status created on one UTC day."""
 
     day: date
-    status: str
+    status: SessionStatus
     count: int
 
 
@@ -40,6 +41,16 @@ class Activity:
     refunds: list[DayRefunds]
 
 
+_COMPLETED_REFUNDS_BY_DAY = f"""
+    SELECT (r.created_at AT TIME ZONE 'UTC')::date AS day, r.currency, count(*) AS count,
+           sum(r.amount_minor) AS amount_minor
+    FROM applications a
+    JOIN refunds r ON r.application_id = a.id
+    WHERE a.merchant_id = $1 AND r.created_at >= $2 AND r.created_at < $3
+      AND r.status = '{RefundStatus.COMPLETED}'
+    GROUP BY 1, 2"""
+
+
 async def merchant_activity(
     conn: Connection, merchant_id: uuid.UUID, *, since: datetime, until: datetime
 ) -> Activity:
@@ -57,19 +68,15 @@ async def merchant_activity(
         until,
     )
     refund_rows = await conn.fetch(
-        """SELECT (r.created_at AT TIME ZONE 'UTC')::date AS day, r.currency, count(*) AS count,
-                  sum(r.amount_minor) AS amount_minor
-           FROM applications a
-           JOIN refunds r ON r.application_id = a.id
-           WHERE a.merchant_id = $1 AND r.created_at >= $2 AND r.created_at < $3
-             AND r.status = 'COMPLETED'
-           GROUP BY 1, 2""",
+        _COMPLETED_REFUNDS_BY_DAY,
         merchant_id,
         since,
         until,
     )
     return Activity(
-        sessions=[DaySessions(row["day"], row["status"], int(row["count"])) for row in session_rows],
+        sessions=[
+            DaySessions(row["day"], SessionStatus(row["status"]), int(row["count"])) for row in session_rows
+        ],
         refunds=[
             DayRefunds(row["day"], row["currency"].strip(), int(row["count"]), int(row["amount_minor"]))
             for row in refund_rows

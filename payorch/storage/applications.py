@@ -124,7 +124,7 @@ async def set_application_enabled(
         "SELECT is_enabled FROM applications WHERE id = $1 FOR UPDATE", application_id
     )
     if current is None:
-        raise NotFound("application not found")
+        raise NotFound("application not found", missing="application")
     if current == is_enabled:
         state = "enabled" if is_enabled else "disabled"
         raise StatusUnchanged(f"application is already {state}")
@@ -219,7 +219,7 @@ async def revoke_api_key(
         now,
     )
     if found is None:
-        raise NotFound("API key not found")
+        raise NotFound("API key not found", missing="API key")
     await notify_application_changed(conn, application_id)
 
 

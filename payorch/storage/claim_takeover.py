@@ -16,6 +16,7 @@ from datetime import datetime
 
 from payorch.storage.database import Connection
 from payorch.storage.nodes import LIVE_NODES
+from payorch.values.statuses import DeliveryStatus, RefundStatus
 
 
 @dataclass(frozen=True)
@@ -39,33 +40,33 @@ async def gone_claim_owners(conn: Connection) -> list[int]:
     return list(owners)
 
 
+_RELEASE_CLAIMS_OF = f"""
+    WITH webhooks AS (
+        UPDATE webhook_deliveries
+           SET claimed_by = NULL, claimed_until = NULL,
+               next_attempt_at = CASE WHEN status = '{DeliveryStatus.PENDING}' THEN $2
+                                      ELSE next_attempt_at END
+         WHERE claimed_by = ANY($1::integer[]) RETURNING 1),
+    sandbox AS (
+        UPDATE sandbox_deliveries
+           SET claimed_by = NULL,
+               deliver_at = CASE WHEN delivered_at IS NULL AND given_up_at IS NULL THEN $2 ELSE deliver_at END
+         WHERE claimed_by = ANY($1::integer[]) RETURNING 1),
+    submissions AS (
+        UPDATE refunds
+           SET submit_claimed_by = NULL,
+               next_submit_at = CASE WHEN provider_reference IS NULL AND status = '{RefundStatus.PENDING}'
+                                     THEN $2 ELSE next_submit_at END
+         WHERE submit_claimed_by = ANY($1::integer[]) RETURNING 1)
+    SELECT (SELECT count(*) FROM webhooks) AS webhook_deliveries,
+           (SELECT count(*) FROM sandbox) AS sandbox_deliveries,
+           (SELECT count(*) FROM submissions) AS refund_submissions"""
+
+
 async def release_claims_of(conn: Connection, owners: list[int], *, now: datetime) -> Released:
     """End every claim of `owners` (gone nodes): what is still to do is due now. A webhook
     delivery's attempt stays counted, as when a lease ends: its request may have been sent."""
-    row = await conn.fetchrow(
-        """WITH webhooks AS (
-               UPDATE webhook_deliveries
-                  SET claimed_by = NULL, claimed_until = NULL,
-                      next_attempt_at = CASE WHEN status = 'PENDING' THEN $2 ELSE next_attempt_at END
-                WHERE claimed_by = ANY($1::integer[]) RETURNING 1),
-           sandbox AS (
-               UPDATE sandbox_deliveries
-                  SET claimed_by = NULL,
-                      deliver_at = CASE WHEN delivered_at IS NULL AND given_up_at IS NULL
-                                        THEN $2 ELSE deliver_at END
-                WHERE claimed_by = ANY($1::integer[]) RETURNING 1),
-           submissions AS (
-               UPDATE refunds
-                  SET submit_claimed_by = NULL,
-                      next_submit_at = CASE WHEN provider_reference IS NULL AND status = 'PENDING'
-                                            THEN $2 ELSE next_submit_at END
-                WHERE submit_claimed_by = ANY($1::integer[]) RETURNING 1)
-           SELECT (SELECT count(*) FROM webhooks) AS webhook_deliveries,
-                  (SELECT count(*) FROM sandbox) AS sandbox_deliveries,
-                  (SELECT count(*) FROM submissions) AS refund_submissions""",
-        owners,
-        now,
-    )
+    row = await conn.fetchrow(_RELEASE_CLAIMS_OF, owners, now)
     return Released(
         webhook_deliveries=row["webhook_deliveries"],
         sandbox_deliveries=row["sandbox_deliveries"],

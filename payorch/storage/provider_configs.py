@@ -117,7 +117,7 @@ async def begin_key_change(
     )
     if claimed is None:
         if await get_provider_config(conn, application_id, provider) is None:
-            raise NotFound("provider configuration not found")
+            raise NotFound("provider configuration not found", missing="provider configuration")
         raise ChangeInProgress("another change of this provider configuration is in progress: retry shortly")
 
 
@@ -194,7 +194,7 @@ async def finish_change(
         now,
     )
     if row is None:
-        raise NotFound("provider configuration not found")
+        raise NotFound("provider configuration not found", missing="provider configuration")
     return _config(row)
 
 
@@ -210,5 +210,5 @@ async def set_payment_methods(
         now,
     )
     if row is None:
-        raise NotFound("provider configuration not found")
+        raise NotFound("provider configuration not found", missing="provider configuration")
     return _config(row)

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import asyncpg
-
 from payorch.storage import due_work
 from payorch.storage.database import Connection
-from payorch.storage.sessions import CheckoutSession
+from payorch.storage.sessions import CheckoutSession, checkout_session
+from payorch.values.statuses import FailureReason, RefundStatus
 
 
 @dataclass(frozen=True)
@@ -21,8 +21,8 @@ class Refund:
     application_id: uuid.UUID
     amount_minor: int
     currency: str
-    status: str
-    failure_reason: str | None
+    status: RefundStatus
+    failure_reason: FailureReason | None
     reason: str | None
     line_items: list[dict[str, Any]] | None
     provider_name: str
@@ -36,17 +36,23 @@ class Refund:
 _COLUMNS = ", ".join(Refund.__dataclass_fields__)
 
 
-def _refund(row: asyncpg.Record) -> Refund:
-    return Refund(**dict(row.items()))
+def _refund(row: Mapping[str, Any], prefix: str = "") -> Refund:
+    """The refund of a row that holds `Refund`'s columns, their names after `prefix`."""
+    values = {name: row[f"{prefix}{name}"] for name in Refund.__dataclass_fields__}
+    values["status"] = RefundStatus(values["status"])
+    if values["failure_reason"] is not None:
+        values["failure_reason"] = FailureReason(values["failure_reason"])
+    return Refund(**values)
+
+
+_REFUNDED_MINOR = f"""
+    SELECT coalesce(sum(amount_minor), 0) FROM refunds
+    WHERE session_id = $1 AND status <> '{RefundStatus.FAILED}'"""
 
 
 async def refunded_minor(conn: Connection, session_id: uuid.UUID) -> int:
     """The sum of the session's refunds that are not FAILED."""
-    value = await conn.fetchval(
-        "SELECT coalesce(sum(amount_minor), 0) FROM refunds WHERE session_id = $1 AND status <> 'FAILED'",
-        session_id,
-    )
-    return int(value)
+    return int(await conn.fetchval(_REFUNDED_MINOR, session_id))
 
 
 async def insert_refund(
@@ -70,7 +76,7 @@ async def insert_refund(
         f"""INSERT INTO refunds (id, session_id, application_id, amount_minor, currency, status, reason,
                                  line_items, provider_name, next_submit_at, submit_claimed_by, created_at,
                                  updated_at)
-            VALUES ($1, $2, $3, $4, $5, 'PENDING', $6, $7, $8,
+            VALUES ($1, $2, $3, $4, $5, '{RefundStatus.PENDING}', $6, $7, $8,
                     $11::timestamptz + make_interval(secs => $9), $10, $11, $11)
             RETURNING {_COLUMNS}""",
         refund_id,
@@ -119,12 +125,8 @@ async def session_with_refunds(
     )
     if not rows:
         return None
-    session = CheckoutSession(**{name: rows[0][name] for name in CheckoutSession.__dataclass_fields__})
-    found = [
-        Refund(**{name: row[f"r_{name}"] for name in Refund.__dataclass_fields__})
-        for row in rows
-        if row["r_id"] is not None
-    ]
+    session = checkout_session(rows[0])
+    found = [_refund(row, prefix="r_") for row in rows if row["r_id"] is not None]
     return session, found
 
 
@@ -170,7 +172,12 @@ async def schedule_submission(
 
 
 async def set_refund_outcome(
-    conn: Connection, refund_id: uuid.UUID, status: str, failure_reason: str | None, *, now: datetime
+    conn: Connection,
+    refund_id: uuid.UUID,
+    status: RefundStatus,
+    failure_reason: FailureReason | None,
+    *,
+    now: datetime,
 ) -> Refund:
     row = await conn.fetchrow(
         f"""UPDATE refunds SET status = $2, failure_reason = $3, next_submit_at = NULL,
@@ -186,7 +193,7 @@ async def set_refund_outcome(
 
 _DUE_TO_SUBMIT = due_work.fair_share(
     "refunds",
-    "provider_reference IS NULL AND status = 'PENDING' AND next_submit_at <= $7",
+    f"provider_reference IS NULL AND status = '{RefundStatus.PENDING}' AND next_submit_at <= $7",
     "next_submit_at",
     lock=True,
 )
@@ -224,11 +231,11 @@ async def claim_due_submissions(
     )
 
 
+_RELEASE_SUBMISSION_CLAIMS = f"""
+    UPDATE refunds SET next_submit_at = $2, submit_claimed_by = NULL
+    WHERE id = ANY($1::uuid[]) AND provider_reference IS NULL AND status = '{RefundStatus.PENDING}'"""
+
+
 async def release_submission_claims(conn: Connection, refund_ids: list[uuid.UUID], *, now: datetime) -> None:
     """Hand claimed submissions back: due again now."""
-    await conn.execute(
-        """UPDATE refunds SET next_submit_at = $2, submit_claimed_by = NULL
-           WHERE id = ANY($1::uuid[]) AND provider_reference IS NULL AND status = 'PENDING'""",
-        refund_ids,
-        now,
-    )
+    await conn.execute(_RELEASE_SUBMISSION_CLAIMS, refund_ids, now)

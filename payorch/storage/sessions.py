@@ -9,22 +9,24 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-import asyncpg
-
 from payorch.storage import due_work
 from payorch.storage.database import Connection
+from payorch.values.money import Money
 from payorch.values.pagination import PageRequest
+from payorch.values.statuses import FailureReason, SessionStatus
 
 
 @dataclass(frozen=True)
 class CheckoutSession:
+    """A stored session, as the reads and state changes use it."""
+
     id: uuid.UUID
     application_id: uuid.UUID
     order_reference: str
     amount_minor: int
     currency: str
-    status: str
-    failure_reason: str | None
+    status: SessionStatus
+    failure_reason: FailureReason | None
     provider_name: str | None
     provider_reference: str | None
     payment_method: str
@@ -36,15 +38,28 @@ class CheckoutSession:
     dispute_lost_at: datetime | None = None  # when a lost dispute was last reported
 
 
+_COLUMNS = ", ".join(CheckoutSession.__dataclass_fields__)
+
+
+def checkout_session(row: Mapping[str, Any]) -> CheckoutSession:
+    """The session of a row that holds `CheckoutSession`'s columns (by their names)."""
+    values = {name: row[name] for name in CheckoutSession.__dataclass_fields__}
+    values["status"] = SessionStatus(values["status"])
+    if values["failure_reason"] is not None:
+        values["failure_reason"] = FailureReason(values["failure_reason"])
+    return CheckoutSession(**values)
+
+
 @dataclass(frozen=True)
-class NewSession:
-    id: uuid.UUID
+class SessionDraft:
+    """A validated request to create a checkout session: what the merchant asked for, stored as it
+    is once a provider has created the session's checkout (`NewSession`)."""
+
     application_id: uuid.UUID
     order_reference: str
-    amount_minor: int
+    amount: Money  # amount.total; stored as `amount_minor` and `currency`
     shipping_minor: int
     tax_minor: int
-    currency: str
     payment_method: str
     locale: str | None
     customer: dict[str, Any]
@@ -52,6 +67,14 @@ class NewSession:
     shipping: dict[str, Any] | None
     additional_information: dict[str, Any] | None
     redirect_urls: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class NewSession:
+    """A session to store: its draft, and the checkout that the provider it was routed to created."""
+
+    id: uuid.UUID
+    draft: SessionDraft
     expires_at: datetime
     provider_name: str
     provider_reference: str
@@ -59,11 +82,22 @@ class NewSession:
     routing_score: Decimal
 
 
-_COLUMNS = ", ".join(CheckoutSession.__dataclass_fields__)
+# The columns a new session fills: the draft's own (its amount split in two), then the rest of
+# `NewSession`'s, in the order of `_new_session_values`.
+_DRAFT_COLUMNS = [name for name in SessionDraft.__dataclass_fields__ if name != "amount"]
+_ROUTED_COLUMNS = [name for name in NewSession.__dataclass_fields__ if name not in ("id", "draft")]
+_NEW_COLUMNS = ["id", *_DRAFT_COLUMNS, "amount_minor", "currency", *_ROUTED_COLUMNS]
 
 
-def _session(row: asyncpg.Record) -> CheckoutSession:
-    return CheckoutSession(**dict(row.items()))
+def _new_session_values(new: NewSession) -> tuple[object, ...]:
+    draft = new.draft
+    return (
+        new.id,
+        *(getattr(draft, name) for name in _DRAFT_COLUMNS),
+        draft.amount.minor,
+        draft.amount.currency,
+        *(getattr(new, name) for name in _ROUTED_COLUMNS),
+    )
 
 
 @dataclass(frozen=True)
@@ -78,16 +112,15 @@ class AnsweredSession:
     body: Mapping[str, object]
 
 
-_NEW_FIELDS = list(NewSession.__dataclass_fields__)
-_CREATED, _SCOPE, _KEY, _STATUS, _BODY = range(len(_NEW_FIELDS) + 1, len(_NEW_FIELDS) + 6)
+_CREATED, _SCOPE, _KEY, _STATUS, _BODY = range(len(_NEW_COLUMNS) + 1, len(_NEW_COLUMNS) + 6)
 _INSERT_ANSWERED = f"""
     WITH stored AS (
-        INSERT INTO checkout_sessions ({", ".join(_NEW_FIELDS)}, status, created_at, updated_at)
-        VALUES ({", ".join(f"${index}" for index in range(1, len(_NEW_FIELDS) + 1))},
-                'PENDING', ${_CREATED}, ${_CREATED})
+        INSERT INTO checkout_sessions ({", ".join(_NEW_COLUMNS)}, status, created_at, updated_at)
+        VALUES ({", ".join(f"${index}" for index in range(1, len(_NEW_COLUMNS) + 1))},
+                '{SessionStatus.PENDING}', ${_CREATED}, ${_CREATED})
     )
     UPDATE idempotency_keys SET response_status = ${_STATUS}, response_body = ${_BODY}
-    WHERE application_id = ${_NEW_FIELDS.index("application_id") + 1}
+    WHERE application_id = ${_NEW_COLUMNS.index("application_id") + 1}
       AND scope = ${_SCOPE} AND key = ${_KEY}"""
 
 
@@ -98,7 +131,7 @@ async def insert_answered_sessions(conn: Connection, answered: Sequence[Answered
         _INSERT_ANSWERED,
         [
             (
-                *(getattr(item.session, name) for name in _NEW_FIELDS),
+                *_new_session_values(item.session),
                 item.created_at,
                 item.scope,
                 item.key,
@@ -112,7 +145,7 @@ async def insert_answered_sessions(conn: Connection, answered: Sequence[Answered
 
 async def get_session(conn: Connection, session_id: uuid.UUID) -> CheckoutSession | None:
     row = await conn.fetchrow(f"SELECT {_COLUMNS} FROM checkout_sessions WHERE id = $1", session_id)
-    return _session(row) if row else None
+    return checkout_session(row) if row else None
 
 
 async def lock_session(conn: Connection, session_id: uuid.UUID) -> CheckoutSession | None:
@@ -120,14 +153,14 @@ async def lock_session(conn: Connection, session_id: uuid.UUID) -> CheckoutSessi
     row = await conn.fetchrow(
         f"SELECT {_COLUMNS} FROM checkout_sessions WHERE id = $1 FOR UPDATE", session_id
     )
-    return _session(row) if row else None
+    return checkout_session(row) if row else None
 
 
 async def set_session_status(
     conn: Connection,
     session_id: uuid.UUID,
-    status: str,
-    failure_reason: str | None,
+    status: SessionStatus,
+    failure_reason: FailureReason | None,
     *,
     now: datetime,
     dispute_lost: bool = False,
@@ -144,14 +177,14 @@ async def set_session_status(
         now,
         dispute_lost,
     )
-    return _session(row)
+    return checkout_session(row)
 
 
 @dataclass(frozen=True)
 class SessionFilter:
     """Which of an application's sessions a list holds; by default, all of them."""
 
-    status: str | None = None
+    status: SessionStatus | None = None
     created_from: datetime | None = None  # inclusive
     created_before: datetime | None = None  # exclusive
 
@@ -206,7 +239,7 @@ async def list_sessions(
         page.limit,
         page.offset,
     )
-    return [_session(row) for row in rows], total
+    return [checkout_session(row) for row in rows], total
 
 
 @dataclass(frozen=True)
@@ -228,7 +261,7 @@ async def session_particulars(conn: Connection, session_id: uuid.UUID) -> Sessio
 
 
 _DUE_FOR_EXPIRY = due_work.fair_share(
-    "checkout_sessions", "status = 'PENDING' AND expires_at <= $7", "expires_at"
+    "checkout_sessions", f"status = '{SessionStatus.PENDING}' AND expires_at <= $7", "expires_at"
 )
 
 
@@ -247,12 +280,13 @@ async def sessions_due_for_expiry(
     )
 
 
+_SECONDS_UNTIL_NEXT_EXPIRY = f"""
+    SELECT extract(epoch FROM min(expires_at) - $1::timestamptz) FROM checkout_sessions
+    WHERE status = '{SessionStatus.PENDING}'"""
+
+
 async def seconds_until_next_expiry(conn: Connection, *, now: datetime) -> float | None:
     """Seconds from `now` until the earliest PENDING session expires (<= 0 when one is due); None
     if none."""
-    value = await conn.fetchval(
-        """SELECT extract(epoch FROM min(expires_at) - $1::timestamptz) FROM checkout_sessions
-           WHERE status = 'PENDING'""",
-        now,
-    )
+    value = await conn.fetchval(_SECONDS_UNTIL_NEXT_EXPIRY, now)
     return float(value) if value is not None else None

@@ -30,19 +30,20 @@ from datetime import datetime
 from typing import Any
 
 from payorch.storage.database import Connection
+from payorch.values.statuses import DeliveryStatus
 
 # Each new outbox event (oldest first, those another process is fanning out skipped) gets one
 # delivery per active configuration of its application that subscribes to its type (or whose type
 # is one of `$4`, which every configuration gets), and is marked fanned out, at `$3` (now). The one row
 # of the answer: how many events were fanned out; selecting `set_config` also makes the transaction
 # commit without waiting for its WAL to reach the disk (see `fan_out_and_claim`).
-_FAN_OUT = """WITH events AS (
+_FAN_OUT = f"""WITH events AS (
         SELECT seq, application_id, session_id, type FROM outbox_events
         WHERE fanned_out_at IS NULL ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED),
     deliveries AS (
         INSERT INTO webhook_deliveries (id, config_id, application_id, event_seq, session_id, status,
                                         next_attempt_at)
-        SELECT gen_random_uuid(), c.id, c.application_id, e.seq, e.session_id, 'PENDING',
+        SELECT gen_random_uuid(), c.id, c.application_id, e.seq, e.session_id, '{DeliveryStatus.PENDING}',
                $3::timestamptz + make_interval(secs => $2)
         FROM events e JOIN webhook_configs c ON c.application_id = e.application_id
         WHERE c.is_active AND c.deleted_at IS NULL
@@ -73,19 +74,20 @@ class ClaimedDelivery:
 # by hand, `retry_delivery`, makes a delivery due without ending a lease), and not preceded by a
 # PENDING delivery of its session to the same configuration. `$now` is the statement's parameter
 # holding the time.
-_CLAIMABLE = """d.status = 'PENDING' AND d.next_attempt_at <= $now
+_CLAIMABLE = f"""d.status = '{DeliveryStatus.PENDING}' AND d.next_attempt_at <= $now
     AND (d.claimed_until IS NULL OR d.claimed_until <= $now)
     AND NOT EXISTS (
         SELECT 1 FROM webhook_deliveries earlier
         WHERE earlier.config_id = d.config_id AND earlier.session_id = d.session_id
-          AND earlier.event_seq < d.event_seq AND earlier.status = 'PENDING')"""
+          AND earlier.event_seq < d.event_seq AND earlier.status = '{DeliveryStatus.PENDING}')"""
 
-_IN_FLIGHT = "status = 'PENDING' AND claimed_until > $now"
+_IN_FLIGHT = f"status = '{DeliveryStatus.PENDING}' AND claimed_until > $now"
 
 # Attempts in flight to every endpoint of the merchant `a.merchant_id` (of the application `a`).
-_MERCHANT_IN_FLIGHT = """(SELECT count(*) FROM webhook_deliveries f
+_MERCHANT_IN_FLIGHT = f"""(SELECT count(*) FROM webhook_deliveries f
     JOIN applications fa ON fa.id = f.application_id
-    WHERE fa.merchant_id = a.merchant_id AND f.status = 'PENDING' AND f.claimed_until > $now)"""
+    WHERE fa.merchant_id = a.merchant_id AND f.status = '{DeliveryStatus.PENDING}'
+      AND f.claimed_until > $now)"""
 
 
 def _at(statement: str, parameter: int) -> str:
@@ -164,7 +166,8 @@ async def claim_due_deliveries(
                    claimed_until = $now::timestamptz + make_interval(secs => $4),
                    next_attempt_at = $now::timestamptz + make_interval(secs => $4), claimed_by = $6
               FROM picked, webhook_configs c, outbox_events e
-             WHERE d.id = picked.id AND c.id = d.config_id AND e.seq = d.event_seq AND d.status = 'PENDING'
+             WHERE d.id = picked.id AND c.id = d.config_id AND e.seq = d.event_seq
+               AND d.status = '{DeliveryStatus.PENDING}'
          RETURNING d.id, d.config_id, d.application_id, d.attempts, c.url, c.secret, c.previous_secret,
                    c.previous_secret_expires_at, c.key_fingerprint, e.id AS event_id, e.payload""",
             7,
@@ -241,17 +244,26 @@ async def fan_out_and_claim(
     return Round(fanned_out=fanned_out, claimed=claimed)
 
 
+_RELEASE_CLAIMS = f"""
+    UPDATE webhook_deliveries
+       SET next_attempt_at = $2, attempts = greatest(attempts - 1, 0), claimed_until = NULL, claimed_by = NULL
+     WHERE id = ANY($1::uuid[]) AND status = '{DeliveryStatus.PENDING}' AND claimed_until IS NOT NULL"""
+
+
 async def release_claims(conn: Connection, delivery_ids: list[uuid.UUID], *, now: datetime) -> None:
     """Hand claimed deliveries back unattempted (shutdown): due again now, the claim's attempt not
     counted. A delivery whose attempt was recorded meanwhile is left as it is."""
-    await conn.execute(
-        """UPDATE webhook_deliveries
-              SET next_attempt_at = $2, attempts = greatest(attempts - 1, 0), claimed_until = NULL,
-                  claimed_by = NULL
-           WHERE id = ANY($1::uuid[]) AND status = 'PENDING' AND claimed_until IS NOT NULL""",
-        delivery_ids,
-        now,
-    )
+    await conn.execute(_RELEASE_CLAIMS, delivery_ids, now)
+
+
+# The delivery after an attempt, its claim ended: `$2` is its outcome, a `DeliveryStatus`.
+_MOVE_ON = f"""
+    UPDATE webhook_deliveries
+       SET status = $2, last_status_code = $3, last_error = $4, claimed_until = NULL, claimed_by = NULL,
+           next_attempt_at = CASE WHEN $2 = '{DeliveryStatus.PENDING}'
+                                  THEN $6::timestamptz + make_interval(secs => $5) END,
+           delivered_at = CASE WHEN $2 = '{DeliveryStatus.DELIVERED}' THEN $6 END
+     WHERE id = $1"""
 
 
 async def record_attempt(
@@ -262,7 +274,7 @@ async def record_attempt(
     error: str | None,
     latency_ms: int,
     response_body: str | None,
-    outcome: str,
+    outcome: DeliveryStatus,
     retry_in_s: float | None,
     now: datetime,
 ) -> None:
@@ -280,13 +292,7 @@ async def record_attempt(
         now,
     )
     await conn.execute(
-        """UPDATE webhook_deliveries
-              SET status = $2, last_status_code = $3, last_error = $4, claimed_until = NULL,
-                  claimed_by = NULL,
-                  next_attempt_at = CASE WHEN $2 = 'PENDING'
-                                         THEN $6::timestamptz + make_interval(secs => $5) END,
-                  delivered_at = CASE WHEN $2 = 'DELIVERED' THEN $6 END
-            WHERE id = $1""",
+        _MOVE_ON,
         delivery_id,
         outcome,
         status_code,

@@ -15,6 +15,7 @@ import asyncpg
 from payorch.storage.database import Connection
 from payorch.values.errors import NotFound
 from payorch.values.pagination import PageRequest
+from payorch.values.statuses import DeliveryStatus, WebhookTestStatus
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class WebhookConfig:
     previous_secret: bytes | None
     previous_secret_expires_at: datetime | None
     last_test_at: datetime | None
-    last_test_status: str | None
+    last_test_status: WebhookTestStatus | None
     created_at: datetime
     updated_at: datetime | None
 
@@ -42,6 +43,8 @@ def _config(row: asyncpg.Record) -> WebhookConfig:
     for name in ("secret", "previous_secret"):
         if values[name] is not None:
             values[name] = bytes(values[name])
+    if values["last_test_status"] is not None:
+        values["last_test_status"] = WebhookTestStatus(values["last_test_status"])
     return WebhookConfig(**values)
 
 
@@ -122,7 +125,7 @@ async def update_webhook(
         *changes.values(),
     )
     if row is None:
-        raise NotFound("webhook configuration not found")
+        raise NotFound("webhook configuration not found", missing="webhook configuration")
     return _config(row)
 
 
@@ -151,7 +154,7 @@ async def rotate_secret(
         now,
     )
     if row is None:
-        raise NotFound("webhook configuration not found")
+        raise NotFound("webhook configuration not found", missing="webhook configuration")
     return _config(row)
 
 
@@ -167,11 +170,13 @@ async def delete_webhook(
         now,
     )
     if deleted is None:
-        raise NotFound("webhook configuration not found")
+        raise NotFound("webhook configuration not found", missing="webhook configuration")
     await fail_pending_deliveries(conn, webhook_id, "webhook configuration deleted")
 
 
-async def record_test(conn: Connection, webhook_id: uuid.UUID, at: datetime, status: str) -> None:
+async def record_test(
+    conn: Connection, webhook_id: uuid.UUID, at: datetime, status: WebhookTestStatus
+) -> None:
     await conn.execute(
         "UPDATE webhook_configs SET last_test_at = $2, last_test_status = $3 WHERE id = $1",
         webhook_id,
@@ -188,13 +193,13 @@ async def deactivate(conn: Connection, webhook_id: uuid.UUID, reason: str, *, no
     await fail_pending_deliveries(conn, webhook_id, reason)
 
 
+_FAIL_PENDING_DELIVERIES = f"""
+    UPDATE webhook_deliveries SET status = '{DeliveryStatus.FAILED}', last_error = $2, next_attempt_at = NULL
+    WHERE config_id = $1 AND status = '{DeliveryStatus.PENDING}'"""
+
+
 async def fail_pending_deliveries(conn: Connection, webhook_id: uuid.UUID, reason: str) -> None:
-    await conn.execute(
-        """UPDATE webhook_deliveries SET status = 'FAILED', last_error = $2, next_attempt_at = NULL
-           WHERE config_id = $1 AND status = 'PENDING'""",
-        webhook_id,
-        reason,
-    )
+    await conn.execute(_FAIL_PENDING_DELIVERIES, webhook_id, reason)
 
 
 # --- The delivery log (the supervisor's claims and attempts: `storage.webhook_deliveries`) ------
@@ -205,7 +210,7 @@ class DeliveryView:
     id: uuid.UUID
     event_id: str
     event_type: str
-    status: str
+    status: DeliveryStatus
     attempts: int
     next_attempt_at: datetime | None
     last_attempt_at: datetime | None
@@ -246,7 +251,15 @@ async def list_deliveries(
     log: dict[uuid.UUID, list[dict[str, Any]]] = {row["id"]: [] for row in rows}
     for attempt in attempts:
         log[attempt["delivery_id"]].append(dict(attempt.items()))
-    return [DeliveryView(**dict(row.items()), attempt_log=log[row["id"]]) for row in rows], total
+    return [
+        DeliveryView(**{**row, "status": DeliveryStatus(row["status"])}, attempt_log=log[row["id"]])
+        for row in rows
+    ], total
+
+
+_RETRY_DELIVERY = f"""
+    UPDATE webhook_deliveries SET status = '{DeliveryStatus.PENDING}', next_attempt_at = $3
+    WHERE id = $1 AND config_id = $2 RETURNING id"""
 
 
 async def retry_delivery(
@@ -254,11 +267,10 @@ async def retry_delivery(
 ) -> None:
     """Send a delivery again now (by hand), whatever became of it."""
     found = await conn.fetchval(
-        """UPDATE webhook_deliveries SET status = 'PENDING', next_attempt_at = $3
-           WHERE id = $1 AND config_id = $2 RETURNING id""",
+        _RETRY_DELIVERY,
         delivery_id,
         webhook_id,
         now,
     )
     if found is None:
-        raise NotFound("delivery not found")
+        raise NotFound("delivery not found", missing="delivery")

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 import httpx
 
-from payorch.engine.body_types import DeliveryStatus
 from payorch.engine.context import Context
 from payorch.jsonexact import dumps_exact
 from payorch.outbound.attempt import INTERNAL, AttemptResult, send_signed
@@ -22,6 +21,7 @@ from payorch.outbound.signing_secrets import signing_secrets
 from payorch.storage import webhook_deliveries, webhooks
 from payorch.storage.database import Connection
 from payorch.storage.webhook_deliveries import ClaimedDelivery
+from payorch.values.statuses import DeliveryStatus
 
 log = logging.getLogger("payorch.supervisors.delivery_loop")
 
@@ -99,10 +99,10 @@ async def _record(
     retry_in: float | None = None
     outcome: DeliveryStatus
     if result.succeeded:
-        outcome = "DELIVERED"
+        outcome = DeliveryStatus.DELIVERED
     else:
         retry_in = None if gone else retry_wait_s(schedule, delivery.attempts, result.retry_after_s)
-        outcome = "FAILED" if retry_in is None else "PENDING"
+        outcome = DeliveryStatus.FAILED if retry_in is None else DeliveryStatus.PENDING
 
     now = context.clock.now()
 
@@ -131,7 +131,7 @@ async def _record_internal_failure(
     """Count the attempt as failed and schedule the next per the schedule alone. If even that cannot
     be recorded, the claim stays: the delivery is due again when its lease runs out."""
     retry_in = retry_wait_s(context.settings.webhooks.retry_schedule_s, delivery.attempts, None)
-    outcome: DeliveryStatus = "FAILED" if retry_in is None else "PENDING"
+    outcome = DeliveryStatus.FAILED if retry_in is None else DeliveryStatus.PENDING
     try:
         await context.db.transaction(
             webhook_deliveries.record_attempt,
@@ -149,7 +149,7 @@ async def _record_internal_failure(
             "webhook delivery attempt could not be recorded; it is due again when its lease runs out",
             extra=_ids(delivery),
         )
-        outcome = "PENDING"
+        outcome = DeliveryStatus.PENDING
     _count(context, outcome, INTERNAL)
 
 

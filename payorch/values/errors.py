@@ -58,8 +58,25 @@ class ApplicationDisabled(DomainError):
     """The application is disabled; its API keys and session creation are refused."""
 
 
+# The kinds of thing a `NotFound` names as missing, for a page to say which (the console's 404 page).
+Missing = Literal[
+    "application",
+    "API key",
+    "session",
+    "webhook",
+    "webhook configuration",
+    "delivery",
+    "provider configuration",
+]
+
+
 class NotFound(DomainError):
-    """The resource does not exist, or is not visible to this caller."""
+    """The resource does not exist, or is not visible to this caller. `missing` says what kind of
+    thing it is, when the message is about one (`"session not found"`): None when it says more."""
+
+    def __init__(self, message: str, *, missing: Missing | None = None) -> None:
+        super().__init__(message)
+        self.missing = missing
 
 
 class InviteInvalid(DomainError):

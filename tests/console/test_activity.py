@@ -14,11 +14,11 @@ from urllib.parse import urlsplit
 import pytest
 
 from payorch.config import Settings
-from payorch.engine.session_states import SessionStatus
 from payorch.http.console.activity import OUTCOME_OF, activity_chart
 from payorch.http.services import PayorchApp
 from payorch.storage.activity import Activity, DayRefunds, DaySessions
 from payorch.storage.database import Connection, Database
+from payorch.values.statuses import SessionStatus
 from tests.clock import ShiftedClock
 from tests.console.helpers import page, signed_in
 from tests.helpers import (

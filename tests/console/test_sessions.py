@@ -184,7 +184,7 @@ async def test_a_pending_session_has_no_refund_form(client: Client, shop: Shop, 
     response, html = await page(console, f"/console/sessions/{session_id}")
     assert response.status_code == 200
     assert "idempotency_key" not in html
-    assert "cannot be refunded" in html
+    assert "A PENDING session was not paid, so it cannot be refunded." in html
 
 
 # --- Refunds -----------------------------------------------------------------------------------
@@ -218,7 +218,7 @@ async def test_a_full_refund_is_the_default(client: Client, shop: Shop, console:
     assert (refund["amount"], refund["reason"]) == (Decimal("0.30"), None)
     _, html = await page(console, f"/console/sessions/{session_id}")
     assert "idempotency_key" not in html  # nothing remains to refund: no form
-    assert "Nothing remains to be refunded" in html
+    assert "Nothing remains to be refunded." in html
 
 
 async def test_the_same_form_sent_twice_refunds_once(client: Client, shop: Shop, console: Client) -> None:
@@ -326,7 +326,9 @@ async def test_another_merchants_session_is_404_and_is_not_refunded(
     form = {"csrf_token": csrf, "idempotency_key": "attack", "kind": "full", "amount": "", "reason": ""}
     response = await send_refund(console, session_id, form)
     assert response.status_code == 404
-    assert "100.00" not in await response.get_data(as_text=True)
+    html = await response.get_data(as_text=True)
+    assert "No such session" in html
+    assert "100.00" not in html
     # Nor under the attacker's own application.
     response, _ = await page(console, f"/console/applications/{shop.application_id}/sessions")
     assert response.status_code == 404
@@ -334,6 +336,26 @@ async def test_another_merchants_session_is_404_and_is_not_refunded(
         assert (await page(console, f"/console/sessions/{nothing}"))[0].status_code == 404
     assert await refunds_of(client, shop, session_id) == []
     assert (await record_of(client, shop, session_id))["status"] == "SUCCEEDED"
+
+
+async def test_a_refund_of_a_session_whose_provider_is_no_longer_linked_says_so_and_refunds_nothing(
+    client: Client, db: Database, shop: Shop, console: Client
+) -> None:
+    session_id = await paid_session(client, shop)
+    form = await refund_form(console, session_id, kind="full", amount="", reason="")
+
+    async def unlink(conn: Connection) -> None:
+        await conn.execute(
+            "DELETE FROM provider_configs WHERE application_id = $1", uuid.UUID(shop.application_id)
+        )
+
+    await db.transaction(unlink)
+    response = await send_refund(console, session_id, form)
+    html = await response.get_data(as_text=True)
+    assert response.status_code == 404
+    assert "Not refunded" in html
+    assert "the provider of this session is no longer linked" in html
+    assert await refunds_of(client, shop, session_id) == []
 
 
 async def test_a_refund_without_the_csrf_token_is_403_and_refunds_nothing(
@@ -362,3 +384,4 @@ async def test_a_session_whose_dispute_was_lost_shows_when_on_its_page(
     _, html = await page(console, f"/console/sessions/{session_id}")
     assert f'<dt>Dispute lost</dt><dd><time datetime="{lost_at}">' in html
     assert "REVERSED" in html
+    assert "Nothing remains to be refunded: the payment was reversed." in html

@@ -278,6 +278,7 @@ async def test_the_delivery_log_lists_each_delivery_with_its_attempts(
     assert "1 delivery, newest first" in html
     assert "session.completed" in html and delivery["eventId"] in html
     assert '<span class="delivery-delivered">Delivered</span>' in html
+    assert "Send again" in html and "Retry now" not in html
     attempts = re.findall(r"<li>([^<]*): (HTTP \d+)", html)
     assert [status for _, status in attempts] == ["HTTP 500", "HTTP 200"]
     assert [at for at, _ in attempts] == [item["attemptedAt"] for item in delivery["attemptLog"]]
@@ -292,6 +293,7 @@ async def test_retrying_a_failed_delivery_sends_it_again_and_goes_back_to_the_lo
     path = console_webhooks(shop.application_id, config["id"])
     _, html = await page(console, path)
     assert '<span class="delivery-failed">Failed</span>' in html
+    assert "Retry now" in html and "Send again" not in html
     retry = f"{path}/deliveries/{delivery['id']}/retry"
     assert f'action="{retry}"' in html
 

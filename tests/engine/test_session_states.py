@@ -6,11 +6,11 @@ import pytest
 
 from payorch.engine.session_states import (
     SessionEvent,
-    SessionStatus,
     TransitionRefused,
     status_for_refunded,
     transition,
 )
+from payorch.values.statuses import SessionStatus
 
 
 def test_pending_payment_succeeded_is_succeeded_and_emits_session_completed() -> None:

@@ -9,11 +9,11 @@ from urllib.parse import urlsplit
 import jsonschema_rs
 import pytest
 
-from payorch.engine.body_types import DELIVERY_STATUSES, EVENT_TYPES
-from payorch.engine.refund_rules import REFUND_REASONS, RefundStatus
-from payorch.engine.session_states import SessionStatus
+from payorch.engine.body_types import EVENT_TYPES
+from payorch.engine.refund_rules import REFUND_REASONS
 from payorch.http.services import PayorchApp
 from payorch.values.errors import ErrorCode
+from payorch.values.statuses import DeliveryStatus, RefundStatus, SessionStatus, WebhookTestStatus
 from tests.helpers import Client
 
 OPENAPI_PATH = "/api/v1/openapi.json"
@@ -222,7 +222,8 @@ async def test_enumerations_are_documented_from_the_types_the_code_uses(document
     assert listed(schemas["RefundCreated"]["properties"]["status"]) == list(RefundStatus)
     assert listed(schemas["RefundRecord"]["properties"]["reason"]) == list(REFUND_REASONS)
     assert listed(schemas["WebhookConfig"]["properties"]["subscribedEvents"]["items"]) == list(EVENT_TYPES)
-    assert listed(schemas["Delivery"]["properties"]["status"]) == list(DELIVERY_STATUSES)
+    assert listed(schemas["Delivery"]["properties"]["status"]) == list(DeliveryStatus)
+    assert listed(schemas["WebhookConfig"]["properties"]["lastTestStatus"]) == list(WebhookTestStatus)
     assert listed(schemas["ErrorB"]["properties"]["code"]) == list(get_args(ErrorCode))
 
 

@@ -574,7 +574,8 @@ async def test_a_session_the_database_refuses_fails_alone_and_the_others_stored_
     def refused_for_one_key(self: CreateSession, *args: Any) -> Any:
         new = original(self, *args)
         # A row the table's CHECK refuses: a bug of payorch's, as any refused statement would be.
-        return dataclasses.replace(new, amount_minor=-1) if self.idempotency_key == "refused" else new
+        refused = dataclasses.replace(new, draft=dataclasses.replace(new.draft, shipping_minor=-1))
+        return refused if self.idempotency_key == "refused" else new
 
     monkeypatch.setattr(CreateSession, "new_session", refused_for_one_key)
     keys = ["refused", *(f"fine-{number}" for number in range(7))]

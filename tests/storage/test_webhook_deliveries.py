@@ -21,6 +21,7 @@ from payorch.storage.webhook_deliveries import (
     release_claims,
 )
 from payorch.values.clock import SYSTEM_CLOCK
+from payorch.values.statuses import DeliveryStatus
 from tests.helpers import new_application, new_merchant
 
 SHARE = 2
@@ -154,7 +155,7 @@ async def test_a_recorded_attempt_frees_its_endpoints_share(
         error=None,
         latency_ms=1,
         response_body="",
-        outcome="DELIVERED",
+        outcome=DeliveryStatus.DELIVERED,
         retry_in_s=None,
         now=SYSTEM_CLOCK.now(),
     )

@@ -22,11 +22,11 @@ from fractions import Fraction
 
 from markupsafe import Markup
 
-from payorch.engine.session_states import SessionStatus
 from payorch.http.auth import Principal
 from payorch.http.services import services
 from payorch.storage.activity import Activity, merchant_activity
 from payorch.values.money import to_major_units
+from payorch.values.statuses import SessionStatus
 
 DAYS = 30
 

@@ -13,7 +13,6 @@ import functools
 import hashlib
 import hmac
 import logging
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,6 +23,7 @@ from quart import Blueprint, Response, render_template, request, url_for
 from werkzeug.datastructures import MultiDict
 from werkzeug.exceptions import HTTPException
 
+from payorch.engine.session_states import PAID
 from payorch.http.auth import Principal, principal_of_access_token
 from payorch.http.error_responses import SHAPE_B_STATUS_OF, STATUS_OF
 from payorch.http.jsonio import unstorable_text_problem
@@ -34,6 +34,7 @@ from payorch.http.validation import limit_request_body
 from payorch.values import errors as domain
 from payorch.values.html import see_other as see_other  # 303, for the pages to import from here
 from payorch.values.pagination import PageRequest
+from payorch.values.statuses import DeliveryStatus, RefundStatus, SessionStatus
 from payorch.values.timefmt import iso
 
 blueprint = Blueprint(
@@ -55,7 +56,6 @@ CONTENT_SECURITY_POLICY = (
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 log = logging.getLogger("payorch.http")
-_MISSING = re.compile(r"([A-Za-z ]{1,40}) not found")
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
@@ -81,13 +81,25 @@ def _sections() -> dict[str, object]:
     return {"application_sections": APPLICATION_SECTIONS}
 
 
+@blueprint.context_processor
+def _statuses() -> dict[str, object]:
+    # Templates compare a status with its enumeration's members, never with text of their own.
+    return {
+        "SessionStatus": SessionStatus,
+        "RefundStatus": RefundStatus,
+        "DeliveryStatus": DeliveryStatus,
+        "PAID": PAID,
+    }
+
+
 class CsrfRefused(Exception):
     """A POST without the session's CSRF token: 403, and nothing is done."""
 
 
 @dataclass(frozen=True)
 class Session:
-    """The admin signed in, and the CSRF token every form of theirs carries."""
+    """The admin signed in, and the CSRF token every form of theirs carries: the console's sign-in
+    session, nothing to do with a checkout session (`storage.sessions.CheckoutSession`)."""
 
     principal: Principal
     csrf_token: str
@@ -296,9 +308,8 @@ async def _rate_limited(error: domain.RateLimited) -> Response:
 @blueprint.errorhandler(domain.NotPermitted)
 async def _not_found(error: domain.DomainError) -> Response:
     # Another merchant's application is as absent as one that never existed: the console does not
-    # tell the two apart. What is missing is named from the error ("session not found": a session).
-    found = _MISSING.fullmatch(error.message) if isinstance(error, domain.NotFound) else None
-    what = found.group(1) if found else "application"
+    # tell the two apart. What is missing is named by the error when it names one (a session...).
+    what = (error.missing if isinstance(error, domain.NotFound) else None) or "application"
     return await message_page(f"No such {what}", f"There is no such {what} in your account.", 404)
 
 

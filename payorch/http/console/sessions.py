@@ -27,8 +27,8 @@ from werkzeug.datastructures import MultiDict
 
 from payorch.engine.idempotency import MAX_KEY_LENGTH
 from payorch.engine.records import SessionRecord
-from payorch.engine.refund_rules import REFUND_REASONS, RefundStatus
-from payorch.engine.session_states import REFUNDABLE, SessionStatus
+from payorch.engine.refund_rules import REFUND_REASONS
+from payorch.engine.session_states import REFUNDABLE
 from payorch.http.auth import application_for
 from payorch.http.console.kit import (
     Session,
@@ -55,6 +55,7 @@ from payorch.storage.database import Connection
 from payorch.values import errors as domain
 from payorch.values.money import to_major_units, to_minor_units
 from payorch.values.pagination import PageRequest
+from payorch.values.statuses import RefundStatus, SessionStatus
 
 application_section("Sessions", "sessions")
 
@@ -113,7 +114,7 @@ def session_filter(values: Mapping[str, str]) -> sessions_store.SessionFilter:
     if problems:
         raise domain.InvalidInput("the filters are not valid", problems)
     return sessions_store.SessionFilter(
-        status=status or None,
+        status=SessionStatus(status) if status else None,
         created_from=_midnight(start) if start else None,
         created_before=_midnight(end + timedelta(days=1)) if end and end < date.max else None,
     )
@@ -290,7 +291,7 @@ async def refund_session(
         message = f"Nothing was refunded: {error.message}. {after}".strip()
         return await _session_page(session, session_id, status, form=shown, refund_error=message)
     except domain.NotFound as error:
-        if error.message == "session not found":
+        if error.missing == "session":
             raise  # the console's 404 page
         return await message_page("Not refunded", error.message, 404)
     query = {"refund": str(answer.body["refundId"])}

@@ -16,10 +16,11 @@ from html import escape
 
 from quart import Blueprint, Response, request
 
-from payorch.engine.session_states import PAID, SessionStatus
+from payorch.engine.session_states import PAID
 from payorch.http.services import services
 from payorch.storage import sessions
 from payorch.values.html import formatted_amount, html_page
+from payorch.values.statuses import SessionStatus
 
 blueprint = Blueprint("checkout_result", __name__, url_prefix="/checkout")
 

@@ -54,7 +54,7 @@ async def create_refund_of(
         sessions_store.get_session, parse_id(session_id, "session")
     )
     if session is None or not await may_read(principal, session.application_id):
-        raise NotFound("session not found")
+        raise NotFound("session not found", missing="session")
     note_application(session.application_id)
     amount = money_of(data.amount, session.currency, "amount") if data.amount is not None else None
     draft = RefundDraft(

@@ -15,7 +15,7 @@ from quart_schema import (
     validate_request,
 )
 
-from payorch.engine.checkout import CreateSession, SessionDraft
+from payorch.engine.checkout import CreateSession
 from payorch.engine.idempotency import MAX_KEY_LENGTH, Answer, request_fingerprint
 from payorch.engine.reads import session_page, session_with_record
 from payorch.engine.records import SessionCreated, SessionRecord
@@ -25,7 +25,7 @@ from payorch.http.models import PageQuery, SessionCreateRequest
 from payorch.http.openapi import IDEMPOTENCY_HEADER
 from payorch.http.requestlog import note_application
 from payorch.http.services import services
-from payorch.storage.sessions import ALL_SESSIONS, CheckoutSession, SessionFilter
+from payorch.storage.sessions import ALL_SESSIONS, CheckoutSession, SessionDraft, SessionFilter
 from payorch.values.errors import FieldProblem, InvalidInput, NotFound, NotPermitted
 from payorch.values.money import Money, TooManyDecimals, UnknownCurrency
 from payorch.values.pagination import Page, PageRequest, envelope
@@ -146,7 +146,7 @@ async def session_of(principal: Principal, session_id: str) -> tuple[CheckoutSes
     merchant's session (or another application's, for an API key), as for one that does not exist."""
     found = await services().context.db.autocommit(session_with_record, parse_id(session_id, "session"))
     if found is None or not await may_read(principal, found[0].application_id):
-        raise NotFound("session not found")
+        raise NotFound("session not found", missing="session")
     note_application(found[0].application_id)
     return found
 

@@ -19,7 +19,6 @@ from quart_schema import (
 
 from payorch.engine.body_types import (
     DEFAULT_EVENT_TYPES,
-    DELIVERY_STATUSES,
     EVENT_TYPES,
     TEST_EVENT_TYPE,
     one_of,
@@ -39,6 +38,7 @@ from payorch.storage import webhooks as webhooks_store
 from payorch.storage.webhooks import DeliveryView, WebhookConfig
 from payorch.values.errors import FieldProblem, InvalidInput, NotFound
 from payorch.values.pagination import Page, PageRequest, envelope
+from payorch.values.statuses import DeliveryStatus, WebhookTestStatus
 from payorch.values.timefmt import iso
 
 blueprint = Blueprint("webhooks", __name__, url_prefix="/api/v1/applications/<application_id>/webhooks")
@@ -46,7 +46,6 @@ tag_blueprint(blueprint, ["Webhooks"])
 
 
 def webhook_body(config: WebhookConfig) -> bodies.WebhookConfig:
-    last_test_status = config.last_test_status
     return {
         "id": str(config.id),
         "url": config.url,
@@ -54,9 +53,7 @@ def webhook_body(config: WebhookConfig) -> bodies.WebhookConfig:
         "keyFingerprint": config.key_fingerprint,
         "subscribedEvents": [one_of(event, EVENT_TYPES) for event in config.subscribed_events],
         "lastTestAt": iso(config.last_test_at),
-        "lastTestStatus": None
-        if last_test_status is None
-        else one_of(last_test_status, bodies.WEBHOOK_TEST_STATUSES),
+        "lastTestStatus": config.last_test_status,
         "createdAt": iso(config.created_at),
         "updatedAt": iso(config.updated_at),
     }
@@ -67,7 +64,7 @@ def delivery_body(delivery: DeliveryView) -> bodies.Delivery:
         "id": str(delivery.id),
         "eventId": delivery.event_id,
         "eventType": delivery.event_type,
-        "status": one_of(delivery.status, DELIVERY_STATUSES),
+        "status": delivery.status,
         "attempts": delivery.attempts,
         "nextAttemptAt": iso(delivery.next_attempt_at),
         "lastAttemptAt": iso(delivery.last_attempt_at),
@@ -122,7 +119,7 @@ async def _config(application_id: uuid.UUID, webhook_id: str) -> WebhookConfig:
         webhooks_store.get_webhook, application_id, parse_id(webhook_id, "webhook")
     )
     if found is None:
-        raise NotFound("webhook configuration not found")
+        raise NotFound("webhook configuration not found", missing="webhook configuration")
     return found
 
 
@@ -252,7 +249,7 @@ async def send_test_event_of(principal: Principal, application_id: str, webhook_
             log_context={"webhookId": str(config.id), "eventId": event_id},
             clock=services().context.clock,
         )
-    status: bodies.WebhookTestStatus = "SUCCEEDED" if result.succeeded else "FAILED"
+    status = WebhookTestStatus.SUCCEEDED if result.succeeded else WebhookTestStatus.FAILED
     await services().context.db.transaction(webhooks_store.record_test, config.id, delivered_at, status)
     return SentTestEvent(config=config, delivered_at=delivered_at, result=result)
 
@@ -403,4 +400,4 @@ async def retry_delivery(
 ) -> tuple[bodies.DeliveryRetry, int]:
     """Send a delivery again now, for example one that FAILED after its last scheduled attempt."""
     await retry_delivery_of(principal, application_id, webhook_id, delivery_id)
-    return {"id": delivery_id, "status": "PENDING"}, 202
+    return {"id": delivery_id, "status": DeliveryStatus.PENDING}, 202

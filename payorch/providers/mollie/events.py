@@ -20,14 +20,15 @@ from typing import Any, Final
 from urllib.parse import parse_qs
 
 from payorch.providers.base import EventKind, EventRejected, ProviderEvent
+from payorch.values.statuses import FailureReason
 
 # Mollie's final payment statuses -> payorch's event kinds; open, pending and authorized say nothing
 # payorch acts on. A failed or canceled Mollie payment cannot be paid any more, but the session stays
 # PENDING (as for a declined attempt anywhere) until it expires.
-_PAYMENT_OUTCOMES: Final[Mapping[str, tuple[EventKind, str | None]]] = {
+_PAYMENT_OUTCOMES: Final[Mapping[str, tuple[EventKind, FailureReason | None]]] = {
     "paid": (EventKind.PAYMENT_SUCCEEDED, None),
-    "failed": (EventKind.PAYMENT_DECLINED, "PAYMENT_FAILED"),
-    "canceled": (EventKind.PAYMENT_DECLINED, "PAYMENT_FAILED"),
+    "failed": (EventKind.PAYMENT_DECLINED, FailureReason.PAYMENT_FAILED),
+    "canceled": (EventKind.PAYMENT_DECLINED, FailureReason.PAYMENT_FAILED),
     "expired": (EventKind.CHECKOUT_EXPIRED, None),
 }
 # Mollie's object ids: a prefix naming the kind, an underscore, then letters and digits
@@ -90,7 +91,7 @@ def refund_outcome(payment: Mapping[str, Any], refund: Mapping[str, Any]) -> Pro
         kind=kind,
         session_id=payorch_id(payment, "payorch_session_id"),
         refund_id=refund_id,
-        reason="PAYMENT_FAILED" if kind is EventKind.REFUND_FAILED else None,
+        reason=FailureReason.PAYMENT_FAILED if kind is EventKind.REFUND_FAILED else None,
     )
 
 

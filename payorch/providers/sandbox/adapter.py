@@ -50,6 +50,7 @@ from payorch.storage.database import Database
 from payorch.values.clock import SYSTEM_CLOCK, Clock
 from payorch.values.money import UnknownCurrency, currency_exponent
 from payorch.values.secretbox import SecretBox
+from payorch.values.statuses import FailureReason
 
 _API_KEY = re.compile(r"sk_sandbox_[A-Za-z0-9_]{8,}")
 _CARD_MAX_MAJOR = 1_000_000  # exclusive: the largest amount is one minor unit less
@@ -64,10 +65,10 @@ _KIND_OF_EVENT: dict[str, EventKind] = {
 }
 # The sandbox's failure codes -> payorch's failure reasons; a code not listed here is PAYMENT_FAILED.
 _REASON_OF_CODE = {
-    simulator.CARD_DECLINED: "CARD_DECLINED",
-    simulator.INSUFFICIENT_FUNDS: "INSUFFICIENT_FUNDS",
-    simulator.LOST_OR_STOLEN_CARD: "LOST_OR_STOLEN_CARD",
-    simulator.PAYMENT_FAILED: "PAYMENT_FAILED",
+    simulator.CARD_DECLINED: FailureReason.CARD_DECLINED,
+    simulator.INSUFFICIENT_FUNDS: FailureReason.INSUFFICIENT_FUNDS,
+    simulator.LOST_OR_STOLEN_CARD: FailureReason.LOST_OR_STOLEN_CARD,
+    simulator.PAYMENT_FAILED: FailureReason.PAYMENT_FAILED,
 }
 
 
@@ -289,8 +290,8 @@ def _uuid_or_none(value: Any) -> uuid.UUID | None:
     return uuid.UUID(text) if text is not None else None
 
 
-def _reason(kind: EventKind, failure_code: Any) -> str | None:
+def _reason(kind: EventKind, failure_code: Any) -> FailureReason | None:
     if kind not in (EventKind.PAYMENT_DECLINED, EventKind.REFUND_FAILED):
         return None
     code = _str_or_none(failure_code)
-    return _REASON_OF_CODE.get(code or "", "PAYMENT_FAILED")
+    return _REASON_OF_CODE.get(code or "", FailureReason.PAYMENT_FAILED)

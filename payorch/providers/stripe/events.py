@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 import stripe
 
 from payorch.providers.base import EventKind, EventRejected, ProviderEvent
+from payorch.values.statuses import FailureReason
 
 if TYPE_CHECKING:
     from stripe.params import WebhookEndpointCreateParams
@@ -29,19 +30,19 @@ TOLERANCE_S = 300
 EVENTS_API_VERSION: Final = "2026-10-28.endive"
 
 # Stripe's refund failure_reason -> payorch's failure reason; anything else is PAYMENT_FAILED.
-_REFUND_FAILURES: Final[Mapping[str, str]] = {
-    "lost_or_stolen_card": "LOST_OR_STOLEN_CARD",
-    "expired_or_canceled_card": "EXPIRED_OR_CANCELED_CARD",
-    "insufficient_funds": "INSUFFICIENT_FUNDS",
+_REFUND_FAILURES: Final[Mapping[str, FailureReason]] = {
+    "lost_or_stolen_card": FailureReason.LOST_OR_STOLEN_CARD,
+    "expired_or_canceled_card": FailureReason.EXPIRED_OR_CANCELED_CARD,
+    "insufficient_funds": FailureReason.INSUFFICIENT_FUNDS,
 }
 # Stripe's decline codes of a failed payment attempt -> payorch's; anything else is PAYMENT_FAILED.
-_DECLINES: Final[Mapping[str, str]] = {
-    "card_declined": "CARD_DECLINED",
-    "generic_decline": "CARD_DECLINED",
-    "insufficient_funds": "INSUFFICIENT_FUNDS",
-    "lost_card": "LOST_OR_STOLEN_CARD",
-    "stolen_card": "LOST_OR_STOLEN_CARD",
-    "expired_card": "EXPIRED_OR_CANCELED_CARD",
+_DECLINES: Final[Mapping[str, FailureReason]] = {
+    "card_declined": FailureReason.CARD_DECLINED,
+    "generic_decline": FailureReason.CARD_DECLINED,
+    "insufficient_funds": FailureReason.INSUFFICIENT_FUNDS,
+    "lost_card": FailureReason.LOST_OR_STOLEN_CARD,
+    "stolen_card": FailureReason.LOST_OR_STOLEN_CARD,
+    "expired_card": FailureReason.EXPIRED_OR_CANCELED_CARD,
 }
 
 
@@ -97,7 +98,7 @@ def _checkout_paid(event_id: str, checkout: dict[str, Any]) -> ProviderEvent:
 
 
 def _about_checkout(
-    event_id: str, kind: EventKind, checkout: dict[str, Any], reason: str | None = None
+    event_id: str, kind: EventKind, checkout: dict[str, Any], reason: FailureReason | None = None
 ) -> ProviderEvent:
     return ProviderEvent(
         id=event_id,
@@ -117,7 +118,7 @@ def _payment_failed(event_id: str, payment_intent: dict[str, Any]) -> ProviderEv
         id=event_id,
         kind=EventKind.PAYMENT_DECLINED,
         session_id=_uuid(_metadata(payment_intent, "payorch_session_id")),
-        reason=reason or "PAYMENT_FAILED",
+        reason=reason or FailureReason.PAYMENT_FAILED,
     )
 
 
@@ -128,7 +129,7 @@ def refund_outcome(event_id: str, refund: dict[str, Any]) -> ProviderEvent:
         kind, reason = EventKind.REFUND_SUCCEEDED, None
     elif status in ("failed", "canceled"):
         kind = EventKind.REFUND_FAILED
-        reason = _REFUND_FAILURES.get(str(refund.get("failure_reason")), "PAYMENT_FAILED")
+        reason = _REFUND_FAILURES.get(str(refund.get("failure_reason")), FailureReason.PAYMENT_FAILED)
     else:  # pending, requires_action: the outcome follows as refund.updated or refund.failed
         return ProviderEvent(id=event_id, kind=EventKind.IGNORED)
     return ProviderEvent(
@@ -168,7 +169,7 @@ _TRANSLATIONS: Final[Mapping[str, Callable[[str, dict[str, Any]], ProviderEvent]
         event_id, EventKind.PAYMENT_SUCCEEDED, checkout
     ),
     "checkout.session.async_payment_failed": lambda event_id, checkout: _about_checkout(
-        event_id, EventKind.PAYMENT_DECLINED, checkout, "PAYMENT_FAILED"
+        event_id, EventKind.PAYMENT_DECLINED, checkout, FailureReason.PAYMENT_FAILED
     ),
     "checkout.session.expired": lambda event_id, checkout: _about_checkout(
         event_id, EventKind.CHECKOUT_EXPIRED, checkout

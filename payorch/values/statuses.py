@@ -1,0 +1,69 @@
+"""What a session, a refund, a webhook delivery and a webhook test can be, and why a session or a
+refund failed: each enumeration's one definition.
+
+They live on the lowest floor because every floor speaks them: the engine moves sessions and
+refunds between them (`engine.session_states`, `engine.refund_rules`), the providers translate
+their own codes into a `FailureReason`, storage writes them into its statements' text, the
+database keeps its columns to them, the interface's bodies and document list them. A value is
+added (or taken out) here and nowhere else: the CHECK constraints of the columns are written from
+these enumerations (`storage.enumerated_columns`) by migration 0014, which `payorch migrate`
+applies again whenever they change.
+
+Every value is written as on the wire (the interface's contract): upper-case letters and
+underscores, so that it is also its own SQL literal between single quotes.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class SessionStatus(enum.StrEnum):
+    """A checkout session's state (`engine.session_states` moves it)."""
+
+    PENDING = "PENDING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    PARTIALLY_REFUNDED = "PARTIALLY_REFUNDED"
+    REFUNDED = "REFUNDED"
+    REVERSED = "REVERSED"
+
+
+class RefundStatus(enum.StrEnum):
+    """A refund's state: PENDING until its provider settles it, then COMPLETED or FAILED."""
+
+    PENDING = "PENDING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+
+
+class DeliveryStatus(enum.StrEnum):
+    """What became of a webhook delivery: due (again), received by the merchant, or given up."""
+
+    PENDING = "PENDING"
+    DELIVERED = "DELIVERED"
+    FAILED = "FAILED"
+
+
+class WebhookTestStatus(enum.StrEnum):
+    """How a configuration's last test send went (`POST .../webhooks/{id}/test`)."""
+
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+
+class FailureReason(enum.StrEnum):
+    """Why a session or a refund FAILED (its `failureReason`), or why a payment attempt was
+    declined. Each provider translates its own codes into these; a code it has no translation for
+    is PAYMENT_FAILED."""
+
+    EXPIRED = "EXPIRED"
+    """The session expired before the customer paid."""
+    PAYMENT_FAILED = "PAYMENT_FAILED"
+    """The provider declined, for a reason payorch has no closer name for."""
+    PROVIDER_REFUSED = "PROVIDER_REFUSED"
+    """The provider refused the refund when payorch submitted it."""
+    CARD_DECLINED = "CARD_DECLINED"
+    INSUFFICIENT_FUNDS = "INSUFFICIENT_FUNDS"
+    LOST_OR_STOLEN_CARD = "LOST_OR_STOLEN_CARD"
+    EXPIRED_OR_CANCELED_CARD = "EXPIRED_OR_CANCELED_CARD"
