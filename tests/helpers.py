@@ -7,8 +7,11 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
 import trio
+import trio_asyncio
 from quart.typing import TestClientProtocol as Client
 
 from payorch.config import Settings
@@ -193,3 +196,13 @@ async def lose_dispute(app: PayorchApp, db: Database, shop: Shop, session_id: st
         )
 
     assert await db.transaction(lose)
+
+
+async def drop_database(dsn: str) -> None:
+    """Drop the database `dsn` names, terminating every connection to it: the database is gone."""
+    parts = urlsplit(dsn)
+    conn = await trio_asyncio.aio_as_trio(asyncpg.connect)(urlunsplit(parts._replace(path="/postgres")))
+    try:
+        await trio_asyncio.aio_as_trio(conn.execute)(f"DROP DATABASE {parts.path.lstrip('/')} WITH (FORCE)")
+    finally:
+        await trio_asyncio.aio_as_trio(conn.close)()
