@@ -44,11 +44,6 @@ def _expiry(context: Context, actors: PaymentActors) -> DueWork:
     return DueWork("session expiry", context, pick=pick, handle=expire)
 
 
-async def expire_due_sessions(context: Context, actors: PaymentActors) -> int:
-    """Expire every session due now; returns how many changed."""
-    return await _expiry(context, actors).drain()
-
-
 async def _expiry_loop(
     context: Context, actors: PaymentActors, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:

@@ -47,15 +47,6 @@ def _submissions(context: Context, actors: PaymentActors) -> DueWork:
     return DueWork("refund submission", context, pick=pick, handle=submit, give_back=give_back)
 
 
-async def submit_due_refunds(context: Context, actors: PaymentActors) -> int:
-    """Submit every refund due now; returns how many the provider acknowledged."""
-    submissions = _submissions(context, actors)
-    try:
-        return await submissions.drain()
-    finally:
-        await submissions.hand_back_in_flight()
-
-
 async def _refund_loop(
     context: Context, actors: PaymentActors, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
