@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -160,14 +161,32 @@ async def create_session(client: Client, shop: Shop, key: str, body: dict[str, A
     )
 
 
-async def eventually(check: Callable[[], Awaitable[T | None]], timeout_s: float = 10.0) -> T:
-    """Poll `check` until it returns something other than None (or False); fail after `timeout_s`."""
+async def eventually(
+    check: Callable[[], Awaitable[T | None]], timeout_s: float = 10.0, *, every_s: float = 0.05
+) -> T:
+    """Poll `check` every `every_s` until it returns something other than None (or False), and return
+    that; `trio.TooSlowError` after `timeout_s`."""
     with trio.fail_after(timeout_s):
         while True:
             result = await check()
             if result is not None and result is not False:
                 return result
-            await trio.sleep(0.05)
+            await trio.sleep(every_s)
+
+
+def eventually_blocking(
+    check: Callable[[], T | None], timeout_s: float = 10.0, *, every_s: float = 0.05
+) -> T:
+    """`eventually` for code that runs outside Trio (a schemathesis hook, a plain thread): the same
+    polls, blocking the thread between them."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = check()
+        if result is not None and result is not False:
+            return result
+        if time.monotonic() >= deadline:
+            raise trio.TooSlowError(f"not done within {timeout_s} s")
+        time.sleep(every_s)
 
 
 async def expire_now(db: Database, session_id: str) -> None:
