@@ -26,6 +26,7 @@ from payorch.storage.nodes import NodeIdentity
 from payorch.values.clock import Clock
 from payorch.values.secretbox import SecretBox
 from tests.clock import ShiftedClock
+from tests.helpers import eventually
 from tests.providers.helpers import Delivery, deliveries_of, events_of, new_checkout
 
 RECEIVER_URL = "http://receiver.test/events"
@@ -77,13 +78,13 @@ async def running_sender(
 async def wait_for_deliveries(
     db: Database, event_id: str, done: Callable[[Delivery], bool], *, timeout_s: float = 10.0
 ) -> list[Delivery]:
-    """Poll the event's deliveries until each is `done`; fail after `timeout_s`."""
-    with trio.fail_after(timeout_s):
-        while True:
-            deliveries = await deliveries_of(db, event_id)
-            if deliveries and all(done(delivery) for delivery in deliveries):
-                return deliveries
-            await trio.sleep(0.02)
+    """The event's deliveries, once each is `done`; `trio.TooSlowError` after `timeout_s`."""
+
+    async def all_done() -> list[Delivery] | None:
+        deliveries = await deliveries_of(db, event_id)
+        return deliveries if deliveries and all(done(delivery) for delivery in deliveries) else None
+
+    return await eventually(all_done, timeout_s)
 
 
 async def wait_for_delivery(db: Database, event_id: str) -> Delivery:
