@@ -1,7 +1,8 @@
 """The running parts of the service, built once from the settings and passed down.
 
-`open_runtime` owns one nursery holding the application actors and the supervisors; leaving it
-cancels them all. The HTTP server is started beside it by `service.run`; tests use it directly.
+`open_runtime` owns one nursery holding the application actors and the supervisors, each started
+once it is ready (`nursery.start`); leaving it cancels them all. The HTTP server is started beside
+it by `service.run`; tests use it directly.
 `Runtime.reload` applies a reloaded configuration (SIGHUP) to the running parts: every part reads
 its settings through `LiveSettings` at each use, and what was built from them (rate limiters, the
 provider adapters, the webhook test-send client) is reconfigured or replaced here.
@@ -233,7 +234,10 @@ async def open_runtime(
     settings: Settings, db: Database, clock: Clock = SYSTEM_CLOCK
 ) -> AsyncIterator[Runtime]:
     """Services, the HTTP app, and every background task, running until the block is left. Every
-    part reads wall time from `clock` (a test hands in one it can move)."""
+    part reads wall time from `clock` (a test hands in one it can move). The block is entered once
+    every part is ready: the node identity held, the listeners listening, each supervisor's first
+    pass done. A part that fails before it is ready is logged and its error raised: the block is
+    never entered."""
     live = LiveSettings(settings, loaded_at=clock.now().timestamp())
     secrets = SecretBox(settings.security.keys)
     providers = ProviderCatalogue(enabled_providers(settings, db, secrets, clock))
@@ -277,7 +281,10 @@ async def open_runtime(
             sandbox = providers.get("sandbox")
             if isinstance(sandbox, SandboxProvider):
                 serve_checkout_pages(app, sandbox)
-            nursery.start_soon(
+            # Each part is started once it is ready (see its docstring), in this order: the claim
+            # takeover's first pass releases what the loops after it claim in their first round.
+            # One that fails before it is ready fails the runtime's start, with a log line naming it.
+            await nursery.start(
                 supervised,
                 board,
                 "application changes",
@@ -285,7 +292,7 @@ async def open_runtime(
                 db.dsn,
                 [services.api_keys, actors],
             )
-            nursery.start_soon(
+            await nursery.start(
                 supervised,
                 board,
                 "idle state",
@@ -307,7 +314,7 @@ async def open_runtime(
                     base_url=settings.server.public_base_url,
                 )
                 nursery.start_soon(_closing, sandbox_client)
-                nursery.start_soon(
+                await nursery.start(
                     supervised,
                     board,
                     "sandbox events",

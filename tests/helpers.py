@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import itertools
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
 import trio
+import trio_asyncio
 from quart.typing import TestClientProtocol as Client
 
 from payorch.config import Settings
@@ -157,14 +161,32 @@ async def create_session(client: Client, shop: Shop, key: str, body: dict[str, A
     )
 
 
-async def eventually(check: Callable[[], Awaitable[T | None]], timeout_s: float = 10.0) -> T:
-    """Poll `check` until it returns something other than None (or False); fail after `timeout_s`."""
+async def eventually(
+    check: Callable[[], Awaitable[T | None]], timeout_s: float = 10.0, *, every_s: float = 0.05
+) -> T:
+    """Poll `check` every `every_s` until it returns something other than None (or False), and return
+    that; `trio.TooSlowError` after `timeout_s`."""
     with trio.fail_after(timeout_s):
         while True:
             result = await check()
             if result is not None and result is not False:
                 return result
-            await trio.sleep(0.05)
+            await trio.sleep(every_s)
+
+
+def eventually_blocking(
+    check: Callable[[], T | None], timeout_s: float = 10.0, *, every_s: float = 0.05
+) -> T:
+    """`eventually` for code that runs outside Trio (a schemathesis hook, a plain thread): the same
+    polls, blocking the thread between them."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = check()
+        if result is not None and result is not False:
+            return result
+        if time.monotonic() >= deadline:
+            raise trio.TooSlowError(f"not done within {timeout_s} s")
+        time.sleep(every_s)
 
 
 async def expire_now(db: Database, session_id: str) -> None:
@@ -193,3 +215,13 @@ async def lose_dispute(app: PayorchApp, db: Database, shop: Shop, session_id: st
         )
 
     assert await db.transaction(lose)
+
+
+async def drop_database(dsn: str) -> None:
+    """Drop the database `dsn` names, terminating every connection to it: the database is gone."""
+    parts = urlsplit(dsn)
+    conn = await trio_asyncio.aio_as_trio(asyncpg.connect)(urlunsplit(parts._replace(path="/postgres")))
+    try:
+        await trio_asyncio.aio_as_trio(conn.execute)(f"DROP DATABASE {parts.path.lstrip('/')} WITH (FORCE)")
+    finally:
+        await trio_asyncio.aio_as_trio(conn.close)()

@@ -15,6 +15,8 @@ from pathlib import Path
 import httpx
 import trio
 
+from tests.helpers import eventually
+
 GRACEFUL_TIMEOUT_S = 3
 # Tries at starting `payorch serve` on a free port: between `free_port` closing its probe and the
 # process binding, another process (a parallel test, a client's ephemeral port) can take the port.
@@ -80,20 +82,21 @@ async def wait_until_healthy(
     """Until `process` answers 200 on /healthz. With its `stderr_path`, only once it has logged that it
     serves at `base_url`: a 200 from whoever else listens there does not count."""
     async with httpx.AsyncClient(base_url=base_url) as http:
-        with trio.fail_after(deadline_s):
-            while True:
-                if process.returncode is not None:
-                    logged = _text(stderr_path) if stderr_path else ""
-                    if "Address already in use" in logged:
-                        raise PortTaken(base_url)
-                    raise AssertionError(f"payorch serve exited before it was healthy:\n{logged[-2000:]}")
-                if stderr_path is None or base_url in serving_at(stderr_path):
-                    try:
-                        if (await http.get("/healthz")).status_code == 200:
-                            return
-                    except httpx.TransportError:
-                        pass
-                await trio.sleep(0.05)
+
+        async def healthy() -> bool:
+            if process.returncode is not None:
+                logged = _text(stderr_path) if stderr_path else ""
+                if "Address already in use" in logged:
+                    raise PortTaken(base_url)
+                raise AssertionError(f"payorch serve exited before it was healthy:\n{logged[-2000:]}")
+            if stderr_path is not None and base_url not in serving_at(stderr_path):
+                return False
+            try:
+                return (await http.get("/healthz")).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        await eventually(healthy, deadline_s)
 
 
 @asynccontextmanager

@@ -183,16 +183,19 @@ async def _taken_over(
     last: dict[str, str] = {key: "not answered" for key in held.keys}
 
     async def retry(http: httpx.AsyncClient, key: str) -> None:
-        while True:
+        async def created() -> str | None:
             response = await _post(
                 http, "/api/v1/sessions", session_body(), {**scene.stripe_app, "Idempotency-Key": key}
             )
             last[key] = f"{response.status_code} {response.text}"
-            if response.status_code != 409:
-                assert response.status_code == 201, f"{key}: {last[key]}"
-                sessions[key] = loads_exact(response.content)["sessionId"]
-                return
-            await trio.sleep(0.25)  # still in progress: retry, as a client would
+            if response.status_code == 409:
+                return None  # still in progress: retried, as a client would
+            assert response.status_code == 201, f"{key}: {last[key]}"
+            session_id: str = loads_exact(response.content)["sessionId"]
+            return session_id
+
+        # The deadline below ends it first.
+        sessions[key] = await eventually(created, timeout_s=2 * FAILOVER_S, every_s=0.25)
 
     def delivered() -> set[str]:
         after_kill = receiver.requests[held.arrived :]

@@ -16,7 +16,7 @@ import trio
 from payorch.config import Settings
 from payorch.service import RunningService, run
 from tests import webhook_receiver as receiving
-from tests.helpers import PASSWORD, signup_body
+from tests.helpers import PASSWORD, eventually, signup_body
 from tests.webhook_receiver import ScriptedResponse, WebhookReceiver
 
 webhook_receiver = receiving.webhook_receiver
@@ -76,8 +76,10 @@ async def test_request_in_flight_at_shutdown_gets_its_answer(
             nursery.start_soon(slow_request)
             await webhook_receiver.wait_for(1, timeout_s=10)  # the request is in flight now
             shutdown.set()
-            with trio.fail_after(trusting.server.graceful_timeout_s + 5):
-                while not answers:  # noqa: ASYNC110 - polled, with a deadline
-                    await trio.sleep(0.05)
+
+            async def answered() -> bool:
+                return bool(answers)
+
+            await eventually(answered, trusting.server.graceful_timeout_s + 5)
     (answer,) = answers
     assert (answer["status"], answer["success"], answer["httpStatusCode"]) == (200, True, 200)

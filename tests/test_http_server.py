@@ -23,6 +23,7 @@ from quart_trio import QuartTrio
 from payorch.config import ServerSettings, Settings
 from payorch.http import server as http_server
 from payorch.service import RunningService, run
+from tests.helpers import eventually
 
 OTHER_ADDRESS = "127.0.0.2"
 HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: payorch.test\r\n\r\n"
@@ -184,12 +185,13 @@ async def test_a_connection_over_the_node_cap_is_refused_until_one_closes(settin
                 with trio.fail_after(5):
                     assert (await _until_closed(other)).startswith(b"HTTP/1.1 503 ")
             await first.aclose()
-            with trio.fail_after(5):
-                # Until the server has seen `first` close: it says so to no one.
+
+            async def served() -> bytes | None:
                 answer = await _served(address, OTHER_ADDRESS)
-                while not answer.startswith(b"HTTP/1.1 200 "):
-                    await trio.sleep(0.05)
-                    answer = await _served(address, OTHER_ADDRESS)
+                return answer if answer.startswith(b"HTTP/1.1 200 ") else None
+
+            # Once the server has seen `first` close: it says so to no one.
+            answer = await eventually(served, 5)
     assert _body(answer) == {"status": "ok"}
 
 

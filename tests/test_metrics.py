@@ -3,7 +3,6 @@ transition and per delivery attempt, with gauges read at scrape time; one regist
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
 import pytest
@@ -11,10 +10,9 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from payorch.config import SessionSettings, Settings
-from payorch.http.services import PayorchApp
 from payorch.runtime import open_runtime
-from payorch.storage.database import Database, open_database
-from tests.helpers import Client, Shop, create_session, eventually, new_shop
+from payorch.storage.database import Database
+from tests.helpers import Client, Shop, create_session, drop_database, eventually, new_shop
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -207,20 +205,12 @@ async def test_live_actor_is_counted_with_its_mailbox(client: Client, shop: Shop
     assert value(samples, "payorch_actor_mailbox_capacity") == settings.engine.mailbox_size
 
 
-@pytest.fixture
-async def app_with_closed_pool(settings: Settings, db: Database) -> AsyncIterator[PayorchApp]:
-    """An app whose database pool has been closed (`db` brings the loop)."""
-    async with open_database(settings.database.url, min_size=1, max_size=1) as closed:
-        pass
-    async with open_runtime(settings, closed) as runtime:
-        yield runtime.app
-
-
 async def test_metrics_answer_without_the_backlog_when_the_database_is_gone(
-    app_with_closed_pool: PayorchApp,
+    client: Client, settings: Settings
 ) -> None:
+    await drop_database(settings.database.url)
     with trio.fail_after(5):
-        names, samples = await scrape(app_with_closed_pool.test_client())
+        names, samples = await scrape(client)
     assert "payorch_http_requests_total" in names
     assert value(samples, "payorch_metrics_database_up") == 0
     assert not any(name == "payorch_outbox_backlog" for name, _ in samples)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import queue
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -47,7 +46,7 @@ from payorch.config import LimitSettings, Settings
 from payorch.engine.invites import issue_invite
 from payorch.service import run
 from payorch.storage.database import open_database
-from tests.helpers import PASSWORD, SANDBOX_KEY, signup_body
+from tests.helpers import PASSWORD, SANDBOX_KEY, eventually_blocking, signup_body
 
 # Examples per operation, credential and kind of request (see strategies_for); about 20 s in all.
 # PAYORCH_SCHEMATHESIS_EXAMPLES=100 for a deeper run by hand (a few minutes).
@@ -157,16 +156,6 @@ def invite_token(settings: Settings) -> str:
     return trio.run(issue)
 
 
-def eventually(check: Any, timeout_s: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError("timed out")
-
-
 def build_world(base_url: str, token: str) -> World:
     """A merchant and everything the generated requests may refer to, made through the API."""
     with httpx.Client(base_url=base_url, timeout=30) as http:
@@ -199,10 +188,10 @@ def build_world(base_url: str, token: str) -> World:
         checkout = urlsplit(created["checkoutUrl"]).path
         assert http.post(checkout, data={"card_number": "4242424242424242"}).status_code in (200, 303)
         session = f"/api/v1/sessions/{created['sessionId']}"
-        eventually(lambda: ok(http.get(session, headers=jwt), 200)["status"] == "SUCCEEDED")
+        eventually_blocking(lambda: ok(http.get(session, headers=jwt), 200)["status"] == "SUCCEEDED", 15)
         deliveries = f"{apps}/webhooks/{webhook_id}/deliveries"
-        delivery_id = eventually(
-            lambda: [item["id"] for item in ok(http.get(deliveries, headers=jwt), 200)["items"]]
+        delivery_id = eventually_blocking(
+            lambda: [item["id"] for item in ok(http.get(deliveries, headers=jwt), 200)["items"]] or None, 15
         )[0]
     return World(
         base_url=base_url,

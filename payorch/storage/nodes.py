@@ -70,6 +70,7 @@ async def hold_node_identity(
                         await conn.fetchval("SELECT 1")
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, trio.TooSlowError) as error:
             if not started:
+                log.error("no node identity: the service does not start", extra={"error": repr(error)})
                 raise
             log.warning(
                 "lost the node identity's connection; other nodes take over this node's claims, and "

@@ -100,17 +100,6 @@ class SandboxEvent:
 
 
 @dataclass(frozen=True)
-class Delivery:
-    event_id: str
-    endpoint_id: str
-    deliver_at: datetime
-    attempts: int
-    delivered_at: datetime | None
-    given_up_at: datetime | None
-    last_error: str | None
-
-
-@dataclass(frozen=True)
 class ClaimedDelivery:
     """A delivery this sender owns until its lease ends: what to POST, where, signed with what."""
 
@@ -127,7 +116,6 @@ _CHECKOUT_COLUMNS = """id, account, amount_minor, currency, payment_method, orde
     refund_failure_code, created_at"""
 _REFUND_COLUMNS = ", ".join(SandboxRefund.__dataclass_fields__)
 _EVENT_COLUMNS = ", ".join(SandboxEvent.__dataclass_fields__)
-_DELIVERY_COLUMNS = ", ".join(Delivery.__dataclass_fields__)
 
 
 def _checkout(row: asyncpg.Record) -> SandboxCheckout:
@@ -341,24 +329,6 @@ async def queue_event(
         row["deliver_at"],
     )
     return SandboxEvent(**dict(row.items()))
-
-
-async def events_of_checkout(conn: Connection, checkout_id: str) -> list[SandboxEvent]:
-    """Every event about the checkout and its refunds, oldest first."""
-    rows = await conn.fetch(
-        f"""SELECT {_EVENT_COLUMNS} FROM sandbox_events WHERE checkout_id = $1
-            ORDER BY created_at, deliver_at, id""",
-        checkout_id,
-    )
-    return [SandboxEvent(**dict(row.items())) for row in rows]
-
-
-async def deliveries_of_event(conn: Connection, event_id: str) -> list[Delivery]:
-    rows = await conn.fetch(
-        f"SELECT {_DELIVERY_COLUMNS} FROM sandbox_deliveries WHERE event_id = $1 ORDER BY endpoint_id",
-        event_id,
-    )
-    return [Delivery(**dict(row.items())) for row in rows]
 
 
 async def claim_due_deliveries(

@@ -88,12 +88,19 @@ async def _round(context: Context, client: httpx.AsyncClient, slots: WorkSlots, 
     return done.fanned_out
 
 
-async def _listen(dsn: str, own_origin: str, slots: WorkSlots) -> None:
+async def _listen(
+    dsn: str,
+    own_origin: str,
+    slots: WorkSlots,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
     """Forward PostgreSQL notifications of new outbox events as wake-ups, but for those of this
     process's own database, whose wake-up has rung for them already. One notification waiting is
     enough: the loop looks for every new event in each round, and triopg adds an overflow marker
-    (a wake-up too) when more arrive."""
+    (a wake-up too) when more arrive. Started once it listens."""
     async with triopg.connect(dsn) as conn, conn.listen("payorch_outbox", max_buffer_size=1) as notes:
+        task_status.started()
         async for origin in notes:
             if origin != own_origin:
                 slots.wake()
@@ -116,19 +123,25 @@ def _current_client(context: Context, current: CurrentClient, nursery: trio.Nurs
     return current.client
 
 
-async def _delivery_loop(context: Context) -> None:
+async def _delivery_loop(
+    context: Context, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
     wakeup = context.db.delivery_wakeup
     slots = WorkSlots(DELIVERY_SLOTS, wakeup)
+    ready = False
     try:
         # A client of its own: its connections serve deliveries only (one per slot, and room to spare).
         settings = context.settings
         current = CurrentClient(webhook_client(settings, 2 * DELIVERY_SLOTS), settings.webhooks)
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_listen, context.db.dsn, wakeup.origin, slots)
+                await nursery.start(_listen, context.db.dsn, wakeup.origin, slots)
                 while True:
                     client = _current_client(context, current, nursery)
                     fanned_out = await _round(context, client, slots, nursery)
+                    if not ready:
+                        task_status.started()
+                        ready = True
                     if fanned_out < FAN_OUT_BATCH:  # else more events wait: fan them out at once
                         await slots.wait_for_wake(IDLE_WAIT_S)
         finally:
@@ -148,5 +161,7 @@ async def _delivery_loop(context: Context) -> None:
 async def run_webhook_supervisor(
     context: Context, board: SupervisorBoard, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
-    task_status.started()
-    await supervised(board, "webhook delivery", _delivery_loop, context)
+    """Deliver webhooks until cancelled, restarted when it fails. Started once it listens for the
+    events other processes commit and its first round has fanned out and claimed what was due as it
+    started (a previous run's deliveries included, once the claim takeover released them)."""
+    await supervised(board, "webhook delivery", _delivery_loop, context, task_status=task_status)

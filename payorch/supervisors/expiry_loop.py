@@ -44,16 +44,17 @@ def _expiry(context: Context, actors: PaymentActors) -> DueWork:
     return DueWork("session expiry", context, pick=pick, handle=expire)
 
 
-async def expire_due_sessions(context: Context, actors: PaymentActors) -> int:
-    """Expire every session due now; returns how many changed."""
-    return await _expiry(context, actors).drain()
-
-
-async def _expiry_loop(context: Context, actors: PaymentActors) -> None:
+async def _expiry_loop(
+    context: Context, actors: PaymentActors, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
     expiry = _expiry(context, actors)
+    ready = False
     async with trio.open_nursery() as nursery:
         while True:
             started = await expiry.round(nursery)
+            if not ready:
+                task_status.started()
+                ready = True
             if started and not expiry.slots.free:
                 await expiry.slots.wait_for_wake(MAX_SLEEP_S)  # more may be due: at the next free slot
                 continue
@@ -71,5 +72,7 @@ async def run_expiry_supervisor(
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    task_status.started()
-    await supervised(board, "session expiry", _expiry_loop, context, actors)
+    """Expire due sessions until cancelled, restarted when it fails. Started once its first round has
+    handed what was due as it started (sessions that expired while no process ran) to their
+    actors, in its slots."""
+    await supervised(board, "session expiry", _expiry_loop, context, actors, task_status=task_status)

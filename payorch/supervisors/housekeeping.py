@@ -22,8 +22,12 @@ class ForgetsIdle(Protocol):
     def forget_idle(self) -> None: ...
 
 
-async def forget_idle_state(keepers: Sequence[ForgetsIdle]) -> None:
-    """Runs until cancelled."""
+async def forget_idle_state(
+    keepers: Sequence[ForgetsIdle], *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Drop what `keepers` no longer need every `SWEEP_EVERY_S`, until cancelled. Started at once: it
+    prepares nothing, and nothing is idle yet."""
+    task_status.started()
     while True:
         await trio.sleep(SWEEP_EVERY_S)
         for keeper in keepers:

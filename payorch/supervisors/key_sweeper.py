@@ -21,7 +21,11 @@ async def delete_expired_keys(context: Context) -> int:
             return deleted
 
 
-async def _sweep_loop(context: Context) -> None:
+async def _sweep_loop(
+    context: Context, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    await context.db.transaction(delete_expired_idempotency_keys, context.clock.now())
+    task_status.started()
     while True:
         await delete_expired_keys(context)
         await trio.sleep(SWEEP_EVERY_S)
@@ -30,5 +34,7 @@ async def _sweep_loop(context: Context) -> None:
 async def run_idempotency_supervisor(
     context: Context, board: SupervisorBoard, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
-    task_status.started()
-    await supervised(board, "idempotency key expiry", _sweep_loop, context)
+    """Delete the keys past their retention now and every `SWEEP_EVERY_S`, restarted when it fails.
+    Started once the first batch is deleted: its statement works. The rest of a backlog that a long
+    stop left is deleted while the service serves, not before."""
+    await supervised(board, "idempotency key expiry", _sweep_loop, context, task_status=task_status)

@@ -47,24 +47,19 @@ def _submissions(context: Context, actors: PaymentActors) -> DueWork:
     return DueWork("refund submission", context, pick=pick, handle=submit, give_back=give_back)
 
 
-async def submit_due_refunds(context: Context, actors: PaymentActors) -> int:
-    """Submit every refund due now; returns how many the provider acknowledged."""
-    submissions = _submissions(context, actors)
-    try:
-        return await submissions.drain()
-    finally:
-        await submissions.hand_back_in_flight()
-
-
-async def _refund_loop(context: Context, actors: PaymentActors) -> None:
+async def _refund_loop(
+    context: Context, actors: PaymentActors, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
     submissions = _submissions(context, actors)
     try:
         async with trio.open_nursery() as nursery:
+            await submissions.round(nursery)
+            task_status.started()
             while True:
-                await submissions.round(nursery)
                 # Retries fall due by the clock; what the round left (slots full, a merchant's share
                 # taken) is looked for again as soon as a slot frees.
                 await submissions.slots.wait_for_wake(POLL_S)
+                await submissions.round(nursery)
     finally:
         await submissions.hand_back_in_flight()
 
@@ -76,5 +71,7 @@ async def run_refund_supervisor(
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    task_status.started()
-    await supervised(board, "refund submission", _refund_loop, context, actors)
+    """Submit due refunds until cancelled, restarted when it fails. Started once its first round has
+    claimed what was due as it started (a previous run's submissions included, once the claim
+    takeover released them) into its slots."""
+    await supervised(board, "refund submission", _refund_loop, context, actors, task_status=task_status)

@@ -104,9 +104,8 @@ Pick = Callable[[int, Skips], Awaitable[list[DueItem]]]
 
 class DueWork:
     """One loop's due work in slots (see the module's description). `pick(limit, skips)` takes due
-    items (a fair share per merchant); `handle(item)` does one (asking its actor) and says whether
-    it changed something; `give_back(items)` returns claims the loop will not finish (on a
-    failure, and on shutdown)."""
+    items (a fair share per merchant); `handle(item)` does one (asking its actor);
+    `give_back(items)` returns claims the loop will not finish (on a failure, and on shutdown)."""
 
     def __init__(
         self,
@@ -114,7 +113,7 @@ class DueWork:
         context: Context,
         *,
         pick: Pick,
-        handle: Callable[[DueItem], Awaitable[bool]],
+        handle: Callable[[DueItem], Awaitable[object]],
         give_back: Callable[[list[uuid.UUID]], Awaitable[None]] | None = None,
     ) -> None:
         self.name = name
@@ -122,7 +121,6 @@ class DueWork:
         self.slots = WorkSlots(context.settings.limits.background_slots, Wakeup())
         self.busy = Pauses()  # applications whose actor's mailbox was full
         self.failing = Pauses()  # items that failed
-        self.done = 0  # items that changed something
         self._pick = pick
         self._handle = handle
         self._give_back = give_back
@@ -144,7 +142,7 @@ class DueWork:
     async def _run(self, item: DueItem) -> None:
         ids = {"applicationId": str(item.application_id), "itemId": str(item.id)}
         try:
-            changed = await self._handle(item)
+            await self._handle(item)
         except ServiceBusy:
             pause = self.busy.pause(item.application_id)
             log.warning(
@@ -162,8 +160,6 @@ class DueWork:
         else:
             self.busy.clear(item.application_id)
             self.failing.clear(item.id)
-            if changed:
-                self.done += 1
 
     async def _hand_back(self, item: DueItem) -> None:
         if self._give_back is None:
@@ -181,11 +177,3 @@ class DueWork:
         if self._give_back is not None and self.slots.in_flight:
             with trio.move_on_after(5, shield=True):
                 await self._give_back(list(self.slots.in_flight))
-
-    async def drain(self) -> int:
-        """Do every item due now (not paused) and return how many changed something: rounds until
-        nothing is due or in flight (one pass, for tools and tests)."""
-        async with trio.open_nursery() as nursery:
-            while await self.round(nursery) or self.slots.in_flight:
-                await self.slots.wait_for_wake(1.0)
-        return self.done

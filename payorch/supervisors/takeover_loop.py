@@ -43,14 +43,20 @@ async def take_over_claims_of_gone_nodes(context: Context) -> claim_takeover.Rel
     return released
 
 
-async def _takeover_loop(context: Context) -> None:
+async def _takeover_loop(
+    context: Context, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    await take_over_claims_of_gone_nodes(context)
+    task_status.started()
     while True:
-        await take_over_claims_of_gone_nodes(context)
         await trio.sleep(EVERY_S)
+        await take_over_claims_of_gone_nodes(context)
 
 
 async def run_claim_takeover(
     context: Context, board: SupervisorBoard, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
-    task_status.started()
-    await supervised(board, "claim takeover", _takeover_loop, context)
+    """Release the claims of gone nodes now and every `EVERY_S`, restarted when it fails. Started once
+    its first pass is done: what nodes that died before this one started had claimed is due again
+    before the delivery and refund loops, started after it, make their first round."""
+    await supervised(board, "claim takeover", _takeover_loop, context, task_status=task_status)

@@ -15,6 +15,7 @@ import trio.lowlevel
 
 from payorch.engine.actors import ActorCrashed, ActorRegistry, ApplicationActor, BatchCommand, Reply
 from payorch.values.errors import NotFound, ServiceBusy, StorageUnavailable
+from tests.helpers import eventually
 
 
 @dataclass
@@ -207,9 +208,11 @@ async def test_idle_actor_stops_and_restarts_on_the_next_message(nursery: trio.N
     application = uuid.uuid4()
     await registry.ask(application, Append(1))
     assert application in registry.mailbox_depths()
-    with trio.fail_after(5):
-        while application in registry.mailbox_depths():  # noqa: ASYNC110 - polled, with a deadline
-            await trio.sleep(0.01)
+
+    async def stopped() -> bool:
+        return application not in registry.mailbox_depths()
+
+    await eventually(stopped, 5)
     assert await registry.ask(application, Append(2)) == 2
 
 

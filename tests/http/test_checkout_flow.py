@@ -14,10 +14,9 @@ import trio
 
 from payorch.config import Settings
 from payorch.providers.sandbox.signing import SIGNATURE_HEADER, signature_header
-from payorch.runtime import Runtime, open_runtime
+from payorch.runtime import open_runtime
 from payorch.storage import outbox, provider_configs, sessions
 from payorch.storage.database import Connection, Database
-from payorch.supervisors.expiry_loop import expire_due_sessions
 from tests.clock import ShiftedClock
 from tests.helpers import Client, Shop, create_session, eventually, new_shop, session_body
 
@@ -116,12 +115,12 @@ async def test_declined_card_leaves_the_session_pending(client: Client, shop: Sh
 
 
 async def test_pending_session_expires_to_failed_once_its_ttl_has_passed_and_not_before(
-    client: Client, shop: Shop, db: Database, settings: Settings, runtime: Runtime, clock: ShiftedClock
+    client: Client, shop: Shop, db: Database, settings: Settings, clock: ShiftedClock
 ) -> None:
     created = await _created(client, shop)
     clock.advance(settings.sessions.ttl_s - 1)
-    # What the expiry supervisor runs finds nothing due a second before the session's expiry.
-    assert await expire_due_sessions(runtime.services.context, runtime.services.actors) == 0
+    # What the expiry supervisor picks is nothing a second before the session's expiry.
+    assert await db.autocommit(sessions.sessions_due_for_expiry, 10, per_merchant=10, now=clock.now()) == []
     assert (await _record(client, shop, created["sessionId"]))["status"] == "PENDING"
     clock.advance(2)
     record = await _await_status(client, shop, created["sessionId"], "FAILED")

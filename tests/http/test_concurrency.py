@@ -20,7 +20,7 @@ async def test_one_more_than_allowed_waits_and_gets_a_turn_when_one_ends() -> No
     async with trio.open_nursery() as nursery, limit.hold("m", patience_s=10) as held:
         assert held
         nursery.start_soon(second)
-        await trio.sleep(0.01)
+        await trio.testing.wait_all_tasks_blocked()  # the second waits for its turn
         order.append("first ends")
     assert order == ["first ends", "second True"]
     assert len(limit) == 0

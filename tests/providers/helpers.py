@@ -1,9 +1,11 @@
-"""Building blocks for the sandbox tests: checkout requests, checkouts, and reading back events."""
+"""Building blocks for the sandbox tests: checkout requests, checkouts, and reading back events and
+their deliveries."""
 
 from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -11,7 +13,7 @@ from typing import Any
 from payorch.providers.base import CheckoutRequest, Credentials
 from payorch.providers.sandbox import SandboxProvider
 from payorch.storage import sandbox as store
-from payorch.storage.database import Database
+from payorch.storage.database import Connection, Database
 from payorch.values.money import Money
 
 SANDBOX_KEY = "sk_sandbox_test_0123456789"
@@ -54,8 +56,44 @@ async def new_checkout(
 
 
 async def events_of(db: Database, checkout_id: str) -> list[store.SandboxEvent]:
-    """Every event the sandbox queued about the checkout, oldest first."""
-    return await db.autocommit(store.events_of_checkout, checkout_id)
+    """Every event the sandbox queued about the checkout and its refunds, oldest first."""
+
+    async def read(conn: Connection) -> list[store.SandboxEvent]:
+        rows = await conn.fetch(
+            """SELECT id, account, type, checkout_id, refund_id, body, created_at, deliver_at
+               FROM sandbox_events WHERE checkout_id = $1 ORDER BY created_at, deliver_at, id""",
+            checkout_id,
+        )
+        return [store.SandboxEvent(**dict(row.items())) for row in rows]
+
+    return await db.autocommit(read)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One sandbox event's delivery to one endpoint, as stored."""
+
+    event_id: str
+    endpoint_id: str
+    deliver_at: datetime
+    attempts: int
+    delivered_at: datetime | None
+    given_up_at: datetime | None
+    last_error: str | None
+
+
+async def deliveries_of(db: Database, event_id: str) -> list[Delivery]:
+    """The event's deliveries, one per endpoint, by endpoint id."""
+
+    async def read(conn: Connection) -> list[Delivery]:
+        rows = await conn.fetch(
+            """SELECT event_id, endpoint_id, deliver_at, attempts, delivered_at, given_up_at, last_error
+               FROM sandbox_deliveries WHERE event_id = $1 ORDER BY endpoint_id""",
+            event_id,
+        )
+        return [Delivery(**dict(row.items())) for row in rows]
+
+    return await db.autocommit(read)
 
 
 def data_of(event: store.SandboxEvent) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from functools import partial
 import trio
 
 from payorch.providers.mollie.threads import AccountThreads
+from tests.helpers import eventually
 
 
 async def test_an_account_using_its_whole_share_leaves_the_other_accounts_their_threads() -> None:
@@ -35,9 +36,11 @@ async def test_a_thread_abandoned_by_its_caller_keeps_its_places_until_it_ends()
         await trio.to_thread.run_sync(release.wait, abandon_on_cancel=True, limiter=threads.limiter("test_a"))  # type: ignore[arg-type]
     assert (threads.whole.borrowed_tokens, threads.accounts()) == (1, 1)
     release.set()
-    with trio.fail_after(5):
-        while threads.whole.borrowed_tokens:  # noqa: ASYNC110 - the thread's end is reported to trio
-            await trio.sleep(0.01)
+
+    async def thread_ended() -> bool:  # the thread's end is reported to trio
+        return threads.whole.borrowed_tokens == 0
+
+    await eventually(thread_ended, 5)
     assert threads.accounts() == 0
 
 

@@ -12,10 +12,9 @@ from payorch.config import ProviderSettings, SandboxSettings, Settings
 from payorch.http.services import PayorchApp
 from payorch.providers.base import Credentials
 from payorch.providers.sandbox import SandboxProvider
-from payorch.storage import sandbox as store
 from payorch.storage.database import Database
 from tests.helpers import Client
-from tests.providers.helpers import checkout_request, data_of, events_of, new_checkout
+from tests.providers.helpers import checkout_request, data_of, deliveries_of, events_of, new_checkout
 
 DISPUTE_DELAY_MS = 750
 
@@ -272,6 +271,6 @@ async def test_an_event_is_queued_for_every_endpoint_of_the_account(
     path = await _checkout_path(provider, credentials)
     await client.post(path, form={"card_number": "4242424242424242"})
     (event,) = await events_of(db, _checkout_id(path))
-    deliveries = await db.autocommit(store.deliveries_of_event, event.id)
+    deliveries = await deliveries_of(db, event.id)
     assert {delivery.endpoint_id for delivery in deliveries} == {first.reference, second.reference}
     assert all(delivery.delivered_at is None and delivery.attempts == 0 for delivery in deliveries)

@@ -26,7 +26,8 @@ from payorch.storage.nodes import NodeIdentity
 from payorch.values.clock import Clock
 from payorch.values.secretbox import SecretBox
 from tests.clock import ShiftedClock
-from tests.providers.helpers import events_of, new_checkout
+from tests.helpers import eventually
+from tests.providers.helpers import Delivery, deliveries_of, events_of, new_checkout
 
 RECEIVER_URL = "http://receiver.test/events"
 
@@ -75,18 +76,18 @@ async def running_sender(
 
 
 async def wait_for_deliveries(
-    db: Database, event_id: str, done: Callable[[store.Delivery], bool], *, timeout_s: float = 10.0
-) -> list[store.Delivery]:
-    """Poll the event's deliveries until each is `done`; fail after `timeout_s`."""
-    with trio.fail_after(timeout_s):
-        while True:
-            deliveries = await db.autocommit(store.deliveries_of_event, event_id)
-            if deliveries and all(done(delivery) for delivery in deliveries):
-                return deliveries
-            await trio.sleep(0.02)
+    db: Database, event_id: str, done: Callable[[Delivery], bool], *, timeout_s: float = 10.0
+) -> list[Delivery]:
+    """The event's deliveries, once each is `done`; `trio.TooSlowError` after `timeout_s`."""
+
+    async def all_done() -> list[Delivery] | None:
+        deliveries = await deliveries_of(db, event_id)
+        return deliveries if deliveries and all(done(delivery) for delivery in deliveries) else None
+
+    return await eventually(all_done, timeout_s)
 
 
-async def wait_for_delivery(db: Database, event_id: str) -> store.Delivery:
+async def wait_for_delivery(db: Database, event_id: str) -> Delivery:
     """The event's one delivery, once delivered or given up."""
     (delivery,) = await wait_for_deliveries(
         db, event_id, lambda delivery: delivery.delivered_at is not None or delivery.given_up_at is not None
@@ -94,14 +95,14 @@ async def wait_for_delivery(db: Database, event_id: str) -> store.Delivery:
     return delivery
 
 
-async def wait_for_attempts_recorded(db: Database, event_id: str) -> list[store.Delivery]:
+async def wait_for_attempts_recorded(db: Database, event_id: str) -> list[Delivery]:
     """The event's deliveries, once each has been delivered or has a failed attempt on record."""
     return await wait_for_deliveries(
         db, event_id, lambda delivery: delivery.delivered_at is not None or delivery.last_error is not None
     )
 
 
-async def wait_for_attempt_recorded(db: Database, event_id: str) -> store.Delivery:
+async def wait_for_attempt_recorded(db: Database, event_id: str) -> Delivery:
     (delivery,) = await wait_for_attempts_recorded(db, event_id)
     return delivery
 
@@ -250,7 +251,7 @@ async def test_events_are_not_sent_before_they_are_due(
     paid, dispute = await events_of(db, checkout_id)
     async with running_sender(db, secrets, receiver_client, clock):
         await wait_for_delivery(db, paid.id)
-        (pending,) = await db.autocommit(store.deliveries_of_event, dispute.id)
+        (pending,) = await deliveries_of(db, dispute.id)
         assert (pending.attempts, pending.delivered_at) == (0, None)
         clock.advance(3600)
         delivered = await wait_for_delivery(db, dispute.id)

@@ -106,3 +106,9 @@ async def test_a_database_used_after_its_block_says_it_is_closed(settings: Setti
         pass
     with pytest.raises(asyncpg.InterfaceError):
         await db.autocommit(_count)
+
+
+async def test_a_database_used_after_its_block_does_not_answer_a_ping(settings: Settings) -> None:
+    async with open_database(settings.database.url, min_size=1, max_size=1) as db:
+        pass
+    assert await db.ping() is False  # what /readyz reports: not ready, and no error

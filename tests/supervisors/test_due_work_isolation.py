@@ -101,10 +101,14 @@ async def full_mailbox(runtime: Runtime, application_id: str) -> AsyncIterator[N
             await actors.ask(application, _Hold(released))
 
     async with trio.open_nursery() as nursery:
-        with trio.fail_after(5):
-            while actors.mailbox_depths().get(application, 0) < MAILBOX:
-                nursery.start_soon(ask)
-                await trio.sleep(0.01)
+
+        async def full() -> bool:
+            if actors.mailbox_depths().get(application, 0) >= MAILBOX:
+                return True
+            nursery.start_soon(ask)  # one more, until what is asked waits in the mailbox
+            return False
+
+        await eventually(full)
         with pytest.raises(ServiceBusy):
             await actors.ask(application, _Hold(released))
         try:

@@ -51,7 +51,8 @@ async def subscribe(client: Client, shop: Shop, receiver: WebhookReceiver) -> No
 async def test_an_event_committed_here_is_delivered_by_the_wakeup_alone(
     db: Database, settings: Settings, webhook_receiver: WebhookReceiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def deaf(*_: Any) -> None:
+    async def deaf(*_: Any, task_status: trio.TaskStatus[None]) -> None:
+        task_status.started()
         await trio.sleep_forever()
 
     monkeypatch.setattr(supervisor, "_listen", deaf)  # no notification reaches the loop

@@ -54,18 +54,25 @@ async def run_event_sender(
     max_attempts: int = 50,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Deliver due sandbox events until cancelled; reports started once its loop runs."""
-    task_status.started()
+    """Deliver due sandbox events until cancelled. Started once its first claim is made: the events
+    due as it starts are on their way. A first claim that fails propagates (the sender cannot work);
+    a later one is logged and tried again after a pause."""
     lease_s = attempt_timeout_s + _LEASE_MARGIN_S
+    ready = False
     while True:
         try:
             claimed = await db.transaction(
                 store.claim_due_deliveries, limit=batch_size, lease_s=lease_s, owner=node.id, now=clock.now()
             )
         except Exception:
+            if not ready:
+                raise
             log.exception("claiming sandbox deliveries failed")
             await trio.sleep(max(poll_interval_s, _PAUSE_AFTER_ERROR_S))
             continue
+        if not ready:
+            task_status.started()
+            ready = True
         if not claimed:
             await trio.sleep(poll_interval_s)
             continue
