@@ -4,7 +4,7 @@ crashes contained."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -13,7 +13,14 @@ import pytest
 import trio
 import trio.lowlevel
 
-from payorch.engine.actors import ActorCrashed, ActorRegistry, ApplicationActor, BatchCommand, Reply
+from payorch.engine.actors import (
+    APPLICATION_LANE,
+    ActorCrashed,
+    ActorRegistry,
+    ApplicationActor,
+    BatchCommand,
+    Reply,
+)
 from payorch.values.errors import NotFound, ServiceBusy, StorageUnavailable
 from tests.helpers import eventually
 
@@ -27,6 +34,7 @@ class Log:
 @dataclass(frozen=True)
 class Append:
     number: int
+    lane: Hashable = APPLICATION_LANE  # a session's command names its session's
 
     async def run(self, actor: ApplicationActor, reply: Reply[int]) -> None:
         log: Log = actor.context
@@ -34,32 +42,6 @@ class Append:
         await trio.lowlevel.checkpoint()
         log.applied.append(self.number)
         reply.send(self.number)
-
-
-@dataclass(frozen=True)
-class AppendIn:
-    """`Append` in a lane of its own: what a session's command is."""
-
-    number: int
-    lane: str
-
-    async def run(self, actor: ApplicationActor, reply: Reply[int]) -> None:
-        log: Log = actor.context
-        await trio.lowlevel.checkpoint()
-        log.applied.append(self.number)
-        reply.send(self.number)
-
-
-@dataclass(frozen=True)
-class BlockIn:
-    """Holds its lane until `gate` is set (a slow transaction of one session)."""
-
-    gate: trio.Event
-    lane: str
-
-    async def run(self, actor: ApplicationActor, reply: Reply[None]) -> None:
-        await self.gate.wait()
-        reply.send(None)
 
 
 @dataclass(frozen=True)
@@ -98,9 +80,11 @@ class SlowIo:
 
 @dataclass(frozen=True)
 class Block:
-    """Holds the actor itself until `gate` is set (a slow step inside the actor)."""
+    """Holds its lane until `gate` is set (a slow step inside the actor, a session's transaction
+    waiting on a lock)."""
 
     gate: trio.Event
+    lane: Hashable = APPLICATION_LANE
 
     async def run(self, actor: ApplicationActor, reply: Reply[None]) -> None:
         await self.gate.wait()
@@ -269,9 +253,9 @@ async def test_a_command_waits_for_nothing_of_another_lane(registry: ActorRegist
     application = uuid.uuid4()
     gate = trio.Event()
     async with trio.open_nursery() as tasks:
-        tasks.start_soon(registry.ask, application, BlockIn(gate, "session a"))
+        tasks.start_soon(registry.ask, application, Block(gate, "session a"))
         await trio.testing.wait_all_tasks_blocked()
-        assert await registry.ask(application, AppendIn(1, "session b")) == 1
+        assert await registry.ask(application, Append(1, "session b")) == 1
         assert await registry.ask(application, Append(2)) == 2  # the application's lane
         gate.set()
 
@@ -285,7 +269,7 @@ async def test_commands_of_one_lane_apply_in_mailbox_order_beside_other_lanes(
     async def send(number: int) -> None:
         lane = "abc"[number % 3]
         sent[lane].append(number)  # the order messages enter the mailbox: no checkpoint before ask's send
-        await registry.ask(application, AppendIn(number, lane))
+        await registry.ask(application, Append(number, lane))
 
     async with trio.open_nursery() as senders:
         for number in range(99):
@@ -302,7 +286,7 @@ async def test_a_crash_in_one_lane_fails_the_requests_waiting_in_the_others(regi
 
     async def waiting() -> None:
         try:
-            await registry.ask(application, BlockIn(never, "session a"))
+            await registry.ask(application, Block(never, "session a"))
         except ActorCrashed as error:
             outcomes.append(error)
 
@@ -321,13 +305,13 @@ async def test_a_full_lane_fills_the_mailbox_and_the_next_ask_is_service_busy(nu
     async with trio.open_nursery() as tasks:
         # Two commands fill the lanes' room; the next two wait in the mailbox, which is then full.
         for lane in ("a", "b", "c", "d"):
-            tasks.start_soon(registry.ask, application, BlockIn(gate, lane))
+            tasks.start_soon(registry.ask, application, Block(gate, lane))
             await trio.testing.wait_all_tasks_blocked()
         assert registry.mailbox_depths()[application] == 2
         with pytest.raises(ServiceBusy):
-            await registry.ask(application, AppendIn(5, "e"))
+            await registry.ask(application, Append(5, "e"))
         gate.set()
-    assert await registry.ask(application, AppendIn(6, "e")) == 6
+    assert await registry.ask(application, Append(6, "e")) == 6
 
 
 async def test_a_lost_database_fails_the_request_with_503_and_the_actor_lives_on(

@@ -39,6 +39,26 @@ async def another_node(database_dsn: str) -> AsyncIterator[int]:
         nursery.cancel_scope.cancel()
 
 
+async def delivery_claimed_by_a_gone_node(db: Database, settings: Settings, database_dsn: str) -> int:
+    """One webhook delivery of a new application, claimed by a node that is gone by the time this
+    returns: that node's id."""
+    application_id = await _application(db, settings)
+    await _endpoint(db, application_id, "receiver")
+    await _events(db, application_id, 1)
+    async with another_node(database_dsn) as gone:
+        claimed = await db.transaction(
+            claim_due_deliveries,
+            limit=1,
+            per_endpoint=4,
+            per_merchant=16,
+            lease_s=600,
+            owner=gone,
+            now=SYSTEM_CLOCK.now(),
+        )
+        assert len(claimed) == 1
+    return gone
+
+
 async def _claim_key(
     db: Database, application_id: uuid.UUID, owner: int | None, after_s: float = 0
 ) -> idempotency_keys.ClaimResult:
@@ -185,20 +205,7 @@ async def test_deliveries_claimed_by_a_gone_node_are_due_again_and_a_live_nodes_
 async def test_a_running_service_takes_over_a_gone_nodes_deliveries_by_itself_and_counts_them(
     db: Database, settings: Settings, database_dsn: str
 ) -> None:
-    application_id = await _application(db, settings)
-    await _endpoint(db, application_id, "receiver")
-    await _events(db, application_id, 1)
-    async with another_node(database_dsn) as doomed:
-        claimed = await db.transaction(
-            claim_due_deliveries,
-            limit=1,
-            per_endpoint=4,
-            per_merchant=16,
-            lease_s=600,
-            owner=doomed,
-            now=SYSTEM_CLOCK.now(),
-        )
-        assert len(claimed) == 1
+    doomed = await delivery_claimed_by_a_gone_node(db, settings, database_dsn)
     async with open_runtime(settings, db) as runtime:
         client = runtime.app.test_client()
 

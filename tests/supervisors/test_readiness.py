@@ -17,11 +17,10 @@ from payorch.engine.context import Context
 from payorch.runtime import open_runtime
 from payorch.storage import claim_takeover, idempotency_keys, outbox
 from payorch.storage.database import Connection, Database
-from payorch.storage.webhook_deliveries import claim_due_deliveries
 from payorch.supervisors import takeover_loop
 from payorch.values.clock import SYSTEM_CLOCK
-from tests.storage.test_claim_takeover import another_node
-from tests.storage.test_webhook_deliveries import _application, _endpoint, _events
+from tests.storage.test_claim_takeover import delivery_claimed_by_a_gone_node
+from tests.storage.test_webhook_deliveries import _application, _endpoint
 
 SUPERVISED = (
     "application changes",
@@ -62,20 +61,7 @@ async def test_the_outbox_and_application_listeners_listen_when_open_runtime_ret
 async def test_the_claims_of_a_gone_node_are_released_when_open_runtime_returns(
     db: Database, settings: Settings, database_dsn: str
 ) -> None:
-    application_id = await _application(db, settings)
-    await _endpoint(db, application_id, "receiver")
-    await _events(db, application_id, 1)
-    async with another_node(database_dsn) as gone:
-        claimed = await db.transaction(
-            claim_due_deliveries,
-            limit=1,
-            per_endpoint=4,
-            per_merchant=16,
-            lease_s=600,
-            owner=gone,
-            now=SYSTEM_CLOCK.now(),
-        )
-        assert len(claimed) == 1
+    gone = await delivery_claimed_by_a_gone_node(db, settings, database_dsn)
     assert await db.autocommit(claim_takeover.gone_claim_owners) == [gone]
     async with open_runtime(settings, db):
         assert await db.autocommit(claim_takeover.gone_claim_owners) == []
