@@ -30,7 +30,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any, ClassVar, Literal, TypeGuard
+from typing import Any, ClassVar, Literal, NamedTuple, TypeGuard
 
 from payorch.values.errors import FieldProblem, InvalidInput
 from payorch.values.money import Money, currency_exponent
@@ -38,6 +38,7 @@ from payorch.values.money import Money, currency_exponent
 MAX_DOCUMENT_BYTES = 64 * 1024  # the HTTP layer refuses a larger body before parsing it
 MAX_RULES = 100
 MAX_RULE_NAME_LENGTH = 100
+_CANDIDATE_KEYS = 4096  # kinds of session (method, currency, country) whose candidate rules are kept
 
 RouteType = Literal["priority", "split", "dynamic"]
 Objective = Literal["approval", "net"]
@@ -97,14 +98,18 @@ class AmountRange:
         default_factory=dict, init=False, compare=False, repr=False
     )
 
-    def contains(self, amount: Money) -> bool:
-        bounds = self._minor_bounds.get(amount.currency)
+    def minor_bounds(self, currency: str) -> tuple[int | None, int | None]:
+        """The bounds in `currency`'s minor units: the least and the most an amount may hold."""
+        bounds = self._minor_bounds.get(currency)
         if bounds is None:
-            scale = 10 ** currency_exponent(amount.currency)
+            scale = 10 ** currency_exponent(currency)
             low = None if self.min is None else math.ceil(Fraction(self.min) * scale)
             high = None if self.max is None else math.floor(Fraction(self.max) * scale)
-            bounds = self._minor_bounds[amount.currency] = (low, high)
-        low, high = bounds
+            bounds = self._minor_bounds[currency] = (low, high)
+        return bounds
+
+    def contains(self, amount: Money) -> bool:
+        low, high = self.minor_bounds(amount.currency)
         return (low is None or amount.minor >= low) and (high is None or amount.minor <= high)
 
 
@@ -141,6 +146,10 @@ class Rule:
     route: Route
 
 
+# A rule that may match a kind of session, with its amount bounds in the session's minor units.
+CandidateRule = tuple[Rule, int | None, int | None]
+
+
 @dataclass(frozen=True)
 class Fee:
     """What a provider charges per payment in one currency: `percent` of the amount plus
@@ -150,6 +159,10 @@ class Fee:
     fixed: Mapping[str, Decimal] = field(default_factory=dict)
     # By currency: the fixed part in its minor units, worked out on first use.
     _fixed_minor: dict[str, Fraction] = field(default_factory=dict, init=False, compare=False, repr=False)
+    # By currency: the percent as a ratio and the fixed part in minor units, as floats for ranking.
+    _ratio_parts: dict[str, tuple[float, float]] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
 
     def _fixed_of(self, currency: str) -> Fraction:
         fixed = self._fixed_minor.get(currency)
@@ -165,7 +178,13 @@ class Fee:
     def share_left(self, amount: Money) -> float:
         """(amount - fee) / amount, for ranking: a ratio, not money, so a float is precise enough.
         Below 0 when the fee exceeds the amount; `amount` must be positive."""
-        return 1 - float(self.percent) / 100 - float(self._fixed_of(amount.currency)) / amount.minor
+        parts = self._ratio_parts.get(amount.currency)
+        if parts is None:
+            parts = self._ratio_parts[amount.currency] = (
+                float(self.percent) / 100,
+                float(self._fixed_of(amount.currency)),
+            )
+        return 1 - parts[0] - parts[1] / amount.minor
 
 
 @dataclass(frozen=True)
@@ -174,27 +193,34 @@ class RoutingDocument:
     default: Route = DynamicRoute()
     fees: Mapping[str, Fee] = field(default_factory=dict)
     objective: Objective = "approval"
-    # By payment method and currency: the rules that may match such a session, in order, on first use.
-    _candidates: dict[tuple[str, str], tuple[Rule, ...]] = field(
+    # By payment method, currency and billing country: the rules whose lists admit such a session,
+    # in order, each with its amount bounds in that currency's minor units, worked out on first use
+    # (for at most `_CANDIDATE_KEYS` kinds of session at a time).
+    _candidates: dict[tuple[str, str, str | None], tuple[CandidateRule, ...]] = field(
         default_factory=dict, init=False, compare=False, repr=False
     )
 
-    def rules_for(self, payment_method: str, currency: str) -> tuple[Rule, ...]:
-        """The rules whose payment methods and currencies admit such a session, in order."""
-        key = (payment_method, currency)
+    def candidates(
+        self, payment_method: str, currency: str, country: str | None
+    ) -> tuple[CandidateRule, ...]:
+        """The rules whose payment methods, currencies and countries admit such a session, in
+        order, with their amount bounds: only those are left to check."""
+        key = (payment_method, currency, country)
         found = self._candidates.get(key)
         if found is None:
+            if len(self._candidates) >= _CANDIDATE_KEYS:
+                self._candidates.clear()
             found = self._candidates[key] = tuple(
-                rule
+                (rule, *(rule.when.amount.minor_bounds(currency) if rule.when.amount else (None, None)))
                 for rule in self.rules
                 if (rule.when.payment_methods is None or payment_method in rule.when.payment_methods)
                 and (rule.when.currencies is None or currency in rule.when.currencies)
+                and (rule.when.countries is None or country in rule.when.countries)
             )
         return found
 
 
-@dataclass(frozen=True)
-class SessionDraws:
+class SessionDraws(NamedTuple):
     """Numbers drawn from a session's id, the same for the same id every time: `split` uniform over
     [0, 2**64), `exploration` uniform over [0, 1), `pick` uniform over [0, 2**32)."""
 
@@ -236,8 +262,11 @@ class SessionFacts:
 def matching_rule(document: RoutingDocument, facts: SessionFacts) -> Rule | None:
     """The first rule of `document` whose conditions all hold for `facts`, or None (then the
     document's `default` route applies)."""
-    for rule in document.rules_for(facts.payment_method, facts.amount.currency):
-        if rule.when.matches(facts):
+    minor = facts.amount.minor
+    for rule, low, high in document.candidates(
+        facts.payment_method, facts.amount.currency, facts.billing_country
+    ):
+        if (low is None or minor >= low) and (high is None or minor <= high):
             return rule
     return None
 
