@@ -1,7 +1,8 @@
 """A merchant's routing document: its rules, default route, fees and objective (docs/routing.md).
 
 Pure code. `parse_routing_document` turns the JSON the merchant sent into frozen values, or refuses
-it with one `InvalidInput` (400 in shape A) that lists every problem as a `details` entry;
+it with one `InvalidInput` (400 in shape A) that lists every problem as a `details` entry (found
+by `engine.routing_validation`);
 `document_json` gives the same JSON back. `matching_rule` finds the rule a session falls under, and
 `split_order` assigns a session to a split route's providers by weight, from its id alone.
 
@@ -25,31 +26,21 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any, ClassVar, Literal, NamedTuple, TypeGuard
+from typing import Any, ClassVar, Literal, NamedTuple
 
-from payorch.values.errors import FieldProblem, InvalidInput
+from payorch.engine.routing_validation import routing_document_problems
+from payorch.values.errors import InvalidInput
 from payorch.values.money import Money, currency_exponent
 
 MAX_DOCUMENT_BYTES = 64 * 1024  # the HTTP layer refuses a larger body before parsing it
-MAX_RULES = 100
-MAX_RULE_NAME_LENGTH = 100
 _CANDIDATE_KEYS = 4096  # kinds of session (method, currency, country) whose candidate rules are kept
 
 RouteType = Literal["priority", "split", "dynamic"]
 Objective = Literal["approval", "net"]
-ROUTE_TYPES: tuple[RouteType, ...] = ("priority", "split", "dynamic")
-OBJECTIVES: tuple[Objective, ...] = ("approval", "net")
-WHEN_KEYS = ("paymentMethods", "currencies", "amount", "countries")
-_DOCUMENT_KEYS = ("rules", "default", "fees", "objective")
-_ANSWER_KEYS = frozenset({"version", "updatedAt"})  # what an answer adds: ignored when sent back
-_CURRENCY = re.compile(r"[A-Z]{3}")
-_COUNTRY = re.compile(r"[A-Z]{2}")
-_DECIMAL_TEXT = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
 
 
 @dataclass(frozen=True)
@@ -297,329 +288,58 @@ def split_order(route: SplitRoute, eligible: Collection[str], facts: SessionFact
 
 def parse_routing_document(raw: object, known_providers: Collection[str], *, at: str = "") -> RoutingDocument:
     """The document `raw` (parsed JSON) describes, every provider it names one of `known_providers`
-    (the catalogue). `InvalidInput` with a `details` entry per problem found, each naming its place
-    (`rules.0.route.weights`, under `at.` when given) otherwise."""
-    parser = _Parser(frozenset(known_providers))
-    document = parser.document(raw, at)
-    if parser.problems or document is None:
-        count = len(parser.problems)
-        raise InvalidInput(
-            f"invalid routing document: {count} problem{'s' if count != 1 else ''}", parser.problems
-        )
-    return document
+    (the catalogue). Otherwise `InvalidInput` (400 in shape A) with a `details` entry per problem
+    found (`engine.routing_validation`), each naming its place (`rules.0.route.weights`, under
+    `at.` when given)."""
+    problems = routing_document_problems(raw, known_providers, at)
+    if problems or not isinstance(raw, dict):
+        count = len(problems)
+        raise InvalidInput(f"invalid routing document: {count} problem{'s' if count != 1 else ''}", problems)
+    # What follows reads a document found sound: every key present has its expected shape.
+    objective: Objective = "net" if raw.get("objective") == "net" else "approval"
+    return RoutingDocument(
+        rules=tuple(_rule(item) for item in raw.get("rules") or ()),
+        default=DynamicRoute() if raw.get("default") is None else _route(raw["default"]),
+        fees={name: _fee(item) for name, item in (raw.get("fees") or {}).items()},
+        objective=objective,
+    )
 
 
-def _inside(at: str, key: object) -> str:
-    return f"{at}.{key}" if at else str(key)
+def _rule(raw: dict[str, Any]) -> Rule:
+    when = raw.get("when") or {}
+    conditions = Conditions(
+        payment_methods=_texts(when.get("paymentMethods")),
+        currencies=_texts(when.get("currencies")),
+        amount=_amount(when.get("amount")),
+        countries=_texts(when.get("countries")),
+    )
+    return Rule(name=raw["name"], when=conditions, route=_route(raw["route"]))
 
 
-def _is_number(value: object) -> TypeGuard[int | Decimal]:
-    return isinstance(value, int | Decimal) and not isinstance(value, bool)
+def _amount(raw: dict[str, Any] | None) -> AmountRange | None:
+    return None if raw is None else AmountRange(_decimal(raw.get("min")), _decimal(raw.get("max")))
 
 
-class _Parser:
-    """Reads one document, noting every problem instead of stopping at the first."""
-
-    def __init__(self, known: frozenset[str]) -> None:
-        self.known = known
-        self.problems: list[FieldProblem] = []
-
-    def problem(self, where: str, message: str) -> None:
-        self.problems.append(FieldProblem(where or "body", message))
-
-    def unknown_keys(self, raw: dict[Any, Any], allowed: Collection[str], at: str, what: str) -> None:
-        for key in raw:
-            if key not in allowed:
-                self.problem(_inside(at, key), f"unknown key of {what}: use {_listed(allowed)}")
-
-    def document(self, raw: object, at: str) -> RoutingDocument | None:
-        if not isinstance(raw, dict):
-            self.problem(at, "must be a JSON object with rules, default, fees and objective")
-            return None
-        self.unknown_keys(
-            {k: v for k, v in raw.items() if k not in _ANSWER_KEYS}, _DOCUMENT_KEYS, at, "a routing document"
-        )
-        rules = self.rules(raw.get("rules"), _inside(at, "rules"))
-        default_raw = raw.get("default")
-        default = DynamicRoute() if default_raw is None else self.route(default_raw, _inside(at, "default"))
-        fees = self.fees(raw.get("fees"), _inside(at, "fees"))
-        objective = self.objective(raw.get("objective"), _inside(at, "objective"))
-        if default is None or objective is None:
-            return None
-        return RoutingDocument(rules=rules, default=default, fees=fees, objective=objective)
-
-    def rules(self, raw: object, at: str) -> tuple[Rule, ...]:
-        if raw is None:
-            return ()
-        if not isinstance(raw, list):
-            self.problem(at, "must be a list of rules")
-            return ()
-        if len(raw) > MAX_RULES:
-            self.problem(at, f"at most {MAX_RULES} rules, not {len(raw)}")
-        found: list[Rule] = []
-        first_of: dict[str, str] = {}  # each rule name, with the place of the rule that has it first
-        for index, item in enumerate(raw):
-            rule = self.rule(item, _inside(at, index), first_of)
-            if rule is not None:
-                found.append(rule)
-        return tuple(found)
-
-    def rule(self, raw: object, at: str, first_of: dict[str, str]) -> Rule | None:
-        if not isinstance(raw, dict):
-            self.problem(at, "must be an object with a name, a route and optionally when")
-            return None
-        self.unknown_keys(raw, ("name", "when", "route"), at, "a rule")
-        name = raw.get("name")
-        if name is None:
-            self.problem(_inside(at, "name"), "required: a name for the rule, 1 to 100 characters")
-        elif not isinstance(name, str):
-            self.problem(_inside(at, "name"), "must be a string")
-        elif not name.strip():
-            self.problem(_inside(at, "name"), "must not be empty")
-        elif len(name) > MAX_RULE_NAME_LENGTH:
-            self.problem(_inside(at, "name"), f"at most {MAX_RULE_NAME_LENGTH} characters")
-        elif name in first_of:
-            self.problem(
-                _inside(at, "name"),
-                f"duplicate of {first_of[name]}.name: every rule needs a name of its own",
-            )
-        else:
-            first_of[name] = at
-        when = self.conditions(raw.get("when"), _inside(at, "when"))
-        route_raw = raw.get("route")
-        if route_raw is None:
-            self.problem(_inside(at, "route"), "required: the route of the sessions this rule matches")
-            return None
-        route = self.route(route_raw, _inside(at, "route"))
-        if route is None or when is None or not isinstance(name, str):
-            return None
-        return Rule(name=name, when=when, route=route)
-
-    def conditions(self, raw: object, at: str) -> Conditions | None:
-        if raw is None:
-            return Conditions()
-        if not isinstance(raw, dict):
-            self.problem(at, f"must be an object of conditions: {_listed(WHEN_KEYS)}")
-            return None
-        for key in raw:
-            if key not in WHEN_KEYS:
-                self.problem(_inside(at, key), f"unknown condition: use {_listed(WHEN_KEYS)}")
-        methods = self.texts(raw.get("paymentMethods"), _inside(at, "paymentMethods"), None, "")
-        currencies = self.texts(
-            raw.get("currencies"), _inside(at, "currencies"), _CURRENCY, "three capital letters, such as EUR"
-        )
-        countries = self.texts(
-            raw.get("countries"),
-            _inside(at, "countries"),
-            _COUNTRY,
-            "two capital letters (ISO 3166-1 alpha-2), such as PL",
-        )
-        amount = self.amount(raw.get("amount"), _inside(at, "amount"))
-        if methods is False or currencies is False or countries is False or amount is False:
-            return None
-        return Conditions(payment_methods=methods, currencies=currencies, amount=amount, countries=countries)
-
-    def texts(
-        self, raw: object, at: str, pattern: re.Pattern[str] | None, shape: str
-    ) -> tuple[str, ...] | Literal[False] | None:
-        """A list of strings, each of `pattern` when given; None when left out, False when refused."""
-        if raw is None:
-            return None
-        if not isinstance(raw, list):
-            self.problem(at, "must be a list of strings")
-            return False
-        if not raw:
-            self.problem(at, "must list at least one value, or be left out")
-            return False
-        good = True
-        for index, item in enumerate(raw):
-            if not isinstance(item, str) or not item:
-                self.problem(_inside(at, index), "must be a non-empty string")
-                good = False
-            elif pattern is not None and not pattern.fullmatch(item):
-                self.problem(_inside(at, index), f"must be {shape}")
-                good = False
-        return tuple(raw) if good else False
-
-    def amount(self, raw: object, at: str) -> AmountRange | Literal[False] | None:
-        if raw is None:
-            return None
-        if not isinstance(raw, dict):
-            self.problem(at, "must be an object with min, max or both (major units)")
-            return False
-        self.unknown_keys(raw, ("min", "max"), at, "an amount range")
-        bounds: list[Decimal | None] = []
-        good = True
-        for key in ("min", "max"):
-            value = raw.get(key)
-            if value is None:
-                bounds.append(None)
-            elif not _is_number(value) or not Decimal(value).is_finite():
-                self.problem(_inside(at, key), "must be a number (an amount in major units)")
-                good = False
-            elif value < 0:
-                self.problem(_inside(at, key), "must not be negative")
-                good = False
-            else:
-                bounds.append(Decimal(value))
-        if not good:
-            return False
-        low, high = bounds
-        if low is not None and high is not None and low > high:
-            self.problem(at, f"min ({low}) must not be greater than max ({high})")
-            return False
-        return AmountRange(min=low, max=high)
-
-    def route(self, raw: object, at: str) -> Route | None:
-        if not isinstance(raw, dict):
-            self.problem(at, f"must be an object with a type: {_listed(ROUTE_TYPES)}")
-            return None
-        kind = raw.get("type")
-        if kind not in ROUTE_TYPES:
-            shown = f"{kind!r}" if isinstance(kind, str) and len(kind) <= 40 else "this"
-            self.problem(
-                _inside(at, "type"),
-                f"required: one of {_listed(ROUTE_TYPES)}"
-                if kind is None
-                else f"unknown route type {shown}: use {_listed(ROUTE_TYPES)}",
-            )
-            return None
-        if kind == "split":
-            self.unknown_keys(raw, ("type", "weights"), at, "a split route")
-            weights = self.weights(raw.get("weights"), _inside(at, "weights"))
-            return None if weights is None else SplitRoute(weights)
-        self.unknown_keys(raw, ("type", "providers"), at, f"a {kind} route")
-        providers_raw = raw.get("providers")
-        if providers_raw is None:
-            if kind == "priority":
-                self.problem(_inside(at, "providers"), "required: the providers in the order to try them")
-                return None
-            return DynamicRoute()
-        providers = self.providers(providers_raw, _inside(at, "providers"))
-        if providers is None:
-            return None
-        return PriorityRoute(providers) if kind == "priority" else DynamicRoute(providers)
-
-    def provider_name(self, name: object, at: str) -> bool:
-        if not isinstance(name, str):
-            self.problem(at, "must be a provider's name")
-            return False
-        if name not in self.known:
-            shown = repr(name) if len(name) <= 40 else "this"
-            self.problem(at, f"{shown} is not a provider payorch offers: use {_listed(sorted(self.known))}")
-            return False
-        return True
-
-    def providers(self, raw: object, at: str) -> tuple[str, ...] | None:
-        if not isinstance(raw, list) or not raw:
-            self.problem(at, "must list at least one provider")
-            return None
-        good = True
-        seen: set[str] = set()
-        for index, name in enumerate(raw):
-            if not self.provider_name(name, _inside(at, index)):
-                good = False
-            elif name in seen:
-                self.problem(_inside(at, index), f"{name!r} is listed twice")
-                good = False
-            else:
-                seen.add(name)
-        return tuple(raw) if good else None
-
-    def weights(self, raw: object, at: str) -> tuple[tuple[str, int], ...] | None:
-        if not isinstance(raw, dict) or not raw:
-            self.problem(at, "required: an object of whole-number weights by provider, summing to 100")
-            return None
-        good = True
-        for name, weight in raw.items():
-            if not self.provider_name(name, _inside(at, name)):
-                good = False
-            if not isinstance(weight, int) or isinstance(weight, bool) or not 0 <= weight <= 100:
-                self.problem(_inside(at, name), "must be a whole number from 0 to 100")
-                good = False
-        if not good:
-            return None
-        total = sum(raw.values())
-        if total != 100:
-            self.problem(at, f"must sum to 100, not {total}")
-            return None
-        return tuple(raw.items())
-
-    def fees(self, raw: object, at: str) -> Mapping[str, Fee]:
-        if raw is None:
-            return {}
-        if not isinstance(raw, dict):
-            self.problem(at, "must be an object of fees by provider")
-            return {}
-        found: dict[str, Fee] = {}
-        for name, item in raw.items():
-            where = _inside(at, name)
-            if not self.provider_name(name, where):
-                continue
-            if not isinstance(item, dict):
-                self.problem(where, "must be an object with percent, fixed or both")
-                continue
-            self.unknown_keys(item, ("percent", "fixed"), where, "a fee")
-            percent = self.decimal(item.get("percent"), _inside(where, "percent"))
-            if percent is not None and percent > 100:
-                self.problem(_inside(where, "percent"), "must be a percentage from 0 to 100")
-                percent = None
-            fixed = self.fixed(item.get("fixed"), _inside(where, "fixed"))
-            if percent is not None and fixed is not None:
-                found[name] = Fee(percent=percent, fixed=fixed)
-        return found
-
-    def fixed(self, raw: object, at: str) -> dict[str, Decimal] | None:
-        if raw is None:
-            return {}
-        if not isinstance(raw, dict):
-            self.problem(at, 'must be an object of amounts by currency, such as {"EUR": "0.25"}')
-            return None
-        found: dict[str, Decimal] = {}
-        good = True
-        for currency, value in raw.items():
-            where = _inside(at, currency)
-            if not _CURRENCY.fullmatch(currency):
-                self.problem(where, "the currency must be three capital letters, such as EUR")
-                good = False
-                continue
-            amount = self.decimal(value, where)
-            if amount is None:
-                good = False
-            else:
-                found[currency] = amount
-        return found if good else None
-
-    def decimal(self, raw: object, at: str) -> Decimal | None:
-        """A non-negative decimal written as a string ("1.40") or a number; 0 when left out."""
-        if raw is None:
-            return Decimal(0)
-        value: Decimal | None = None
-        if isinstance(raw, str):
-            value = Decimal(raw) if _DECIMAL_TEXT.fullmatch(raw) else None
-        elif _is_number(raw):
-            value = Decimal(raw)
-        if value is None or not value.is_finite():
-            self.problem(at, 'must be a decimal number, such as "1.40"')
-            return None
-        if value < 0:
-            self.problem(at, "must not be negative")
-            return None
-        return value
-
-    def objective(self, raw: object, at: str) -> Objective | None:
-        if raw is None:
-            return "approval"
-        for objective in OBJECTIVES:
-            if raw == objective:
-                return objective
-        self.problem(at, f"must be {_listed(OBJECTIVES)}")
-        return None
+def _route(raw: dict[str, Any]) -> Route:
+    if raw["type"] == "split":
+        return SplitRoute(tuple(raw["weights"].items()))
+    if raw["type"] == "priority":
+        return PriorityRoute(tuple(raw["providers"]))
+    return DynamicRoute(_texts(raw.get("providers")))
 
 
-def _listed(names: Collection[str]) -> str:
-    names = list(names)
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+def _fee(raw: dict[str, Any]) -> Fee:
+    fixed = {currency: Decimal(amount) for currency, amount in (raw.get("fixed") or {}).items()}
+    percent = _decimal(raw.get("percent"))
+    return Fee(percent=Decimal(0) if percent is None else percent, fixed=fixed)
+
+
+def _texts(raw: list[str] | None) -> tuple[str, ...] | None:
+    return None if raw is None else tuple(raw)
+
+
+def _decimal(raw: str | int | Decimal | None) -> Decimal | None:
+    return None if raw is None else Decimal(raw)
 
 
 # The JSON form

@@ -13,7 +13,6 @@ import pytest
 
 from payorch.engine.routing_rules import (
     MAX_DOCUMENT_BYTES,
-    MAX_RULES,
     AmountRange,
     Conditions,
     DynamicRoute,
@@ -29,6 +28,7 @@ from payorch.engine.routing_rules import (
     session_draws,
     split_order,
 )
+from payorch.engine.routing_validation import MAX_RULES
 from payorch.jsonexact import loads_exact
 from payorch.values.errors import FieldProblem, InvalidInput
 from payorch.values.money import Money
@@ -595,3 +595,8 @@ def test_matching_rule_is_the_first_rule_whose_conditions_hold() -> None:
             session = facts(rng.choice(methods), amount, rng.choice(countries))
             expected = next((found for found in document.rules if found.when.matches(session)), None)
             assert matching_rule(document, session) == expected
+
+
+def test_fees_keep_their_digits_even_when_zero() -> None:
+    raw = {"fees": {"stripe": {"percent": "0.00", "fixed": {"EUR": "0.00"}}}}
+    assert document_json(parse(raw))["fees"] == {"stripe": {"percent": "0.00", "fixed": {"EUR": "0.00"}}}
