@@ -12,11 +12,12 @@ How each route type orders (docs/routing.md):
 - `split`: the provider the session is assigned to by weight, then the others heaviest first.
   Reason `split`.
 - `dynamic`: by score, best first, equal scores (to 4 decimals) by name. The score is the learned
-  success rate (objective `approval`), or the rate times the share of the amount left after the
-  provider's fee (objective `net`: rate x (amount - fee) / amount, which orders as rate x
-  (amount - fee) does). A provider whose rate is below `elimination_threshold` is set aside: it
-  comes after every other, in score order (unless all are below it: then none is set aside), so it
-  is only tried when the others fail to create the checkout. Reason `dynamic`; but with
+  success rate's optimistic bound (`Estimate.upper`: the rate plus one standard deviation, so a
+  provider with few outcomes since a change is tried) under objective `approval`; under `net`,
+  that times the share of the amount the provider's fee leaves ((amount - fee) / amount, which
+  orders as rate x (amount - fee) does). A provider whose rate is below `elimination_threshold`
+  is set aside: it comes after every other, in score order (unless all are below it: then none is
+  set aside), so it is only tried when the others fail to create the checkout. Reason `dynamic`; but with
   probability `exploration` (drawn from the session's id) a provider other than the leader, set
   aside or not, is picked uniformly (also from the id) and goes first: reason `exploration`.
   Without it, a provider that falls behind would never be seen to recover.
