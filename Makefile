@@ -2,8 +2,8 @@
 # `make bench` prints payorch's speed scenarios, each figure next to its goal (PASS or MISS): session
 # creates/s and reads/s with latency against a bare Quart-Trio endpoint, creates beside a slow provider,
 # 10,000 applications touched once then idle, webhook latency, a list's pages at a million sessions,
-# other merchants' creates beside floods of deep pages and forged provider events; `make soak` loads
-# payorch for 10 minutes.
+# other merchants' creates beside floods of deep pages and forged provider events, routing quality in a
+# simulation and the cost of a routing decision; `make soak` loads payorch for 10 minutes.
 # Each creates .venv and installs what it needs on a machine that has only Python 3.11.
 
 PYTHON ?= python3

@@ -13,7 +13,10 @@
   million sessions in the application: p50 under 10 ms and 5 ms (`bench/lists.py`);
 - floods: other merchants' creates at a steady rate, alone, then while one merchant floods deep pages
   of its 100,000 sessions at its limits, then while a stranger floods a provider-event route, on a
-  payorch with its default rate limits: their p99 must stay within 20% (`bench/floods.py`).
+  payorch with its default rate limits: their p99 must stay within 20% (`bench/floods.py`);
+- routing: a simulation of routing quality driving payorch's real routing code (approvals against
+  an oracle's, recovery after an outage, exploration's cost), and microseconds per routing
+  decision with 20 rules and 3 providers (`bench/routing.py`); no payorch is started.
 
 payorch runs in this process (`payorch.service.run`) on a fresh embedded PostgreSQL; the bare app
 (`bench/bare.py`) after it, the same way; the load comes from a separate process (`bench/load.py`).
@@ -43,11 +46,12 @@ from bench.payorch_target import (
     running_payorch,
 )
 from bench.report import Isolation, Results, report
+from bench.routing import measure_decision_cost, measure_quality
 from bench.shop import Merchant, new_session, sandbox_link, signed_up_merchant, stripe_link
 from bench.slow_stripe import open_slow_stripe
 from bench.webhooks import measure_webhook_latency
 
-SCENARIOS = ("create", "read", "isolation", "idle", "webhooks", "lists", "floods")
+SCENARIOS = ("create", "read", "isolation", "idle", "webhooks", "lists", "floods", "routing")
 BARE_CREATE_LABEL, BARE_READ_LABEL = "bare Quart-Trio POST", "bare Quart-Trio GET"
 READ_LABEL = "GET /api/v1/sessions/{id}"
 
@@ -200,6 +204,10 @@ async def main(args: argparse.Namespace) -> None:
     results = Results(
         connections=args.connections, seconds=args.seconds, warmup=args.warmup, applications=args.applications
     )
+    if "routing" in wanted:  # pure computation: first, while nothing else runs
+        progress("routing: simulating routing quality, then timing decisions")
+        results.routing = measure_quality()
+        results.decision_cost = measure_decision_cost()
     with tempfile.TemporaryDirectory(prefix="payorch-bench-") as temporary:
         work_dir = Path(temporary)
         if wanted & {"create", "read", "isolation"}:

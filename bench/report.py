@@ -13,6 +13,14 @@ from bench.idle import IdleResult
 from bench.lists import ListTimes
 from bench.load import LoadResult
 from bench.measure import Measurement, cpu_count
+from bench.routing import (
+    DECISION_US_GOAL,
+    EXPLORATION_COST_GOAL,
+    ORACLE_SHARE_GOAL,
+    RECOVERY_SESSIONS_GOAL,
+    DecisionCost,
+    RoutingQuality,
+)
 from bench.webhooks import WebhookLatency
 
 # Cores found busy before the run beyond which the figures are flagged: other work shares the machine.
@@ -68,6 +76,8 @@ class Results:
     webhooks: WebhookLatency | None = None
     floods: Floods | None = None
     lists: ListTimes | None = None
+    routing: RoutingQuality | None = None
+    decision_cost: DecisionCost | None = None
     problems: list[str] = field(default_factory=list)  # warnings and errors payorch logged
 
     def measurements(self) -> list[Measurement]:
@@ -213,6 +223,74 @@ def _webhooks(latency: WebhookLatency) -> Iterator[str]:
     yield ""
 
 
+def _routing(quality: RoutingQuality | None, cost: DecisionCost | None) -> Iterator[str]:
+    if quality is not None:
+        settings = quality.settings
+        yield (
+            f"routing: {quality.sessions:,} simulated sessions, 3 providers drifting over 4 segments, "
+            f"one down for 2,000 sessions ({quality.seconds:.1f} s)"
+        )
+        yield (
+            f"payorch's decide and success rates (window {settings.window}, exploration "
+            f"{settings.exploration:g}, elimination below {settings.elimination_threshold:g}), "
+            "rates rebuilt every 50 sessions"
+        )
+        yield f"{'':<{LABEL_WIDTH}}{'approved':>11}{'of oracle':>11}"
+        rows = [
+            ("payorch dynamic routing", quality.dynamic.approvals),
+            ("payorch dynamic routing, exploration 0", quality.without_exploration.approvals),
+            ("oracle (best per segment, 1,000 sessions)", quality.oracle),
+            ("best static priority (per segment)", quality.static),
+            ("uniform random", quality.random),
+        ]
+        for label, approvals in rows:
+            yield f"{label:<{LABEL_WIDTH}}{approvals:>11,}{approvals / quality.oracle:>11.1%}"
+        shown = ", ".join(
+            f"{r.segment} {'never' if r.sessions is None else r.sessions}" for r in quality.recoveries
+        )
+        yield f"after the outage, its segments' sessions until the recovered provider led again: {shown}"
+        yield (
+            f"{quality.dynamic.explored:,} sessions explored; against their leader's true approval they lost "
+            f"{quality.dynamic.exploration_cost:.0f} expected approvals"
+        )
+    if cost is not None:
+        runs = ", ".join(f"{us:.1f}" for us in cost.runs)
+        yield f"decision cost: 20 rules, 3 providers, objective net; µs per decide in each run: {runs}"
+    yield ""
+
+
+def _routing_goals(quality: RoutingQuality | None, cost: DecisionCost | None) -> Iterator[str]:
+    if quality is not None:
+        share = quality.oracle_share
+        yield goal_line(
+            "routing: dynamic approvals / oracle's",
+            f"{share:.1%}",
+            f">= {ORACLE_SHARE_GOAL:.0%}",
+            share >= ORACLE_SHARE_GOAL,
+        )
+        slowest = quality.slowest_recovery
+        yield goal_line(
+            "routing: recovered provider leads again",
+            "never" if slowest is None else f"{slowest} sess.",
+            f"<= {RECOVERY_SESSIONS_GOAL} sessions",
+            slowest is not None and slowest <= RECOVERY_SESSIONS_GOAL,
+        )
+        for name, figure in (
+            ("routing: exploration cost, against none", quality.exploration_cost),
+            ("routing: explored sessions' lost approvals", quality.explored_cost),
+        ):
+            yield goal_line(
+                name, f"{figure:+.2%}", f"<= {EXPLORATION_COST_GOAL:.1%}", figure <= EXPLORATION_COST_GOAL
+            )
+    if cost is not None:
+        yield goal_line(
+            "routing: decide, 20 rules and 3 providers",
+            f"{cost.microseconds:.1f} µs",
+            f"under {DECISION_US_GOAL:g} µs",
+            cost.microseconds < DECISION_US_GOAL,
+        )
+
+
 def _cores(measurements: list[Measurement]) -> Iterator[str]:
     if not measurements:
         return
@@ -316,6 +394,7 @@ def _goals(results: Results) -> Iterator[str]:
             latency.p99_ms <= WEBHOOK_P99_GOAL_MS,
         )
         yield goal_line("webhooks: events not delivered", f"{latency.missing}", "0", latency.missing == 0)
+    yield from _routing_goals(results.routing, results.decision_cost)
 
 
 def report(results: Results, background: float | None) -> Iterator[str]:
@@ -336,6 +415,8 @@ def report(results: Results, background: float | None) -> Iterator[str]:
         yield from _lists(results.lists)
     if results.floods is not None:
         yield from _floods(results.floods)
+    if results.routing is not None or results.decision_cost is not None:
+        yield from _routing(results.routing, results.decision_cost)
     yield from _cores(results.measurements())
     yield from _goals(results)
     for m in results.measurements():

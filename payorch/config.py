@@ -291,6 +291,16 @@ class LimitSettings(_Section):
     active_api_keys_per_application: PositiveInt = 20
 
 
+class RoutingSettings(_Section):
+    """Learned routing (docs/routing.md, `engine.success_rates.RoutingSettings` holds the same)."""
+
+    window: Annotated[int, Field(ge=1, le=10_000)] = 200
+    exploration: Annotated[float, Field(ge=0, le=1)] = 0.05
+    elimination_threshold: Annotated[float, Field(ge=0, le=1)] = 0.2
+    abandonment_weight: Annotated[float, Field(ge=0, le=1)] = 0.5
+    min_outcomes: PositiveInt = 20
+
+
 LogLevel = Literal["debug", "info", "warning", "error"]
 
 
@@ -317,6 +327,7 @@ class Settings(BaseSettings):
     webhooks: WebhookSettings = WebhookSettings()
     providers: ProviderSettings = ProviderSettings()
     limits: LimitSettings = LimitSettings()
+    routing: RoutingSettings = RoutingSettings()
     logging: LoggingSettings = LoggingSettings()
 
 

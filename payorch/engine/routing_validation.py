@@ -1,0 +1,286 @@
+"""What is wrong with a routing document: every problem, each as a `FieldProblem` naming its place.
+
+Pure code over parsed JSON (numbers as `int` or `Decimal`, never `float`). It says nothing about
+what a valid document means: `engine.routing_rules` builds its values once this found no problem
+(`parse_routing_document`), and refuses it with these problems otherwise.
+
+Places are written as the HTTP layer writes pydantic's: keys and list indexes joined by dots
+(`rules.0.route.weights.stripe`), under a prefix when given (`routing.rules.0.name`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from decimal import Decimal
+from typing import Any, TypeGuard
+
+from payorch.values.errors import FieldProblem
+
+MAX_RULES = 100
+MAX_RULE_NAME_LENGTH = 100
+ROUTE_TYPES = ("priority", "split", "dynamic")
+OBJECTIVES = ("approval", "net")
+WHEN_KEYS = ("paymentMethods", "currencies", "amount", "countries")
+DOCUMENT_KEYS = ("rules", "default", "fees", "objective")
+ANSWER_KEYS = frozenset({"version", "updatedAt"})  # what an answer adds: ignored when sent back
+CURRENCY = re.compile(r"[A-Z]{3}")
+COUNTRY = re.compile(r"[A-Z]{2}")
+DECIMAL_TEXT = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+
+
+def routing_document_problems(
+    raw: object, known_providers: Collection[str], at: str = ""
+) -> list[FieldProblem]:
+    """Every problem of the document `raw`, in the document's order; none for a valid document.
+    A provider it names must be one of `known_providers` (the catalogue)."""
+    checker = _Checker(frozenset(known_providers))
+    checker.document(raw, at)
+    return checker.problems
+
+
+def is_number(value: object) -> TypeGuard[int | Decimal]:
+    """An `int` or a `Decimal` (a JSON number as payorch parses it), not a `bool`."""
+    return isinstance(value, int | Decimal) and not isinstance(value, bool)
+
+
+def _inside(at: str, key: object) -> str:
+    return f"{at}.{key}" if at else str(key)
+
+
+def _listed(names: Collection[str]) -> str:
+    names = list(names)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def _shown(value: object) -> str:
+    """`value` quoted in a message when it is short text, else "this"."""
+    return repr(value) if isinstance(value, str) and len(value) <= 40 else "this"
+
+
+class _Checker:
+    """Walks one document, noting every problem instead of stopping at the first. Each method
+    checks one part at `at` and says whether it was sound."""
+
+    def __init__(self, known: frozenset[str]) -> None:
+        self.known = known
+        self.problems: list[FieldProblem] = []
+
+    def problem(self, where: str, message: str) -> bool:
+        self.problems.append(FieldProblem(where or "body", message))
+        return False
+
+    def unknown_keys(self, raw: dict[Any, Any], allowed: Collection[str], at: str, what: str) -> bool:
+        sound = True
+        for key in raw:
+            if key not in allowed:
+                sound = self.problem(_inside(at, key), f"unknown key of {what}: use {_listed(allowed)}")
+        return sound
+
+    def document(self, raw: object, at: str) -> None:
+        if not isinstance(raw, dict):
+            self.problem(at, "must be a JSON object with rules, default, fees and objective")
+            return
+        self.unknown_keys(
+            {k: v for k, v in raw.items() if k not in ANSWER_KEYS}, DOCUMENT_KEYS, at, "a routing document"
+        )
+        self.rules(raw.get("rules"), _inside(at, "rules"))
+        if raw.get("default") is not None:
+            self.route(raw["default"], _inside(at, "default"))
+        self.fees(raw.get("fees"), _inside(at, "fees"))
+        objective = raw.get("objective")
+        if objective is not None and objective not in OBJECTIVES:
+            self.problem(_inside(at, "objective"), f"must be {_listed(OBJECTIVES)}")
+
+    def rules(self, raw: object, at: str) -> None:
+        if raw is None:
+            return
+        if not isinstance(raw, list):
+            self.problem(at, "must be a list of rules")
+            return
+        if len(raw) > MAX_RULES:
+            self.problem(at, f"at most {MAX_RULES} rules, not {len(raw)}")
+        first_of: dict[str, str] = {}  # each rule name, with the place of the rule that has it first
+        for index, item in enumerate(raw):
+            self.rule(item, _inside(at, index), first_of)
+
+    def rule(self, raw: object, at: str, first_of: dict[str, str]) -> None:
+        if not isinstance(raw, dict):
+            self.problem(at, "must be an object with a name, a route and optionally when")
+            return
+        self.unknown_keys(raw, ("name", "when", "route"), at, "a rule")
+        name, where = raw.get("name"), _inside(at, "name")
+        if name is None:
+            self.problem(where, "required: a name for the rule, 1 to 100 characters")
+        elif not isinstance(name, str):
+            self.problem(where, "must be a string")
+        elif not name.strip():
+            self.problem(where, "must not be empty")
+        elif len(name) > MAX_RULE_NAME_LENGTH:
+            self.problem(where, f"at most {MAX_RULE_NAME_LENGTH} characters")
+        elif name in first_of:
+            self.problem(where, f"duplicate of {first_of[name]}.name: every rule needs a name of its own")
+        else:
+            first_of[name] = at
+        self.conditions(raw.get("when"), _inside(at, "when"))
+        if raw.get("route") is None:
+            self.problem(_inside(at, "route"), "required: the route of the sessions this rule matches")
+        else:
+            self.route(raw["route"], _inside(at, "route"))
+
+    def conditions(self, raw: object, at: str) -> None:
+        if raw is None:
+            return
+        if not isinstance(raw, dict):
+            self.problem(at, f"must be an object of conditions: {_listed(WHEN_KEYS)}")
+            return
+        for key in raw:
+            if key not in WHEN_KEYS:
+                self.problem(_inside(at, key), f"unknown condition: use {_listed(WHEN_KEYS)}")
+        self.texts(raw.get("paymentMethods"), _inside(at, "paymentMethods"), None, "")
+        self.texts(
+            raw.get("currencies"), _inside(at, "currencies"), CURRENCY, "three capital letters, such as EUR"
+        )
+        self.texts(
+            raw.get("countries"),
+            _inside(at, "countries"),
+            COUNTRY,
+            "two capital letters (ISO 3166-1 alpha-2), such as PL",
+        )
+        self.amount(raw.get("amount"), _inside(at, "amount"))
+
+    def texts(self, raw: object, at: str, pattern: re.Pattern[str] | None, shape: str) -> None:
+        if raw is None:
+            return
+        if not isinstance(raw, list):
+            self.problem(at, "must be a list of strings")
+            return
+        if not raw:
+            self.problem(at, "must list at least one value, or be left out")
+        for index, item in enumerate(raw):
+            if not isinstance(item, str) or not item:
+                self.problem(_inside(at, index), "must be a non-empty string")
+            elif pattern is not None and not pattern.fullmatch(item):
+                self.problem(_inside(at, index), f"must be {shape}")
+
+    def amount(self, raw: object, at: str) -> None:
+        if raw is None:
+            return
+        if not isinstance(raw, dict):
+            self.problem(at, "must be an object with min, max or both (major units)")
+            return
+        sound = self.unknown_keys(raw, ("min", "max"), at, "an amount range")
+        for key in ("min", "max"):
+            value = raw.get(key)
+            if value is None:
+                continue
+            if not is_number(value) or not Decimal(value).is_finite():
+                sound = self.problem(_inside(at, key), "must be a number (an amount in major units)")
+            elif value < 0:
+                sound = self.problem(_inside(at, key), "must not be negative")
+        low, high = raw.get("min"), raw.get("max")
+        if sound and low is not None and high is not None and low > high:
+            self.problem(at, f"min ({low}) must not be greater than max ({high})")
+
+    def route(self, raw: object, at: str) -> None:
+        if not isinstance(raw, dict):
+            self.problem(at, f"must be an object with a type: {_listed(ROUTE_TYPES)}")
+            return
+        kind = raw.get("type")
+        if kind is None:
+            self.problem(_inside(at, "type"), f"required: one of {_listed(ROUTE_TYPES)}")
+        elif kind not in ROUTE_TYPES:
+            self.problem(
+                _inside(at, "type"), f"unknown route type {_shown(kind)}: use {_listed(ROUTE_TYPES)}"
+            )
+        elif kind == "split":
+            self.unknown_keys(raw, ("type", "weights"), at, "a split route")
+            self.weights(raw.get("weights"), _inside(at, "weights"))
+        else:
+            self.unknown_keys(raw, ("type", "providers"), at, f"a {kind} route")
+            if raw.get("providers") is not None:
+                self.providers(raw["providers"], _inside(at, "providers"))
+            elif kind == "priority":
+                self.problem(_inside(at, "providers"), "required: the providers in the order to try them")
+
+    def provider_name(self, name: object, at: str) -> bool:
+        if not isinstance(name, str):
+            return self.problem(at, "must be a provider's name")
+        if name not in self.known:
+            return self.problem(
+                at, f"{_shown(name)} is not a provider payorch offers: use {_listed(sorted(self.known))}"
+            )
+        return True
+
+    def providers(self, raw: object, at: str) -> None:
+        if not isinstance(raw, list) or not raw:
+            self.problem(at, "must list at least one provider")
+            return
+        seen: set[str] = set()
+        for index, name in enumerate(raw):
+            if self.provider_name(name, _inside(at, index)):
+                if name in seen:
+                    self.problem(_inside(at, index), f"{name!r} is listed twice")
+                seen.add(name)
+
+    def weights(self, raw: object, at: str) -> None:
+        if not isinstance(raw, dict) or not raw:
+            self.problem(at, "required: an object of whole-number weights by provider, summing to 100")
+            return
+        sound = True
+        for name, weight in raw.items():
+            sound = self.provider_name(name, _inside(at, name)) and sound
+            if not isinstance(weight, int) or isinstance(weight, bool) or not 0 <= weight <= 100:
+                sound = self.problem(_inside(at, name), "must be a whole number from 0 to 100")
+        if sound and sum(raw.values()) != 100:
+            self.problem(at, f"must sum to 100, not {sum(raw.values())}")
+
+    def fees(self, raw: object, at: str) -> None:
+        if raw is None:
+            return
+        if not isinstance(raw, dict):
+            self.problem(at, "must be an object of fees by provider")
+            return
+        for name, item in raw.items():
+            where = _inside(at, name)
+            if not self.provider_name(name, where):
+                continue
+            if not isinstance(item, dict):
+                self.problem(where, "must be an object with percent, fixed or both")
+                continue
+            self.unknown_keys(item, ("percent", "fixed"), where, "a fee")
+            percent = self.decimal(item.get("percent"), _inside(where, "percent"))
+            if percent is not None and percent > 100:
+                self.problem(_inside(where, "percent"), "must be a percentage from 0 to 100")
+            self.fixed(item.get("fixed"), _inside(where, "fixed"))
+
+    def fixed(self, raw: object, at: str) -> None:
+        if raw is None:
+            return
+        if not isinstance(raw, dict):
+            self.problem(at, 'must be an object of amounts by currency, such as {"EUR": "0.25"}')
+            return
+        for currency, value in raw.items():
+            where = _inside(at, currency)
+            if not CURRENCY.fullmatch(currency):
+                self.problem(where, "the currency must be three capital letters, such as EUR")
+            else:
+                self.decimal(value, where)
+
+    def decimal(self, raw: object, at: str) -> Decimal | None:
+        """A non-negative decimal written as a string ("1.40") or a number: its value, or None when
+        left out or refused."""
+        if raw is None:
+            return None
+        value: Decimal | None = None
+        if isinstance(raw, str):
+            value = Decimal(raw) if DECIMAL_TEXT.fullmatch(raw) else None
+        elif is_number(raw):
+            value = Decimal(raw)
+        if value is None or not value.is_finite():
+            self.problem(at, 'must be a decimal number, such as "1.40"')
+            return None
+        if value < 0:
+            self.problem(at, "must not be negative")
+            return None
+        return value

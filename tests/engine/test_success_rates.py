@@ -1,0 +1,203 @@
+"""Learned success rates: outcomes and their weights, the sliding window, the recent run after a
+change, the fallback levels, and the in-memory window agreeing with rows read from storage."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from payorch.config import Settings
+from payorch.engine.session_states import SessionEvent
+from payorch.engine.success_rates import (
+    PRIOR,
+    Estimate,
+    Outcome,
+    OutcomeWindow,
+    RoutingSettings,
+    SegmentFigures,
+    SuccessRates,
+    first_outcome,
+    recent_run,
+)
+
+SETTINGS = RoutingSettings()  # window 200, min_outcomes 20, abandonment weight 0.5
+
+
+def steady(rate: float, count: int) -> str:
+    """`count` outcome codes, newest first, with successes spread evenly at `rate` (a success
+    first), the rest failures."""
+    return "".join("s" if math.ceil((n + 1) * rate) > math.ceil(n * rate) else "f" for n in range(count))
+
+
+def row(
+    outcomes: str, provider: str = "stripe", method: str = "card", currency: str = "EUR"
+) -> SegmentFigures:
+    return SegmentFigures(provider, method, currency, outcomes)
+
+
+def rates_of(*rows: SegmentFigures, settings: RoutingSettings = SETTINGS) -> SuccessRates:
+    return SuccessRates.from_rows(rows, settings)
+
+
+# Outcomes
+
+
+def test_a_sessions_first_event_gives_its_outcome() -> None:
+    assert first_outcome(SessionEvent.PAYMENT_SUCCEEDED) is Outcome.SUCCESS
+    assert first_outcome(SessionEvent.PAYMENT_DECLINED) is Outcome.FAILURE
+    assert first_outcome(SessionEvent.EXPIRED) is Outcome.ABANDONMENT
+    assert first_outcome(SessionEvent.DISPUTE_LOST) is None
+
+
+def test_an_abandonment_weighs_half_a_failure_by_default() -> None:
+    figures = row("ssfa")
+    assert figures.count == 4
+    assert figures.weighted_successes() == 2
+    assert figures.weighted_attempts(SETTINGS.abandonment_weight) == 3.5
+
+
+def test_rate_is_the_beta_posterior_of_the_weighted_outcomes() -> None:
+    outcomes = steady(0.75, 40)
+    estimate = rates_of(row(outcomes)).estimate("stripe", "card", "EUR")
+    assert estimate == Estimate(
+        pytest.approx((30 + 1) / (40 + 2)), 40, "segment", pytest.approx(estimate.upper)
+    )
+    with_abandonments = outcomes.replace("f", "a")  # 30 successes, 10 abandonments weighing 5
+    assert rates_of(row(with_abandonments)).estimate("stripe", "card", "EUR").rate == pytest.approx(31 / 37)
+
+
+def test_abandonment_weight_is_a_setting() -> None:
+    outcomes = steady(0.75, 40).replace("f", "a")
+    settings = RoutingSettings(abandonment_weight=1.0)
+    assert rates_of(row(outcomes), settings=settings).estimate("stripe", "card", "EUR").rate == pytest.approx(
+        31 / 42
+    )
+
+
+def test_upper_bound_narrows_as_outcomes_accumulate() -> None:
+    few = rates_of(row(steady(0.8, 20))).estimate("stripe", "card", "EUR")
+    many = rates_of(row(steady(0.8, 200))).estimate("stripe", "card", "EUR")
+    assert few.upper - few.rate > many.upper - many.rate > 0
+    assert many.upper <= 1
+
+
+# The sliding window
+
+
+def test_window_keeps_the_newest_outcomes_of_each_segment() -> None:
+    window = OutcomeWindow(3)
+    for outcome in (Outcome.FAILURE, Outcome.SUCCESS, Outcome.ABANDONMENT, Outcome.SUCCESS):
+        window.record("stripe", "card", "EUR", outcome)
+    window.record("stripe", "card", "PLN", Outcome.FAILURE)
+    assert window.rows() == [row("sas"), row("f", currency="PLN")]
+
+
+def test_outcomes_beyond_the_window_do_not_count() -> None:
+    settings = RoutingSettings(window=50, min_outcomes=10)
+    kept_then_dropped = steady(0.9, 50) + steady(0.1, 150)  # newest first
+    estimate = rates_of(row(kept_then_dropped), settings=settings).estimate("stripe", "card", "EUR")
+    assert estimate.outcomes == 50
+    assert estimate.rate == pytest.approx((45 + 1) / (50 + 2))
+
+
+def test_window_rows_and_storage_rows_give_the_same_rates() -> None:
+    rng = random.Random(7)
+    window = OutcomeWindow(SETTINGS.window)
+    recorded: dict[tuple[str, str, str], list[str]] = {}
+    for _ in range(3000):
+        key = (rng.choice(["stripe", "mollie"]), rng.choice(["card", "blik"]), rng.choice(["EUR", "PLN"]))
+        outcome = rng.choice(list(Outcome))
+        window.record(*key, outcome)
+        recorded.setdefault(key, []).append(outcome)
+    # What storage reads: each segment's last `window` outcomes, newest first.
+    stored = [
+        SegmentFigures(*key, "".join(reversed(outcomes))[: SETTINGS.window])
+        for key, outcomes in sorted(recorded.items())
+    ]
+    assert window.rows() == stored
+    from_window, from_storage = rates_of(*window.rows()), rates_of(*stored)
+    assert from_window.segments() == from_storage.segments()
+    assert from_window.estimate("stripe", "card", "EUR") == from_storage.estimate("stripe", "card", "EUR")
+
+
+# The recent run
+
+
+def test_steady_provider_is_judged_on_its_whole_window() -> None:
+    successes, attempts = recent_run(steady(0.8, 200), 0.5)
+    assert (successes, attempts) == (160, 200)
+
+
+def test_provider_back_after_an_outage_is_judged_on_its_outcomes_since() -> None:
+    # Newest first: 20 successes since it came back, 30 failures while down, a long good past.
+    outcomes = "s" * 20 + "f" * 30 + steady(0.9, 150)
+    assert recent_run(outcomes, 0.5) == (20, 20)
+    assert rates_of(row(outcomes)).estimate("stripe", "card", "EUR").rate == pytest.approx(21 / 22)
+
+
+def test_provider_going_down_is_judged_on_its_failures_since() -> None:
+    outcomes = "f" * 20 + steady(0.9, 180)
+    assert recent_run(outcomes, 0.5) == (0, 20)
+    assert rates_of(row(outcomes)).estimate("stripe", "card", "EUR").rate == pytest.approx(1 / 22)
+
+
+# Fallback while a segment has too few outcomes
+
+
+def test_segment_with_enough_outcomes_uses_its_own_rate() -> None:
+    rates = rates_of(row(steady(0.9, 20)), row(steady(0.5, 100), currency="PLN"))
+    estimate = rates.estimate("stripe", "card", "EUR")
+    assert (estimate.level, estimate.outcomes) == ("segment", 20)
+
+
+def test_segment_with_few_outcomes_falls_back_to_the_payment_method() -> None:
+    rates = rates_of(row(steady(0.9, 10)), row(steady(0.5, 100), currency="PLN"))
+    estimate = rates.estimate("stripe", "card", "EUR")
+    assert (estimate.level, estimate.outcomes) == ("method", 110)
+    assert estimate.rate == pytest.approx((9 + 50 + 1) / (110 + 2))
+    assert rates.estimate("stripe", "card", "USD") == estimate  # no outcome at all in USD
+
+
+def test_method_with_few_outcomes_falls_back_to_the_provider() -> None:
+    rates = rates_of(row(steady(0.9, 10)), row(steady(0.5, 30), method="blik", currency="PLN"))
+    estimate = rates.estimate("stripe", "card", "EUR")
+    assert (estimate.level, estimate.outcomes) == ("provider", 40)
+    assert estimate.rate == pytest.approx((9 + 15 + 1) / (40 + 2))
+
+
+def test_provider_with_few_outcomes_anywhere_falls_back_to_the_prior() -> None:
+    rates = rates_of(row("sssss"))
+    estimate = rates.estimate("stripe", "card", "EUR")
+    assert (estimate.level, estimate.outcomes) == ("prior", 5)
+    assert estimate.rate == pytest.approx(6 / 7)
+    assert rates.estimate("mollie", "card", "EUR") == PRIOR
+    assert PRIOR.rate == 0.5
+
+
+def test_min_outcomes_is_a_setting() -> None:
+    settings = RoutingSettings(min_outcomes=5)
+    assert rates_of(row("sssss"), settings=settings).estimate("stripe", "card", "EUR").level == "segment"
+
+
+# Settings
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        {"window": 0},
+        {"min_outcomes": 0},
+        {"exploration": 1.5},
+        {"elimination_threshold": -0.1},
+        {"abandonment_weight": 2},
+    ],
+)
+def test_inconsistent_settings_are_refused(wrong: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        RoutingSettings(**wrong)  # type: ignore[arg-type]
+
+
+def test_configuration_defaults_are_the_engines() -> None:
+    assert RoutingSettings(**Settings().routing.model_dump()) == RoutingSettings()
