@@ -1,10 +1,11 @@
 """What an application's actor keeps between messages, so a command needs no read before it acts.
 
-Today that is the application's active provider configurations. They are read from the database
-when first needed and forgotten when they change: in this process at once (the route that changed
-them calls `ActorRegistry.forget_application` after its commit), in every other process as soon as
-PostgreSQL delivers the notification a change of `provider_configs` sends on commit. While no
-listener hears those notifications (`trusted()` False), nothing is kept: every command reads.
+Today that is the application's active provider configurations and its routing document in force.
+They are read from the database when first needed and forgotten when they change: in this process
+at once (the route that changed them calls `ActorRegistry.forget_application` after its commit),
+in every other process as soon as PostgreSQL delivers the notification a change of
+`provider_configs` or a new version of `routing_documents` sends on commit. While no listener
+hears those notifications (`trusted()` False), nothing is kept: every command reads.
 
 A read that started before a `forget` cannot put back what was forgotten (`generation`).
 """
@@ -14,7 +15,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from payorch.engine.routing_rules import RoutingDocument
 from payorch.storage.provider_configs import ProviderConfig
+
+
+@dataclass(frozen=True)
+class RoutingInForce:
+    """The application's routing document in force, and its version (0: it never stored one, and
+    the default document routes its sessions)."""
+
+    document: RoutingDocument
+    version: int
+
+
+DEFAULT_ROUTING = RoutingInForce(RoutingDocument(), 0)
 
 
 @dataclass
@@ -22,6 +36,7 @@ class HotState:
     trusted: Callable[[], bool]
     generation: int = 0
     _provider_configs: tuple[ProviderConfig, ...] | None = field(default=None, repr=False)
+    _routing: RoutingInForce | None = field(default=None, repr=False)
 
     def provider_configs(self) -> tuple[ProviderConfig, ...] | None:
         """The active provider configurations as last read, or None when they must be read."""
@@ -32,6 +47,16 @@ class HotState:
         if self.trusted() and generation == self.generation:
             self._provider_configs = configs
 
+    def routing(self) -> RoutingInForce | None:
+        """The routing document in force as last read, or None when it must be read."""
+        return self._routing if self.trusted() else None
+
+    def keep_routing(self, routing: RoutingInForce, generation: int) -> None:
+        """Keep `routing`, read when `generation` was current, unless the state was forgotten since."""
+        if self.trusted() and generation == self.generation:
+            self._routing = routing
+
     def forget(self) -> None:
         self.generation += 1
         self._provider_configs = None
+        self._routing = None

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, NotRequired
 from pydantic import Field, StringConstraints, with_config
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
-from payorch.engine.body_types import CLOSED, EventType, Timestamp, Uuid, listed
+from payorch.engine.body_types import CLOSED, EventType, Money, Timestamp, Uuid, listed
 from payorch.http.models import Organization
 from payorch.providers.base import EventDelivery
 from payorch.storage.applications import ApiKeyStatus
@@ -147,6 +147,70 @@ class PaymentMethodList(TypedDict):
 
     paymentMethods: list[str]
     warnings: NotRequired[list[PaymentMethodWarning]]
+
+
+# --- Routing ------------------------------------------------------------------------------------
+
+RouteTypeField = Literal["priority", "split", "dynamic"]
+ProviderNames = list[str]
+
+
+@with_config(CLOSED)
+class RoutingRoute(TypedDict):
+    """A route: `priority` tries `providers` in order; `split` assigns each session by integer
+    `weights` summing to 100; `dynamic` ranks by learned success, over `providers` when given."""
+
+    type: RouteTypeField
+    providers: NotRequired[ProviderNames]
+    weights: NotRequired[dict[str, Annotated[int, Field(ge=0, le=100)]]]
+
+
+@with_config(CLOSED)
+class RoutingAmountRange(TypedDict):
+    """Amounts in major units, both bounds inclusive."""
+
+    min: NotRequired[Money]
+    max: NotRequired[Money]
+
+
+@with_config(CLOSED)
+class RoutingConditions(TypedDict):
+    """Every condition given must hold; a list holds when any of its values does."""
+
+    paymentMethods: NotRequired[list[str]]
+    currencies: NotRequired[list[str]]
+    amount: NotRequired[RoutingAmountRange]
+    countries: NotRequired[
+        Annotated[list[str], Field(description="the customer's billing country (ISO 3166-1 alpha-2)")]
+    ]
+
+
+@with_config(CLOSED)
+class RoutingRule(TypedDict):
+    name: str
+    when: NotRequired[RoutingConditions]
+    route: RoutingRoute
+
+
+@with_config(CLOSED)
+class RoutingFee(TypedDict):
+    """`percent` of the amount plus `fixed` by currency (major units), as decimal strings."""
+
+    percent: str
+    fixed: dict[str, str]
+
+
+@with_config(CLOSED)
+class RoutingDocument(TypedDict):
+    """The application's routing document in force (docs/routing.md); `version` 0 and `updatedAt`
+    null: none was ever stored, and this default routes every session dynamically."""
+
+    rules: list[RoutingRule]
+    default: RoutingRoute
+    fees: dict[str, RoutingFee]
+    objective: Literal["approval", "net"]
+    version: Annotated[int, Field(ge=0)]
+    updatedAt: Timestamp | None
 
 
 # --- Webhooks -----------------------------------------------------------------------------------
