@@ -8,12 +8,15 @@ Keys that are sometimes absent (never null) are `NotRequired`.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Annotated, Any, Literal, NotRequired
 
-from pydantic import Field, StringConstraints, with_config
+from pydantic import Field, StringConstraints, WithJsonSchema, with_config
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
 from payorch.engine.body_types import CLOSED, EventType, Money, Timestamp, Uuid, listed
+from payorch.engine.routing_decision import PlaceReason
+from payorch.engine.routing_rules import Objective, RouteType
 from payorch.http.models import Organization
 from payorch.providers.base import EventDelivery
 from payorch.storage.applications import ApiKeyStatus
@@ -151,7 +154,6 @@ class PaymentMethodList(TypedDict):
 
 # --- Routing ------------------------------------------------------------------------------------
 
-RouteTypeField = Literal["priority", "split", "dynamic"]
 ProviderNames = list[str]
 
 
@@ -160,7 +162,7 @@ class RoutingRoute(TypedDict):
     """A route: `priority` tries `providers` in order; `split` assigns each session by integer
     `weights` summing to 100; `dynamic` ranks by learned success, over `providers` when given."""
 
-    type: RouteTypeField
+    type: RouteType
     providers: NotRequired[ProviderNames]
     weights: NotRequired[dict[str, Annotated[int, Field(ge=0, le=100)]]]
 
@@ -208,9 +210,34 @@ class RoutingDocument(TypedDict):
     rules: list[RoutingRule]
     default: RoutingRoute
     fees: dict[str, RoutingFee]
-    objective: Literal["approval", "net"]
+    objective: Objective
     version: Annotated[int, Field(ge=0)]
     updatedAt: Timestamp | None
+
+
+@with_config(CLOSED)
+class RankedProvider(TypedDict):
+    """One provider's place in the ranking, and why it holds it: `rule`, `split` or `dynamic` (the
+    route put it there), `exploration` (sent first so its figures stay fresh), `eliminated` (its
+    success rate is below the elimination threshold: tried after every other), `not_eligible`
+    (the route names it, but it cannot take this session: never tried)."""
+
+    provider: str
+    score: Annotated[Decimal, WithJsonSchema({"type": "number", "minimum": 0, "maximum": 1})]
+    eligible: bool
+    reason: PlaceReason
+
+
+@with_config(CLOSED)
+class RoutingEvaluation(TypedDict):
+    """How the session would be routed now. `version` is null for a document tried in the request;
+    `selectedProvider` is the provider a create would try first, null when none can be tried."""
+
+    rule: Annotated[str | None, Field(description="the matching rule's name; null: the default route")]
+    routeType: RouteType
+    version: Annotated[int, Field(ge=0)] | None
+    selectedProvider: str | None
+    ranking: list[RankedProvider]
 
 
 # --- Webhooks -----------------------------------------------------------------------------------

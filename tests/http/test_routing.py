@@ -1,5 +1,7 @@
 """An application's routing document through the API: read (the default until one is stored),
-replaced as a new version with every earlier one kept, refused with every problem named."""
+replaced as a new version with every earlier one kept, refused with every problem named; sessions
+routed by it and explained; a session's route evaluated without creating it. (Routing between two
+providers: tests/providers/test_merchant_routing.py.)"""
 
 from __future__ import annotations
 
@@ -12,9 +14,21 @@ import trio
 
 from payorch.config import Settings
 from payorch.engine.routing_rules import MAX_DOCUMENT_BYTES
-from payorch.jsonexact import dumps_exact
+from payorch.jsonexact import dumps_exact, loads_exact
 from payorch.storage.database import Connection, Database
-from tests.helpers import Client, Merchant, Shop, new_application, new_merchant, new_shop
+from tests.helpers import (
+    Client,
+    Merchant,
+    Shop,
+    create_session,
+    eventually,
+    new_application,
+    new_merchant,
+    new_shop,
+    post_json,
+    put_routing,
+    session_body,
+)
 
 DOCUMENT: dict[str, Any] = {
     "rules": [
@@ -294,3 +308,193 @@ async def test_each_application_has_its_own_document(client: Client, shop: Shop)
     await _put(client, shop, DOCUMENT)
     response = await client.get(_path(other["id"]), headers=shop.merchant.headers)
     assert (await response.get_json())["version"] == 0
+
+
+# --- Sessions routed by the document, with the explanation ---------------------------------------
+
+
+async def _created(
+    client: Client, shop: Shop, key: str, body: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    response = await create_session(client, shop, key, body)
+    assert response.status_code == 201, await response.get_data(as_text=True)
+    created: dict[str, Any] = await response.get_json()
+    return created
+
+
+async def _record(client: Client, shop: Shop, session_id: str) -> dict[str, Any]:
+    response = await client.get(f"/api/v1/sessions/{session_id}", headers=shop.headers)
+    record: dict[str, Any] = loads_exact(await response.get_data())
+    return record
+
+
+SANDBOX_FIRST = {
+    "rules": [{"name": "sandbox-first", "route": {"type": "priority", "providers": ["sandbox"]}}]
+}
+
+
+async def test_a_session_of_the_default_document_is_explained_as_dynamic_at_version_0(
+    client: Client, shop: Shop
+) -> None:
+    created = await _created(client, shop, "k1")
+    routing = created["routing"]
+    assert {key: routing[key] for key in ("selectedProvider", "rule", "reason", "version")} == {
+        "selectedProvider": "sandbox",
+        "rule": None,
+        "reason": "dynamic",
+        "version": 0,
+    }
+    record = await _record(client, shop, created["sessionId"])
+    assert record["routing"] == {**routing, "score": Decimal(str(routing["score"]))}
+
+
+async def test_a_stored_document_routes_the_very_next_session(client: Client, shop: Shop) -> None:
+    await _created(client, shop, "before")  # the actor holds the default document now
+    await put_routing(client, shop, SANDBOX_FIRST)
+    routing = (await _created(client, shop, "after"))["routing"]
+    assert (routing["rule"], routing["reason"], routing["version"]) == ("sandbox-first", "rule", 1)
+
+
+async def test_a_document_stored_by_another_process_routes_as_soon_as_its_notification_arrives(
+    client: Client, shop: Shop, db: Database
+) -> None:
+    await _created(client, shop, "before")
+
+    async def store_elsewhere(conn: Connection) -> None:
+        # Another payorch process stores a version: its trigger notifies every process on commit.
+        await conn.execute(
+            """INSERT INTO routing_documents (application_id, version, document, created_at)
+               VALUES ($1, 1, $2, now())""",
+            uuid.UUID(shop.application_id),
+            {**SANDBOX_FIRST, "default": {"type": "dynamic"}, "fees": {}, "objective": "approval"},
+        )
+
+    await db.transaction(store_elsewhere)
+    attempts = iter(range(1000))
+
+    async def routed_by_it() -> bool:
+        created = await _created(client, shop, f"after-{next(attempts)}")
+        return created["routing"]["rule"] == "sandbox-first"
+
+    await eventually(routed_by_it)
+
+
+async def test_a_session_created_before_payorch_kept_its_explanation_reads_as_dynamic_at_version_0(
+    client: Client, shop: Shop, db: Database
+) -> None:
+    await put_routing(client, shop, SANDBOX_FIRST)
+    created = await _created(client, shop, "k1")
+
+    async def as_before(conn: Connection) -> None:
+        await conn.execute(
+            """UPDATE checkout_sessions SET routing_rule = NULL, routing_reason = NULL, routing_version = NULL
+               WHERE id = $1""",
+            uuid.UUID(created["sessionId"]),
+        )
+
+    await db.transaction(as_before)
+    routing = (await _record(client, shop, created["sessionId"]))["routing"]
+    assert (routing["selectedProvider"], routing["rule"], routing["reason"], routing["version"]) == (
+        "sandbox",
+        None,
+        "dynamic",
+        0,
+    )
+
+
+# --- Evaluate --------------------------------------------------------------------------------------
+
+
+def _evaluate_path(application_id: str) -> str:
+    return f"/api/v1/applications/{application_id}/routing/evaluate"
+
+
+async def _evaluate(
+    client: Client, shop: Shop, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> Any:
+    return await post_json(
+        client, _evaluate_path(shop.application_id), body, headers or shop.merchant.headers
+    )
+
+
+async def _count(db: Database, table: str) -> int:
+    async def count(conn: Connection) -> int:
+        return int(await conn.fetchval(f"SELECT count(*) FROM {table}"))  # noqa: S608 - a test's own name
+
+    return await db.autocommit(count)
+
+
+async def test_evaluate_answers_the_decision_and_creates_nothing(
+    client: Client, shop: Shop, db: Database
+) -> None:
+    await put_routing(client, shop, SANDBOX_FIRST)
+    before = (await _count(db, "checkout_sessions"), await _count(db, "idempotency_keys"))
+    response = await _evaluate(client, shop, session_body())
+    assert response.status_code == 200, await response.get_data(as_text=True)
+    assert loads_exact(await response.get_data()) == {
+        "rule": "sandbox-first",
+        "routeType": "priority",
+        "version": 1,
+        "selectedProvider": "sandbox",
+        "ranking": [{"provider": "sandbox", "score": Decimal("0.7887"), "eligible": True, "reason": "rule"}],
+    }
+    assert (await _count(db, "checkout_sessions"), await _count(db, "idempotency_keys")) == before
+
+
+async def test_evaluate_tries_a_document_given_instead_of_the_stored_one(
+    client: Client, shop: Shop, db: Database
+) -> None:
+    await put_routing(client, shop, SANDBOX_FIRST)
+    tried = {"rules": [{"name": "tried", "when": {"currencies": ["EUR"]}, "route": {"type": "dynamic"}}]}
+    response = await _evaluate(client, shop, {**session_body(), "routing": tried})
+    answer = await response.get_json()
+    assert (answer["rule"], answer["routeType"], answer["version"], answer["selectedProvider"]) == (
+        None,
+        "dynamic",
+        None,
+        "sandbox",
+    )
+    assert [(p["provider"], p["eligible"], p["reason"]) for p in answer["ranking"]] == [
+        ("sandbox", True, "dynamic")
+    ]
+    assert [version for version, _ in await _versions(db, shop.application_id)] == [1]
+
+
+async def test_evaluate_with_no_provider_that_can_take_the_session_selects_none(
+    client: Client, shop: Shop
+) -> None:
+    response = await _evaluate(client, shop, session_body(currency="EUR", method="blik"))
+    answer = await response.get_json()
+    assert (answer["routeType"], answer["selectedProvider"], answer["ranking"]) == ("dynamic", None, [])
+
+
+async def test_evaluate_names_each_problem_of_a_document_tried_under_routing(
+    client: Client, shop: Shop
+) -> None:
+    tried = {"rules": [{"name": "", "route": {"type": "split", "weights": {"sandbox": 50}}}]}
+    response = await _evaluate(client, shop, {**session_body(), "routing": tried})
+    assert response.status_code == 400
+    fields = [problem["field"] for problem in (await response.get_json())["details"]]
+    assert fields == ["routing.rules.0.name", "routing.rules.0.route.weights"]
+
+
+async def test_evaluate_validates_the_session_as_its_creation_does(client: Client, shop: Shop) -> None:
+    no_customer = {key: value for key, value in session_body().items() if key != "customer"}
+    assert (await _evaluate(client, shop, no_customer)).status_code == 400
+    unknown_method = await _evaluate(client, shop, session_body(method="cheque"))
+    assert unknown_method.status_code == 400
+    assert (await unknown_method.get_json())["details"][0]["field"] == "paymentMethod"
+    other = await _evaluate(client, shop, {**session_body(), "applicationId": str(uuid.uuid4())})
+    assert other.status_code == 403
+
+
+async def test_evaluate_of_another_merchants_or_an_unknown_application_is_403_or_404(
+    client: Client, shop: Shop, db: Database, settings: Settings
+) -> None:
+    stranger = await new_merchant(client, db, settings)
+    assert (await _evaluate(client, shop, session_body(), stranger.headers)).status_code == 403
+    response = await post_json(
+        client, _evaluate_path(str(uuid.uuid4())), session_body(), shop.merchant.headers
+    )
+    assert response.status_code == 404
+    assert (await _evaluate(client, shop, session_body(), shop.headers)).status_code == 401

@@ -16,8 +16,8 @@ from payorch.values import statuses
 from payorch.values.statuses import DeliveryStatus, RefundStatus, SessionStatus
 
 COLUMN_NAMES = [f"{column.table}.{column.column}" for column in ENUMERATED_COLUMNS]
-# A text column with one of these names holds a status or a failure reason.
-_STATUS_LIKE = re.compile(r"(.*_)?status|(.*_)?failure_reason")
+# A text column with one of these names holds a status, a failure reason or a routing reason.
+_STATUS_LIKE = re.compile(r"(.*_)?status|(.*_)?failure_reason|routing_reason")
 
 
 async def _one_row_each(conn: Connection) -> dict[str, uuid.UUID]:
@@ -116,7 +116,7 @@ async def test_a_column_takes_each_value_of_its_enumeration_and_refuses_another(
             await _set(db, column, row, other)
 
 
-async def test_a_failure_reason_and_a_last_test_status_may_be_null(db: Database) -> None:
+async def test_a_failure_reason_a_routing_reason_and_a_last_test_status_may_be_null(db: Database) -> None:
     rows = await db.transaction(_one_row_each)
     for column in ENUMERATED_COLUMNS:
         if column.column != "status":
@@ -148,6 +148,7 @@ def test_every_value_of_every_enumeration_is_its_own_sql_literal() -> None:
         statuses.DeliveryStatus,
         statuses.WebhookTestStatus,
         statuses.FailureReason,
+        statuses.RoutingReason,
     ):
         for member in enumeration:
             assert sql_literal(member) == f"'{member.value}'"

@@ -1,29 +1,40 @@
-"""An application's routing: its routing document, read and replaced (docs/routing.md)."""
+"""An application's routing: its routing document, read and replaced, and a session's route tried
+out without creating it (docs/routing.md)."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from quart import Blueprint, request
-from quart_schema import document_request, document_response, security_scheme, tag_blueprint
+from quart_schema import (
+    document_request,
+    document_response,
+    security_scheme,
+    tag_blueprint,
+    validate_request,
+)
 from werkzeug.exceptions import RequestEntityTooLarge
 
+from payorch.engine.commands import EvaluateRouting
 from payorch.engine.routing_rules import (
     MAX_DOCUMENT_BYTES,
     RoutingDocument,
     document_json,
     parse_routing_document,
 )
+from payorch.engine.session_routing import Evaluation
 from payorch.http import openapi as api
 from payorch.http import representations as bodies
 from payorch.http.auth import Accept, Principal, application_for, authenticated
 from payorch.http.jsonio import loads_request_json
-from payorch.http.models import RoutingDocumentUpdate
+from payorch.http.models import RoutingDocumentUpdate, RoutingEvaluateRequest
+from payorch.http.routes.sessions import session_draft
 from payorch.http.services import services
 from payorch.http.validation import limit_request_body
 from payorch.storage import routing_documents as routing_store
 from payorch.storage.routing_documents import StoredRoutingDocument
-from payorch.values.errors import FieldProblem, InvalidInput
+from payorch.values.errors import FieldProblem, InvalidInput, NotPermitted
 from payorch.values.timefmt import iso
 
 blueprint = Blueprint("routing", __name__, url_prefix="/api/v1/applications")
@@ -114,3 +125,61 @@ async def put_routing(application_id: str, principal: Principal) -> bodies.Routi
     and `updatedAt`."""
     await application_for(principal, application_id)  # 403 and 404 before a word about the body
     return routing_body(await replace_routing_document_of(principal, application_id, await _document_sent()))
+
+
+def evaluation_body(evaluation: Evaluation) -> bodies.RoutingEvaluation:
+    return {
+        "rule": evaluation.rule,
+        "routeType": evaluation.route_type,
+        "version": evaluation.version,
+        "selectedProvider": evaluation.selected,
+        "ranking": [
+            {
+                "provider": place.provider,
+                "score": Decimal(str(place.score)),
+                "eligible": place.eligible,
+                "reason": place.reason,
+            }
+            for place in evaluation.ranking
+        ],
+    }
+
+
+async def evaluate_routing_of(
+    principal: Principal, application_id: str, data: RoutingEvaluateRequest
+) -> Evaluation:
+    """How the session `data` describes would be routed now, by the stored document or by the one
+    `data.routing` holds: `InvalidInput` (400) for a session body the create would refuse, or a
+    document with problems (each named under `routing.`). Creates nothing, calls no provider."""
+    application = await application_for(principal, application_id)
+    if data.applicationId is not None and data.applicationId != application.id:
+        raise NotPermitted("the body names another application than the path")
+    draft = session_draft(data, application.id)
+    context = services().context
+    tried = (
+        None
+        if data.routing is None
+        else parse_routing_document(
+            data.routing, [provider.name for provider in context.providers], at="routing"
+        )
+    )
+    return await services().actors.ask(application.id, EvaluateRouting(draft, tried))
+
+
+@blueprint.post("/<application_id>/routing/evaluate")
+@security_scheme(api.JWT)
+@document_response(bodies.RoutingEvaluation, 200)
+@api.errors(400, 401, 403, 404, 413, 429, 500, 503)
+@authenticated(Accept.JWT)
+@validate_request(RoutingEvaluateRequest)
+async def evaluate_routing(
+    application_id: str, data: RoutingEvaluateRequest, principal: Principal
+) -> bodies.RoutingEvaluation:
+    """How a session would be routed now: a session create body, and optionally a routing document
+    to try instead of the stored one in `routing`.
+
+    The answer is the decision: the matching rule, the route's type, the version of the document,
+    the provider a create would try first and every provider's place in the ranking with its score
+    and reason. It creates nothing and calls no provider. A split or an exploration draws from the
+    session's id, new for each call, as it is for each session."""
+    return evaluation_body(await evaluate_routing_of(principal, application_id, data))
