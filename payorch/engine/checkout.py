@@ -31,7 +31,6 @@ from payorch.providers.base import (
     ProviderError,
 )
 from payorch.storage import idempotency_keys, sessions
-from payorch.storage.database import Database
 from payorch.storage.failures import StorageFailure, storage_failure
 from payorch.storage.idempotency_keys import Claimed
 from payorch.storage.provider_configs import ProviderConfig
@@ -229,10 +228,10 @@ class _StoreSession(BatchCommand[Context, Answer]):
             # One session the database refused fails the whole group: store each on its own, so
             # that only the requests it refuses fail.
             log.warning("a group of sessions failed to store; storing each alone", exc_info=True)
-            await _store_each(db, stored)
+            await _store_each(actor.context, stored)
             return
         for answered, reply in stored:
-            reply.send(Answer(answered.status, answered.body))
+            _created(actor.context, answered, reply)
 
     def _answered(
         self, routed: _Routed, explanation: _Explanation, created_at: datetime
@@ -262,17 +261,23 @@ class _StoreSession(BatchCommand[Context, Answer]):
         )
 
 
-async def _store_each(db: Database, stored: list[tuple[sessions.AnsweredSession, Reply[Answer]]]) -> None:
+def _created(context: Context, answered: sessions.AnsweredSession, reply: Reply[Answer]) -> None:
+    """The session is stored: answer its request, and count its routing decision."""
+    reply.send(Answer(answered.status, answered.body))
+    context.metrics.routing_decision(answered.session.routing_reason)
+
+
+async def _store_each(context: Context, stored: list[tuple[sessions.AnsweredSession, Reply[Answer]]]) -> None:
     for answered, reply in stored:
         try:
-            await db.autocommit(sessions.insert_answered_sessions, [answered])
+            await context.db.autocommit(sessions.insert_answered_sessions, [answered])
         except Exception as error:
             if storage_failure(error) is not StorageFailure.INTERNAL:
                 raise
             log.exception("a session failed to store", extra={"sessionId": str(answered.session.id)})
             reply.fail(ActorCrashed("a database statement failed while storing this session"))
         else:
-            reply.send(Answer(answered.status, answered.body))
+            _created(context, answered, reply)
 
 
 async def _create_with_cascade(

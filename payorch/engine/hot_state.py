@@ -8,6 +8,11 @@ in every other process as soon as PostgreSQL delivers the notification a change 
 hears those notifications (`trusted()` False), nothing is kept: every command reads.
 
 A read that started before a `forget` cannot put back what was forgotten (`generation`).
+
+It also keeps the application's success rates, learned from payment outcomes. No notification
+tells of a new outcome: they are read again in batches, once they are older than the setting
+`routing.refresh_s` (monotonic seconds), so they are kept whether or not a listener hears, and a
+`forget` leaves them.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from payorch.engine.routing_rules import RoutingDocument
+from payorch.engine.success_rates import SuccessRates
 from payorch.storage.provider_configs import ProviderConfig
 
 
@@ -37,6 +43,8 @@ class HotState:
     generation: int = 0
     _provider_configs: tuple[ProviderConfig, ...] | None = field(default=None, repr=False)
     _routing: RoutingInForce | None = field(default=None, repr=False)
+    _rates: SuccessRates | None = field(default=None, repr=False)
+    _rates_read_at: float = field(default=0.0, repr=False)  # monotonic time the rates were read at
 
     def provider_configs(self) -> tuple[ProviderConfig, ...] | None:
         """The active provider configurations as last read, or None when they must be read."""
@@ -55,6 +63,19 @@ class HotState:
         """Keep `routing`, read when `generation` was current, unless the state was forgotten since."""
         if self.trusted() and generation == self.generation:
             self._routing = routing
+
+    def rates(self) -> SuccessRates | None:
+        """The success rates as last read (None before the first read), however old."""
+        return self._rates
+
+    def rates_due(self, now: float, refresh_s: float) -> bool:
+        """Whether the rates must be read (again) at `now`: never read, or read `refresh_s` ago."""
+        return self._rates is None or now - self._rates_read_at >= refresh_s
+
+    def keep_rates(self, rates: SuccessRates, read_at: float) -> None:
+        """Keep `rates`, read at `read_at`, unless newer ones are kept already."""
+        if self._rates is None or read_at >= self._rates_read_at:
+            self._rates, self._rates_read_at = rates, read_at
 
     def forget(self) -> None:
         self.generation += 1

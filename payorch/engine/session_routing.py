@@ -1,6 +1,7 @@
 """Routing one session, in its application's actor: what the actor holds for it (the active provider
-configurations and the routing document in force, `engine.hot_state`), the facts of the session,
-the decision (`engine.routing_decision`) and the providers the cascade tries.
+configurations, the routing document in force and the success rates learned from outcomes,
+`engine.hot_state`), the facts of the session, the decision (`engine.routing_decision`) and the
+providers the cascade tries.
 
 `CreateSession` (`engine.checkout`) routes every session it creates here; `EvaluateRouting`
 answers how a session would be routed now, and creates nothing.
@@ -23,11 +24,12 @@ from payorch.engine.hot_state import DEFAULT_ROUTING, RoutingInForce
 from payorch.engine.routing import eligible_providers
 from payorch.engine.routing_decision import Decision, RankedProvider, decide, plan_decided_route
 from payorch.engine.routing_rules import RouteType, RoutingDocument, SessionFacts, stored_routing_document
-from payorch.engine.success_rates import RoutingSettings, SuccessRates
+from payorch.engine.success_rates import RoutingSettings, SegmentFigures, SuccessRates
 from payorch.providers.catalogue import ProviderCatalogue
-from payorch.storage import provider_configs, routing_documents
+from payorch.storage import provider_configs, routing_documents, routing_outcomes
 from payorch.storage.database import Connection
 from payorch.storage.provider_configs import ProviderConfig
+from payorch.storage.routing_outcomes import SegmentOutcomes
 from payorch.storage.sessions import SessionDraft
 from payorch.values.money import Money
 
@@ -45,21 +47,29 @@ class RoutingInputs:
 
 
 async def routing_inputs(actor: ApplicationActor[Context]) -> RoutingInputs:
-    """The application's configurations and routing document as its actor holds them; whatever it
-    does not hold is read, both in one database unit, and kept."""
+    """The application's configurations, routing document and success rates as its actor holds
+    them. Whatever it does not hold is read and kept, all in one database unit: the rates once they
+    are `routing.refresh_s` old, so a batch of creates costs at most that one read, and a create
+    never one of its own."""
     hot, context = actor.hot, actor.context
+    section = context.settings.routing
+    now = trio.current_time()
     held_configs, held_routing = hot.provider_configs(), hot.routing()
-    if held_configs is None or held_routing is None:
+    rates_due = hot.rates_due(now, section.refresh_s)
+    if held_configs is None or held_routing is None or rates_due:
         generation = hot.generation
-        configs, routing = await context.db.autocommit(
-            _read, actor.application_id, held_configs, held_routing
+        configs, routing, rows = await context.db.autocommit(
+            _read, actor.application_id, held_configs, held_routing, section.window if rates_due else None
         )
         hot.keep_provider_configs(configs, generation)
         hot.keep_routing(routing, generation)
+        if rows is not None:
+            figures = [SegmentFigures(*row) for row in rows]
+            hot.keep_rates(SuccessRates.from_rows(figures, learned_settings(section), hot.rates()), now)
     else:
         configs, routing = held_configs, held_routing
     in_catalogue = {c.provider: c for c in configs if context.providers.get(c.provider) is not None}
-    return RoutingInputs(in_catalogue, routing, NO_EVIDENCE)
+    return RoutingInputs(in_catalogue, routing, hot.rates() or NO_EVIDENCE)
 
 
 async def _read(
@@ -67,8 +77,10 @@ async def _read(
     application_id: uuid.UUID,
     configs: tuple[ProviderConfig, ...] | None,
     routing: RoutingInForce | None,
-) -> tuple[tuple[ProviderConfig, ...], RoutingInForce]:
-    """`configs` and `routing`, each read when None."""
+    window: int | None,
+) -> tuple[tuple[ProviderConfig, ...], RoutingInForce, list[SegmentOutcomes] | None]:
+    """`configs` and `routing`, each read when None, and each segment's newest `window` outcomes
+    when a window is given."""
     if configs is None:
         configs = tuple(await provider_configs.active_provider_configs(conn, application_id))
     if routing is None:
@@ -78,7 +90,8 @@ async def _read(
             if stored is None
             else RoutingInForce(stored_routing_document(stored.document), stored.version)
         )
-    return configs, routing
+    rows = None if window is None else await routing_outcomes.segment_outcomes(conn, application_id, window)
+    return configs, routing, rows
 
 
 @functools.lru_cache(maxsize=4)

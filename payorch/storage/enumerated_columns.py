@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from payorch.values.statuses import (
     DeliveryStatus,
     FailureReason,
+    Outcome,
     RefundStatus,
     RoutingReason,
     SessionStatus,
@@ -52,7 +53,8 @@ class EnumeratedColumn:
         return f"{self.column} IN ({', '.join(sql_literal(member) for member in self.enumeration)})"
 
 
-# Every status and failure-reason column of payorch's tables (a test finds any that is missing).
+# Every status, failure-reason, routing-reason and outcome column of payorch's tables (a test finds
+# any that is missing).
 # The sandbox's tables are the simulated provider's own, with their own vocabulary (migration 0004).
 ENUMERATED_COLUMNS = (
     EnumeratedColumn("checkout_sessions", "status", SessionStatus),
@@ -62,6 +64,7 @@ ENUMERATED_COLUMNS = (
     EnumeratedColumn("refunds", "failure_reason", FailureReason),
     EnumeratedColumn("webhook_deliveries", "status", DeliveryStatus),
     EnumeratedColumn("webhook_configs", "last_test_status", WebhookTestStatus),
+    EnumeratedColumn("routing_outcomes", "outcome", Outcome),
 )
 
 

@@ -1,5 +1,6 @@
 """What a session, a refund, a webhook delivery and a webhook test can be, why a session or a
-refund failed, and why a session was routed where it was: each enumeration's one definition.
+refund failed, why a session was routed where it was and how its payment turned out there: each
+enumeration's one definition.
 
 They live on the lowest floor because every floor speaks them: the engine moves sessions and
 refunds between them (`engine.session_states`, `engine.refund_rules`), the providers translate
@@ -86,3 +87,13 @@ class RoutingReason(enum.StrEnum):
     CASCADE = "cascade"
     """The provider the decision put first did not create the checkout (it failed, or its circuit
     was open): a later one in the order did."""
+
+
+class Outcome(enum.StrEnum):
+    """A session's outcome at the provider that created its checkout, for learned routing
+    (`engine.success_rates`): the first of its payment succeeding, the provider declining an
+    attempt, its checkout expiring unpaid. One letter each, as a segment's outcomes are listed."""
+
+    SUCCESS = "s"
+    FAILURE = "f"
+    ABANDONMENT = "a"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from decimal import Decimal
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import trio
@@ -22,6 +23,7 @@ from tests.helpers import (
     Shop,
     create_session,
     eventually,
+    expire_now,
     new_application,
     new_merchant,
     new_shop,
@@ -29,6 +31,7 @@ from tests.helpers import (
     put_routing,
     session_body,
 )
+from tests.test_metrics import scrape, value
 
 DOCUMENT: dict[str, Any] = {
     "rules": [
@@ -328,6 +331,7 @@ async def _record(client: Client, shop: Shop, session_id: str) -> dict[str, Any]
     return record
 
 
+PAID_CARD, DECLINED_CARD = "4242424242424242", "4000000000000002"  # the sandbox's (API.md)
 SANDBOX_FIRST = {
     "rules": [{"name": "sandbox-first", "route": {"type": "priority", "providers": ["sandbox"]}}]
 }
@@ -498,3 +502,56 @@ async def test_evaluate_of_another_merchants_or_an_unknown_application_is_403_or
     )
     assert response.status_code == 404
     assert (await _evaluate(client, shop, session_body(), shop.headers)).status_code == 401
+
+
+# --- Outcomes learned ------------------------------------------------------------------------------
+
+
+async def _outcomes(db: Database, session_id: str) -> list[tuple[str, str, str, str]] | None:
+    """The session's recorded outcomes (provider, method, currency, outcome); None while it has none."""
+
+    async def read(conn: Connection) -> list[tuple[str, str, str, str]]:
+        rows = await conn.fetch(
+            """SELECT provider_name, payment_method, currency, outcome FROM routing_outcomes
+               WHERE session_id = $1""",
+            uuid.UUID(session_id),
+        )
+        return [tuple(row.values()) for row in rows]
+
+    return await db.autocommit(read) or None
+
+
+async def _pay(client: Client, created: dict[str, Any], card: str) -> None:
+    response = await client.post(urlsplit(created["checkoutUrl"]).path, form={"card_number": card})
+    assert response.status_code == (402 if card == DECLINED_CARD else 200)
+
+
+async def test_a_decline_is_the_sessions_outcome_and_its_later_payment_does_not_replace_it(
+    client: Client, shop: Shop, db: Database
+) -> None:
+    created = await _created(client, shop, "k1")
+    await _pay(client, created, DECLINED_CARD)
+    assert await eventually(lambda: _outcomes(db, created["sessionId"])) == [("sandbox", "card", "PLN", "f")]
+    await _pay(client, created, PAID_CARD)
+
+    async def succeeded() -> bool:
+        return (await _record(client, shop, created["sessionId"]))["status"] == "SUCCEEDED"
+
+    await eventually(succeeded)
+    assert await _outcomes(db, created["sessionId"]) == [("sandbox", "card", "PLN", "f")]
+    _, samples = await scrape(client)
+    labels = {"provider": "sandbox", "payment_method": "card"}
+    assert value(samples, "payorch_routing_outcomes_total", **labels, outcome="failure") == 1
+    assert value(samples, "payorch_routing_outcomes_total", **labels, outcome="success") == 0
+    assert value(samples, "payorch_routing_decisions_total", reason="dynamic") == 1
+
+
+async def test_a_payment_is_a_success_and_a_checkout_expired_unpaid_an_abandonment(
+    client: Client, shop: Shop, db: Database
+) -> None:
+    paid = await _created(client, shop, "paid")
+    await _pay(client, paid, PAID_CARD)
+    assert await eventually(lambda: _outcomes(db, paid["sessionId"])) == [("sandbox", "card", "PLN", "s")]
+    left = await _created(client, shop, "left")
+    await expire_now(db, left["sessionId"])
+    assert await eventually(lambda: _outcomes(db, left["sessionId"])) == [("sandbox", "card", "PLN", "a")]

@@ -1,17 +1,23 @@
-"""A merchant's routing document between two providers, the sandbox and Stripe (at its fake,
-tests/fake_stripe.py): a priority rule sends its sessions to the provider it names, a split assigns
-each session by weight, every session says why it went where it did, and the evaluate call shows
-the decision without creating anything or calling a provider."""
+"""Routing between two providers, the sandbox and Stripe (at its fake, tests/fake_stripe.py): a
+priority rule sends its sessions to the provider it names, a split assigns each session by weight,
+every session says why it went where it did, the evaluate call shows the decision without creating
+anything or calling a provider, and dynamic routing moves sessions to the provider whose payments
+succeed once it has learned their outcomes."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any
+from urllib.parse import urlsplit
 
+import httpx
 import pytest
 
 from payorch.config import ProviderSettings, Settings, StripeSettings
 from payorch.engine.routing_rules import SessionFacts, SplitRoute, split_order
+from payorch.runtime import Runtime
 from payorch.storage.database import Connection, Database
 from payorch.values.money import Money
 from tests import fake_stripe as stripe_fake
@@ -20,6 +26,7 @@ from tests.helpers import (
     Client,
     Shop,
     create_session,
+    eventually,
     link_sandbox,
     new_api_key,
     new_application,
@@ -42,11 +49,23 @@ PL_ADDRESS = {"line1": "ul. Prosta 1", "city": "Warszawa", "postalCode": "00-001
 
 @pytest.fixture
 def settings(settings: Settings, fake_stripe: FakeStripe) -> Settings:
-    """Stripe enabled, its API at the fake; the sandbox stays enabled too."""
+    """Stripe enabled, its API at the fake; the sandbox stays enabled too. Success rates are read
+    again before every batch of creates, so a session routes on every outcome recorded before it."""
     fake_stripe.accept_key(STRIPE_KEY)
     return settings.model_copy(
-        update={"providers": ProviderSettings(stripe=StripeSettings(enabled=True, api_base=fake_stripe.url))}
+        update={
+            "providers": ProviderSettings(stripe=StripeSettings(enabled=True, api_base=fake_stripe.url)),
+            "routing": settings.routing.model_copy(update={"refresh_s": 0.0}),
+        }
     )
+
+
+@pytest.fixture
+async def stripe_sender(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
+    """How the fake Stripe reaches payorch's provider-events route: HTTP into the app itself."""
+    transport = httpx.ASGITransport(app=runtime.app)  # type: ignore[arg-type]  # ASGI typing differs
+    async with httpx.AsyncClient(transport=transport) as client:
+        yield client
 
 
 async def _shop(
@@ -180,3 +199,56 @@ async def test_evaluate_ranks_every_provider_the_route_names_and_calls_none(
     assert cards["ranking"][0]["score"] == cards["ranking"][1]["score"]
     assert _stripe_creations(fake_stripe) == []
     assert await _sessions(db) == 0
+
+
+# --- Learning from outcomes ----------------------------------------------------------------------
+
+
+async def _outcome(db: Database, session_id: str) -> str | None:
+    async def read(conn: Connection) -> str | None:
+        found: str | None = await conn.fetchval(
+            "SELECT outcome FROM routing_outcomes WHERE session_id = $1", uuid.UUID(session_id)
+        )
+        return found
+
+    return await db.autocommit(read)
+
+
+async def _checkout_of(fake: FakeStripe, session_id: str) -> str:
+    (sent,) = [
+        r
+        for r in fake.requests_to("POST", "/v1/checkout/sessions")
+        if r.status == 200 and r.form["client_reference_id"] == session_id
+    ]
+    checkout_id: str = sent.answer["id"]
+    return checkout_id
+
+
+async def test_dynamic_routing_moves_sessions_to_the_provider_whose_payments_succeed(
+    client: Client, shop: Shop, db: Database, fake_stripe: FakeStripe, stripe_sender: httpx.AsyncClient
+) -> None:
+    # The sandbox declines every card payment here, Stripe's customers pay: each session's outcome
+    # is recorded before the next session is created.
+    routed = []
+    for number in range(8):
+        session = await created(client, shop, f"session-{number}")
+        provider, rule, reason, _ = _explained(session)
+        assert (rule, reason) == (None, "dynamic")
+        routed.append(provider)
+        if provider == "sandbox":
+            page = urlsplit(session["checkoutUrl"]).path
+            assert (await client.post(page, form={"card_number": "4000000000000002"})).status_code == 402
+        else:
+            event = fake_stripe.pay(await _checkout_of(fake_stripe, session["sessionId"]))
+            (answer,) = await fake_stripe.deliver(event, via=stripe_sender)
+            assert answer.status_code == 200, answer.text
+        await eventually(lambda: _outcome(db, session["sessionId"]))  # noqa: B023 - awaited at once
+    # Before any outcome both stood at the prior and the sandbox came first by name; its one
+    # decline put it behind Stripe, untried, and Stripe's successes kept it in front.
+    assert routed == ["sandbox"] + ["stripe"] * 7
+    path = f"/api/v1/applications/{shop.application_id}/routing/evaluate"
+    ranking = (await (await post_json(client, path, session_body(), shop.merchant.headers)).get_json())[
+        "ranking"
+    ]
+    assert [place["provider"] for place in ranking] == ["stripe", "sandbox"]
+    assert ranking[0]["score"] > 0.8 > 0.6 > ranking[1]["score"]

@@ -91,7 +91,7 @@ async def _target_application(principal: Principal, requested: uuid.UUID | None)
 @authenticated(Accept.JWT_OR_API_KEY)
 @validate_request(SessionCreateRequest)
 async def create_session(data: SessionCreateRequest, principal: Principal) -> tuple[Response, int]:
-    """Create a checkout session, routed to the best eligible provider. Needs `Idempotency-Key`."""
+    """Create a checkout session, routed by the application's routing document. Needs `Idempotency-Key`."""
     key = idempotency_key()
     application_id = await _target_application(principal, data.applicationId)
     draft = session_draft(data, application_id)
