@@ -292,13 +292,15 @@ class LimitSettings(_Section):
 
 
 class RoutingSettings(_Section):
-    """Learned routing (docs/routing.md, `engine.success_rates.RoutingSettings` holds the same)."""
+    """Learned routing (docs/routing.md; `engine.success_rates.RoutingSettings` holds the same but
+    `refresh_s`: how often an application's actor reads its success rates again)."""
 
     window: Annotated[int, Field(ge=1, le=10_000)] = 200
     exploration: Annotated[float, Field(ge=0, le=1)] = 0.05
     elimination_threshold: Annotated[float, Field(ge=0, le=1)] = 0.2
     abandonment_weight: Annotated[float, Field(ge=0, le=1)] = 0.5
     min_outcomes: PositiveInt = 20
+    refresh_s: NonNegativeFloat = 5.0
 
 
 LogLevel = Literal["debug", "info", "warning", "error"]

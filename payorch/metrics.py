@@ -229,6 +229,20 @@ class Metrics:
             ["limit"],
             registry=self.registry,
         )
+        self._routing_decisions = Counter(
+            "payorch_routing_decisions",
+            "Sessions created, by why their provider took them (docs/routing.md): rule, split, dynamic, "
+            "exploration, or cascade (a provider after the decision's first created the checkout).",
+            ["reason"],
+            registry=self.registry,
+        )
+        self._routing_outcomes = Counter(
+            "payorch_routing_outcomes",
+            "Sessions' first outcomes at the provider that created their checkout, as learned routing "
+            "counts them: success, failure (a declined attempt) or abandonment (expired unpaid).",
+            ["provider", "payment_method", "outcome"],
+            registry=self.registry,
+        )
         self._snapshot = _SnapshotCollector()
         self.registry.register(self._snapshot)
 
@@ -248,6 +262,14 @@ class Metrics:
         """Count a session status change; a change that keeps the status is not one."""
         if from_status != to_status:
             self._session_transitions.labels(from_status, to_status).inc()
+
+    def routing_decision(self, reason: str) -> None:
+        """Count a created session by its `routing.reason`."""
+        self._routing_decisions.labels(reason).inc()
+
+    def routing_outcome(self, provider: str, payment_method: str, outcome: str) -> None:
+        """Count a session's first outcome at `provider`: success, failure or abandonment."""
+        self._routing_outcomes.labels(provider, payment_method, outcome).inc()
 
     def refund_transition(self, to_status: str) -> None:
         """Count a refund entering `to_status`."""

@@ -25,6 +25,7 @@ import trio_asyncio
 from payorch.config import (
     AuthSettings,
     DatabaseSettings,
+    RoutingSettings,
     SecuritySettings,
     ServerSettings,
     Settings,
@@ -168,6 +169,9 @@ def settings(database_dsn: str, tmp_path: Path) -> Settings:
         auth=AuthSettings(jwt_secret=TEST_JWT_SECRET),
         security=SecuritySettings(encryption_key=TEST_ENCRYPTION_KEY),
         webhooks=WebhookSettings(allow_private_networks=True),
+        # No exploration share: a session's provider would otherwise depend on its random id. The
+        # tests of exploration ask for one.
+        routing=RoutingSettings(exploration=0.0),
     )
 
 

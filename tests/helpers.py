@@ -161,6 +161,23 @@ async def create_session(client: Client, shop: Shop, key: str, body: dict[str, A
     )
 
 
+async def put_routing(client: Client, shop: Shop, document: dict[str, Any]) -> dict[str, Any]:
+    """Store `document` as the shop's routing document; the answer (with its `version`)."""
+    response = await client.put(
+        f"/api/v1/applications/{shop.application_id}/routing",
+        data=dumps_exact(document),
+        headers={**shop.merchant.headers, "Content-Type": "application/json"},
+    )
+    assert response.status_code == 200, await response.get_data(as_text=True)
+    body: dict[str, Any] = await response.get_json()
+    return body
+
+
+async def prefer(client: Client, shop: Shop, *providers: str) -> dict[str, Any]:
+    """Route every session of the shop to `providers` in this order (a priority default route)."""
+    return await put_routing(client, shop, {"default": {"type": "priority", "providers": list(providers)}})
+
+
 async def eventually(
     check: Callable[[], Awaitable[T | None]], timeout_s: float = 10.0, *, every_s: float = 0.05
 ) -> T:

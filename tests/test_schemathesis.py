@@ -88,6 +88,22 @@ class World:
                 }
             },
             "POST /api/v1/sessions/{session_id}/refunds": {"body": {"amount": 1, "reason": "DUPLICATE"}},
+            "PUT /api/v1/applications/{application_id}/routing": {
+                "body": {
+                    "rules": [{"name": "cards", "route": {"type": "priority", "providers": ["sandbox"]}}],
+                    "objective": "approval",
+                }
+            },
+            "POST /api/v1/applications/{application_id}/routing/evaluate": {
+                "body": {
+                    "orderReference": "order-st",
+                    "paymentMethod": "card",
+                    "currency": "PLN",
+                    "amount": {"total": 12.5},
+                    "customer": {"email": "buyer@example.com"},
+                    "routing": {"default": {"type": "dynamic"}},
+                }
+            },
             "GET /api/v1/payment-methods": {
                 "query": {"currency": "PLN", "amount": "12.50", "applicationId": application_id}
             },

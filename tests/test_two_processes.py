@@ -1,5 +1,6 @@
 """Two service processes on one database: the guarantees live in the database, not in one process's
-actors, so racing refunds through both never refund more than was paid."""
+actors, so racing refunds through both never refund more than was paid, and the outcomes one
+process records route the other's sessions."""
 
 from __future__ import annotations
 
@@ -16,9 +17,14 @@ from payorch.config import Settings
 from payorch.engine.invites import issue_invite
 from payorch.jsonexact import dumps_exact, loads_exact
 from payorch.storage.database import Connection, Database
+from tests import fake_stripe as stripe_fake
 from tests.conftest import TEST_ENCRYPTION_KEY, TEST_JWT_SECRET
+from tests.fake_stripe import FakeStripe
 from tests.helpers import PASSWORD, SANDBOX_KEY, eventually, session_body, signup_body
 from tests.processes import serving
+
+fake_stripe = stripe_fake.fake_stripe
+STRIPE_KEY = "sk_test_51ShopKey0123456789abcdef"
 
 SHARED_SECRETS = {
     "PAYORCH_AUTH__JWT_SECRET": TEST_JWT_SECRET,
@@ -37,10 +43,11 @@ async def _post(http: httpx.AsyncClient, path: str, body: Any, headers: dict[str
     )
 
 
-async def _paid_session(
-    http: httpx.AsyncClient, db: Database, settings: Settings
-) -> tuple[str, dict[str, str]]:
-    """A merchant's API-key headers and a session of 100.00 paid through the sandbox."""
+async def _shop(
+    http: httpx.AsyncClient, db: Database, settings: Settings, *providers: tuple[str, str]
+) -> tuple[str, dict[str, str], dict[str, str]]:
+    """A merchant's application linked to each (provider, key) for cards: its id, the merchant's
+    JWT headers and the application's API-key headers."""
     invite = await issue_invite(db, settings, "owner@two.example")
     signup = await _post(
         http, f"/api/v1/merchants/signup?token={invite.token}", signup_body("owner@two.example", "TWO-1"), {}
@@ -49,15 +56,23 @@ async def _paid_session(
     login = await _post(http, "/api/v1/auth/login", {"email": "owner@two.example", "password": PASSWORD}, {})
     jwt = {"Authorization": f"Bearer {(await _json(login))['accessToken']}"}
     application = await _json(await _post(http, "/api/v1/applications", {"name": "shop"}, jwt))
-    linked = await _post(
-        http,
-        f"/api/v1/applications/{application['id']}/providers",
-        {"name": "sandbox", "paymentMethods": ["card"], "credentials": {"apiKey": SANDBOX_KEY}},
-        jwt,
-    )
-    assert linked.status_code == 201, linked.text
+    for name, api_key in providers:
+        linked = await _post(
+            http,
+            f"/api/v1/applications/{application['id']}/providers",
+            {"name": name, "paymentMethods": ["card"], "credentials": {"apiKey": api_key}},
+            jwt,
+        )
+        assert linked.status_code == 201, linked.text
     key = await _json(await _post(http, f"/api/v1/applications/{application['id']}/api-keys", {}, jwt))
-    headers = {"X-API-Key": key["key"]}
+    return application["id"], jwt, {"X-API-Key": key["key"]}
+
+
+async def _paid_session(
+    http: httpx.AsyncClient, db: Database, settings: Settings
+) -> tuple[str, dict[str, str]]:
+    """A merchant's API-key headers and a session of 100.00 paid through the sandbox."""
+    _, _, headers = await _shop(http, db, settings, ("sandbox", SANDBOX_KEY))
     created = await _json(
         await _post(http, "/api/v1/sessions", session_body(), {**headers, "Idempotency-Key": "s"})
     )
@@ -109,3 +124,61 @@ async def test_refunds_raced_through_two_processes_never_exceed_the_total(
         )
 
     assert await db.autocommit(refunded) == 10000
+
+
+async def test_two_processes_route_on_the_same_outcomes(
+    database_dsn: str, db: Database, settings: Settings, tmp_path: Path, fake_stripe: FakeStripe
+) -> None:
+    # The sandbox and Stripe (at its fake) linked; the rates read again before every batch.
+    fake_stripe.accept_key(STRIPE_KEY)
+    env = {
+        **SHARED_SECRETS,
+        "PAYORCH_PROVIDERS__STRIPE__ENABLED": "true",
+        "PAYORCH_PROVIDERS__STRIPE__API_BASE": fake_stripe.url,
+        "PAYORCH_ROUTING__REFRESH_S": "0",
+        "PAYORCH_ROUTING__EXPLORATION": "0",
+    }
+    async with (
+        serving(database_dsn, tmp_path / "first", env) as (_, first_url, _),
+        serving(database_dsn, tmp_path / "second", env) as (_, second_url, _),
+        httpx.AsyncClient(base_url=first_url, timeout=30) as first,
+        httpx.AsyncClient(base_url=second_url, timeout=30) as second,
+    ):
+        application_id, jwt, headers = await _shop(
+            first, db, settings, ("sandbox", SANDBOX_KEY), ("stripe", STRIPE_KEY)
+        )
+        evaluate = f"/api/v1/applications/{application_id}/routing/evaluate"
+
+        async def create(http: httpx.AsyncClient, key: str) -> dict[str, Any]:
+            response = await _post(
+                http, "/api/v1/sessions", session_body(), {**headers, "Idempotency-Key": key}
+            )
+            assert response.status_code == 201, response.text
+            created: dict[str, Any] = await _json(response)
+            return created
+
+        # Before any outcome both providers stand at the prior: the sandbox first, by name, on both.
+        before = await create(second, "before")
+        assert before["routing"]["selectedProvider"] == "sandbox"
+        # Through the first process, the sandbox declines it; the outcome is in the database.
+        declined = await first.post(
+            urlsplit(before["checkoutUrl"]).path, data={"card_number": "4000000000000002"}
+        )
+        assert declined.status_code == 402
+
+        async def learned(conn: Connection) -> str | None:
+            found: str | None = await conn.fetchval("SELECT outcome FROM routing_outcomes")
+            return found
+
+        assert await eventually(lambda: db.autocommit(learned), timeout_s=20) == "f"
+        # Both processes route on it: Stripe first, with the same scores.
+        rankings = []
+        for http in (first, second):
+            answer = await _json(await _post(http, evaluate, session_body(), jwt))
+            assert answer["selectedProvider"] == "stripe"
+            rankings.append(answer["ranking"])
+            assert (await create(http, f"after-{http.base_url.port}"))["routing"][
+                "selectedProvider"
+            ] == "stripe"
+        assert rankings[0] == rankings[1]
+        assert [place["provider"] for place in rankings[0]] == ["stripe", "sandbox"]

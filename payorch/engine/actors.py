@@ -8,8 +8,9 @@ an owner and a lease, so one request of a key runs at a time on any node; refund
 webhook deliveries are claimed rows (FOR UPDATE SKIP LOCKED, with a lease and an owning node); a
 refund's balance is checked under its session's lock. The actor adds, within one process: batching
 (creates waiting together claim their keys and store their sessions in one round trip each), the
-application's hot state (its provider configurations, refreshed on change), one order per lane of
-what this process applies for the application, and backpressure (a bounded mailbox: full is 503).
+application's hot state (its provider configurations and routing document, refreshed on change),
+one order per lane of what this process applies for the application, and backpressure (a bounded
+mailbox: full is 503).
 It is not what keeps two processes from applying one change twice: the database is.
 
 Lanes. Every command names the lane it runs in (`lane`): what it must wait for within this process.

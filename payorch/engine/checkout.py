@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -16,22 +16,21 @@ import outcome
 import trio
 
 from payorch.engine.actors import ActorCrashed, ApplicationActor, BatchCommand, Reply
-from payorch.engine.context import Context, account_of
+from payorch.engine.context import Context
 from payorch.engine.idempotency import (
     Answer,
     claim_idempotency_keys,
     in_progress,
 )
 from payorch.engine.records import SessionCreated
-from payorch.engine.routing import eligible_providers, plan_route
+from payorch.engine.routing_decision import Decision
+from payorch.engine.session_routing import RoutingInputs, plan_session, routing_inputs
 from payorch.providers.base import (
     CheckoutCreated,
     CheckoutRequest,
     ProviderError,
 )
-from payorch.providers.catalogue import ProviderCatalogue
-from payorch.storage import idempotency_keys, provider_configs, sessions
-from payorch.storage.database import Database
+from payorch.storage import idempotency_keys, sessions
 from payorch.storage.failures import StorageFailure, storage_failure
 from payorch.storage.idempotency_keys import Claimed
 from payorch.storage.provider_configs import ProviderConfig
@@ -40,8 +39,7 @@ from payorch.values.errors import (
     NoProviderAvailable,
     ProviderUnavailable,
 )
-from payorch.values.money import Money
-from payorch.values.statuses import SessionStatus
+from payorch.values.statuses import RoutingReason, SessionStatus
 from payorch.values.timefmt import iso
 
 log = logging.getLogger("payorch.checkout")
@@ -56,6 +54,23 @@ class _Routed:
     provider: str
     score: float
     created: CheckoutCreated
+
+
+@dataclass(frozen=True)
+class _Explanation:
+    """Why the session went where it did: the matching rule (None: the default route), the reason
+    (the decision's, or `cascade` when a provider after the decision's first created the checkout)
+    and the version of the routing document."""
+
+    rule: str | None
+    reason: RoutingReason
+    version: int
+
+    @classmethod
+    def of(cls, decision: Decision, version: int, provider: str) -> _Explanation:
+        first = decision.order[0] if decision.order else None
+        reason = RoutingReason(decision.reason) if provider == first else RoutingReason.CASCADE
+        return cls(decision.rule, reason, version)
 
 
 @dataclass(frozen=True)
@@ -85,11 +100,7 @@ class CreateSession(BatchCommand[Context, Answer]):
                 waiting[key] = (command, reply)
         if not waiting:
             return
-        configs = {
-            config.provider: config
-            for config in await active_provider_configs(actor)
-            if context.providers.get(config.provider) is not None
-        }
+        inputs = await routing_inputs(actor)
         claimed = await claim_idempotency_keys(
             actor,
             SESSION_CREATE_SCOPE,
@@ -99,7 +110,7 @@ class CreateSession(BatchCommand[Context, Answer]):
         for key, claim in claimed.items():
             command, reply = waiting[key]
             try:
-                command._start(actor, reply, claim, configs)
+                command._start(actor, reply, claim, inputs)
             except (NoProviderAvailable, ProviderUnavailable) as error:
                 unclaimed.append(key)
                 reply.fail(error)
@@ -116,7 +127,7 @@ class CreateSession(BatchCommand[Context, Answer]):
         actor: ApplicationActor[Context],
         reply: Reply[Answer],
         claim: Claimed,
-        configs: dict[str, ProviderConfig],
+        inputs: RoutingInputs,
     ) -> None:
         """Route the session and ask its providers in a child; the result comes back as a
         `_StoreSession`. `NoProviderAvailable` or `ProviderUnavailable` when no route exists.
@@ -126,12 +137,9 @@ class CreateSession(BatchCommand[Context, Answer]):
         same deadline, as the provider's idempotency key requires."""
         context = actor.context
         draft = self.draft
-        candidates = eligible_providers(
-            configs.values(), _accepts(context.providers), draft.payment_method, draft.amount
-        )
-        accounts = [account_of(configs[name]) for name in candidates]
-        ranked = plan_route(accounts, context.health, trio.current_time())
         session_id = claim.resource_id
+        decision, ranked = plan_session(context, inputs, draft, session_id)
+        version = inputs.routing.version
         requested_at = claim.claimed_at
         expires_at = requested_at + timedelta(seconds=context.settings.sessions.ttl_s)
         request = CheckoutRequest(
@@ -150,13 +158,14 @@ class CreateSession(BatchCommand[Context, Answer]):
         )
         actor.in_flight[f"{SESSION_CREATE_SCOPE}:{self.idempotency_key}"] = reply
 
-        async def create() -> _Routed:
-            return await _create_with_cascade(context, ranked, configs, request)
+        async def create() -> tuple[_Routed, _Explanation]:
+            routed = await _create_with_cascade(context, ranked, inputs.configs, request)
+            return routed, _Explanation.of(decision, version, routed.provider)
 
         actor.spawn_command(create, lambda routed: _StoreSession(self, session_id, expires_at, routed), reply)
 
     def new_session(
-        self, session_id: uuid.UUID, expires_at: datetime, routed: _Routed
+        self, session_id: uuid.UUID, expires_at: datetime, routed: _Routed, explanation: _Explanation
     ) -> sessions.NewSession:
         return sessions.NewSession(
             id=session_id,
@@ -166,6 +175,9 @@ class CreateSession(BatchCommand[Context, Answer]):
             provider_reference=routed.created.reference,
             checkout_url=routed.created.url,
             routing_score=Decimal(str(routed.score)),
+            routing_rule=explanation.rule,
+            routing_reason=explanation.reason,
+            routing_version=explanation.version,
         )
 
 
@@ -177,7 +189,7 @@ class _StoreSession(BatchCommand[Context, Answer]):
     command: CreateSession
     session_id: uuid.UUID
     expires_at: datetime
-    routed: outcome.Outcome[_Routed]
+    routed: outcome.Outcome[tuple[_Routed, _Explanation]]
 
     @classmethod
     async def run_batch(
@@ -192,12 +204,12 @@ class _StoreSession(BatchCommand[Context, Answer]):
             key = store.command.idempotency_key
             actor.in_flight.pop(f"{SESSION_CREATE_SCOPE}:{key}", None)
             try:
-                routed = store.routed.unwrap()
+                routed, explanation = store.routed.unwrap()
             except ProviderUnavailable as error:
                 unavailable.append(key)
                 reply.fail(error)
                 continue
-            stored.append((store._answered(routed, now), reply))
+            stored.append((store._answered(routed, explanation, now), reply))
         db = actor.context.db
         if unavailable:
             await db.autocommit(
@@ -216,18 +228,26 @@ class _StoreSession(BatchCommand[Context, Answer]):
             # One session the database refused fails the whole group: store each on its own, so
             # that only the requests it refuses fail.
             log.warning("a group of sessions failed to store; storing each alone", exc_info=True)
-            await _store_each(db, stored)
+            await _store_each(actor.context, stored)
             return
         for answered, reply in stored:
-            reply.send(Answer(answered.status, answered.body))
+            _created(actor.context, answered, reply)
 
-    def _answered(self, routed: _Routed, created_at: datetime) -> sessions.AnsweredSession:
-        new = self.command.new_session(self.session_id, self.expires_at, routed)
+    def _answered(
+        self, routed: _Routed, explanation: _Explanation, created_at: datetime
+    ) -> sessions.AnsweredSession:
+        new = self.command.new_session(self.session_id, self.expires_at, routed, explanation)
         body: SessionCreated = {
             "sessionId": str(new.id),
             "checkoutUrl": new.checkout_url,
             "status": SessionStatus.PENDING,
-            "routing": {"selectedProvider": routed.provider, "score": Decimal(str(routed.score))},
+            "routing": {
+                "selectedProvider": routed.provider,
+                "score": new.routing_score,
+                "rule": explanation.rule,
+                "reason": explanation.reason,
+                "version": explanation.version,
+            },
             "expiresAt": iso(new.expires_at),
             "createdAt": iso(created_at),
         }
@@ -241,47 +261,29 @@ class _StoreSession(BatchCommand[Context, Answer]):
         )
 
 
-async def _store_each(db: Database, stored: list[tuple[sessions.AnsweredSession, Reply[Answer]]]) -> None:
+def _created(context: Context, answered: sessions.AnsweredSession, reply: Reply[Answer]) -> None:
+    """The session is stored: answer its request, and count its routing decision."""
+    reply.send(Answer(answered.status, answered.body))
+    context.metrics.routing_decision(answered.session.routing_reason)
+
+
+async def _store_each(context: Context, stored: list[tuple[sessions.AnsweredSession, Reply[Answer]]]) -> None:
     for answered, reply in stored:
         try:
-            await db.autocommit(sessions.insert_answered_sessions, [answered])
+            await context.db.autocommit(sessions.insert_answered_sessions, [answered])
         except Exception as error:
             if storage_failure(error) is not StorageFailure.INTERNAL:
                 raise
             log.exception("a session failed to store", extra={"sessionId": str(answered.session.id)})
             reply.fail(ActorCrashed("a database statement failed while storing this session"))
         else:
-            reply.send(Answer(answered.status, answered.body))
-
-
-async def active_provider_configs(actor: ApplicationActor[Context]) -> tuple[ProviderConfig, ...]:
-    """The application's active provider configurations, as its actor holds them (read if not)."""
-    hot = actor.hot
-    configs = hot.provider_configs()
-    if configs is None:
-        generation = hot.generation
-        configs = tuple(
-            await actor.context.db.autocommit(provider_configs.active_provider_configs, actor.application_id)
-        )
-        hot.keep_provider_configs(configs, generation)
-    return configs
-
-
-def _accepts(providers: ProviderCatalogue) -> Callable[[str, str, Money], bool]:
-    def accepts(name: str, method: str, amount: Money) -> bool:
-        provider = providers.get(name)
-        if provider is None or method not in provider.payment_methods:
-            return False
-        limits = provider.limits(amount.currency, method)
-        return limits is not None and limits.min_minor <= amount.minor <= limits.max_minor
-
-    return accepts
+            _created(context, answered, reply)
 
 
 async def _create_with_cascade(
     context: Context,
     ranked: list[tuple[str, float]],
-    configs: dict[str, ProviderConfig],
+    configs: Mapping[str, ProviderConfig],
     request: CheckoutRequest,
 ) -> _Routed:
     """Try the ranked providers in turn; the first to create the checkout wins."""

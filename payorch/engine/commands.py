@@ -10,6 +10,9 @@
   session's. Answers the key's `Answer`: 201 or 202 with the refund, or the replay of an earlier one.
 - `SubmitRefund` (`engine/refund_commands.py`), from the refund loop (`supervisors/refund_loop.py`);
   lane: its refund's. Answers `bool`: the provider took the refund.
+- `EvaluateRouting` (`engine/session_routing.py`), from `POST /api/v1/applications/<id>/routing/evaluate`;
+  lane: the application's. Answers an `Evaluation`: how a session would be routed now (creates
+  nothing, calls no provider).
 
 And the one command an actor sends itself: `_StoreSession` (`engine/checkout.py`), what a created
 session's providers answered, stored with the others that came back together (batched in a lane
@@ -33,11 +36,13 @@ from payorch.engine.idempotency import Answer
 from payorch.engine.provider_events import ApplyProviderEvent
 from payorch.engine.refund_commands import CreateRefund, SubmitRefund
 from payorch.engine.session_expiry import ExpireSession
+from payorch.engine.session_routing import EvaluateRouting, Evaluation
 
 __all__ = [
     "ApplyProviderEvent",
     "CreateRefund",
     "CreateSession",
+    "EvaluateRouting",
     "ExpireSession",
     "PaymentActors",
     "SubmitRefund",
@@ -58,6 +63,8 @@ class PaymentActors(ActorRegistry[Context]):
     async def ask(self, application_id: uuid.UUID, command: CreateRefund) -> Answer: ...
     @overload
     async def ask(self, application_id: uuid.UUID, command: SubmitRefund) -> bool: ...
+    @overload
+    async def ask(self, application_id: uuid.UUID, command: EvaluateRouting) -> Evaluation: ...
 
     async def ask(self, application_id: uuid.UUID, command: Command[Context, Any]) -> Any:
         return await super().ask(application_id, command)

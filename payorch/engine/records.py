@@ -29,10 +29,42 @@ from payorch.engine.refund_rules import RefundEventData, RefundRecord
 from payorch.engine.session_states import WITH_REFUNDS
 from payorch.storage.sessions import CheckoutSession
 from payorch.values.money import to_major_units
-from payorch.values.statuses import SessionStatus
+from payorch.values.statuses import RoutingReason, SessionStatus
 from payorch.values.timefmt import iso
 
 SessionStatusField = Annotated[SessionStatus, listed(SessionStatus)]
+
+
+@with_config(CLOSED)
+class Routing(TypedDict):
+    """Where the session was routed and why (docs/routing.md). A session created before payorch
+    kept the explanation reads `rule: null, reason: "dynamic", version: 0`."""
+
+    selectedProvider: str
+    score: Annotated[Decimal, WithJsonSchema({"type": "number", "minimum": 0, "maximum": 1})]
+    rule: Annotated[str | None, Field(description="the matching rule's name; null: the default route")]
+    reason: Annotated[
+        RoutingReason,
+        listed(RoutingReason),
+        Field(
+            description="`rule`, `split`, `dynamic` or `exploration`: how the route put the provider "
+            "first; `cascade`: a provider after the first in the order created the checkout"
+        ),
+    ]
+    version: Annotated[int, Field(ge=0, description="of the routing document; 0: the default one")]
+
+
+def session_routing(session: CheckoutSession) -> Routing | None:
+    """The session's `routing` as stored; None for a session no provider created a checkout for."""
+    if session.provider_name is None or session.routing_score is None:
+        return None
+    return {
+        "selectedProvider": session.provider_name,
+        "score": session.routing_score,
+        "rule": session.routing_rule,
+        "reason": session.routing_reason or RoutingReason.DYNAMIC,
+        "version": session.routing_version or 0,
+    }
 
 
 @with_config(CLOSED)
@@ -55,6 +87,7 @@ class SessionRecord(TypedDict):
         Timestamp | None,
         Field(description="when the provider last reported a lost dispute (chargeback); null: never"),
     ]
+    routing: Routing | None
     refunds: list[RefundRecord] | None
 
 
@@ -74,14 +107,9 @@ def session_record(session: CheckoutSession, refunds: list[RefundRecord] | None 
         "createdAt": iso(session.created_at),
         "updatedAt": iso(session.updated_at),
         "disputeLostAt": iso(session.dispute_lost_at),
+        "routing": session_routing(session),
         "refunds": (refunds or []) if status in WITH_REFUNDS else None,
     }
-
-
-@with_config(CLOSED)
-class Routing(TypedDict):
-    selectedProvider: str
-    score: Annotated[Decimal, WithJsonSchema({"type": "number", "minimum": 0, "maximum": 1})]
 
 
 @with_config(CLOSED)

@@ -198,6 +198,13 @@ class ProviderHealth:
                 found.probe_until = now + self.policy.probe_timeout_s
         return True
 
+    def admits(self, key: ProviderAccount, now: float) -> bool:
+        """Whether `is_available` would say True now, handing out no probe: for a route shown
+        rather than tried (`POST .../routing/evaluate`)."""
+        return self._admits(self._accounts.get(key), now) and self._admits(
+            self._providers.get(key.provider), now
+        )
+
     def score(self, key: ProviderAccount, now: float) -> float:
         """The account's score in [0, 1], from its own calls; an account never seen scores 1
         (docs/routing.md)."""

@@ -2,9 +2,10 @@
 
 Pure code. `parse_routing_document` turns the JSON the merchant sent into frozen values, or refuses
 it with one `InvalidInput` (400 in shape A) that lists every problem as a `details` entry (found
-by `engine.routing_validation`);
-`document_json` gives the same JSON back. `matching_rule` finds the rule a session falls under, and
-`split_order` assigns a session to a split route's providers by weight, from its id alone.
+by `engine.routing_validation`); `document_json` gives the same JSON back, what is stored and
+answered, and `stored_routing_document` reads a stored one. `matching_rule` finds the rule a
+session falls under, and `split_order` assigns a session to a split route's providers by weight,
+from its id alone.
 
 The JSON form (numbers arrive as `int` or `Decimal`, never `float`; see `payorch.jsonexact`):
 
@@ -303,6 +304,18 @@ def parse_routing_document(raw: object, known_providers: Collection[str], *, at:
         fees={name: _fee(item) for name, item in (raw.get("fees") or {}).items()},
         objective=objective,
     )
+
+
+def stored_routing_document(raw: Mapping[str, Any]) -> RoutingDocument:
+    """The document `raw` stored once `parse_routing_document` found it sound (in `document_json`'s
+    form). The providers it names need not be in the catalogue any more: one that left it is never
+    eligible, so routing skips it as any provider not eligible for a session."""
+    routes = [raw.get("default") or {}, *(rule.get("route") or {} for rule in raw.get("rules") or ())]
+    named = set(raw.get("fees") or {})
+    for route in routes:
+        named.update(route.get("providers") or ())
+        named.update(route.get("weights") or {})
+    return parse_routing_document(dict(raw), named)
 
 
 def _rule(raw: dict[str, Any]) -> Rule:

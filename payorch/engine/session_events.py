@@ -1,6 +1,7 @@
 """A session's state changes after creation (a payment, a decline, expiry, a dispute), as one
-transaction with the webhook event each emits (transactional outbox). Run by the commands that
-learn of them: provider events and expiry."""
+transaction with the webhook event each emits (transactional outbox) and the outcome learned
+routing counts (its first: `storage.routing_outcomes`). Run by the commands that learn of them:
+provider events and expiry."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from datetime import datetime
 
 from payorch.engine.records import event_body, new_event_id, session_record
 from payorch.engine.session_states import SessionEvent, TransitionRefused, transition
+from payorch.engine.success_rates import first_outcome
 from payorch.metrics import Metrics
-from payorch.storage import outbox, sessions
+from payorch.storage import outbox, routing_outcomes, sessions
 from payorch.storage.database import Connection
 from payorch.values.statuses import SessionStatus
 
@@ -39,6 +41,7 @@ async def apply_session_event(
         change = transition(SessionStatus(session.status), event)
     except TransitionRefused:
         return False
+    await _record_outcome(conn, session, event, metrics, now)
     if (
         change.status == session.status
         and change.failure_reason == session.failure_reason
@@ -71,3 +74,26 @@ async def apply_session_event(
             ),
         )
     return True
+
+
+async def _record_outcome(
+    conn: Connection, session: sessions.CheckoutSession, event: SessionEvent, metrics: Metrics, now: datetime
+) -> None:
+    """The session's outcome at its provider, for learned routing, if `event` gives one and the
+    session has none yet (a decline is one though the session stays PENDING; a late payment after
+    expiry is not: the abandonment came first)."""
+    found = first_outcome(event)
+    if found is None or session.provider_name is None:
+        return
+    recorded = await routing_outcomes.record_outcome(
+        conn,
+        application_id=session.application_id,
+        session_id=session.id,
+        provider=session.provider_name,
+        payment_method=session.payment_method,
+        currency=session.currency,
+        outcome=found,
+        now=now,
+    )
+    if recorded:
+        metrics.routing_outcome(session.provider_name, session.payment_method, found.name.lower())

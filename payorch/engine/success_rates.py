@@ -50,7 +50,6 @@ to about 200: over 25 simulated worlds, a median of 196 sessions and 48 of 50 re
 
 from __future__ import annotations
 
-import enum
 import math
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -59,20 +58,13 @@ from itertools import accumulate
 from typing import Literal
 
 from payorch.engine.session_states import SessionEvent
+from payorch.values.statuses import Outcome  # defined there: the database's CHECK is written from it
 
 FIRST_RUN = 5  # the newest outcomes, always in the run
 BLOCKS = (10, 20)  # the run stops where this many older outcomes differ from it
 CHANGE_Z = 4.0  # a block this many standard errors away from the run ends it
 PRIOR_SUCCESSES, PRIOR_ATTEMPTS = 1.0, 2.0  # Beta(1, 1): 0.5 with two pseudo-outcomes
 OPTIMISM = 1.0  # standard deviations of its rate a provider is ranked above its rate
-
-
-class Outcome(enum.StrEnum):
-    """A session's outcome at its provider, by the one-letter code `SegmentFigures` lists."""
-
-    SUCCESS = "s"
-    FAILURE = "f"
-    ABANDONMENT = "a"
 
 
 def first_outcome(event: SessionEvent) -> Outcome | None:

@@ -22,6 +22,7 @@ from payorch.http.routes import (
     provider_events,
     providers,
     refunds,
+    routing,
     sessions,
     webhooks,
 )
@@ -90,6 +91,7 @@ def create_app(services: Services) -> PayorchApp:
         applications.blueprint,
         sessions.blueprint,
         providers.blueprint,
+        routing.blueprint,
         provider_events.blueprint,
         payment_methods.blueprint,
         refunds.blueprint,

@@ -32,6 +32,7 @@ from pydantic_core import CoreSchema, InitErrorDetails, PydanticCustomError
 from payorch.engine.identifiers import canonical_identifier
 from payorch.engine.passwords import PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH, password_weakness
 from payorch.engine.refund_rules import RefundReason
+from payorch.engine.routing_rules import MAX_DOCUMENT_BYTES
 from payorch.engine.web_urls import redirect_url_problem, website_url_problem
 from payorch.http.jsonio import first_unstorable_text
 from payorch.jsonexact import dumps_exact
@@ -440,3 +441,57 @@ class WebhookUpdateRequest(Body):
     url: WebhookUrl | None = None
     isActive: bool | None = None
     subscribedEvents: EventNames | None = None
+
+
+# --- Routing -----------------------------------------------------------------------------------
+
+
+# The body of `PUT .../routing`, for the document only: the route reads the JSON itself and
+# `engine.routing_rules.parse_routing_document` checks it, naming every problem (an empty or
+# duplicate rule name, weights not summing to 100, ...), which a model would stop at the first of.
+# So the values are described here and typed loosely. (Comments, not a docstring: a docstring
+# would be the document's description of the body.)
+class RoutingDocumentUpdate(Body):
+    rules: Annotated[
+        Any,
+        Field(
+            description="at most 100 rules, each `{name, when?, route}`, the first matching decides; "
+            "`when` holds `paymentMethods`, `currencies`, `countries` (lists) and `amount` "
+            "(`{min?, max?}` in major units, inclusive)"
+        ),
+    ] = None
+    default: Annotated[
+        Any,
+        Field(
+            description="the route when no rule matches: `{type: priority, providers}`, `{type: split, "
+            "weights}` (whole numbers summing to 100) or `{type: dynamic, providers?}`; dynamic if left out"
+        ),
+    ] = None
+    fees: Annotated[
+        Any,
+        Field(
+            description='by provider: `{percent, fixed: {currency: amount}}`, decimals as strings ("1.40")'
+        ),
+    ] = None
+    objective: Annotated[Any, Field(description="`approval` (the default) or `net` (of fees)")] = None
+    version: Annotated[Any, Field(description="ignored: a document read may be sent back as it is")] = None
+    updatedAt: Annotated[Any, Field(description="ignored, as `version`")] = None
+
+
+def _bounded_document(value: object) -> object:
+    if value is not None and len(dumps_exact(value).encode()) > MAX_DOCUMENT_BYTES:
+        raise ValueError(f"a routing document takes at most {MAX_DOCUMENT_BYTES} bytes as JSON")
+    return value
+
+
+# A session create body, and optionally a routing document to try instead of the stored one
+# (`POST .../routing/evaluate`). The document is checked by the route, every problem named.
+class RoutingEvaluateRequest(SessionCreateRequest):
+    routing: Annotated[
+        dict[str, Any] | None,
+        BeforeValidator(_bounded_document),
+        Field(
+            description="a routing document to try instead of the stored one, in the form of "
+            "PUT .../routing; its problems are named under `routing.`"
+        ),
+    ] = None

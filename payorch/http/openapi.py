@@ -191,6 +191,7 @@ TAGS = [
     Tag(name="Accounts", description="Merchant signup by invitation, and login."),
     Tag(name="Applications and API keys", description="A merchant's integration units and their keys."),
     Tag(name="Providers", description="The provider catalogue and the providers linked to an application."),
+    Tag(name="Routing", description="Which provider an application's sessions go to: its rules, tried out."),
     Tag(name="Sessions", description="Checkout sessions: one payment attempt each."),
     Tag(name="Refunds", description="Refunds of paid sessions, in full or in part."),
     Tag(name="Payment methods", description="What an application can offer for a currency and amount."),

@@ -8,12 +8,15 @@ Keys that are sometimes absent (never null) are `NotRequired`.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Annotated, Any, Literal, NotRequired
 
-from pydantic import Field, StringConstraints, with_config
+from pydantic import Field, StringConstraints, WithJsonSchema, with_config
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
-from payorch.engine.body_types import CLOSED, EventType, Timestamp, Uuid, listed
+from payorch.engine.body_types import CLOSED, EventType, Money, Timestamp, Uuid, listed
+from payorch.engine.routing_decision import PlaceReason
+from payorch.engine.routing_rules import Objective, RouteType
 from payorch.http.models import Organization
 from payorch.providers.base import EventDelivery
 from payorch.storage.applications import ApiKeyStatus
@@ -147,6 +150,94 @@ class PaymentMethodList(TypedDict):
 
     paymentMethods: list[str]
     warnings: NotRequired[list[PaymentMethodWarning]]
+
+
+# --- Routing ------------------------------------------------------------------------------------
+
+ProviderNames = list[str]
+
+
+@with_config(CLOSED)
+class RoutingRoute(TypedDict):
+    """A route: `priority` tries `providers` in order; `split` assigns each session by integer
+    `weights` summing to 100; `dynamic` ranks by learned success, over `providers` when given."""
+
+    type: RouteType
+    providers: NotRequired[ProviderNames]
+    weights: NotRequired[dict[str, Annotated[int, Field(ge=0, le=100)]]]
+
+
+@with_config(CLOSED)
+class RoutingAmountRange(TypedDict):
+    """Amounts in major units, both bounds inclusive."""
+
+    min: NotRequired[Money]
+    max: NotRequired[Money]
+
+
+@with_config(CLOSED)
+class RoutingConditions(TypedDict):
+    """Every condition given must hold; a list holds when any of its values does."""
+
+    paymentMethods: NotRequired[list[str]]
+    currencies: NotRequired[list[str]]
+    amount: NotRequired[RoutingAmountRange]
+    countries: NotRequired[
+        Annotated[list[str], Field(description="the customer's billing country (ISO 3166-1 alpha-2)")]
+    ]
+
+
+@with_config(CLOSED)
+class RoutingRule(TypedDict):
+    name: str
+    when: NotRequired[RoutingConditions]
+    route: RoutingRoute
+
+
+@with_config(CLOSED)
+class RoutingFee(TypedDict):
+    """`percent` of the amount plus `fixed` by currency (major units), as decimal strings."""
+
+    percent: str
+    fixed: dict[str, str]
+
+
+@with_config(CLOSED)
+class RoutingDocument(TypedDict):
+    """The application's routing document in force (docs/routing.md); `version` 0 and `updatedAt`
+    null: none was ever stored, and this default routes every session dynamically."""
+
+    rules: list[RoutingRule]
+    default: RoutingRoute
+    fees: dict[str, RoutingFee]
+    objective: Objective
+    version: Annotated[int, Field(ge=0)]
+    updatedAt: Timestamp | None
+
+
+@with_config(CLOSED)
+class RankedProvider(TypedDict):
+    """One provider's place in the ranking, and why it holds it: `rule`, `split` or `dynamic` (the
+    route put it there), `exploration` (sent first so its figures stay fresh), `eliminated` (its
+    success rate is below the elimination threshold: tried after every other), `not_eligible`
+    (the route names it, but it cannot take this session: never tried)."""
+
+    provider: str
+    score: Annotated[Decimal, WithJsonSchema({"type": "number", "minimum": 0, "maximum": 1})]
+    eligible: bool
+    reason: PlaceReason
+
+
+@with_config(CLOSED)
+class RoutingEvaluation(TypedDict):
+    """How the session would be routed now. `version` is null for a document tried in the request;
+    `selectedProvider` is the provider a create would try first, null when none can be tried."""
+
+    rule: Annotated[str | None, Field(description="the matching rule's name; null: the default route")]
+    routeType: RouteType
+    version: Annotated[int, Field(ge=0)] | None
+    selectedProvider: str | None
+    ranking: list[RankedProvider]
 
 
 # --- Webhooks -----------------------------------------------------------------------------------

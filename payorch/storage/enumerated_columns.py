@@ -7,13 +7,13 @@ built once with an f-string (`f"WHERE status = '{SessionStatus.PENDING}'"`): nev
 by hand, never anything a caller gave. Not a bound parameter, because the partial indexes (migrations
 0002, 0005, 0006, 0011: `WHERE status = ` the PENDING literal) serve only a statement whose
 condition is that same constant: a parameter of a prepared statement's generic plan proves nothing,
-and the index would be skipped for a scan of the table. The enumerations' values are upper-case
-letters and underscores (`values.statuses`), so they are their own SQL literals between single
-quotes.
+and the index would be skipped for a scan of the table. The enumerations' values are letters and
+underscores (`values.statuses`), so they are their own SQL literals between single quotes.
 
 The constraints are written from the enumerations too, by `check_constraints`: migration 0014 (a
 Python migration, `storage.migrations`) is that SQL, and is applied again whenever it changes, so
 the database takes a new value of an enumeration at the next migration, with nothing else to write.
+Being repeatable, it runs after every other migration, so it may name a column a later one adds.
 """
 
 from __future__ import annotations
@@ -25,12 +25,14 @@ from dataclasses import dataclass
 from payorch.values.statuses import (
     DeliveryStatus,
     FailureReason,
+    Outcome,
     RefundStatus,
+    RoutingReason,
     SessionStatus,
     WebhookTestStatus,
 )
 
-_SQL_SAFE = re.compile(r"[A-Z][A-Z_]*")
+_SQL_SAFE = re.compile(r"[A-Za-z][A-Za-z_]*")
 
 
 @dataclass(frozen=True)
@@ -51,22 +53,25 @@ class EnumeratedColumn:
         return f"{self.column} IN ({', '.join(sql_literal(member) for member in self.enumeration)})"
 
 
-# Every status and failure-reason column of payorch's tables (a test finds any that is missing).
+# Every status, failure-reason, routing-reason and outcome column of payorch's tables (a test finds
+# any that is missing).
 # The sandbox's tables are the simulated provider's own, with their own vocabulary (migration 0004).
 ENUMERATED_COLUMNS = (
     EnumeratedColumn("checkout_sessions", "status", SessionStatus),
     EnumeratedColumn("checkout_sessions", "failure_reason", FailureReason),
+    EnumeratedColumn("checkout_sessions", "routing_reason", RoutingReason),
     EnumeratedColumn("refunds", "status", RefundStatus),
     EnumeratedColumn("refunds", "failure_reason", FailureReason),
     EnumeratedColumn("webhook_deliveries", "status", DeliveryStatus),
     EnumeratedColumn("webhook_configs", "last_test_status", WebhookTestStatus),
+    EnumeratedColumn("routing_outcomes", "outcome", Outcome),
 )
 
 
 def sql_literal(member: enum.StrEnum) -> str:
     """`member`'s value as an SQL string literal, for a statement's text."""
     if _SQL_SAFE.fullmatch(member.value) is None:
-        raise ValueError(f"{member!r} is not upper-case letters and underscores")
+        raise ValueError(f"{member!r} is not letters and underscores")
     return f"'{member.value}'"
 
 

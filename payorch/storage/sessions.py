@@ -13,7 +13,7 @@ from payorch.storage import due_work
 from payorch.storage.database import Connection
 from payorch.values.money import Money
 from payorch.values.pagination import PageRequest
-from payorch.values.statuses import FailureReason, SessionStatus
+from payorch.values.statuses import FailureReason, RoutingReason, SessionStatus
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,11 @@ class CheckoutSession:
     created_at: datetime
     updated_at: datetime
     dispute_lost_at: datetime | None = None  # when a lost dispute was last reported
+    # Why it was routed to its provider (docs/routing.md); None for a session created before
+    # payorch kept it (migration 0016).
+    routing_rule: str | None = None
+    routing_reason: RoutingReason | None = None
+    routing_version: int | None = None
 
 
 _COLUMNS = ", ".join(CheckoutSession.__dataclass_fields__)
@@ -47,6 +52,8 @@ def checkout_session(row: Mapping[str, Any]) -> CheckoutSession:
     values["status"] = SessionStatus(values["status"])
     if values["failure_reason"] is not None:
         values["failure_reason"] = FailureReason(values["failure_reason"])
+    if values["routing_reason"] is not None:
+        values["routing_reason"] = RoutingReason(values["routing_reason"])
     return CheckoutSession(**values)
 
 
@@ -80,6 +87,9 @@ class NewSession:
     provider_reference: str
     checkout_url: str
     routing_score: Decimal
+    routing_rule: str | None  # the matching rule's name; None: the document's default route
+    routing_reason: RoutingReason
+    routing_version: int  # of the routing document that decided; 0: the default document
 
 
 # The columns a new session fills: the draft's own (its amount split in two), then the rest of

@@ -1,5 +1,6 @@
-"""What a session, a refund, a webhook delivery and a webhook test can be, and why a session or a
-refund failed: each enumeration's one definition.
+"""What a session, a refund, a webhook delivery and a webhook test can be, why a session or a
+refund failed, why a session was routed where it was and how its payment turned out there: each
+enumeration's one definition.
 
 They live on the lowest floor because every floor speaks them: the engine moves sessions and
 refunds between them (`engine.session_states`, `engine.refund_rules`), the providers translate
@@ -9,8 +10,10 @@ added (or taken out) here and nowhere else: the CHECK constraints of the columns
 these enumerations (`storage.enumerated_columns`) by migration 0014, which `payorch migrate`
 applies again whenever they change.
 
-Every value is written as on the wire (the interface's contract): upper-case letters and
-underscores, so that it is also its own SQL literal between single quotes.
+Every value is written as on the wire (the interface's contract): letters and underscores, so
+that it is also its own SQL literal between single quotes. The statuses and failure reasons are
+upper-case, as the interface writes them; the routing vocabulary is lower-case, as API.md's
+"Routing" writes it.
 """
 
 from __future__ import annotations
@@ -67,3 +70,30 @@ class FailureReason(enum.StrEnum):
     INSUFFICIENT_FUNDS = "INSUFFICIENT_FUNDS"
     LOST_OR_STOLEN_CARD = "LOST_OR_STOLEN_CARD"
     EXPIRED_OR_CANCELED_CARD = "EXPIRED_OR_CANCELED_CARD"
+
+
+class RoutingReason(enum.StrEnum):
+    """Why a session's checkout is at its provider (its `routing.reason`, docs/routing.md)."""
+
+    RULE = "rule"
+    """A priority route put the provider first (a rule's, or the default route)."""
+    SPLIT = "split"
+    """A split route assigned the session to the provider by weight."""
+    DYNAMIC = "dynamic"
+    """A dynamic route ranked the provider first by its learned success rate."""
+    EXPLORATION = "exploration"
+    """A dynamic route sent the session first to a provider that does not lead, so that its
+    figures stay fresh."""
+    CASCADE = "cascade"
+    """The provider the decision put first did not create the checkout (it failed, or its circuit
+    was open): a later one in the order did."""
+
+
+class Outcome(enum.StrEnum):
+    """A session's outcome at the provider that created its checkout, for learned routing
+    (`engine.success_rates`): the first of its payment succeeding, the provider declining an
+    attempt, its checkout expiring unpaid. One letter each, as a segment's outcomes are listed."""
+
+    SUCCESS = "s"
+    FAILURE = "f"
+    ABANDONMENT = "a"

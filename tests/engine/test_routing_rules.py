@@ -27,6 +27,7 @@ from payorch.engine.routing_rules import (
     parse_routing_document,
     session_draws,
     split_order,
+    stored_routing_document,
 )
 from payorch.engine.routing_validation import MAX_RULES
 from payorch.jsonexact import loads_exact
@@ -404,6 +405,13 @@ def test_the_example_document_parses_to_its_values() -> None:
 def test_document_json_gives_the_document_back() -> None:
     assert document_json(parse(EXAMPLE)) == EXAMPLE
     assert parse(document_json(parse(EXAMPLE))) == parse(EXAMPLE)
+
+
+def test_a_stored_document_reads_back_though_its_providers_left_the_catalogue() -> None:
+    stored = document_json(parse(EXAMPLE))
+    assert stored_routing_document(stored) == parse(EXAMPLE)
+    with pytest.raises(InvalidInput):  # as a new document, naming Mollie and Stripe is refused
+        parse_routing_document(stored, {"sandbox"})
 
 
 def test_empty_document_routes_every_session_dynamically() -> None:

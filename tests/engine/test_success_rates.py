@@ -9,6 +9,7 @@ import random
 import pytest
 
 from payorch.config import Settings
+from payorch.engine.session_routing import learned_settings
 from payorch.engine.session_states import SessionEvent
 from payorch.engine.success_rates import (
     PRIOR,
@@ -200,4 +201,6 @@ def test_inconsistent_settings_are_refused(wrong: dict[str, float]) -> None:
 
 
 def test_configuration_defaults_are_the_engines() -> None:
-    assert RoutingSettings(**Settings().routing.model_dump()) == RoutingSettings()
+    # Every setting of [routing] but how often the rates are read again (the actor's, not theirs).
+    assert RoutingSettings(**Settings().routing.model_dump(exclude={"refresh_s"})) == RoutingSettings()
+    assert learned_settings(Settings().routing) == RoutingSettings()

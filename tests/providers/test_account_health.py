@@ -16,7 +16,7 @@ from tests import fake_mollie as mollie_fake
 from tests import fake_stripe as stripe_fake
 from tests.fake_mollie import FakeMollie
 from tests.fake_stripe import FakeStripe
-from tests.helpers import Client, create_session, eventually, expire_now, session_body
+from tests.helpers import Client, create_session, eventually, expire_now, prefer, session_body
 from tests.providers.api_support import created, health_account, settled
 from tests.providers.mollie_support import mollie_settings, new_linked_shop, payment_of
 from tests.test_metrics import scrape, value
@@ -78,16 +78,15 @@ async def test_a_shop_whose_stripe_key_is_rejected_is_not_routed_to_stripe_but_t
     )
     valid = await new_linked_shop(client, db, settings, ("stripe", STRIPE_VALID), ("mollie", MOLLIE_VALID))
     fake_stripe.revoke_key(STRIPE_REJECTED)
-    for shop in (rejected, valid):  # Mollie has a history (0.5 s, 0.9333): fresh Stripe ranks first
-        mollie = await health_account(db, shop, "mollie")
-        runtime.services.context.health.record_success(mollie, 0.5, trio.current_time())
+    for shop in (rejected, valid):
+        await prefer(client, shop, "stripe", "mollie")
     for attempt in range(5):
         mine = await created(client, rejected, f"rejected-{attempt}")
-        assert mine["routing"]["selectedProvider"] == "mollie"
+        assert (mine["routing"]["selectedProvider"], mine["routing"]["reason"]) == ("mollie", "cascade")
         theirs = await created(client, valid, f"valid-{attempt}")
-        assert theirs["routing"]["selectedProvider"] == "stripe"
-    # One rejection put Stripe behind Mollie for that shop alone.
-    assert _stripe_creations(fake_stripe, STRIPE_REJECTED) == [401]
+        assert (theirs["routing"]["selectedProvider"], theirs["routing"]["reason"]) == ("stripe", "rule")
+    # Three rejections opened Stripe's circuit for that shop alone: its next sessions skip Stripe.
+    assert _stripe_creations(fake_stripe, STRIPE_REJECTED) == [401] * 3
     assert _stripe_creations(fake_stripe, STRIPE_VALID) == [200] * 5
 
 

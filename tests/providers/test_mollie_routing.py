@@ -1,10 +1,12 @@
 """Routing between two real providers: Stripe and Mollie both linked, each at its fake on loopback
-(tests/fake_stripe.py, tests/fake_mollie.py), both running at once. The route follows the score, a
-creation that fails or times out at one cascades to the other (both ways), and a provider that keeps
-failing for one shop is skipped by that shop for its cool-down, by every shop when it fails for
-several."""
+(tests/fake_stripe.py, tests/fake_mollie.py), both running at once. The route follows the merchant's
+routing document, a creation that fails or times out at one cascades to the other (both ways), and
+a provider that keeps failing for one shop is skipped by that shop for its cool-down, by every shop
+when it fails for several."""
 
 from __future__ import annotations
+
+from decimal import Decimal
 
 import pytest
 import trio
@@ -17,7 +19,7 @@ from tests import fake_mollie as mollie_fake
 from tests import fake_stripe as stripe_fake
 from tests.fake_mollie import FakeMollie, ReceivedMollieRequest, ScriptedFailure
 from tests.fake_stripe import FakeStripe
-from tests.helpers import Client, Shop, create_session, eventually, session_body
+from tests.helpers import Client, Shop, create_session, eventually, prefer, put_routing, session_body
 from tests.providers.api_support import created, health_account, record
 from tests.providers.mollie_support import MOLLIE_KEY, mollie_settings, new_linked_shop
 
@@ -43,12 +45,10 @@ async def shop(client: Client, db: Database, settings: Settings) -> Shop:
     return await new_linked_shop(client, db, settings, *BOTH)
 
 
-async def _prefer(runtime: Runtime, shop: Shop, provider: str) -> None:
-    """Give the shop's other provider a history (one success taking 0.5 s, score 0.9333) so that
-    `provider`, never used (score 1.0), ranks first."""
+async def _prefer(client: Client, shop: Shop, provider: str) -> None:
+    """Route the shop's sessions to `provider` first, then the other (a priority route)."""
     other = {"mollie": "stripe", "stripe": "mollie"}[provider]
-    account = await health_account(runtime.services.context.db, shop, other)
-    runtime.services.context.health.record_success(account, 0.5, trio.current_time())
+    await prefer(client, shop, provider, other)
 
 
 async def _served(fake: FakeMollie) -> list[ReceivedMollieRequest] | None:
@@ -63,7 +63,7 @@ def _stripe_creations(fake: FakeStripe) -> list[int]:
     return [r.status for r in fake.requests_to("POST", "/v1/checkout/sessions")]
 
 
-async def test_with_stripe_and_mollie_linked_the_route_follows_the_score(
+async def test_with_stripe_and_mollie_linked_the_route_follows_the_merchants_document(
     client: Client,
     db: Database,
     shop: Shop,
@@ -71,24 +71,48 @@ async def test_with_stripe_and_mollie_linked_the_route_follows_the_score(
     fake_mollie: FakeMollie,
     fake_stripe: FakeStripe,
 ) -> None:
-    health = runtime.services.context.health
-    stripe, mollie = await health_account(db, shop, "stripe"), await health_account(db, shop, "mollie")
-    health.record_success(stripe, 3.0, trio.current_time())  # Stripe slow: 0.85 against Mollie's 1.0
+    # No document: the default dynamic route, and before any outcome both rank equal, by name.
     first = await created(client, shop, "first")
-    assert first["routing"]["selectedProvider"] == "mollie"
+    assert first["routing"] | {"score": None} == {
+        "selectedProvider": "mollie",
+        "score": None,
+        "rule": None,
+        "reason": "dynamic",
+        "version": 0,
+    }
     assert (_mollie_creations(fake_mollie), _stripe_creations(fake_stripe)) == ([201], [])
-    # One failure of Mollie's (0.8133 against Stripe's 0.85): Stripe ranks first now.
-    health.record_failure(mollie, 0.1, trio.current_time(), provider_wide=False)
-    second = await created(client, shop, "second")
-    assert second["routing"]["selectedProvider"] == "stripe"
-    assert (_mollie_creations(fake_mollie), _stripe_creations(fake_stripe)) == ([201], [200])
-    assert (await record(client, shop, second["sessionId"]))["providerName"] == "stripe"
+    # A failure of Mollie's call does not reorder a route (its circuit, closed still, would skip it).
+    mollie = await health_account(db, shop, "mollie")
+    runtime.services.context.health.record_failure(mollie, 0.1, trio.current_time(), provider_wide=False)
+    assert (await created(client, shop, "second"))["routing"]["selectedProvider"] == "mollie"
+    await put_routing(
+        client,
+        shop,
+        {
+            "rules": [
+                {
+                    "name": "pln-stripe",
+                    "when": {"currencies": ["PLN"]},
+                    "route": {"type": "priority", "providers": ["stripe", "mollie"]},
+                }
+            ]
+        },
+    )
+    third = await created(client, shop, "third")
+    assert (third["routing"]["selectedProvider"], third["routing"]["rule"], third["routing"]["version"]) == (
+        "stripe",
+        "pln-stripe",
+        1,
+    )
+    assert (_mollie_creations(fake_mollie), _stripe_creations(fake_stripe)) == ([201, 201], [200])
+    stored = (await record(client, shop, third["sessionId"]))["routing"]
+    assert stored == third["routing"] | {"score": Decimal(str(third["routing"]["score"]))}
 
 
 async def test_mollie_answering_500_at_creation_cascades_to_stripe(
     client: Client, shop: Shop, runtime: Runtime, fake_mollie: FakeMollie, fake_stripe: FakeStripe
 ) -> None:
-    await _prefer(runtime, shop, "mollie")
+    await _prefer(client, shop, "mollie")
     fake_mollie.fail_next("POST", "/v2/payments", 500)
     session = await created(client, shop)
     assert session["routing"]["selectedProvider"] == "stripe"
@@ -105,7 +129,7 @@ async def test_mollie_answering_500_at_creation_cascades_to_stripe(
 async def test_stripe_answering_500_at_creation_cascades_back_to_mollie(
     client: Client, shop: Shop, runtime: Runtime, fake_mollie: FakeMollie, fake_stripe: FakeStripe
 ) -> None:
-    await _prefer(runtime, shop, "stripe")
+    await _prefer(client, shop, "stripe")
     fake_stripe.fail_next("POST", "/v1/checkout/sessions", 500, 500, 500)
     session = await created(client, shop)
     assert session["routing"]["selectedProvider"] == "mollie"
@@ -121,7 +145,7 @@ async def test_mollie_timing_out_at_creation_cascades_to_stripe_and_its_late_pay
     async with open_runtime(impatient, db) as runtime:
         client = runtime.app.test_client()
         shop = await new_linked_shop(client, db, impatient, *BOTH)
-        await _prefer(runtime, shop, "mollie")
+        await _prefer(client, shop, "mollie")
         # Mollie takes 3 s, and then creates the payment: payorch gave up on it after 1 s.
         fake_mollie.fail_next("POST", "/v2/payments", ScriptedFailure(status=None, delay_s=3))
         session = await created(client, shop)

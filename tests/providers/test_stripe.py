@@ -27,12 +27,12 @@ from tests.helpers import (
     new_api_key,
     new_application,
     new_merchant,
+    prefer,
     session_body,
 )
 from tests.providers.api_support import created as _created
 from tests.providers.api_support import events as _events
 from tests.providers.api_support import events_seen as _events_seen
-from tests.providers.api_support import health_account
 from tests.providers.api_support import record as _record
 from tests.providers.api_support import refund as _refund
 from tests.providers.api_support import settled as _settled
@@ -530,18 +530,17 @@ async def test_a_refund_stripe_refuses_fails_with_provider_refused(
 # --- Routing around a failing Stripe ---------------------------------------------------------------
 
 
-async def _prefer_stripe(runtime: Runtime, shop: Shop) -> None:
-    """Both fresh providers score 1.0 and ties go by name (sandbox first): give the shop's sandbox a
-    history (one success taking 0.5 s) so Stripe ranks first."""
-    sandbox = await health_account(runtime.services.context.db, shop, "sandbox")
-    runtime.services.context.health.record_success(sandbox, 0.5, trio.current_time())
+async def _prefer_stripe(client: Client, shop: Shop) -> None:
+    """Without outcomes both providers rank equal and ties go by name (sandbox first): a priority
+    route puts Stripe first."""
+    await prefer(client, shop, "stripe", "sandbox")
 
 
 async def test_stripe_answering_500_at_creation_cascades_to_the_sandbox(
     client: Client, db: Database, settings: Settings, runtime: Runtime, fake_stripe: FakeStripe
 ) -> None:
     shop = await _stripe_shop(client, db, settings, with_sandbox=True)
-    await _prefer_stripe(runtime, shop)
+    await _prefer_stripe(client, shop)
     fake_stripe.fail_next("POST", "/v1/checkout/sessions", 500, 500, 500)
     created = await _created(client, shop)
     assert created["routing"]["selectedProvider"] == "sandbox"
@@ -562,7 +561,7 @@ async def test_stripe_timing_out_at_creation_cascades_to_the_sandbox(
     async with open_runtime(impatient, db) as runtime:
         client = runtime.app.test_client()
         shop = await _stripe_shop(client, db, impatient, with_sandbox=True)
-        await _prefer_stripe(runtime, shop)
+        await _prefer_stripe(client, shop)
         fake_stripe.fail_next("POST", "/v1/checkout/sessions", ScriptedFailure(200, delay_s=30))
         created = await _created(client, shop)
         record = await _record(client, shop, created["sessionId"])

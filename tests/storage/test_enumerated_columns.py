@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from typing import Any
 
 import asyncpg
 import pytest
@@ -16,11 +17,14 @@ from payorch.values import statuses
 from payorch.values.statuses import DeliveryStatus, RefundStatus, SessionStatus
 
 COLUMN_NAMES = [f"{column.table}.{column.column}" for column in ENUMERATED_COLUMNS]
-# A text column with one of these names holds a status or a failure reason.
-_STATUS_LIKE = re.compile(r"(.*_)?status|(.*_)?failure_reason")
+# A text column with one of these names holds a status, a failure reason, a routing reason or an
+# outcome.
+_STATUS_LIKE = re.compile(r"(.*_)?status|(.*_)?failure_reason|routing_reason|outcome")
+# The enumerated columns a row may leave empty.
+_NULLABLE = {"failure_reason", "routing_reason", "last_test_status"}
 
 
-async def _one_row_each(conn: Connection) -> dict[str, uuid.UUID]:
+async def _one_row_each(conn: Connection) -> dict[str, Any]:
     """A row of every table with an enumerated column (and what they need), by table."""
     merchant, application, session, refund, config, delivery = (uuid.uuid4() for _ in range(6))
     await conn.execute(
@@ -70,18 +74,27 @@ async def _one_row_each(conn: Connection) -> dict[str, uuid.UUID]:
         session,
         DeliveryStatus.PENDING,
     )
+    outcome = await conn.fetchval(
+        """INSERT INTO routing_outcomes
+               (application_id, provider_name, payment_method, currency, outcome, session_id, recorded_at)
+           VALUES ($1, 'sandbox', 'card', 'PLN', 's', $2, now()) RETURNING seq""",
+        application,
+        session,
+    )
     return {
         "checkout_sessions": session,
         "refunds": refund,
         "webhook_configs": config,
         "webhook_deliveries": delivery,
+        "routing_outcomes": outcome,
     }
 
 
-async def _set(db: Database, column: EnumeratedColumn, row: uuid.UUID, value: str | None) -> None:
+async def _set(db: Database, column: EnumeratedColumn, row: Any, value: str | None) -> None:
     async def update(conn: Connection) -> None:
         # The table and column are ENUMERATED_COLUMNS' own names; the value travels as a parameter.
-        statement = f"UPDATE {column.table} SET {column.column} = $1 WHERE id = $2"  # noqa: S608
+        key = "seq" if column.table == "routing_outcomes" else "id"
+        statement = f"UPDATE {column.table} SET {column.column} = $1 WHERE {key} = $2"  # noqa: S608
         await conn.execute(statement, value, row)
 
     await db.transaction(update)
@@ -116,10 +129,10 @@ async def test_a_column_takes_each_value_of_its_enumeration_and_refuses_another(
             await _set(db, column, row, other)
 
 
-async def test_a_failure_reason_and_a_last_test_status_may_be_null(db: Database) -> None:
+async def test_a_failure_reason_a_routing_reason_and_a_last_test_status_may_be_null(db: Database) -> None:
     rows = await db.transaction(_one_row_each)
     for column in ENUMERATED_COLUMNS:
-        if column.column != "status":
+        if column.column in _NULLABLE:
             await _set(db, column, rows[column.table], None)
 
 
@@ -148,6 +161,8 @@ def test_every_value_of_every_enumeration_is_its_own_sql_literal() -> None:
         statuses.DeliveryStatus,
         statuses.WebhookTestStatus,
         statuses.FailureReason,
+        statuses.RoutingReason,
+        statuses.Outcome,
     ):
         for member in enumeration:
             assert sql_literal(member) == f"'{member.value}'"

@@ -36,6 +36,14 @@ async def test_a_repeatable_migration_is_applied_again_when_its_sql_changes_and_
     assert await _notes(db) == ["changed", "first"]
 
 
+async def test_a_repeatable_migration_runs_after_the_others_so_it_may_name_what_they_add(
+    db: Database,
+) -> None:
+    adds = Migration(9004, "adds", "CREATE TABLE migration_late (note text)")
+    names = Migration(9003, "names", "INSERT INTO migration_late VALUES ('seen')", repeatable=True)
+    assert await db.transaction(_apply_pending, [names, adds]) == ["9004_adds", "9003_names"]
+
+
 async def test_a_migration_that_is_not_repeatable_is_never_applied_again(db: Database) -> None:
     await db.transaction(_apply_pending, [Migration(9002, "probe", PROBE.format("first"))])
     assert await db.transaction(_apply_pending, [Migration(9002, "probe", PROBE.format("changed"))]) == []

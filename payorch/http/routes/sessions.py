@@ -91,9 +91,19 @@ async def _target_application(principal: Principal, requested: uuid.UUID | None)
 @authenticated(Accept.JWT_OR_API_KEY)
 @validate_request(SessionCreateRequest)
 async def create_session(data: SessionCreateRequest, principal: Principal) -> tuple[Response, int]:
-    """Create a checkout session, routed to the best eligible provider. Needs `Idempotency-Key`."""
+    """Create a checkout session, routed by the application's routing document. Needs `Idempotency-Key`."""
     key = idempotency_key()
     application_id = await _target_application(principal, data.applicationId)
+    draft = session_draft(data, application_id)
+    body = await request.get_json()
+    fingerprint = request_fingerprint({**body, "applicationId": str(application_id)}, "POST /api/v1/sessions")
+    answer = await services().actors.ask(application_id, CreateSession(key, fingerprint, draft))
+    return answer_response(answer)
+
+
+def session_draft(data: SessionCreateRequest, application_id: uuid.UUID) -> SessionDraft:
+    """The session `data` asks for, for the application: `InvalidInput` (400) for a payment method
+    no provider of the catalogue offers, or an amount its currency cannot hold."""
     catalogue_methods = services().context.providers.all_payment_methods()
     if data.paymentMethod not in catalogue_methods:
         raise InvalidInput(
@@ -110,7 +120,7 @@ async def create_session(data: SessionCreateRequest, principal: Principal) -> tu
     for index, item in enumerate(data.orderItems or []):
         money_of(item.unitPrice, data.currency, f"orderItems.{index}.unitPrice")
     dumped = data.model_dump(mode="python", exclude_none=True)
-    draft = SessionDraft(
+    return SessionDraft(
         application_id=application_id,
         order_reference=data.orderReference,
         amount=total,
@@ -124,10 +134,6 @@ async def create_session(data: SessionCreateRequest, principal: Principal) -> tu
         additional_information=dumped.get("additionalInformation"),
         redirect_urls=dumped.get("redirectUrls"),
     )
-    body = await request.get_json()
-    fingerprint = request_fingerprint({**body, "applicationId": str(application_id)}, "POST /api/v1/sessions")
-    answer = await services().actors.ask(application_id, CreateSession(key, fingerprint, draft))
-    return answer_response(answer)
 
 
 @blueprint.get("/sessions/<session_id>")

@@ -4,7 +4,9 @@ A migration is `NNNN_name.sql`, or `NNNN_name.py` when its SQL is written from p
 module whose `sql()` returns the statements (migration 0014 writes the CHECK constraints of the
 enumerated columns from the enumerations, `storage.enumerated_columns`). A Python migration that
 sets `REPEATABLE = True` is idempotent, and is applied again whenever the SQL it returns changes:
-`schema_migrations` keeps the SHA-256 of the SQL applied for each migration.
+`schema_migrations` keeps the SHA-256 of the SQL applied for each migration. Repeatable migrations
+run after every other pending one, so that what they write may name a table or column a migration
+numbered after them adds (0014's constraints name columns of later migrations).
 
 All pending migrations apply in one transaction (PostgreSQL's DDL is transactional: all or none)
 that holds an advisory lock, so two service processes starting together on one database do not race.
@@ -67,7 +69,8 @@ async def _apply_pending(conn: Connection, migrations: list[Migration]) -> list[
         for row in await conn.fetch("SELECT version, checksum FROM schema_migrations")
     }
     done = []
-    for migration in migrations:
+    # In order, the repeatable ones last (see the module's docstring).
+    for migration in sorted(migrations, key=lambda item: (item.repeatable, item.version)):
         if migration.version not in applied:
             await conn.execute(migration.sql)
             await conn.execute(

@@ -1,0 +1,185 @@
+"""An application's routing: its routing document, read and replaced, and a session's route tried
+out without creating it (docs/routing.md)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from quart import Blueprint, request
+from quart_schema import (
+    document_request,
+    document_response,
+    security_scheme,
+    tag_blueprint,
+    validate_request,
+)
+from werkzeug.exceptions import RequestEntityTooLarge
+
+from payorch.engine.commands import EvaluateRouting
+from payorch.engine.routing_rules import (
+    MAX_DOCUMENT_BYTES,
+    RoutingDocument,
+    document_json,
+    parse_routing_document,
+)
+from payorch.engine.session_routing import Evaluation
+from payorch.http import openapi as api
+from payorch.http import representations as bodies
+from payorch.http.auth import Accept, Principal, application_for, authenticated
+from payorch.http.jsonio import loads_request_json
+from payorch.http.models import RoutingDocumentUpdate, RoutingEvaluateRequest
+from payorch.http.routes.sessions import session_draft
+from payorch.http.services import services
+from payorch.http.validation import limit_request_body
+from payorch.storage import routing_documents as routing_store
+from payorch.storage.routing_documents import StoredRoutingDocument
+from payorch.values.errors import FieldProblem, InvalidInput, NotPermitted
+from payorch.values.timefmt import iso
+
+blueprint = Blueprint("routing", __name__, url_prefix="/api/v1/applications")
+tag_blueprint(blueprint, ["Routing"])
+
+# What an application answers before it stores a document: every session routed dynamically.
+DEFAULT_DOCUMENT = document_json(RoutingDocument())
+
+
+def routing_body(stored: StoredRoutingDocument | None) -> bodies.RoutingDocument:
+    """The document in force as the API answers it: the stored one with its version and when it was
+    stored, or the default (version 0, `updatedAt` null) when none was ever stored."""
+    document = DEFAULT_DOCUMENT if stored is None else stored.document
+    return {
+        "rules": document["rules"],
+        "default": document["default"],
+        "fees": document["fees"],
+        "objective": document["objective"],
+        "version": 0 if stored is None else stored.version,
+        "updatedAt": None if stored is None else iso(stored.created_at),
+    }
+
+
+async def _document_sent() -> Any:
+    """The request's body as JSON: refused (400) past `MAX_DOCUMENT_BYTES`, before it is read."""
+    limit_request_body(MAX_DOCUMENT_BYTES)
+    try:
+        data = await request.get_data(as_text=False)
+    except RequestEntityTooLarge:
+        raise InvalidInput(
+            "routing document too large",
+            [FieldProblem("body", f"a routing document takes at most {MAX_DOCUMENT_BYTES} bytes")],
+        ) from None
+    assert isinstance(data, bytes)
+    return loads_request_json(data)
+
+
+# The operations behind the routes below, which a console page may call too: one path to the data,
+# with the same ownership checks (`application_for`) and the same effect on the routing actors.
+
+
+async def routing_document_of(principal: Principal, application_id: str) -> StoredRoutingDocument | None:
+    """The application's routing document in force; None when it never stored one."""
+    application = await application_for(principal, application_id)
+    return await services().context.db.autocommit(routing_store.current_routing_document, application.id)
+
+
+async def replace_routing_document_of(
+    principal: Principal, application_id: str, raw: Any
+) -> StoredRoutingDocument:
+    """Store `raw` (parsed JSON) as the application's next routing document, in force from its
+    application actors' next session on. `InvalidInput` (400), every problem listed, when it is not
+    a sound document; nothing is stored then."""
+    application = await application_for(principal, application_id)
+    context = services().context
+    document = parse_routing_document(raw, [provider.name for provider in context.providers])
+    stored = await context.db.transaction(
+        routing_store.store_routing_document,
+        application.id,
+        document_json(document),
+        now=context.clock.now(),
+    )
+    services().actors.forget_application(application.id)  # the next session routes by it
+    return stored
+
+
+@blueprint.get("/<application_id>/routing")
+@security_scheme(api.JWT)
+@document_response(bodies.RoutingDocument, 200)
+@api.errors(401, 403, 404, 429, 500)
+@authenticated(Accept.JWT)
+async def get_routing(application_id: str, principal: Principal) -> bodies.RoutingDocument:
+    """The application's routing document in force: the default (version 0) until one is stored."""
+    return routing_body(await routing_document_of(principal, application_id))
+
+
+@blueprint.put("/<application_id>/routing")
+@security_scheme(api.JWT)
+@document_request(RoutingDocumentUpdate)
+@document_response(bodies.RoutingDocument, 200)
+@api.errors(400, 401, 403, 404, 429, 500)
+@authenticated(Accept.JWT)
+async def put_routing(application_id: str, principal: Principal) -> bodies.RoutingDocument:
+    """Replace the application's routing document: stored as its next version, every earlier one kept.
+
+    A document that is not sound is refused (400) with one `details` entry per problem, and nothing
+    is stored; so is a body over 64 KiB. The answer is the document as stored, with its `version`
+    and `updatedAt`."""
+    await application_for(principal, application_id)  # 403 and 404 before a word about the body
+    return routing_body(await replace_routing_document_of(principal, application_id, await _document_sent()))
+
+
+def evaluation_body(evaluation: Evaluation) -> bodies.RoutingEvaluation:
+    return {
+        "rule": evaluation.rule,
+        "routeType": evaluation.route_type,
+        "version": evaluation.version,
+        "selectedProvider": evaluation.selected,
+        "ranking": [
+            {
+                "provider": place.provider,
+                "score": Decimal(str(place.score)),
+                "eligible": place.eligible,
+                "reason": place.reason,
+            }
+            for place in evaluation.ranking
+        ],
+    }
+
+
+async def evaluate_routing_of(
+    principal: Principal, application_id: str, data: RoutingEvaluateRequest
+) -> Evaluation:
+    """How the session `data` describes would be routed now, by the stored document or by the one
+    `data.routing` holds: `InvalidInput` (400) for a session body the create would refuse, or a
+    document with problems (each named under `routing.`). Creates nothing, calls no provider."""
+    application = await application_for(principal, application_id)
+    if data.applicationId is not None and data.applicationId != application.id:
+        raise NotPermitted("the body names another application than the path")
+    draft = session_draft(data, application.id)
+    context = services().context
+    tried = (
+        None
+        if data.routing is None
+        else parse_routing_document(
+            data.routing, [provider.name for provider in context.providers], at="routing"
+        )
+    )
+    return await services().actors.ask(application.id, EvaluateRouting(draft, tried))
+
+
+@blueprint.post("/<application_id>/routing/evaluate")
+@security_scheme(api.JWT)
+@document_response(bodies.RoutingEvaluation, 200)
+@api.errors(400, 401, 403, 404, 413, 429, 500, 503)
+@authenticated(Accept.JWT)
+@validate_request(RoutingEvaluateRequest)
+async def evaluate_routing(
+    application_id: str, data: RoutingEvaluateRequest, principal: Principal
+) -> bodies.RoutingEvaluation:
+    """How a session would be routed now: a session create body, and optionally a routing document
+    to try instead of the stored one in `routing`.
+
+    The answer is the decision: the matching rule, the route's type, the version of the document,
+    the provider a create would try first and every provider's place in the ranking with its score
+    and reason. It creates nothing and calls no provider. A split or an exploration draws from the
+    session's id, new for each call, as it is for each session."""
+    return evaluation_body(await evaluate_routing_of(principal, application_id, data))

@@ -1,0 +1,100 @@
+"""Routing outcomes: a session's first outcome stays its only one, and each segment's newest outcomes
+are read newest first, at most a window of them, for one application only."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from payorch.storage.database import Connection, Database
+from payorch.storage.routing_outcomes import SegmentOutcomes, record_outcome, segment_outcomes
+from payorch.values.statuses import Outcome
+
+NOW = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+async def _application(conn: Connection) -> uuid.UUID:
+    merchant, application = uuid.uuid4(), uuid.uuid4()
+    await conn.execute(
+        """INSERT INTO merchants (id, legal_business_name, company_registration_number, organization)
+           VALUES ($1, 'Shop', $2, '{}')""",
+        merchant,
+        str(merchant),
+    )
+    await conn.execute(
+        "INSERT INTO applications (id, merchant_id, name) VALUES ($1, $2, 'App')", application, merchant
+    )
+    return application
+
+
+async def _session(conn: Connection, application: uuid.UUID, currency: str = "PLN") -> uuid.UUID:
+    session = uuid.uuid4()
+    await conn.execute(
+        """INSERT INTO checkout_sessions (id, application_id, order_reference, amount_minor, currency,
+                                         status, payment_method, customer)
+           VALUES ($1, $2, 'order', 100, $3, 'PENDING', 'card', '{}')""",
+        session,
+        application,
+        currency,
+    )
+    return session
+
+
+async def _record(
+    conn: Connection,
+    application: uuid.UUID,
+    outcome: Outcome,
+    provider: str = "sandbox",
+    currency: str = "PLN",
+    session: uuid.UUID | None = None,
+) -> bool:
+    return await record_outcome(
+        conn,
+        application_id=application,
+        session_id=session or await _session(conn, application, currency),
+        provider=provider,
+        payment_method="card",
+        currency=currency,
+        outcome=outcome,
+        now=NOW,
+    )
+
+
+async def test_a_sessions_first_outcome_is_its_only_one(db: Database) -> None:
+    async def record(conn: Connection) -> tuple[bool, bool, list[SegmentOutcomes]]:
+        application = await _application(conn)
+        session = await _session(conn, application)
+        first = await _record(conn, application, Outcome.ABANDONMENT, session=session)
+        again = await _record(conn, application, Outcome.SUCCESS, session=session)
+        return first, again, await segment_outcomes(conn, application, 200)
+
+    first, again, rows = await db.transaction(record)
+    assert (first, again) == (True, False)
+    assert rows == [SegmentOutcomes("sandbox", "card", "PLN", "a")]
+
+
+async def test_each_segment_reads_its_newest_outcomes_first_at_most_a_window(db: Database) -> None:
+    async def record(conn: Connection) -> tuple[list[SegmentOutcomes], list[SegmentOutcomes]]:
+        application, other = await _application(conn), await _application(conn)
+        for outcome in "ffsssa":  # oldest first
+            await _record(conn, application, Outcome(outcome))
+        for outcome in "sf":
+            await _record(conn, application, Outcome(outcome), provider="stripe")
+            await _record(conn, application, Outcome(outcome), currency="EUR")
+        await _record(conn, other, Outcome.FAILURE)
+        return await segment_outcomes(conn, application, 4), await segment_outcomes(conn, other, 4)
+
+    mine, others = await db.transaction(record)
+    assert mine == [
+        SegmentOutcomes("sandbox", "card", "EUR", "fs"),
+        SegmentOutcomes("sandbox", "card", "PLN", "asss"),
+        SegmentOutcomes("stripe", "card", "PLN", "fs"),
+    ]
+    assert others == [SegmentOutcomes("sandbox", "card", "PLN", "f")]
+
+
+async def test_an_application_without_outcomes_has_no_segments(db: Database) -> None:
+    async def read(conn: Connection) -> list[SegmentOutcomes]:
+        return await segment_outcomes(conn, await _application(conn), 200)
+
+    assert await db.transaction(read) == []
