@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import asyncpg
 import outcome
@@ -134,14 +135,15 @@ async def test_crash_fails_the_request_and_a_fresh_actor_serves_the_next(registr
     assert await registry.ask(application, Append(2)) == 2
 
 
-async def test_crash_fails_requests_waiting_on_provider_io_too(registry: ActorRegistry) -> None:
+async def _crash_beside(registry: ActorRegistry, waiting_command: Any) -> int:
+    """Crash an application's actor while `waiting_command` waits in it; how many of its askers
+    were answered `ActorCrashed`."""
     application = uuid.uuid4()
-    never = trio.Event()
     outcomes: list[BaseException] = []
 
     async def waiting() -> None:
         try:
-            await registry.ask(application, SlowIo(1, never))
+            await registry.ask(application, waiting_command)
         except ActorCrashed as error:
             outcomes.append(error)
 
@@ -150,7 +152,12 @@ async def test_crash_fails_requests_waiting_on_provider_io_too(registry: ActorRe
         await trio.testing.wait_all_tasks_blocked()
         with pytest.raises(ActorCrashed):
             await registry.ask(application, Explode())
-    assert len(outcomes) == 1
+    return len(outcomes)
+
+
+async def test_crash_fails_requests_waiting_on_provider_io_too(registry: ActorRegistry) -> None:
+    never = trio.Event()
+    assert await _crash_beside(registry, SlowIo(1, never)) == 1
 
 
 async def test_crash_of_one_application_leaves_others_serving(registry: ActorRegistry) -> None:
@@ -280,22 +287,7 @@ async def test_commands_of_one_lane_apply_in_mailbox_order_beside_other_lanes(
 
 
 async def test_a_crash_in_one_lane_fails_the_requests_waiting_in_the_others(registry: ActorRegistry) -> None:
-    application = uuid.uuid4()
-    never = trio.Event()
-    outcomes: list[BaseException] = []
-
-    async def waiting() -> None:
-        try:
-            await registry.ask(application, Block(never, "session a"))
-        except ActorCrashed as error:
-            outcomes.append(error)
-
-    async with trio.open_nursery() as tasks:
-        tasks.start_soon(waiting)
-        await trio.testing.wait_all_tasks_blocked()
-        with pytest.raises(ActorCrashed):
-            await registry.ask(application, Explode())
-    assert len(outcomes) == 1
+    assert await _crash_beside(registry, Block(trio.Event(), "session a")) == 1
 
 
 async def test_a_full_lane_fills_the_mailbox_and_the_next_ask_is_service_busy(nursery: trio.Nursery) -> None:
