@@ -21,7 +21,7 @@ import trio
 from payorch.config import ConfigError, LiveSettings, Settings, changed_keys, keep_restart_only
 from payorch.engine.commands import PaymentActors
 from payorch.engine.context import Context
-from payorch.engine.routing import ProviderHealth, RoutingPolicy
+from payorch.engine.provider_health import ProviderHealth, RoutingPolicy
 from payorch.http.api_key_cache import ApiKeyCache
 from payorch.http.app import create_app
 from payorch.http.request_limits import RequestLimits

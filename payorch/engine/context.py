@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import trio
 
 from payorch.config import LiveSettings, Settings
-from payorch.engine.routing import ProviderAccount, ProviderHealth
+from payorch.engine.provider_health import ProviderAccount, ProviderHealth
 from payorch.metrics import Metrics
 from payorch.providers.base import Credentials, CredentialsRejected, ProviderError, RefundRefused
 from payorch.providers.catalogue import ProviderCatalogue

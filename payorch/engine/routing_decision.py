@@ -2,10 +2,11 @@
 
 Pure code. `decide` applies the application's routing document (`engine.routing_rules`) and its
 learned success rates (`engine.success_rates`) to one session's facts and the providers eligible
-for it (`engine.routing.eligible_providers`). It orders; it calls nothing. Provider-call health
-(`engine.routing.ProviderHealth`: circuit breakers per account and per provider) then decides which
-of them can be called now: `plan_decided_route` combines the two, keeping the decision's order and
-dropping the providers whose circuit is open, as `routing.plan_route` does for today's ranking.
+for it (`engine.provider_health.eligible_providers`). It orders; it calls nothing. Provider-call
+health (`engine.provider_health.ProviderHealth`: circuit breakers per account and per provider) then
+decides which of them can be called now: `plan_decided_route` keeps the decision's order and drops
+the providers whose circuit is open. Health never reorders: a provider the merchant put first is
+tried first while its circuit is closed.
 
 How each route type orders (docs/routing.md):
 - `priority`: the route's providers in its order. Reason `rule`.
@@ -32,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-from payorch.engine.routing import ProviderAccount, ProviderHealth
+from payorch.engine.provider_health import ProviderAccount, ProviderHealth
 from payorch.engine.routing_rules import (
     PriorityRoute,
     RouteType,
@@ -176,7 +177,7 @@ def plan_decided_route(
 ) -> list[tuple[str, float]]:
     """The providers to try in turn with their scores: the decision's order, without those whose
     account (`accounts`, by provider name, one for each eligible provider) or provider has an open
-    circuit; a due probe is handed out, as `routing.rank` does. `NoProviderAvailable` (422) when the
+    circuit; a due probe is handed out. `NoProviderAvailable` (422) when the
     decision has no eligible provider; `ProviderUnavailable` (502) when every one has an open
     circuit."""
     places = [place for place in decision.ranking if place.eligible]

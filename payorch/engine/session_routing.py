@@ -21,7 +21,7 @@ from payorch import config
 from payorch.engine.actors import ApplicationActor, Reply
 from payorch.engine.context import Context, account_of
 from payorch.engine.hot_state import DEFAULT_ROUTING, RoutingInForce
-from payorch.engine.routing import eligible_providers
+from payorch.engine.provider_health import eligible_providers
 from payorch.engine.routing_decision import Decision, RankedProvider, decide, plan_decided_route
 from payorch.engine.routing_rules import RouteType, RoutingDocument, SessionFacts, stored_routing_document
 from payorch.engine.success_rates import RoutingSettings, SegmentFigures, SuccessRates
@@ -115,7 +115,7 @@ def billing_country(customer: Mapping[str, Any]) -> str | None:
 
 def accepts_of(providers: ProviderCatalogue) -> Callable[[str, str, Money], bool]:
     """Whether a provider of the catalogue takes a payment method for an amount (its currency and
-    limits), as `routing.eligible_providers` asks."""
+    limits), as `provider_health.eligible_providers` asks."""
 
     def accepts(name: str, method: str, amount: Money) -> bool:
         provider = providers.get(name)

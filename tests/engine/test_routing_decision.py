@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from payorch.engine.routing import ProviderAccount, ProviderHealth
+from payorch.engine.provider_health import ProviderAccount, ProviderHealth
 from payorch.engine.routing_decision import Decision, RankedProvider, decide, plan_decided_route
 from payorch.engine.routing_rules import RoutingDocument, SessionFacts, parse_routing_document
 from payorch.engine.success_rates import RoutingSettings, SegmentFigures, SuccessRates
@@ -298,6 +298,23 @@ def test_health_drops_providers_with_an_open_circuit_and_keeps_the_order() -> No
     planned = plan_decided_route(decision, accounts(*ALL), health, now=1.0)
     assert [name for name, _ in planned] == ["mollie", "sandbox"]
     assert planned[0][1] == decision.ranking[1].score
+
+
+def test_the_cascade_tries_the_decisions_first_until_its_circuit_opens_then_the_next() -> None:
+    health = ProviderHealth()
+    decision = decided(RoutingDocument(), GOOD)  # stripe first
+    tried: list[str] = []
+    for now in range(5):  # the caller's loop: stripe always fails, the next one works
+        for name, _ in plan_decided_route(decision, accounts(*ALL), health, float(now)):
+            tried.append(name)
+            if name == "stripe":
+                health.record_failure(ProviderAccount(name, "shop"), 0.1, float(now), provider_wide=False)
+                continue
+            health.record_success(ProviderAccount(name, "shop"), 0.1, float(now))
+            break
+    threshold = health.policy.failure_threshold
+    second = decision.ranking[1].provider
+    assert tried == ["stripe", second] * threshold + [second] * (5 - threshold)
 
 
 def test_every_circuit_open_is_provider_unavailable() -> None:

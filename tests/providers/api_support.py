@@ -7,7 +7,7 @@ import uuid
 from typing import Any
 
 from payorch.engine.context import account_of
-from payorch.engine.routing import ProviderAccount
+from payorch.engine.provider_health import ProviderAccount
 from payorch.jsonexact import loads_exact
 from payorch.storage import outbox, provider_configs
 from payorch.storage.database import Connection, Database

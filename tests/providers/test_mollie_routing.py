@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from payorch.config import EngineSettings, Settings
-from payorch.engine.routing import Circuit
+from payorch.engine.provider_health import Circuit
 from payorch.runtime import Runtime, open_runtime
 from payorch.storage.database import Database
 from tests import fake_mollie as mollie_fake

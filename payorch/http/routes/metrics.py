@@ -13,7 +13,7 @@ import asyncpg
 import trio
 from quart import Blueprint, Response
 
-from payorch.engine.routing import Circuit
+from payorch.engine.provider_health import Circuit
 from payorch.http.services import Services, services
 from payorch.metrics import OutboxBacklog, RuntimeSnapshot
 from payorch.storage.database import Database

@@ -1,4 +1,7 @@
-"""Routing: which providers may take a checkout, and in which order to try them.
+"""Provider-call health: which providers may take a checkout (eligibility), and which of them can be
+called now (a circuit breaker per account and per provider, docs/routing.md "Who owns a failure").
+The order they are tried in is the routing decision's (`engine.routing_decision`); the health score
+kept here is shown in the metrics and orders nothing.
 
 Pure code. Time comes in as `now`, monotonic seconds (`trio.current_time()` in the service), so tests
 control it. The formula, its default numbers and the circuit breaker are explained in docs/routing.md.
@@ -8,11 +11,10 @@ from __future__ import annotations
 
 import enum
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from payorch.values.errors import NoProviderAvailable, ProviderUnavailable
 from payorch.values.money import Money
 
 
@@ -321,31 +323,3 @@ class ProviderHealth:
         cooldown = policy.cooldown_s * 2 ** min(record.trips - 1, 32)
         record.open_until = now + min(cooldown, policy.max_cooldown_s)
         record.probe_until = None
-
-
-def rank(
-    candidates: Iterable[ProviderAccount], health: ProviderHealth, now: float
-) -> list[tuple[str, float]]:
-    """The providers of the available `candidates` (closed circuits, and a due probe, which this
-    hands out) with their accounts' scores rounded to 4 decimals (the API's `routing.score`), best
-    first, equal scores by name. Open circuits, the account's or the provider's, are left out."""
-    available = [
-        (key.provider, round(health.score(key, now), 4))
-        for key in dict.fromkeys(candidates)
-        if health.is_available(key, now)
-    ]
-    return sorted(available, key=lambda candidate: (-candidate[1], candidate[0]))
-
-
-def plan_route(
-    eligible: Sequence[ProviderAccount], health: ProviderHealth, now: float
-) -> list[tuple[str, float]]:
-    """The providers to try in turn, best first: `rank` of the `eligible` accounts (one each).
-    `NoProviderAvailable` (422) when nothing is eligible; `ProviderUnavailable` (502) when every
-    eligible account or its provider has an open circuit."""
-    if not eligible:
-        raise NoProviderAvailable("no active provider configuration accepts this payment method and amount")
-    ranked = rank(eligible, health, now)
-    if not ranked:
-        raise ProviderUnavailable("every eligible payment provider is failing: retry later")
-    return ranked

@@ -1,4 +1,5 @@
-"""Routing: eligibility, scores in [0, 1], ranking, the circuit breaker and the two routing errors."""
+"""Provider-call health: eligibility, scores in [0, 1] (shown in the metrics), the circuit breaker and the
+accounts each failure counts against. The routing decision itself is `test_routing_decision`."""
 
 from __future__ import annotations
 
@@ -7,17 +8,14 @@ from dataclasses import dataclass
 
 import pytest
 
-from payorch.engine.routing import (
+from payorch.engine.provider_health import (
     Circuit,
     ProviderAccount,
     ProviderFigures,
     ProviderHealth,
     RoutingPolicy,
     eligible_providers,
-    plan_route,
-    rank,
 )
-from payorch.values.errors import NoProviderAvailable, ProviderUnavailable
 from payorch.values.money import Money
 
 POLICY = RoutingPolicy()  # threshold 3, cool-down 30 s doubling up to 600 s, probe timeout 30 s
@@ -30,7 +28,7 @@ def accepts_eur_up_to_100(provider: str, method: str, amount: Money) -> bool:
 
 @dataclass(frozen=True)
 class ConfigView:
-    """A provider configuration as routing sees it (`routing.RoutableConfig`)."""
+    """A provider configuration as routing sees it (`provider_health.RoutableConfig`)."""
 
     provider: str
     is_active: bool
@@ -61,8 +59,14 @@ def trip(health: ProviderHealth, provider: str, now: float) -> None:
         health.record_failure(at(provider), 0.1, now, provider_wide=False)
 
 
-def names(ranked: list[tuple[str, float]]) -> list[str]:
-    return [name for name, _ in ranked]
+def by_score(health: ProviderHealth, now: float, *providers: str) -> list[str]:
+    """`providers` by their health score, best first, equal scores by name."""
+    return sorted(providers, key=lambda name: (-health.score(at(name), now), name))
+
+
+def available(health: ProviderHealth, now: float, *providers: str) -> list[str]:
+    """Those of `providers` a call may go to now (a due probe is handed out)."""
+    return [name for name in providers if health.is_available(at(name), now)]
 
 
 # Eligibility
@@ -142,7 +146,7 @@ def test_score_stays_within_zero_and_one_whatever_the_history() -> None:
             health.is_available(at("alpha"), now)
             score = health.score(at("alpha"), now)
             assert 0.0 <= score <= 1.0
-            assert all(0.0 <= s <= 1.0 for _, s in rank(at_each("alpha", "fresh"), health, now))
+            assert 0.0 <= health.score(at("fresh"), now) <= 1.0
 
 
 def test_never_seen_provider_scores_one_so_it_gets_traffic() -> None:
@@ -150,7 +154,7 @@ def test_never_seen_provider_scores_one_so_it_gets_traffic() -> None:
     for _ in range(20):
         health.record_success(at("established"), 0.3, 0.0)
     assert health.score(at("newcomer"), 0.0) == 1.0
-    assert names(rank(at_each("established", "newcomer"), health, 0.0)) == ["newcomer", "established"]
+    assert by_score(health, 0.0, "established", "newcomer") == ["newcomer", "established"]
 
 
 def test_newcomer_keeps_traffic_only_while_its_record_is_as_good() -> None:
@@ -158,7 +162,7 @@ def test_newcomer_keeps_traffic_only_while_its_record_is_as_good() -> None:
     for _ in range(20):
         health.record_success(at("established"), 0.3, 0.0)
     health.record_success(at("newcomer"), 2.0, 1.0)  # slow: its first result puts it behind
-    assert names(rank(at_each("established", "newcomer"), health, 1.0)) == ["established", "newcomer"]
+    assert by_score(health, 1.0, "established", "newcomer") == ["established", "newcomer"]
 
 
 def test_faster_provider_outranks_slower_one_with_equal_success() -> None:
@@ -166,7 +170,7 @@ def test_faster_provider_outranks_slower_one_with_equal_success() -> None:
     for _ in range(10):
         health.record_success(at("slow"), 2.0, 0.0)
         health.record_success(at("fast"), 0.2, 0.0)
-    assert names(rank(at_each("slow", "fast"), health, 0.0)) == ["fast", "slow"]
+    assert by_score(health, 0.0, "slow", "fast") == ["fast", "slow"]
 
 
 def test_latency_score_is_one_half_at_the_reference_latency() -> None:
@@ -182,7 +186,7 @@ def test_provider_with_failures_ranks_below_a_healthy_one() -> None:
         health.record_success(at("healthy"), 0.5, 0.0)
         health.record_success(at("flaky"), 0.5, 0.0)
     health.record_failure(at("flaky"), 0.5, 1.0, provider_wide=False)
-    assert names(rank(at_each("flaky", "healthy"), health, 1.0)) == ["healthy", "flaky"]
+    assert by_score(health, 1.0, "flaky", "healthy") == ["healthy", "flaky"]
 
 
 def test_fast_failure_does_not_make_a_provider_look_fast() -> None:
@@ -205,26 +209,15 @@ def test_old_evidence_fades_so_a_passed_over_provider_is_tried_again() -> None:
         health.record_success(at("slow"), 3.0, 0.0)
     for minute in range(60):  # the fast one takes all traffic and stays fresh
         health.record_success(at("fast"), 0.3, minute * 60.0)
-    assert names(rank(at_each("slow", "fast"), health, 60.0)) == ["fast", "slow"]
-    assert names(rank(at_each("slow", "fast"), health, 3600.0)) == ["slow", "fast"]
+    assert by_score(health, 60.0, "slow", "fast") == ["fast", "slow"]
+    assert by_score(health, 3600.0, "slow", "fast") == ["slow", "fast"]
 
 
-def test_equal_scores_are_ordered_by_name() -> None:
+def test_equal_records_score_equal() -> None:
     health = ProviderHealth(POLICY)
     for name in ("gamma", "alpha", "beta"):
         health.record_success(at(name), 0.4, 0.0)
-    assert rank(at_each("gamma", "alpha", "beta"), health, 0.0) == rank(
-        at_each("beta", "gamma", "alpha"), health, 0.0
-    )
-    assert names(rank(at_each("gamma", "alpha", "beta"), health, 0.0)) == ["alpha", "beta", "gamma"]
-
-
-def test_ranked_scores_are_rounded_to_four_decimals_and_each_candidate_listed_once() -> None:
-    health = ProviderHealth(POLICY)
-    health.record_success(at("alpha"), 0.123456, 0.0)
-    ranked = rank(at_each("alpha", "alpha"), health, 0.0)
-    assert len(ranked) == 1
-    assert ranked[0][1] == round(ranked[0][1], 4) == round(health.score(at("alpha"), 0.0), 4)
+    assert len({health.score(at(name), 0.0) for name in ("gamma", "alpha", "beta")}) == 1
 
 
 # Circuit breaker
@@ -314,12 +307,12 @@ def test_late_success_while_cooling_down_does_not_close_the_circuit() -> None:
     assert figures(health, "alpha", 5.0).circuit is Circuit.OPEN
 
 
-def test_rank_leaves_out_open_circuits_but_includes_a_due_probe() -> None:
+def test_an_open_circuit_is_left_out_until_its_probe_is_due_and_the_probe_goes_out_once() -> None:
     health = ProviderHealth(POLICY)
     trip(health, "alpha", 0.0)
-    assert names(rank(at_each("alpha", "beta"), health, 10.0)) == ["beta"]
-    assert names(rank(at_each("alpha", "beta"), health, 30.0)) == ["beta", "alpha"]
-    assert names(rank(at_each("alpha", "beta"), health, 31.0)) == ["beta"]  # the probe is out
+    assert available(health, 10.0, "alpha", "beta") == ["beta"]
+    assert available(health, 30.0, "alpha", "beta") == ["alpha", "beta"]
+    assert available(health, 31.0, "alpha", "beta") == ["beta"]  # the probe is out
 
 
 def test_figures_report_each_seen_account_and_provider() -> None:
@@ -355,7 +348,7 @@ def test_one_accounts_failures_take_the_provider_away_from_that_account_only() -
         fail_from(health, "stripe", "rejected", float(now), provider_wide=False)
     assert not health.is_available(at("stripe", "rejected"), 20.0)
     assert health.is_available(at("stripe", "valid"), 20.0)
-    assert plan_route([at("stripe", "valid")], health, 20.0) == [("stripe", 1.0)]
+    assert health.score(at("stripe", "valid"), 20.0) == 1.0
     assert health.snapshot(20.0)["stripe"].circuit is Circuit.CLOSED
 
 
@@ -382,8 +375,6 @@ def test_provider_wide_failures_from_several_accounts_open_the_provider_for_ever
     fail_from(health, "stripe", "c", 1.0, provider_wide=True)
     assert health.snapshot(1.0)["stripe"].circuit is Circuit.OPEN
     assert not health.is_available(at("stripe", "never-failed"), 1.0)
-    with pytest.raises(ProviderUnavailable):
-        plan_route([at("stripe", "never-failed")], health, 1.0)
     # Cooled down: one probe, from any account whose own circuit is closed; its success closes it.
     assert health.is_available(at("stripe", "never-failed"), 31.0)
     assert not health.is_available(at("stripe", "another"), 31.0)
@@ -437,37 +428,6 @@ def test_the_accounts_kept_are_bounded_the_least_recently_used_forgotten_first()
     for n in range(1000):  # a stranger's many accounts
         health.record_failure(at("stripe", f"stranger-{n}"), 0.1, 4.0, provider_wide=False)
     assert len([n for n in range(1000) if health.account_figures(at("stripe", f"stranger-{n}"), 4.0)]) == 2
-
-
-# Routing decisions
-
-
-def test_nothing_eligible_is_no_provider_available() -> None:
-    with pytest.raises(NoProviderAvailable) as raised:
-        plan_route([], ProviderHealth(POLICY), 0.0)
-    assert raised.value.code == "NO_PROVIDER_AVAILABLE"
-
-
-def test_every_eligible_circuit_open_is_provider_unavailable() -> None:
-    health = ProviderHealth(POLICY)
-    trip(health, "alpha", 0.0)
-    trip(health, "beta", 0.0)
-    with pytest.raises(ProviderUnavailable):
-        plan_route(at_each("alpha", "beta"), health, 1.0)
-
-
-def test_cascade_moves_traffic_away_from_a_failing_provider() -> None:
-    health = ProviderHealth(POLICY)
-    tried: list[str] = []
-    for now in range(5):  # the caller's loop: alpha (first by name) always fails, beta works
-        for name, _ in plan_route(at_each("alpha", "beta"), health, float(now)):
-            tried.append(name)
-            if name == "alpha":
-                health.record_failure(at(name), 0.1, float(now), provider_wide=False)
-                continue
-            health.record_success(at(name), 0.1, float(now))
-            break
-    assert tried == ["alpha", "beta", "beta", "beta", "beta", "beta"]
 
 
 def test_policy_refuses_no_accounts() -> None:
