@@ -4,25 +4,31 @@
 # 10,000 applications touched once then idle, webhook latency, a list's pages at a million sessions,
 # other merchants' creates beside floods of deep pages and forged provider events, routing quality in a
 # simulation and the cost of a routing decision; `make soak` loads payorch for 10 minutes.
-# Each creates .venv and installs what it needs on a machine that has only Python 3.11.
+# Each creates .venv and installs what it needs on a machine that has only Python 3.11: `make run` and
+# `make migrate` payorch and its runtime dependencies only, the others the test and lint tools too.
 
-PYTHON ?= python3
-VENV   := .venv
-BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-stamp
+PYTHON  ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+RUNTIME := $(VENV)/.runtime-stamp
+STAMP   := $(VENV)/.installed-stamp
 
 .PHONY: run test lint typecheck unit migrate bench soak clean
 
-$(STAMP): pyproject.toml
+$(RUNTIME): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(RUNTIME)
+
+$(STAMP): $(RUNTIME)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-run: $(STAMP)
+run: $(RUNTIME)
 	$(BIN)/payorch serve
 
-migrate: $(STAMP)
+migrate: $(RUNTIME)
 	$(BIN)/payorch migrate
 
 lint: $(STAMP)
