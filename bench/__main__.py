@@ -14,6 +14,9 @@
 - floods: other merchants' creates at a steady rate, alone, then while one merchant floods deep pages
   of its 100,000 sessions at its limits, then while a stranger floods a provider-event route, on a
   payorch with its default rate limits: their p99 must stay within 20% (`bench/floods.py`);
+- steady: creates for one application due at a steady 50, 100 and 200/s for 20 s each (open loop,
+  latency from each request's due time): p50, p99, p99.9, errors and server CPU per create
+  (`bench/steady.py`);
 - routing: a simulation of routing quality driving payorch's real routing code (approvals against
   an oracle's, recovery after an outage, exploration's cost), and microseconds per routing
   decision with 20 rules and 3 providers (`bench/routing.py`); no payorch is started.
@@ -49,9 +52,10 @@ from bench.report import Isolation, Results, report
 from bench.routing import measure_decision_cost, measure_quality
 from bench.shop import Merchant, new_session, sandbox_link, signed_up_merchant, stripe_link
 from bench.slow_stripe import open_slow_stripe
+from bench.steady import RATES_PER_S, SECONDS, measure_steady
 from bench.webhooks import measure_webhook_latency
 
-SCENARIOS = ("create", "read", "isolation", "idle", "webhooks", "lists", "floods", "routing")
+SCENARIOS = ("create", "steady", "read", "isolation", "idle", "webhooks", "lists", "floods", "routing")
 BARE_CREATE_LABEL, BARE_READ_LABEL = "bare Quart-Trio POST", "bare Quart-Trio GET"
 READ_LABEL = "GET /api/v1/sessions/{id}"
 
@@ -68,6 +72,14 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--only",
         default=",".join(SCENARIOS),
         help=f"scenarios to run, comma-separated (default {','.join(SCENARIOS)})",
+    )
+    parser.add_argument(
+        "--steady-rates",
+        default=",".join(f"{rate:g}" for rate in RATES_PER_S),
+        help="creates/s of the steady scenario, comma-separated (default 50,100,200)",
+    )
+    parser.add_argument(
+        "--steady-seconds", type=float, default=SECONDS, help="measured phase per steady rate (default 20)"
     )
     parser.add_argument(
         "--applications",
@@ -117,6 +129,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("need 2 <= --idle-applications <= 100000, 0 < --idle-actor-s <= 600")
     if not 1 <= args.flood_rate <= 1000 or not 1 <= args.flood_sessions <= 10_000_000:
         parser.error("need 1 <= --flood-rate <= 1000, 1 <= --flood-sessions <= 10000000")
+    try:
+        rates = [float(rate) for rate in args.steady_rates.split(",")]
+    except ValueError:
+        parser.error("--steady-rates takes numbers separated by commas")
+    if not rates or not all(1 <= rate <= 5000 for rate in rates) or not 0 < args.steady_seconds <= 300:
+        parser.error("need each steady rate in 1..5000 and 0 < --steady-seconds <= 300")
     if not 1 <= args.list_sessions <= 10_000_000:
         parser.error("need 1 <= --list-sessions <= 10000000")
     return args
@@ -145,6 +163,11 @@ async def _payorch_scenarios(
         )
         results.create_paced = await measure(
             f"POST /api/v1/sessions, 1 app, {results.paced_rate_per_s:.0f}/s due", target, paced
+        )
+    if "steady" in wanted:
+        steady_rates = tuple(float(rate) for rate in args.steady_rates.split(","))
+        results.steady = await measure_steady(
+            create_target(base_url, [one.api_key]), steady_rates, args.steady_seconds, args.warmup
         )
     if wanted & {"create", "isolation"}:
         progress(f"creating {args.applications} applications, each linked to the sandbox")
@@ -210,7 +233,7 @@ async def main(args: argparse.Namespace) -> None:
         results.decision_cost = measure_decision_cost()
     with tempfile.TemporaryDirectory(prefix="payorch-bench-") as temporary:
         work_dir = Path(temporary)
-        if wanted & {"create", "read", "isolation"}:
+        if wanted & {"create", "steady", "read", "isolation"}:
             progress("starting payorch on a fresh embedded PostgreSQL, and a slow Stripe on loopback")
             (work_dir / "main").mkdir()
             try:

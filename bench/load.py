@@ -80,12 +80,13 @@ class LoadResult:
     p99_ms: float
     client_cpu_s: float
     capped: bool
+    p999_ms: float = float("nan")
 
 
-def percentile(sorted_samples: list[float], percent: int) -> float:
+def percentile(sorted_samples: list[float], percent: float) -> float:
     """The nearest-rank percentile: the smallest sample with at least `percent`% of samples at or
     below it. Exact (no interpolation); `sorted_samples` must be sorted and non-empty."""
-    rank = -(-percent * len(sorted_samples) // 100)  # ceil(percent * n / 100), in integers
+    rank = int(-(-percent * len(sorted_samples) // 100))  # ceil(percent * n / 100)
     return sorted_samples[max(rank, 1) - 1]
 
 
@@ -255,6 +256,7 @@ async def run_load(spec: LoadSpec, on_measuring: Callable[[], None] | None = Non
         requests_per_s=len(latencies) / measured_s,
         p50_ms=percentile(latencies, 50) * 1000 if latencies else float("nan"),
         p99_ms=percentile(latencies, 99) * 1000 if latencies else float("nan"),
+        p999_ms=percentile(latencies, 99.9) * 1000 if latencies else float("nan"),
         client_cpu_s=client_cpu_s,
         capped=tally.sent >= spec.max_requests,
     )

@@ -21,6 +21,7 @@ from bench.routing import (
     DecisionCost,
     RoutingQuality,
 )
+from bench.steady import CPU_GOAL_RATE, CPU_PER_CREATE_GOAL_MS, P99_GOALS_MS, SteadyRun
 from bench.webhooks import WebhookLatency
 
 # Cores found busy before the run beyond which the figures are flagged: other work shares the machine.
@@ -78,6 +79,7 @@ class Results:
     lists: ListTimes | None = None
     routing: RoutingQuality | None = None
     decision_cost: DecisionCost | None = None
+    steady: list[SteadyRun] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # warnings and errors payorch logged
 
     def measurements(self) -> list[Measurement]:
@@ -95,6 +97,7 @@ class Results:
             found.append(self.isolation.beside)
         if self.floods:
             found += [self.floods.alone, self.floods.beside_pages, self.floods.beside_events]
+        found += [run.measurement for run in self.steady]
         return [m for m in found if m is not None]
 
 
@@ -394,8 +397,48 @@ def _goals(results: Results) -> Iterator[str]:
             latency.p99_ms <= WEBHOOK_P99_GOAL_MS,
         )
         yield goal_line("webhooks: events not delivered", f"{latency.missing}", "0", latency.missing == 0)
+    yield from _steady_goals(results.steady)
     yield from _routing_goals(results.routing, results.decision_cost)
     yield from _routing_share(results.create_one, results.decision_cost)
+
+
+def _steady(runs: list[SteadyRun]) -> Iterator[str]:
+    yield (
+        f"{'steady creates, 1 application (open loop)':<{LABEL_WIDTH}}{'req/s':>11}{'p50 ms':>9}"
+        f"{'p99 ms':>9}{'p99.9 ms':>10}{'errors':>8}{'cores':>7}{'CPU/create':>12}"
+    )
+    for run in runs:
+        r = run.measurement.result
+        yield (
+            f"{f'due at {run.rate_per_s:g}/s':<{LABEL_WIDTH}}{r.requests_per_s:>11.1f}{r.p50_ms:>9.1f}"
+            f"{r.p99_ms:>9.1f}{r.p999_ms:>10.1f}{sum(r.errors.values()):>8}"
+            f"{run.measurement.cores.server:>7.2f}{run.cpu_per_create_ms:>9.2f} ms"
+        )
+    yield ""
+
+
+def _steady_goals(runs: list[SteadyRun]) -> Iterator[str]:
+    for run in runs:
+        goal = P99_GOALS_MS.get(run.rate_per_s)
+        if goal is None:
+            continue
+        r = run.measurement.result
+        errors = sum(r.errors.values())
+        met = r.p99_ms <= goal and errors == 0
+        yield goal_line(
+            f"create at a steady {run.rate_per_s:g}/s: p99, errors",
+            f"{r.p99_ms:.1f} ms, {errors}",
+            f"<= {goal:g} ms, 0",
+            met,
+        )
+        if run.rate_per_s == CPU_GOAL_RATE:
+            cpu = run.cpu_per_create_ms
+            yield goal_line(
+                f"server CPU per create at {CPU_GOAL_RATE:g}/s",
+                f"{cpu:.2f} ms",
+                f"<= {CPU_PER_CREATE_GOAL_MS:g} ms",
+                cpu <= CPU_PER_CREATE_GOAL_MS,
+            )
 
 
 def _routing_share(create: Measurement | None, cost: DecisionCost | None) -> Iterator[str]:
@@ -431,6 +474,8 @@ def report(results: Results, background: float | None) -> Iterator[str]:
         yield from _lists(results.lists)
     if results.floods is not None:
         yield from _floods(results.floods)
+    if results.steady:
+        yield from _steady(results.steady)
     if results.routing is not None or results.decision_cost is not None:
         yield from _routing(results.routing, results.decision_cost)
     yield from _cores(results.measurements())

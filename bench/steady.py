@@ -1,0 +1,47 @@
+"""Steady-rate creates: `POST /api/v1/sessions` for one application, due on a fixed schedule at each
+of several rates (open loop, as wrk2 sends): request k is due k / rate seconds after the start and
+its latency counts from then, so a stall shows in the latency of every request it delays instead of
+hiding in fewer requests sent (coordinated omission corrected). The connections are many more than
+the rate needs at the goal's latency, so the schedule, not the connections, decides when a request
+goes out while the server keeps up.
+
+Each rate reports p50, p99 and p99.9, errors, the payorch process's cores busy and its CPU per
+create (cores busy / creates per second: the server's own cost of one create at that rate, where a
+peak's batching is not there to share it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench.measure import Measurement, Shape, measure
+from bench.payorch_target import Target
+
+RATES_PER_S = (50.0, 100.0, 200.0)
+SECONDS = 20.0
+CONNECTIONS = 64
+P99_GOALS_MS = {200.0: 50.0, 100.0: 20.0}  # rate -> p99 goal
+CPU_PER_CREATE_GOAL_MS, CPU_GOAL_RATE = 3.0, 100.0
+
+
+@dataclass(frozen=True)
+class SteadyRun:
+    rate_per_s: float
+    measurement: Measurement
+
+    @property
+    def cpu_per_create_ms(self) -> float:
+        served = self.measurement.result.requests_per_s
+        return self.measurement.cores.server / served * 1000 if served else float("nan")
+
+
+async def measure_steady(
+    target: Target, rates: tuple[float, ...], seconds: float, warmup_s: float
+) -> list[SteadyRun]:
+    """`target` loaded at each rate in turn, lowest first."""
+    runs = []
+    for rate in sorted(rates):
+        shape = Shape(connections=CONNECTIONS, warmup_s=warmup_s, measured_s=seconds, rate_per_s=rate)
+        label = f"POST /api/v1/sessions, 1 app, steady {rate:g}/s"
+        runs.append(SteadyRun(rate, await measure(label, target, shape)))
+    return runs
