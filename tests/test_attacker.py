@@ -34,6 +34,7 @@ VALID_BODIES: dict[tuple[str, str], Any] = {
     ("POST", "/api/v1/applications/<application_id>/webhooks"): {"url": "https://127.0.0.1/attacker"},
     ("PATCH", "/api/v1/applications/<application_id>/webhooks/<webhook_id>"): {"isActive": False},
     ("POST", "/api/v1/applications/<application_id>/routing/evaluate"): session_body(),
+    ("POST", "/api/v1/applications/<application_id>/routing/backtest"): {"routing": {}},
 }
 # Routes that take no merchant credential by design: their own checks are tested elsewhere (the
 # customer pages, sandbox/ and checkout/, show the customer their own payment by its unguessable id;

@@ -104,6 +104,9 @@ class World:
                     "routing": {"default": {"type": "dynamic"}},
                 }
             },
+            "POST /api/v1/applications/{application_id}/routing/backtest": {
+                "body": {"routing": {"default": {"type": "priority", "providers": ["sandbox"]}}, "days": 7}
+            },
             "GET /api/v1/payment-methods": {
                 "query": {"currency": "PLN", "amount": "12.50", "applicationId": application_id}
             },

@@ -32,6 +32,7 @@ from pydantic_core import CoreSchema, InitErrorDetails, PydanticCustomError
 from payorch.engine.identifiers import canonical_identifier
 from payorch.engine.passwords import PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH, password_weakness
 from payorch.engine.refund_rules import RefundReason
+from payorch.engine.routing_backtest import MAX_DAYS, MAX_SESSIONS
 from payorch.engine.routing_rules import MAX_DOCUMENT_BYTES
 from payorch.engine.web_urls import redirect_url_problem, website_url_problem
 from payorch.http.jsonio import first_unstorable_text
@@ -495,3 +496,30 @@ class RoutingEvaluateRequest(SessionCreateRequest):
             "PUT .../routing; its problems are named under `routing.`"
         ),
     ] = None
+
+
+# A routing document to replay over the application's last sessions (`POST .../routing/backtest`),
+# and how far back. The document is checked by the route, every problem named under `routing.`.
+class RoutingBacktestRequest(Body):
+    routing: Annotated[
+        dict[str, Any],
+        BeforeValidator(_bounded_document),
+        Field(
+            description="the candidate routing document, in the form of PUT .../routing; its problems "
+            "are named under `routing.`"
+        ),
+    ]
+    days: Annotated[
+        int,
+        Field(
+            ge=1, le=MAX_DAYS, description=f"replay the sessions of the last `days` days (1 to {MAX_DAYS})"
+        ),
+    ] = MAX_DAYS
+    limit: Annotated[
+        int,
+        Field(
+            ge=1,
+            le=MAX_SESSIONS,
+            description=f"replay at most this many of them, the newest (1 to {MAX_SESSIONS})",
+        ),
+    ] = MAX_SESSIONS

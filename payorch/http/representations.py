@@ -240,6 +240,83 @@ class RoutingEvaluation(TypedDict):
     ranking: list[RankedProvider]
 
 
+Ratio = Annotated[Decimal, WithJsonSchema({"type": "number", "minimum": 0, "maximum": 1})]
+Count = Annotated[int, Field(ge=0)]
+
+
+@with_config(CLOSED)
+class BacktestProvider(TypedDict):
+    """One provider in a backtest: `actual` sessions went there, the candidate sends `candidate`
+    there first; of its actual sessions, `outcomes` were paid, declined or expired, `succeeded`
+    paid; `approval` is `succeeded / outcomes` (4 decimals), null without outcomes."""
+
+    provider: str
+    actual: Count
+    candidate: Count
+    outcomes: Count
+    succeeded: Count
+    approval: Ratio | None
+
+
+@with_config(CLOSED)
+class BacktestRule(TypedDict):
+    """One rule of the candidate (`rule` null: its default route): the sessions it matches, those
+    whose first provider it changes, those it can route to no provider (a create would be 422)."""
+
+    rule: str | None
+    sessions: Count
+    changed: Count
+    unroutable: Count
+
+
+@with_config(CLOSED)
+class BacktestEstimate(TypedDict):
+    """The approval observed (`actual`) and the candidate's estimate over the same `sessions`, those
+    with an outcome; a session the candidate moves counts at the approval its new provider showed
+    on the session's payment method and currency. `unestimated`: sessions with an outcome left out,
+    moved to a provider with too few outcomes to tell. Null without sessions."""
+
+    sessions: Count
+    actual: Ratio | None
+    candidate: Ratio | None
+    unestimated: Count
+
+
+# `from` is a Python keyword: the two keys of the window are declared in TypedDict's functional form.
+_BacktestWindow = TypedDict(
+    "_BacktestWindow",
+    {
+        "from": Annotated[
+            Timestamp,
+            Field(description="the window's start; when `limited`, the oldest replayed session's creation"),
+        ],
+        "to": Annotated[Timestamp, Field(description="the window's end: when the backtest ran")],
+    },
+)
+
+
+@with_config(CLOSED)
+class RoutingBacktest(_BacktestWindow):
+    """The candidate document replayed over the application's sessions created from `from` to
+    `to`, routed on the providers linked now and the success rates learned now (docs/routing.md,
+    "Backtest"): per provider, the sessions that went there against those the candidate would send
+    there first, with the approval each showed."""
+
+    limited: Annotated[
+        bool, Field(description="the window held more sessions than `limit`: only the newest were replayed")
+    ]
+    sessions: Annotated[Count, Field(description="sessions replayed")]
+    changed: Annotated[Count, Field(description="sessions the candidate sends first to another provider")]
+    unroutable: Annotated[Count, Field(description="sessions the candidate routes to no provider")]
+    withoutOutcome: Annotated[Count, Field(description="sessions still open: no outcome yet")]
+    withoutCountry: Annotated[
+        Count, Field(description="sessions without a billing country: no `countries` condition matches them")
+    ]
+    estimatedApproval: BacktestEstimate
+    providers: list[BacktestProvider]
+    rules: list[BacktestRule]
+
+
 # --- Webhooks -----------------------------------------------------------------------------------
 
 WebhookTestStatusField = Annotated[WebhookTestStatus, listed(WebhookTestStatus)]

@@ -45,6 +45,12 @@ out of the account's share of calls. At most this many such reads run at once pe
 more is answered 503 with `Retry-After` (Mollie calls again), so unauthenticated calls never take
 the capacity the merchant's own creates and refunds need.
 
+Routing backtests in flight (`POST .../routing/backtest`): one per merchant at a time
+(`BACKTESTS_PER_MERCHANT`), a second answered 429; at most `BACKTESTS_AT_ONCE` in the process, one
+more answered 503. Each holds a worker thread deciding up to 100,000 sessions for a few seconds:
+the first bound keeps one merchant from taking them all, the second keeps the process's CPU for
+its requests. Both with `Retry-After` (`BACKTEST_RETRY_AFTER_S`).
+
 The buckets live in this process; see `docs/rate-limits.md` for sizing several processes.
 """
 
@@ -71,6 +77,11 @@ TEST_SENDS_PER_MERCHANT = 2
 # client sending faster than its rate is slowed to it, so a flood costs no more than the rate, and a
 # burst a little over the limit is served late rather than refused.
 PACE_S = 1.0
+# Routing backtests in flight at once, per merchant and in the process, and when to come back: about
+# the time a backtest of the most sessions takes.
+BACKTESTS_PER_MERCHANT = 1
+BACKTESTS_AT_ONCE = 2
+BACKTEST_RETRY_AFTER_S = 5
 
 
 def _address_key(remote_address: str | None) -> str:
@@ -117,6 +128,8 @@ class RequestLimits:
         )
         self.provider_event_lookups = InFlightLimit(settings.provider_event_lookups_per_application)
         self.list_reads = KeyedConcurrencyLimit(settings.merchant_list_reads)
+        self.backtests = InFlightLimit(BACKTESTS_PER_MERCHANT)
+        self.all_backtests = InFlightLimit(BACKTESTS_AT_ONCE)  # one key: the process
         self.list_read_wait_s = settings.merchant_list_read_wait_s
 
     def _limiters(self) -> tuple[RateLimiter, ...]:
@@ -267,3 +280,30 @@ class RequestLimits:
             yield
         finally:
             self.provider_event_lookups.leave(key)
+
+    @contextmanager
+    def backtest(self, merchant_id: uuid.UUID) -> Iterator[None]:
+        """Hold one of the merchant's routing backtests and one of the process's for the block:
+        `RateLimited` (429) while the merchant has `BACKTESTS_PER_MERCHANT` in flight, `ServiceBusy`
+        (503) while the process has `BACKTESTS_AT_ONCE`, both to retry after
+        `BACKTEST_RETRY_AFTER_S`."""
+        key = str(merchant_id)
+        if not self.backtests.try_enter(key):
+            raise RateLimited(
+                f"a merchant runs {BACKTESTS_PER_MERCHANT} routing backtest at a time: "
+                f"retry after {BACKTEST_RETRY_AFTER_S} s",
+                BACKTEST_RETRY_AFTER_S,
+            )
+        try:
+            if not self.all_backtests.try_enter(""):
+                raise ServiceBusy(
+                    f"{BACKTESTS_AT_ONCE} routing backtests are running: "
+                    f"retry after {BACKTEST_RETRY_AFTER_S} s",
+                    retry_after=BACKTEST_RETRY_AFTER_S,
+                )
+            try:
+                yield
+            finally:
+                self.all_backtests.leave("")
+        finally:
+            self.backtests.leave(key)

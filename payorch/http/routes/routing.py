@@ -1,9 +1,11 @@
-"""An application's routing: its routing document, read and replaced, and a session's route tried
-out without creating it (docs/routing.md)."""
+"""An application's routing: its routing document, read and replaced, a session's route tried out
+without creating it, and a candidate document replayed over the application's last sessions
+(docs/routing.md)."""
 
 from __future__ import annotations
 
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from quart import Blueprint, request
@@ -17,6 +19,7 @@ from quart_schema import (
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from payorch.engine.commands import EvaluateRouting
+from payorch.engine.routing_backtest_run import Backtest, run_backtest
 from payorch.engine.routing_rules import (
     MAX_DOCUMENT_BYTES,
     RoutingDocument,
@@ -28,7 +31,7 @@ from payorch.http import openapi as api
 from payorch.http import representations as bodies
 from payorch.http.auth import Accept, Principal, application_for, authenticated
 from payorch.http.jsonio import loads_request_json
-from payorch.http.models import RoutingDocumentUpdate, RoutingEvaluateRequest
+from payorch.http.models import RoutingBacktestRequest, RoutingDocumentUpdate, RoutingEvaluateRequest
 from payorch.http.routes.sessions import session_draft
 from payorch.http.services import services
 from payorch.http.validation import limit_request_body
@@ -183,3 +186,92 @@ async def evaluate_routing(
     and reason. It creates nothing and calls no provider. A split or an exploration draws from the
     session's id, new for each call, as it is for each session."""
     return evaluation_body(await evaluate_routing_of(principal, application_id, data))
+
+
+def _ratio(value: Fraction | None) -> Decimal | None:
+    """`value` with 4 decimals, as scores are written; None stays None."""
+    if value is None:
+        return None
+    return (Decimal(value.numerator) / Decimal(value.denominator)).quantize(Decimal("0.0001"))
+
+
+def backtest_body(backtest: Backtest) -> bodies.RoutingBacktest:
+    replay = backtest.replay
+    estimated = replay.estimated
+    return {
+        "from": iso(backtest.since),
+        "to": iso(backtest.until),
+        "limited": backtest.limited,
+        "sessions": replay.sessions,
+        "changed": replay.changed,
+        "unroutable": replay.unroutable,
+        "withoutOutcome": replay.without_outcome,
+        "withoutCountry": replay.without_country,
+        "estimatedApproval": {
+            "sessions": estimated.sessions,
+            "actual": _ratio(estimated.actual),
+            "candidate": _ratio(estimated.candidate),
+            "unestimated": estimated.unestimated,
+        },
+        "providers": [
+            {
+                "provider": tally.provider,
+                "actual": tally.actual,
+                "candidate": tally.candidate,
+                "outcomes": tally.outcomes,
+                "succeeded": tally.succeeded,
+                "approval": _ratio(tally.approval),
+            }
+            for tally in replay.providers
+        ],
+        "rules": [
+            {
+                "rule": tally.rule,
+                "sessions": tally.sessions,
+                "changed": tally.changed,
+                "unroutable": tally.unroutable,
+            }
+            for tally in replay.rules
+        ],
+    }
+
+
+async def backtest_routing_of(
+    principal: Principal, application_id: str, data: RoutingBacktestRequest
+) -> Backtest:
+    """`data.routing` replayed over the application's sessions of the last `data.days` days (the
+    newest `data.limit`): `InvalidInput` (400) for a document with problems (each named under
+    `routing.`). One backtest of a merchant runs at a time (`RateLimited`, 429) and a few in the
+    process (`ServiceBusy`, 503). Reads only: stores nothing, creates nothing, calls no provider."""
+    application = await application_for(principal, application_id)
+    context = services().context
+    document = parse_routing_document(
+        data.routing, [provider.name for provider in context.providers], at="routing"
+    )
+    with services().limits.backtest(application.merchant_id):
+        return await run_backtest(context, application.id, document, days=data.days, limit=data.limit)
+
+
+@blueprint.post("/<application_id>/routing/backtest")
+@security_scheme(api.JWT)
+@document_response(bodies.RoutingBacktest, 200)
+@api.errors(400, 401, 403, 404, 413, 429, 500, 503)
+@authenticated(Accept.JWT)
+@validate_request(RoutingBacktestRequest)
+async def backtest_routing(
+    application_id: str, data: RoutingBacktestRequest, principal: Principal
+) -> bodies.RoutingBacktest:
+    """Replay a candidate routing document over the application's last sessions.
+
+    The body holds the document in `routing`, how many days back to go in `days` (1 to 30, the
+    default) and at most how many sessions, the newest, in `limit` (up to 100,000, the default).
+    Each session is routed by the candidate as a create would route it now (the providers linked
+    now, the success rates learned now, its split and exploration drawn from its id) and compared
+    with the provider that actually created its checkout. The answer counts, per provider, the
+    sessions that went there and those the candidate sends there first, with the approval each
+    provider showed on its own sessions; per rule, the sessions it matches; and the candidate's
+    estimated approval beside the one observed. It is an estimate made in hindsight:
+    docs/routing.md says what a backtest cannot know. A document with problems is 400, each named
+    under `routing.`. It stores nothing and calls no provider. One backtest of a merchant runs at
+    a time (429 meanwhile), a few in the process (503), both with Retry-After."""
+    return backtest_body(await backtest_routing_of(principal, application_id, data))

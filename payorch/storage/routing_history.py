@@ -1,0 +1,95 @@
+"""An application's past sessions as routing saw them, for a backtest (`engine.routing_backtest`):
+each session's payment method, amount, customer's billing country, the provider that created its
+checkout and its outcome there, newest first, read in bounded batches.
+
+Only those few columns are read: the customer's billing country is taken out of its JSON in the
+statement, so no JSON reaches payorch. A batch walks the application's sessions index
+(`checkout_sessions_by_application`: application, creation time and id, newest first) from where
+the previous one stopped, so each costs its own rows, however far back it starts.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import NamedTuple
+
+from payorch.storage.database import Connection
+from payorch.storage.enumerated_columns import sql_literal
+from payorch.values.statuses import FailureReason, Outcome, SessionStatus
+
+
+class PastSession(NamedTuple):
+    """One session a backtest replays (a named tuple: a backtest holds a batch of many)."""
+
+    session_id: str  # as the API writes it: routing's draws are made from this text
+    payment_method: str
+    amount_minor: int
+    currency: str
+    billing_country: str | None
+    provider: str  # the provider that created its checkout
+    outcome: Outcome | None  # its first outcome there; None while it has none
+
+
+# Where the outcome's cursor stands: the creation time and id of the last session read (the next
+# batch starts after it).
+Cursor = tuple[datetime, uuid.UUID]
+
+# The outcome routing learned (`routing_outcomes`, migration 0017: the first, at the provider that
+# created the checkout). A session created before payorch recorded outcomes has none there: its
+# status says what became of it, as far as it can (a REVERSED one cannot say whether it was paid).
+_PAID = ", ".join(
+    sql_literal(status)
+    for status in (SessionStatus.SUCCEEDED, SessionStatus.PARTIALLY_REFUNDED, SessionStatus.REFUNDED)
+)
+_OUTCOME = f"""COALESCE(o.outcome, CASE
+        WHEN s.status IN ({_PAID}) THEN {sql_literal(Outcome.SUCCESS)}
+        WHEN s.status = {sql_literal(SessionStatus.FAILED)}
+         AND s.failure_reason = {sql_literal(FailureReason.EXPIRED)} THEN {sql_literal(Outcome.ABANDONMENT)}
+        WHEN s.status = {sql_literal(SessionStatus.FAILED)} THEN {sql_literal(Outcome.FAILURE)}
+    END)"""
+
+_PAST_SESSIONS = f"""
+    SELECT s.id, s.created_at, s.payment_method, s.amount_minor, s.currency,
+           s.customer #>> '{{billingAddress,country}}' AS country, s.provider_name, {_OUTCOME} AS outcome
+    FROM checkout_sessions s LEFT JOIN routing_outcomes o ON o.session_id = s.id
+    WHERE s.application_id = $1 AND s.created_at >= $2 AND (s.created_at, s.id) < ($3, $4)
+      AND s.provider_name IS NOT NULL
+    ORDER BY s.created_at DESC, s.id DESC
+    LIMIT $5"""
+
+_OUTCOMES = {outcome.value: outcome for outcome in Outcome}
+# Past every id: a cursor at `until` with it starts the first batch at the newest session before `until`.
+_LAST_ID = uuid.UUID(int=2**128 - 1)
+
+
+def first_cursor(until: datetime) -> Cursor:
+    """Where the first batch of sessions created before `until` starts."""
+    return until, _LAST_ID
+
+
+async def past_sessions(
+    conn: Connection, application_id: uuid.UUID, since: datetime, after: Cursor, limit: int
+) -> tuple[list[PastSession], Cursor | None]:
+    """The application's next `limit` sessions (at most) created at `since` or later, newest first,
+    starting after `after` (`first_cursor`, then the cursor the previous batch answered); and where
+    the next batch starts, None once this one reached `since` (it held fewer than `limit`)."""
+    rows = await conn.fetch(_PAST_SESSIONS, application_id, since, *after, limit)
+    # A batch names a few payment methods, currencies, countries and providers many times: one
+    # string each, not one per row.
+    names: dict[str, str] = {}
+    sessions = [
+        PastSession(
+            str(row[0]),
+            names.setdefault(row[2], row[2]),
+            row[3],
+            names.setdefault(row[4], row[4]),
+            None if row[5] is None else names.setdefault(row[5], row[5]),
+            names.setdefault(row[6], row[6]),
+            None if row[7] is None else _OUTCOMES[row[7]],
+        )
+        for row in rows
+    ]
+    if len(rows) < limit:
+        return sessions, None
+    return sessions, (rows[-1][1], rows[-1][0])
