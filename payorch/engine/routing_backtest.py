@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from payorch.engine.routing import RoutableConfig, eligible_providers
+from payorch.engine.provider_health import RoutableConfig, eligible_providers
 from payorch.engine.routing_decision import decide
 from payorch.engine.routing_rules import RoutingDocument, SessionFacts
 from payorch.engine.success_rates import RoutingSettings, SuccessRates
