@@ -42,7 +42,11 @@ def loads_exact(
     )
 
 
-def dumps_exact(value: Any) -> str:
+def dumps_exact(value: Any, *, indent: int | None = None) -> str:
+    """`value` as JSON text, `Decimal` as numbers; on one line, or indented by `indent` spaces a level
+    (for people to read and edit)."""
     return str(
-        simplejson.dumps(value, use_decimal=True, default=_default, ensure_ascii=False, allow_nan=False)
+        simplejson.dumps(
+            value, use_decimal=True, default=_default, ensure_ascii=False, allow_nan=False, indent=indent
+        )
     )

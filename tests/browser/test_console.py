@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from selenium.common.exceptions import WebDriverException
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -247,6 +248,67 @@ async def test_an_admin_takes_a_payment_and_refunds_half_of_it_from_the_console_
     await check_page(browser, "applications-activity")
 
 
+async def replace_text(browser: Browser, css: str, text: str) -> None:
+    """Tab to the text area `css`, select all it holds (Ctrl+A) and type `text` over it."""
+    await browser.tab_to(css)
+    await browser.run(
+        lambda driver: (
+            ActionChains(driver)
+            .key_down(Keys.CONTROL)
+            .send_keys("a")
+            .key_up(Keys.CONTROL)
+            .send_keys(text)
+            .perform()
+        )
+    )
+
+
+async def test_an_admin_reads_and_changes_the_routing_and_tries_a_session_with_the_keyboard_alone(
+    browser: Browser, live_service: LiveService, client: Client, db: Database, settings: Settings
+) -> None:
+    shop = await new_shop(client, db, settings)
+    await paid_session(client, shop)
+    await sign_in(browser, live_service, shop.merchant)
+    await browser.open(live_service.url(f"/console/applications/{shop.application_id}"))
+    await browser.wait_for(titled("Shop"))
+    await open_section(browser, "Routing")
+    assert await text_of(browser, "#routing-version") == "0: the default, no document stored yet"
+    await browser.wait_for(lambda driver: driver.find_elements(By.CSS_SELECTOR, "table.routing-rates"))
+    assert "1 (1 paid, 0 declined, 0 abandoned)" in await text_of(browser, "table.routing-rates")
+    await check_page(browser, "routing-default")
+
+    # A rule without a name: refused with the API's message at its place, nothing stored.
+    await replace_text(browser, "#document", '{"rules": [{"name": "", "route": {"type": "dynamic"}}]}')
+    await browser.keys(Keys.TAB, Keys.ENTER)
+    problems = await browser.wait_for(
+        lambda driver: (
+            (found := driver.find_elements(By.CSS_SELECTOR, "#document-error li")) and found[0].text
+        )
+    )
+    assert problems.startswith("rules.0.name: "), problems
+    await check_page(browser, "routing-refused", status=400)
+
+    # Corrected: stored as version 1, the page says so and shows the rule.
+    document = (
+        '{"rules": [{"name": "sandbox-first", "route": {"type": "priority", "providers": ["sandbox"]}}]}'
+    )
+    await replace_text(browser, "#document", document)
+    await browser.keys(Keys.TAB, Keys.ENTER)
+    assert "Saved" in await notice(browser)
+    assert await text_of(browser, "#routing-version") == "1"
+    assert "sandbox-first" in await text_of(browser, "table.routing-rules")
+    await check_page(browser, "routing-stored")
+
+    # Try a session of 250.00 PLN by card: the rule sends it to the sandbox first.
+    await press(browser, "#evaluate-amount", "250.00", Keys.TAB, "PLN", Keys.TAB, "PL", Keys.ENTER)
+    selected = await browser.wait_for(
+        lambda driver: (found := driver.find_elements(By.ID, "evaluation-selected")) and found[0].text
+    )
+    assert selected == "It would go first to sandbox."
+    assert "sandbox-first" in await text_of(browser, "section.evaluation")
+    await check_page(browser, "routing-evaluated")
+
+
 async def _delivered(receiver: WebhookReceiver, event_type: str) -> bool | None:
     return any(request.json().get("type") == event_type for request in receiver.requests_to("/hooks")) or None
 
@@ -286,6 +348,7 @@ async def test_every_kind_of_console_page_has_labelled_fields_and_no_console_err
         ),
         "sessions-bad-filter": (f"/console/applications/{app_id}/sessions?from=yesterday", 400),
         "webhook": (f"/console/applications/{app_id}/webhooks/{webhook['id']}", None),
+        "routing-with-rates": (f"/console/applications/{app_id}/routing", None),
         "no-such-session": ("/console/sessions/00000000-0000-4000-8000-000000000000", 404),
     }
     for name, (path, status) in visits.items():
@@ -305,6 +368,11 @@ async def test_every_kind_of_console_page_has_labelled_fields_and_no_console_err
     await press(browser, "#key-sandbox-apiKey", "not a sandbox key", Keys.ENTER)
     await browser.wait_for(lambda driver: driver.find_elements(By.CSS_SELECTOR, '[role="alert"], .error'))
     await check_page(browser, "provider-key-refused", status=422)
+
+    await browser.open(live_service.url(f"/console/applications/{app_id}/routing"))
+    await press(browser, "#evaluate-amount", "12,50", Keys.TAB, "PLN", Keys.ENTER)  # a comma
+    await browser.wait_for(lambda driver: driver.find_elements(By.ID, "evaluate-amount-error"))
+    await check_page(browser, "routing-evaluate-refused", status=400)
 
     await browser.open(live_service.url(f"/console/applications/{app_id}/webhooks/{webhook['id']}"))
     await press(browser, "form[action$='/secret'] button", Keys.ENTER)

@@ -8,6 +8,7 @@ import re
 
 from payorch.config import Settings
 from payorch.http.services import PayorchApp
+from payorch.jsonexact import dumps_exact
 from payorch.storage.database import Database
 from tests.console.helpers import page, signed_in
 from tests.helpers import (
@@ -61,6 +62,11 @@ async def test_every_console_route_of_an_application_refuses_another_merchants_s
         "idempotency_key": "attacker-1",
         "kind": "full",
         "reason": "requested_by_customer",
+        # A routing document and a session to evaluate, each one the routing page would take.
+        "document": dumps_exact({"default": {"type": "priority", "providers": ["sandbox"]}}),
+        "paymentMethod": "card",
+        "amount": "10.00",
+        "currency": "PLN",
     }
     for method, rule in routes:
         path = re.sub(r"<(?:\w+:)?(\w+)>", lambda match: str(values[match.group(1)]), rule)
@@ -69,10 +75,13 @@ async def test_every_console_route_of_an_application_refuses_another_merchants_s
         assert response.status_code == 404, (method, rule, response.status_code, text)
         assert "Victim" not in text and key["keyPrefix"] not in text, (method, rule, text)
         assert "victim-hooks" not in text and webhook["keyFingerprint"] not in text, (method, rule, text)
+        assert "sandbox" not in text, (method, rule, text)  # the victim's provider, rates, evaluation
     after = await client.get(f"/api/v1/applications/{application['id']}", headers=victim.headers)
     assert (await after.get_json())["isEnabled"] is True
     keys = await client.get(f"/api/v1/applications/{application['id']}/api-keys", headers=victim.headers)
     assert [item["status"] for item in (await keys.get_json())["items"]] == ["active"]
+    routing = await client.get(f"/api/v1/applications/{application['id']}/routing", headers=victim.headers)
+    assert (await routing.get_json())["version"] == 0
     paid = await client.get(f"/api/v1/sessions/{session_id}", headers=victim.headers)
     assert (await paid.get_json())["refunds"] == []
     (hook_after,) = (await (await client.get(hooks, headers=victim.headers)).get_json())["items"]

@@ -4,7 +4,7 @@
 headers); each area has its own module, which registers its pages on the blueprint when imported.
 """
 
-from payorch.http.console import applications, providers, sessions, sign_in, webhooks
+from payorch.http.console import applications, providers, routing, sessions, sign_in, webhooks
 from payorch.http.console.kit import blueprint
 
-__all__ = ["applications", "blueprint", "providers", "sessions", "sign_in", "webhooks"]
+__all__ = ["applications", "blueprint", "providers", "routing", "sessions", "sign_in", "webhooks"]

@@ -127,8 +127,8 @@ def check_csrf(form: Mapping[str, str], expected: str | None) -> None:
         raise CsrfRefused
 
 
-async def read_form() -> MultiDict[str, str]:
-    limit_request_body(APPLICATION_MAX_BODY_BYTES)
+async def read_form(max_bytes: int = APPLICATION_MAX_BODY_BYTES) -> MultiDict[str, str]:
+    limit_request_body(max_bytes)
     return await request.form
 
 
@@ -144,15 +144,26 @@ def page(view: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
 
 def action(view: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     """A form's POST: the session first, then its CSRF token; the view receives `session` and `form`."""
+    return action_up_to(APPLICATION_MAX_BODY_BYTES)(view)
 
-    @functools.wraps(view)
-    async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        session = current_session()
-        form = await read_form()
-        check_csrf(form, session.csrf_token)
-        return await view(*args, session=session, form=form, **kwargs)
 
-    return wrapper
+def action_up_to(
+    max_bytes: int,
+) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Any]]]:
+    """`action` for a form whose body may hold up to `max_bytes` (a routing document's text area);
+    the app-wide limit (`server.max_body_bytes`) still holds."""
+
+    def decorator(view: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        @functools.wraps(view)
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            session = current_session()
+            form = await read_form(max_bytes)
+            check_csrf(form, session.csrf_token)
+            return await view(*args, session=session, form=form, **kwargs)
+
+        return wrapper
+
+    return decorator
 
 
 def text_fields(form: Mapping[str, str], names: tuple[str, ...]) -> dict[str, str]:

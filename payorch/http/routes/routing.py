@@ -4,6 +4,7 @@ without creating it, and a candidate document replayed over the application's la
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -26,7 +27,8 @@ from payorch.engine.routing_rules import (
     document_json,
     parse_routing_document,
 )
-from payorch.engine.session_routing import Evaluation
+from payorch.engine.session_routing import Evaluation, learned_settings
+from payorch.engine.success_rates import Estimate, SegmentFigures, SuccessRates
 from payorch.http import openapi as api
 from payorch.http import representations as bodies
 from payorch.http.auth import Accept, Principal, application_for, authenticated
@@ -36,8 +38,10 @@ from payorch.http.routes.sessions import session_draft
 from payorch.http.services import services
 from payorch.http.validation import limit_request_body
 from payorch.storage import routing_documents as routing_store
+from payorch.storage import routing_outcomes
 from payorch.storage.routing_documents import StoredRoutingDocument
 from payorch.values.errors import FieldProblem, InvalidInput, NotPermitted
+from payorch.values.statuses import Outcome
 from payorch.values.timefmt import iso
 
 blueprint = Blueprint("routing", __name__, url_prefix="/api/v1/applications")
@@ -275,3 +279,46 @@ async def backtest_routing(
     under `routing.`. It stores nothing and calls no provider. One backtest of a merchant runs at
     a time (429 meanwhile), a few in the process (503), both with Retry-After."""
     return backtest_body(await backtest_routing_of(principal, application_id, data))
+
+
+# --- The learned success rates, as routing sees them (the console's routing page) ------------------
+
+
+@dataclass(frozen=True)
+class LearnedRate:
+    """One segment's learned success rate: `figures`, the newest outcomes of the provider for the
+    payment method and currency (at most `routing.window`, newest first), and `estimate`, the rate
+    routing works out of them (from the provider's wider evidence while the segment holds fewer
+    than `routing.min_outcomes`: its `level` says which)."""
+
+    figures: SegmentFigures
+    estimate: Estimate
+
+    @property
+    def successes(self) -> int:
+        return self.figures.outcomes.count(Outcome.SUCCESS)
+
+    @property
+    def failures(self) -> int:
+        return self.figures.outcomes.count(Outcome.FAILURE)
+
+    @property
+    def abandonments(self) -> int:
+        return self.figures.outcomes.count(Outcome.ABANDONMENT)
+
+
+async def learned_rates_of(principal: Principal, application_id: str) -> list[LearnedRate]:
+    """The application's learned success rate of each provider, payment method and currency with an
+    outcome, ordered so: each segment's newest `routing.window` outcomes, read now, worked out by
+    the code its application actors route with (`SuccessRates.from_rows` under the `[routing]`
+    settings: the recent run, the abandonment weight, the fallback). An actor routes on rates it
+    read at most `routing.refresh_s` ago, so these may be that much ahead of it."""
+    application = await application_for(principal, application_id)
+    context = services().context
+    settings = learned_settings(context.settings.routing)
+    rows = await context.db.autocommit(routing_outcomes.segment_outcomes, application.id, settings.window)
+    figures = [SegmentFigures(*row) for row in rows]
+    estimates = SuccessRates.from_rows(figures, settings).segments()
+    return [
+        LearnedRate(item, estimates[(item.provider, item.payment_method, item.currency)]) for item in figures
+    ]

@@ -1,0 +1,312 @@
+"""An application's routing: the document in force (its rules, default route, fees and objective,
+its version and when it was stored), a form to replace it, the success rates routing learned per
+provider and segment, and a form trying how a session would be routed now.
+
+    GET  /console/applications/<id>/routing            the page
+    POST /console/applications/<id>/routing            replace the document (`document`, its JSON)
+    POST /console/applications/<id>/routing/evaluate   how a session would be routed now
+                                                       (`paymentMethod`, `amount`, `currency`,
+                                                       `billingCountry`)
+
+Every form calls the operation the API's route calls (`routes/routing.py`: `routing_document_of`,
+`replace_routing_document_of`, `evaluate_routing_of`, `learned_rates_of`), so ownership, the
+document's validation (every problem named by its place, as the API's 400 names it), the actors'
+switch to a new version and the decision are the API's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from pydantic import ValidationError
+from quart import request, url_for
+from werkzeug.datastructures import MultiDict
+
+from payorch.engine.routing_rules import MAX_DOCUMENT_BYTES
+from payorch.http import representations as bodies
+from payorch.http.auth import application_for
+from payorch.http.console.kit import (
+    Session,
+    action,
+    action_up_to,
+    application_section,
+    blueprint,
+    field_errors,
+    page,
+    render_page,
+    see_other,
+    text_fields,
+)
+from payorch.http.jsonio import loads_request_json
+from payorch.http.models import RoutingEvaluateRequest
+from payorch.http.routes.providers import provider_configs_of
+from payorch.http.routes.routing import (
+    LearnedRate,
+    evaluate_routing_of,
+    evaluation_body,
+    learned_rates_of,
+    replace_routing_document_of,
+    routing_body,
+    routing_document_of,
+)
+from payorch.http.services import services
+from payorch.jsonexact import dumps_exact
+from payorch.values import errors as domain
+from payorch.values.pagination import MAX_LIMIT, PageRequest
+
+application_section("Routing", "routing")
+
+DOCUMENT_FIELD = "document"
+# A document of MAX_DOCUMENT_BYTES, URL-encoded (at most 3 characters a byte), and the CSRF token.
+DOCUMENT_FORM_MAX_BYTES = 3 * MAX_DOCUMENT_BYTES + 4 * 1024
+EVALUATE_FIELDS = ("paymentMethod", "amount", "currency", "billingCountry")
+# The evaluate form's field of each field the API names; the session's other fields are the form's own.
+EVALUATE_FIELD = {"paymentMethod": "paymentMethod", "amount": "amount", "currency": "currency"}
+# What routing reads of a session is its payment method, amount, currency and billing country: the
+# rest of the create body the evaluation takes is filled with these (never stored: nothing is created).
+EVALUATED_ORDER = "console evaluation"
+EVALUATED_EMAIL = "customer@example.com"
+EVALUATED_ADDRESS = {"line1": "-", "city": "-", "postalCode": "-"}
+_AMOUNT = re.compile(r"[0-9]{1,16}(\.[0-9]{1,16})?")
+DONE = {"saved": "Saved: the document below is in force from the application's next session on."}
+RATE_LEVELS = {
+    "segment": "these outcomes",
+    "method": "its {method} outcomes in every currency ({outcomes})",
+    "provider": "all its outcomes ({outcomes})",
+    "prior": "its few outcomes ({outcomes}), from 50%",
+}
+
+
+@dataclass(frozen=True)
+class RuleShown:
+    """A rule of the document in words: its name, when it matches, where it routes."""
+
+    name: str
+    when: str
+    route: str
+
+
+@dataclass(frozen=True)
+class DocumentForm:
+    """The document's form as sent, and why it was refused: the problems by their place."""
+
+    text: str
+    message: str
+    problems: list[domain.FieldProblem]
+
+
+@dataclass(frozen=True)
+class EvaluateForm:
+    """The evaluate form as sent, its errors by field, and the answer when there is one."""
+
+    values: dict[str, str]
+    errors: dict[str, str] = field(default_factory=dict)
+    answer: bodies.RoutingEvaluation | None = None
+
+
+# --- The document in words ---------------------------------------------------------------------
+
+
+def _listed(values: list[str]) -> str:
+    return " or ".join(values)
+
+
+def conditions_text(when: bodies.RoutingConditions | None) -> str:
+    """A rule's `when` in words: each condition, all of which must hold."""
+    if not when:
+        return "every session"
+    parts = []
+    if "paymentMethods" in when:
+        parts.append(f"payment method {_listed(when['paymentMethods'])}")
+    if "currencies" in when:
+        parts.append(f"currency {_listed(when['currencies'])}")
+    if "amount" in when:
+        low, high = when["amount"].get("min"), when["amount"].get("max")
+        if low is not None and high is not None:
+            parts.append(f"amount from {Decimal(low):f} to {Decimal(high):f}")
+        elif low is not None:
+            parts.append(f"amount from {Decimal(low):f}")
+        elif high is not None:
+            parts.append(f"amount up to {Decimal(high):f}")
+    if "countries" in when:
+        parts.append(f"billing country {_listed(when['countries'])}")
+    return "; ".join(parts)
+
+
+def route_text(route: bodies.RoutingRoute) -> str:
+    """A route in words: its type and the providers it names."""
+    kind = route["type"]
+    if kind == "split":
+        return "split: " + ", ".join(f"{name} {weight}%" for name, weight in route["weights"].items())
+    providers = route.get("providers")
+    if kind == "dynamic":
+        over = ", ".join(providers) if providers else "every eligible provider"
+        return f"dynamic: by learned success rate, over {over}"
+    return f"priority: {', '.join(providers or ())}, in this order"
+
+
+def fee_text(fee: bodies.RoutingFee) -> str:
+    fixed = [f"{amount} {currency}" for currency, amount in fee["fixed"].items()]
+    return f"{fee['percent']}%" + (f" + {' or '.join(fixed)}" if fixed else "")
+
+
+def rate_source(rate: LearnedRate) -> str:
+    """Whose outcomes a segment's rate comes from (`Estimate.level`), in words."""
+    return RATE_LEVELS[rate.estimate.level].format(
+        method=rate.figures.payment_method, outcomes=rate.estimate.outcomes
+    )
+
+
+# --- The page ----------------------------------------------------------------------------------
+
+
+async def _routing_page(
+    session: Session,
+    application_id: str,
+    status: int,
+    *,
+    document: DocumentForm | None = None,
+    evaluate: EvaluateForm | None = None,
+) -> tuple[str, int]:
+    application = await application_for(session.principal, application_id)
+    in_force = routing_body(await routing_document_of(session.principal, application_id))
+    rates = await learned_rates_of(session.principal, application_id)
+    context = services().context
+    # The form starts at the first payment method the application's active providers enable.
+    configs, _ = await provider_configs_of(session.principal, application_id, PageRequest(1, MAX_LIMIT))
+    enabled = sorted({method for config in configs if config.is_active for method in config.payment_methods})
+    # What the text area holds: the document without the `version` and `updatedAt` the API adds.
+    shown = {
+        "rules": in_force["rules"],
+        "default": in_force["default"],
+        "fees": in_force["fees"],
+        "objective": in_force["objective"],
+    }
+    return await render_page(
+        "console/routing.html",
+        session,
+        status,
+        title="Routing",
+        application=application,
+        in_force=in_force,
+        rules=[
+            RuleShown(rule["name"], conditions_text(rule.get("when")), route_text(rule["route"]))
+            for rule in in_force["rules"]
+        ],
+        default_route=route_text(in_force["default"]),
+        fees={name: fee_text(fee) for name, fee in in_force["fees"].items()},
+        document_text=document.text if document else dumps_exact(shown, indent=2),
+        document=document,
+        rates=rates,
+        rate_source=rate_source,
+        settings=context.settings.routing,
+        payment_methods=sorted(context.providers.all_payment_methods()),
+        evaluate=evaluate
+        or EvaluateForm({name: "" for name in EVALUATE_FIELDS} | {"paymentMethod": next(iter(enabled), "")}),
+        notice=DONE.get(request.args.get("done", "")) if status == 200 and evaluate is None else None,
+    )
+
+
+@blueprint.get("/applications/<application_id>/routing")
+@page
+async def routing(application_id: str, session: Session) -> tuple[str, int]:
+    return await _routing_page(session, application_id, 200)
+
+
+# --- Replacing the document --------------------------------------------------------------------
+
+
+def document_of(text: str) -> Any:
+    """The text area's JSON, parsed as the API parses the body of `PUT .../routing`: refused past
+    `MAX_DOCUMENT_BYTES`, then as malformed JSON, each with the API's problem."""
+    if len(text.encode()) > MAX_DOCUMENT_BYTES:
+        raise domain.InvalidInput(
+            "routing document too large",
+            [domain.FieldProblem("body", f"a routing document takes at most {MAX_DOCUMENT_BYTES} bytes")],
+        )
+    return loads_request_json(text)
+
+
+@blueprint.post("/applications/<application_id>/routing")
+@action_up_to(DOCUMENT_FORM_MAX_BYTES)
+async def replace_routing(application_id: str, session: Session, form: MultiDict[str, str]) -> Any:
+    """Store the document of the text area as the application's next version, with the API's
+    validation; a refusal shows the page again (400) with every problem by its place, and stores
+    nothing."""
+    await application_for(session.principal, application_id)  # another merchant's: 404 before anything
+    sent = form.get(DOCUMENT_FIELD, "")
+    try:
+        raw = document_of(sent)  # the API's parser refuses text PostgreSQL cannot store, as for the API
+        await replace_routing_document_of(session.principal, application_id, raw)
+    except domain.InvalidInput as error:
+        refused = DocumentForm(sent, error.message, list(error.details))
+        return await _routing_page(session, application_id, 400, document=refused)
+    return see_other(url_for("console.routing", application_id=application_id, done="saved"))
+
+
+# --- Trying a session --------------------------------------------------------------------------
+
+
+def evaluate_request(fields: Mapping[str, str]) -> RoutingEvaluateRequest:
+    """The evaluate body the form asks for, validated as the API validates it: a session of the
+    payment method, amount, currency and (optional) billing country typed, the rest filled in.
+    Currency and country are taken in capitals. `InvalidInput` with a problem per field."""
+    amount = fields["amount"].strip()
+    if not amount:
+        raise domain.InvalidInput("validation failed", [domain.FieldProblem("amount", "enter the amount")])
+    if not _AMOUNT.fullmatch(amount):
+        raise domain.InvalidInput(
+            "validation failed",
+            [domain.FieldProblem("amount", "must be digits, with a point before any decimals")],
+        )
+    customer: dict[str, Any] = {"email": EVALUATED_EMAIL}
+    country = fields["billingCountry"].strip().upper()
+    if country:
+        customer["billingAddress"] = {**EVALUATED_ADDRESS, "country": country}
+    body = {
+        "orderReference": EVALUATED_ORDER,
+        "paymentMethod": fields["paymentMethod"],
+        "currency": fields["currency"].strip().upper(),
+        "amount": {"total": Decimal(amount)},
+        "customer": customer,
+    }
+    try:
+        return RoutingEvaluateRequest.model_validate(body)
+    except ValidationError as error:
+        raise domain.InvalidInput(
+            "validation failed",
+            [
+                domain.FieldProblem(".".join(str(part) for part in item["loc"]), item["msg"])
+                for item in error.errors(include_url=False)
+            ],
+        ) from None
+
+
+def _evaluate_errors(error: domain.InvalidInput) -> dict[str, str]:
+    """The problems by the evaluate form's field: the billing address's are the country's."""
+    errors: dict[str, str] = {}
+    for name, message in field_errors(error).items():
+        where = "billingCountry" if name == "customer" else EVALUATE_FIELD.get(name, "form")
+        errors.setdefault(f"evaluate-{where}", message)
+    return errors or {"evaluate-form": error.message}
+
+
+@blueprint.post("/applications/<application_id>/routing/evaluate")
+@action
+async def evaluate_routing(application_id: str, session: Session, form: MultiDict[str, str]) -> Any:
+    """How a session of the form's payment method, amount, currency and billing country would be
+    routed now by the document in force: the API's evaluation, shown on the page. Creates nothing."""
+    await application_for(session.principal, application_id)  # another merchant's: 404 before anything
+    values = {name: form.get(name, "") for name in EVALUATE_FIELDS}
+    try:
+        data = evaluate_request(text_fields(form, EVALUATE_FIELDS))
+        evaluation = await evaluate_routing_of(session.principal, application_id, data)
+    except domain.InvalidInput as error:
+        refused = EvaluateForm(values, _evaluate_errors(error))
+        return await _routing_page(session, application_id, 400, evaluate=refused)
+    answered = EvaluateForm(values, answer=evaluation_body(evaluation))
+    return await _routing_page(session, application_id, 200, evaluate=answered)
