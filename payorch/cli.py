@@ -14,6 +14,7 @@ import trio
 from pydantic import EmailStr, TypeAdapter, ValidationError
 
 from payorch.config import REDACTED, ConfigError, Settings, config_path_from, load_settings, redacted
+from payorch.config_checks import check_database_settings, check_settings, load_checked_settings
 from payorch.engine.invites import issue_invite
 from payorch.engine.key_rotation import rotate_sealed_secrets
 from payorch.logs import configure_logging, set_log_level
@@ -49,6 +50,12 @@ def _parser() -> argparse.ArgumentParser:
         help="validate the configuration and print it as it takes effect, secrets redacted (starts nothing)",
     )
     check.add_argument("--json", action="store_true", help="print JSON instead of TOML")
+    check.add_argument(
+        "--values-only",
+        action="store_true",
+        help="check the file, the variables and the values, not the files and addresses they name "
+        "on this host",
+    )
     commands.add_parser(
         "rotate-credentials",
         parents=[takes_config],
@@ -160,6 +167,16 @@ def _warn_if_links_point_at_this_host(settings: Settings) -> None:
         )
 
 
+def _refused(problems: list[ConfigError], *, every: bool) -> int:
+    """Exit status 2 after one line on stderr for the first of `problems`, or for `every` one."""
+    shown = problems if every else problems[:1]
+    lines = [f"payorch: {problem}" for problem in shown]
+    if len(problems) > len(shown):
+        lines[-1] += f" (and {len(problems) - len(shown)} more: `payorch check-config` lists them)"
+    print("\n".join(lines), file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     configure_logging()
@@ -168,8 +185,15 @@ def main(argv: list[str] | None = None) -> int:
         # check-config leaves server.state_dir alone: it generates no secret there.
         settings = load_settings(path, ensure_secrets=args.command != "check-config")
     except ConfigError as exc:
-        print(f"payorch: {exc}", file=sys.stderr)
-        return 2
+        return _refused([exc], every=True)
+    # Before anything starts: what serve would fail on later (a CA bundle, the bind address...),
+    # and for the commands that only reach the database, what they use of the settings.
+    if args.command in ("serve", "check-config"):
+        problems = [] if getattr(args, "values_only", False) else check_settings(settings)
+    else:
+        problems = check_database_settings(settings)
+    if problems:
+        return _refused(problems, every=args.command == "check-config")
     set_log_level(settings.logging.level)
     if args.command == "invite" and not _is_email(args.email):
         print(f"payorch: --email {args.email!r} is not an e-mail address", file=sys.stderr)
@@ -177,8 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "serve":
             _warn_if_links_point_at_this_host(settings)
-            # SIGHUP reads the same file and the same environment again.
-            trio.run(serve_until_signalled, settings, partial(load_settings, path))
+            # SIGHUP reads the same file and the same environment again, and checks them as here.
+            trio.run(serve_until_signalled, settings, partial(load_checked_settings, path))
         elif args.command == "migrate":
             trio.run(_migrate, settings)
         elif args.command == "check-config":

@@ -595,14 +595,23 @@ def _kept_secret(path: Path, generate: Any, *, key: str) -> str:
 
 def _refuse_if_others_may(path: Path, others: int, what: str, *, key: str) -> None:
     """`ConfigError` when `path`'s mode grants any of the `others` bits (group and other users)."""
+    problem = others_may(path, others, what, key=key)
+    if problem is not None:
+        raise problem
+
+
+def others_may(path: Path, others: int, what: str, *, key: str) -> ConfigError | None:
+    """The `ConfigError` (saying how to fix it) if `path`'s mode grants any of the `others` bits
+    (group and other users): `what` they may do to it, `key` the setting it belongs to."""
     mode = stat.S_IMODE(path.stat().st_mode)
-    if mode & others:
-        fix = "chmod go-w" if others == 0o022 else "chmod 600"
-        raise ConfigError(
-            f"invalid setting {key}: other users may {what} {path} (mode {mode:04o}): "
-            f"run `{fix} {path}` and start again",
-            key=key,
-        )
+    if not mode & others:
+        return None
+    fix = "chmod go-w" if others == 0o022 else "chmod 600"
+    return ConfigError(
+        f"invalid setting {key}: other users may {what} {path} (mode {mode:04o}): "
+        f"run `{fix} {path}` and start again",
+        key=key,
+    )
 
 
 REDACTED = "<redacted>"
