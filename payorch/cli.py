@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import logging
 import sys
+import textwrap
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -25,10 +27,39 @@ from payorch.values.secretbox import SecretBox
 from payorch.values.timefmt import iso
 
 _CONFIG_HELP = "configuration file (default: $PAYORCH_CONFIG or ./config.toml)"
+# Each command's --help: its description and examples as written (line breaks kept).
+_HELP_FORMAT = argparse.RawDescriptionHelpFormatter
+
+
+def _described(text: str) -> str:
+    """`text` as a command's --help shows it: wrapped, since `_HELP_FORMAT` keeps it as written."""
+    return textwrap.fill(text, width=88)
+
+
+def _examples(*lines: str) -> str:
+    return "Example:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def _version() -> str:
+    """payorch's version as installed (`pip install -e .` in a checkout, as `make run` does)."""
+    try:
+        return importlib.metadata.version("payorch")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="payorch", description="payorch payment orchestration service")
+    parser = argparse.ArgumentParser(
+        prog="payorch",
+        description=_described(
+            "payorch payment orchestration service. Every command reads config.toml (or "
+            "--config) and the PAYORCH_<SECTION>__<KEY> environment variables; `payorch COMMAND --help` "
+            "says more about each."
+        ),
+        epilog=_examples("payorch check-config && payorch serve", "payorch serve --help"),
+        formatter_class=_HELP_FORMAT,
+    )
+    parser.add_argument("--version", action="version", version=f"payorch {_version()}")
     parser.add_argument("--config", help=_CONFIG_HELP)
     # `--config` is taken after the command too (`payorch serve --config F`); given twice, the later
     # one counts. SUPPRESS: a command given none keeps what came before it.
@@ -36,11 +67,47 @@ def _parser() -> argparse.ArgumentParser:
     takes_config.add_argument("--config", default=argparse.SUPPRESS, help=_CONFIG_HELP)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser(
-        "serve", parents=[takes_config], help="serve the HTTP API (migrates the database first)"
+        "serve",
+        parents=[takes_config],
+        help="serve the HTTP API (migrates the database first)",
+        description=_described(
+            "Serve the HTTP API on server.bind until SIGTERM or SIGINT; SIGHUP reloads the "
+            "configuration. First checks the configuration as check-config does (exit 2 and one line "
+            "naming the key if it is bad, before anything starts), then starts the embedded PostgreSQL "
+            "when database.url is empty and applies pending migrations."
+        ),
+        epilog=_examples(
+            "payorch serve --config /etc/payorch/config.toml",
+            "PAYORCH_SERVER__BIND=127.0.0.1:18080 payorch serve",
+        ),
+        formatter_class=_HELP_FORMAT,
     )
-    commands.add_parser("migrate", parents=[takes_config], help="apply pending database migrations and exit")
+    commands.add_parser(
+        "migrate",
+        parents=[takes_config],
+        help="apply pending database migrations and exit",
+        description=_described(
+            "Apply the pending database migrations and exit (serve applies them too, as it "
+            "starts). Safe beside running processes: migrations run under an advisory lock."
+        ),
+        epilog=_examples("payorch migrate --config /etc/payorch/config.toml"),
+        formatter_class=_HELP_FORMAT,
+    )
     invite = commands.add_parser(
-        "invite", parents=[takes_config], help="make a one-time merchant signup link"
+        "invite",
+        parents=[takes_config],
+        help="make a one-time merchant signup link",
+        description=_described(
+            "Make a one-time signup link for one merchant, valid for signup.invite_ttl_s, "
+            "and store only its token's hash. The link starts with the server.public_base_url of the "
+            "`payorch serve` running on the same database; with none running, or when this "
+            "command's configuration sets server.public_base_url itself, with this command's."
+        ),
+        epilog=_examples(
+            "payorch invite --email owner@acme.example",
+            "payorch invite --email owner@acme.example --json > invite.json",
+        ),
+        formatter_class=_HELP_FORMAT,
     )
     invite.add_argument("--email", required=True, help="the merchant contact the link is for")
     invite.add_argument("--json", action="store_true", help='print {"token", "signupUrl", "expiresAt"}')
@@ -48,6 +115,19 @@ def _parser() -> argparse.ArgumentParser:
         "check-config",
         parents=[takes_config],
         help="validate the configuration and print it as it takes effect, secrets redacted (starts nothing)",
+        description=_described(
+            "Check the configuration as serve would, without starting or writing anything: "
+            "the file, every PAYORCH_* variable (each must name a section and a key), every value, and "
+            "on this host what the settings name (webhooks.ca_bundle holds PEM certificates, "
+            "server.state_dir can keep the generated secrets, database.url parses, server.bind is an "
+            "address of this host). Prints the configuration as it takes effect, secrets redacted; "
+            "exit 2 and one line per problem, each naming its key."
+        ),
+        epilog=_examples(
+            "payorch check-config --config /etc/payorch/config.toml && kill -HUP <pid of payorch serve>",
+            "payorch check-config --values-only --config deploy/config.toml   # in CI: another host's file",
+        ),
+        formatter_class=_HELP_FORMAT,
     )
     check.add_argument("--json", action="store_true", help="print JSON instead of TOML")
     check.add_argument(
@@ -61,6 +141,15 @@ def _parser() -> argparse.ArgumentParser:
         parents=[takes_config],
         help="re-encrypt every stored provider credential and signing secret under the first of "
         "security.encryption_keys (safe while serving; run again to resume)",
+        description=_described(
+            "Re-encrypt every stored provider credential and signing secret under the first "
+            "of security.encryption_keys. Safe while serving; run it again to resume. Exit 1 when a "
+            "stored secret opens with none of the keys, or kept changing meanwhile."
+        ),
+        epilog=_examples(
+            'PAYORCH_SECURITY__ENCRYPTION_KEYS=\'["NEW-KEY", "OLD-KEY"]\' payorch rotate-credentials'
+        ),
+        formatter_class=_HELP_FORMAT,
     )
     return parser
 

@@ -6,8 +6,10 @@ nothing touches the repository's var/.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import hashlib
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -23,6 +25,7 @@ from urllib.parse import urlsplit
 import pytest
 import trio
 
+from payorch.cli import _parser
 from payorch.storage.database import Connection, Database
 from payorch.storage.migrations import available_migrations
 from tests.conftest import _admin, database_url
@@ -83,6 +86,48 @@ def test_python_dash_m_payorch_offers_serve_migrate_and_invite() -> None:
     assert result.returncode == 0
     for command in ("serve", "migrate", "invite", "check-config", "rotate-credentials"):
         assert command in result.stdout
+
+
+def test_version_is_the_installed_one() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "payorch", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0
+    assert result.stdout == f"payorch {importlib.metadata.version('payorch')}\n"
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    # argparse keeps the subcommands in the one action of that type, private but stable.
+    (commands,) = [action for action in _parser()._actions if isinstance(action, argparse._SubParsersAction)]
+    return dict(commands.choices)
+
+
+@pytest.mark.parametrize("command", list(_commands()))
+def test_every_command_has_a_description_and_an_example(command: str) -> None:
+    parser = _commands()[command]
+    assert parser.description
+    assert parser.epilog
+    assert parser.epilog.startswith("Example:\n  ")
+    assert f"payorch {command}" in parser.epilog
+    shown = parser.format_help()
+    assert parser.description.splitlines()[0] in shown
+    assert "Example:" in shown
+
+
+def test_a_commands_help_shows_its_example_as_written() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "payorch", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0
+    assert "\nExample:\n  payorch serve --config /etc/payorch/config.toml\n" in result.stdout
 
 
 # Bad configuration stops every command: exit status 2 and one line on stderr naming the problem.
