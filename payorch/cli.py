@@ -17,7 +17,7 @@ from pydantic import EmailStr, TypeAdapter, ValidationError
 
 from payorch.config import REDACTED, ConfigError, Settings, config_path_from, load_settings, redacted
 from payorch.config_checks import check_database_settings, check_settings, load_checked_settings
-from payorch.engine.invites import issue_invite
+from payorch.engine.invites import issue_invite, signup_link_base
 from payorch.engine.key_rotation import rotate_sealed_secrets
 from payorch.logs import configure_logging, set_log_level
 from payorch.service import database_url, serve_until_signalled
@@ -163,7 +163,9 @@ async def _migrate(settings: Settings) -> None:
 async def _invite(settings: Settings, email: str, as_json: bool) -> None:
     async with open_database(await database_url(settings), min_size=1, max_size=1) as db:
         await migrate(db)
-        invite = await issue_invite(db, settings, email)
+        # The running server's address, which this shell's settings may not know (invites.py).
+        base = await signup_link_base(db, settings.server)
+        invite = await issue_invite(db, settings, email, public_base_url=base)
     if as_json:
         print(
             json.dumps(

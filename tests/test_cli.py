@@ -30,7 +30,7 @@ from payorch.storage.database import Connection, Database
 from payorch.storage.migrations import available_migrations
 from tests.conftest import _admin, database_url
 from tests.helpers import PASSWORD, Client, signup_body
-from tests.processes import free_port, serve_environment
+from tests.processes import free_port, serve_environment, serving
 
 PUBLIC_BASE_URL = "https://pay.example.com"
 INVITE_TTL_S = 600
@@ -518,6 +518,28 @@ async def test_invite_stores_only_a_hash_of_its_token(
     assert row["email"] == "ops@merchant.example"
     stored = " ".join(f"{value!r} {value!s}" for value in row.values())
     assert invite["token"] not in stored
+
+
+async def test_invite_links_to_the_running_server_whatever_port_its_own_settings_say(
+    tmp_path: Path, database_dsn: str
+) -> None:
+    # This shell's configuration says nothing of the server's port: its own link would say 8080.
+    (tmp_path / "invite").mkdir()
+    env = cli_environment(tmp_path / "invite", database_dsn, config_text="")
+    async with serving(database_dsn, tmp_path / "server") as (_, base_url, _):
+        result = await payorch_async("invite", "--email", "ops@merchant.example", env=env)
+    assert result.returncode == 0, result.stderr
+    (line,) = result.stdout.decode().splitlines()
+    assert line.startswith(f"{base_url}/api/v1/merchants/signup?token=")
+
+
+async def test_invite_without_a_running_server_links_to_its_own_bind(
+    tmp_path: Path, database_dsn: str
+) -> None:
+    env = cli_environment(tmp_path, database_dsn, config_text='[server]\nbind = "127.0.0.1:18081"\n')
+    result = await payorch_async("invite", "--email", "ops@merchant.example", env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.decode().startswith("http://127.0.0.1:18081/api/v1/merchants/signup?token=")
 
 
 def test_invite_with_an_address_that_is_not_an_email_exits_2(tmp_path: Path) -> None:
