@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import logging
 import sys
+import textwrap
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,8 @@ import trio
 from pydantic import EmailStr, TypeAdapter, ValidationError
 
 from payorch.config import REDACTED, ConfigError, Settings, config_path_from, load_settings, redacted
-from payorch.engine.invites import issue_invite
+from payorch.config_checks import check_database_settings, check_settings, load_checked_settings
+from payorch.engine.invites import issue_invite, signup_link_base
 from payorch.engine.key_rotation import rotate_sealed_secrets
 from payorch.logs import configure_logging, set_log_level
 from payorch.service import database_url, serve_until_signalled
@@ -24,10 +27,39 @@ from payorch.values.secretbox import SecretBox
 from payorch.values.timefmt import iso
 
 _CONFIG_HELP = "configuration file (default: $PAYORCH_CONFIG or ./config.toml)"
+# Each command's --help: its description and examples as written (line breaks kept).
+_HELP_FORMAT = argparse.RawDescriptionHelpFormatter
+
+
+def _described(text: str) -> str:
+    """`text` as a command's --help shows it: wrapped, since `_HELP_FORMAT` keeps it as written."""
+    return textwrap.fill(text, width=88)
+
+
+def _examples(*lines: str) -> str:
+    return "Example:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+def _version() -> str:
+    """payorch's version as installed (`pip install -e .` in a checkout, as `make run` does)."""
+    try:
+        return importlib.metadata.version("payorch")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="payorch", description="payorch payment orchestration service")
+    parser = argparse.ArgumentParser(
+        prog="payorch",
+        description=_described(
+            "payorch payment orchestration service. Every command reads config.toml (or "
+            "--config) and the PAYORCH_<SECTION>__<KEY> environment variables; `payorch COMMAND --help` "
+            "says more about each."
+        ),
+        epilog=_examples("payorch check-config && payorch serve", "payorch serve --help"),
+        formatter_class=_HELP_FORMAT,
+    )
+    parser.add_argument("--version", action="version", version=f"payorch {_version()}")
     parser.add_argument("--config", help=_CONFIG_HELP)
     # `--config` is taken after the command too (`payorch serve --config F`); given twice, the later
     # one counts. SUPPRESS: a command given none keeps what came before it.
@@ -35,11 +67,47 @@ def _parser() -> argparse.ArgumentParser:
     takes_config.add_argument("--config", default=argparse.SUPPRESS, help=_CONFIG_HELP)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser(
-        "serve", parents=[takes_config], help="serve the HTTP API (migrates the database first)"
+        "serve",
+        parents=[takes_config],
+        help="serve the HTTP API (migrates the database first)",
+        description=_described(
+            "Serve the HTTP API on server.bind until SIGTERM or SIGINT; SIGHUP reloads the "
+            "configuration. First checks the configuration as check-config does (exit 2 and one line "
+            "naming the key if it is bad, before anything starts), then starts the embedded PostgreSQL "
+            "when database.url is empty and applies pending migrations."
+        ),
+        epilog=_examples(
+            "payorch serve --config /etc/payorch/config.toml",
+            "PAYORCH_SERVER__BIND=127.0.0.1:18080 payorch serve",
+        ),
+        formatter_class=_HELP_FORMAT,
     )
-    commands.add_parser("migrate", parents=[takes_config], help="apply pending database migrations and exit")
+    commands.add_parser(
+        "migrate",
+        parents=[takes_config],
+        help="apply pending database migrations and exit",
+        description=_described(
+            "Apply the pending database migrations and exit (serve applies them too, as it "
+            "starts). Safe beside running processes: migrations run under an advisory lock."
+        ),
+        epilog=_examples("payorch migrate --config /etc/payorch/config.toml"),
+        formatter_class=_HELP_FORMAT,
+    )
     invite = commands.add_parser(
-        "invite", parents=[takes_config], help="make a one-time merchant signup link"
+        "invite",
+        parents=[takes_config],
+        help="make a one-time merchant signup link",
+        description=_described(
+            "Make a one-time signup link for one merchant, valid for signup.invite_ttl_s, "
+            "and store only its token's hash. The link starts with the server.public_base_url of the "
+            "`payorch serve` running on the same database; with none running, or when this "
+            "command's configuration sets server.public_base_url itself, with this command's."
+        ),
+        epilog=_examples(
+            "payorch invite --email owner@acme.example",
+            "payorch invite --email owner@acme.example --json > invite.json",
+        ),
+        formatter_class=_HELP_FORMAT,
     )
     invite.add_argument("--email", required=True, help="the merchant contact the link is for")
     invite.add_argument("--json", action="store_true", help='print {"token", "signupUrl", "expiresAt"}')
@@ -47,13 +115,41 @@ def _parser() -> argparse.ArgumentParser:
         "check-config",
         parents=[takes_config],
         help="validate the configuration and print it as it takes effect, secrets redacted (starts nothing)",
+        description=_described(
+            "Check the configuration as serve would, without starting or writing anything: "
+            "the file, every PAYORCH_* variable (each must name a section and a key), every value, and "
+            "on this host what the settings name (webhooks.ca_bundle holds PEM certificates, "
+            "server.state_dir can keep the generated secrets, database.url parses, server.bind is an "
+            "address of this host). Prints the configuration as it takes effect, secrets redacted; "
+            "exit 2 and one line per problem, each naming its key."
+        ),
+        epilog=_examples(
+            "payorch check-config --config /etc/payorch/config.toml && kill -HUP <pid of payorch serve>",
+            "payorch check-config --values-only --config deploy/config.toml   # in CI: another host's file",
+        ),
+        formatter_class=_HELP_FORMAT,
     )
     check.add_argument("--json", action="store_true", help="print JSON instead of TOML")
+    check.add_argument(
+        "--values-only",
+        action="store_true",
+        help="check the file, the variables and the values, not the files and addresses they name "
+        "on this host",
+    )
     commands.add_parser(
         "rotate-credentials",
         parents=[takes_config],
         help="re-encrypt every stored provider credential and signing secret under the first of "
         "security.encryption_keys (safe while serving; run again to resume)",
+        description=_described(
+            "Re-encrypt every stored provider credential and signing secret under the first "
+            "of security.encryption_keys. Safe while serving; run it again to resume. Exit 1 when a "
+            "stored secret opens with none of the keys, or kept changing meanwhile."
+        ),
+        epilog=_examples(
+            'PAYORCH_SECURITY__ENCRYPTION_KEYS=\'["NEW-KEY", "OLD-KEY"]\' payorch rotate-credentials'
+        ),
+        formatter_class=_HELP_FORMAT,
     )
     return parser
 
@@ -67,7 +163,9 @@ async def _migrate(settings: Settings) -> None:
 async def _invite(settings: Settings, email: str, as_json: bool) -> None:
     async with open_database(await database_url(settings), min_size=1, max_size=1) as db:
         await migrate(db)
-        invite = await issue_invite(db, settings, email)
+        # The running server's address, which this shell's settings may not know (invites.py).
+        base = await signup_link_base(db, settings.server)
+        invite = await issue_invite(db, settings, email, public_base_url=base)
     if as_json:
         print(
             json.dumps(
@@ -160,6 +258,16 @@ def _warn_if_links_point_at_this_host(settings: Settings) -> None:
         )
 
 
+def _refused(problems: list[ConfigError], *, every: bool) -> int:
+    """Exit status 2 after one line on stderr for the first of `problems`, or for `every` one."""
+    shown = problems if every else problems[:1]
+    lines = [f"payorch: {problem}" for problem in shown]
+    if len(problems) > len(shown):
+        lines[-1] += f" (and {len(problems) - len(shown)} more: `payorch check-config` lists them)"
+    print("\n".join(lines), file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     configure_logging()
@@ -168,8 +276,15 @@ def main(argv: list[str] | None = None) -> int:
         # check-config leaves server.state_dir alone: it generates no secret there.
         settings = load_settings(path, ensure_secrets=args.command != "check-config")
     except ConfigError as exc:
-        print(f"payorch: {exc}", file=sys.stderr)
-        return 2
+        return _refused([exc], every=True)
+    # Before anything starts: what serve would fail on later (a CA bundle, the bind address...),
+    # and for the commands that only reach the database, what they use of the settings.
+    if args.command in ("serve", "check-config"):
+        problems = [] if getattr(args, "values_only", False) else check_settings(settings)
+    else:
+        problems = check_database_settings(settings)
+    if problems:
+        return _refused(problems, every=args.command == "check-config")
     set_log_level(settings.logging.level)
     if args.command == "invite" and not _is_email(args.email):
         print(f"payorch: --email {args.email!r} is not an e-mail address", file=sys.stderr)
@@ -177,8 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "serve":
             _warn_if_links_point_at_this_host(settings)
-            # SIGHUP reads the same file and the same environment again.
-            trio.run(serve_until_signalled, settings, partial(load_settings, path))
+            # SIGHUP reads the same file and the same environment again, and checks them as here.
+            trio.run(serve_until_signalled, settings, partial(load_checked_settings, path))
         elif args.command == "migrate":
             trio.run(_migrate, settings)
         elif args.command == "check-config":

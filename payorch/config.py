@@ -35,8 +35,17 @@ from pydantic_settings import (
 )
 from pydantic_settings.exceptions import SettingsError
 
+from payorch.config_names import UnknownName, unknown_keys, unknown_path, unknown_variables
+
 DEFAULT_CONFIG_FILE = Path("config.toml")
 CONFIG_ENV_VAR = "PAYORCH_CONFIG"
+ENV_PREFIX = "PAYORCH_"
+# The `PAYORCH_*` variables that are not settings: every other one must name a section and a key.
+# PAYORCH_CONFIG picks the file; the test suite reads the other two (tests/conftest.py,
+# tests/test_schemathesis.py).
+NOT_SETTINGS = frozenset({CONFIG_ENV_VAR, "PAYORCH_TEST_DATABASE_URL", "PAYORCH_SCHEMATHESIS_EXAMPLES"})
+# The files under `server.state_dir` that keep a generated secret, by the setting they stand in for.
+KEPT_SECRET_FILES = {"auth.jwt_secret": "jwt_secret", "security.encryption_key": "encryption_key"}
 
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -314,7 +323,7 @@ class Settings(BaseSettings):
     """Every setting of the service; see `config.toml` for what each key means."""
 
     model_config = SettingsConfigDict(
-        env_prefix="PAYORCH_", env_nested_delimiter="__", extra="forbid", frozen=True
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True
     )
 
     server: ServerSettings = ServerSettings()
@@ -431,19 +440,22 @@ def config_path_from(argument: str | None) -> Path:
 def load_settings(path: Path, *, ensure_secrets: bool = True) -> Settings:
     """Read `path` (which may be absent: defaults apply) and the environment.
 
-    Raises `ConfigError` with one line naming the offending key. With `ensure_secrets`, an empty
-    `auth.jwt_secret` or `security.encryption_key` is generated once and kept under
-    `server.state_dir`, so tokens and encrypted data survive restarts.
+    Raises `ConfigError` with one line naming the offending key. A key of the file or a
+    `PAYORCH_*` variable that names no setting is refused with the nearest one that does. With
+    `ensure_secrets`, an empty `auth.jwt_secret` or `security.encryption_key` is generated once and
+    kept under `server.state_dir`, so tokens and encrypted data survive restarts.
     """
+    table: dict[str, Any] = {}
     if path.exists():
         try:
-            tomllib.loads(path.read_text())
+            table = tomllib.loads(path.read_text())
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}") from None
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read the configuration file: {exc.strerror}") from None
     elif path != DEFAULT_CONFIG_FILE:
         raise ConfigError(f"{path}: configuration file not found")
+    _refuse_unknown_names(path, table)
 
     class _FileSettings(Settings):
         @classmethod
@@ -474,6 +486,19 @@ def load_settings(path: Path, *, ensure_secrets: bool = True) -> Settings:
     return settings
 
 
+def _refuse_unknown_names(path: Path, table: dict[str, Any]) -> None:
+    """`ConfigError` for the first key of `table` (the file at `path`), else the first `PAYORCH_*`
+    variable, that names no setting; the values are never shown."""
+    in_file = unknown_keys(Settings, table)
+    in_environment = unknown_variables(Settings, os.environ, ENV_PREFIX, NOT_SETTINGS)
+    count = len(in_file) + len(in_environment)
+    more = f" (and {count - 1} more)" if count > 1 else ""
+    if in_file:
+        raise ConfigError(f"{path}: {in_file[0].text()}{more}", key=in_file[0].key)
+    if in_environment:
+        raise ConfigError(in_environment[0].text() + more, key=in_environment[0].unknown.key)
+
+
 def _error_key(exc: ValidationError) -> str:
     return ".".join(str(part) for part in exc.errors()[0]["loc"])
 
@@ -482,6 +507,11 @@ def _first_error_line(exc: ValidationError) -> str:
     error = exc.errors()[0]
     key = _error_key(exc)
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    if error["type"] == "extra_forbidden":
+        # A key of a table given whole as JSON (`PAYORCH_SERVER='{"bnid": 1}'`).
+        parts = [str(part) for part in error["loc"]]
+        unknown = unknown_path(Settings, parts) or UnknownName(key=key, section=len(parts) == 1)
+        return f"{unknown.text()}{more}"
     value = error.get("input")
     shown = "" if isinstance(value, dict) or "secret" in key or "key" in key else f" (got {value!r})"
     return f"invalid setting {key}: {error['msg']}{shown}{more}"
@@ -521,12 +551,14 @@ def _resolve_paths(settings: Settings, base: Path) -> Settings:
 def _with_generated_secrets(settings: Settings) -> Settings:
     state_dir = settings.server.state_dir
     jwt_secret = settings.auth.jwt_secret or _kept_secret(
-        state_dir / "jwt_secret", lambda: secrets.token_urlsafe(48), key="auth.jwt_secret"
+        state_dir / KEPT_SECRET_FILES["auth.jwt_secret"],
+        lambda: secrets.token_urlsafe(48),
+        key="auth.jwt_secret",
     )
     security = settings.security
     if not security.keys:
         generated = _kept_secret(
-            state_dir / "encryption_key",
+            state_dir / KEPT_SECRET_FILES["security.encryption_key"],
             lambda: Fernet.generate_key().decode(),
             key="security.encryption_key",
         )
@@ -563,14 +595,23 @@ def _kept_secret(path: Path, generate: Any, *, key: str) -> str:
 
 def _refuse_if_others_may(path: Path, others: int, what: str, *, key: str) -> None:
     """`ConfigError` when `path`'s mode grants any of the `others` bits (group and other users)."""
+    problem = others_may(path, others, what, key=key)
+    if problem is not None:
+        raise problem
+
+
+def others_may(path: Path, others: int, what: str, *, key: str) -> ConfigError | None:
+    """The `ConfigError` (saying how to fix it) if `path`'s mode grants any of the `others` bits
+    (group and other users): `what` they may do to it, `key` the setting it belongs to."""
     mode = stat.S_IMODE(path.stat().st_mode)
-    if mode & others:
-        fix = "chmod go-w" if others == 0o022 else "chmod 600"
-        raise ConfigError(
-            f"invalid setting {key}: other users may {what} {path} (mode {mode:04o}): "
-            f"run `{fix} {path}` and start again",
-            key=key,
-        )
+    if not mode & others:
+        return None
+    fix = "chmod go-w" if others == 0o022 else "chmod 600"
+    return ConfigError(
+        f"invalid setting {key}: other users may {what} {path} (mode {mode:04o}): "
+        f"run `{fix} {path}` and start again",
+        key=key,
+    )
 
 
 REDACTED = "<redacted>"

@@ -14,6 +14,7 @@ import logging
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 
 import httpx
 import trio
@@ -258,7 +259,9 @@ async def open_runtime(
     try:
         async with trio.open_nursery() as nursery:
             # Held before anything is claimed, so every claim names a live node (`storage.nodes`).
-            await nursery.start(hold_node_identity, db.dsn, node)
+            await nursery.start(
+                partial(hold_node_identity, public_base_url=settings.server.public_base_url), db.dsn, node
+            )
             actors = PaymentActors(
                 nursery,
                 context,

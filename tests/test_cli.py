@@ -6,8 +6,10 @@ nothing touches the repository's var/.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import hashlib
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -23,10 +25,12 @@ from urllib.parse import urlsplit
 import pytest
 import trio
 
+from payorch.cli import _parser
 from payorch.storage.database import Connection, Database
 from payorch.storage.migrations import available_migrations
 from tests.conftest import _admin, database_url
 from tests.helpers import PASSWORD, Client, signup_body
+from tests.processes import free_port, serve_environment, serving
 
 PUBLIC_BASE_URL = "https://pay.example.com"
 INVITE_TTL_S = 600
@@ -84,6 +88,48 @@ def test_python_dash_m_payorch_offers_serve_migrate_and_invite() -> None:
         assert command in result.stdout
 
 
+def test_version_is_the_installed_one() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "payorch", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0
+    assert result.stdout == f"payorch {importlib.metadata.version('payorch')}\n"
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    # argparse keeps the subcommands in the one action of that type, private but stable.
+    (commands,) = [action for action in _parser()._actions if isinstance(action, argparse._SubParsersAction)]
+    return dict(commands.choices)
+
+
+@pytest.mark.parametrize("command", list(_commands()))
+def test_every_command_has_a_description_and_an_example(command: str) -> None:
+    parser = _commands()[command]
+    assert parser.description
+    assert parser.epilog
+    assert parser.epilog.startswith("Example:\n  ")
+    assert f"payorch {command}" in parser.epilog
+    shown = parser.format_help()
+    assert parser.description.splitlines()[0] in shown
+    assert "Example:" in shown
+
+
+def test_a_commands_help_shows_its_example_as_written() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "payorch", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0
+    assert "\nExample:\n  payorch serve --config /etc/payorch/config.toml\n" in result.stdout
+
+
 # Bad configuration stops every command: exit status 2 and one line on stderr naming the problem.
 
 BAD_CONFIGS = {
@@ -97,6 +143,22 @@ BAD_CONFIGS = {
         {"PAYORCH_WEBHOOKS__RETRY_SCHEDULE_S": "0, 5"},
         "PAYORCH_WEBHOOKS__RETRY_SCHEDULE_S",
     ),
+    "misspelt_section_in_a_variable": (
+        "",
+        {"PAYORCH_WEBHOOK__ALLOW_PRIVATE_NETWORKS": "true"},
+        'PAYORCH_WEBHOOK__ALLOW_PRIVATE_NETWORKS: unknown section "webhook" (did you mean "webhooks"?)',
+    ),
+    "misspelt_key_in_a_variable": (
+        "",
+        {"PAYORCH_SERVER__BNID": "127.0.0.1:1"},
+        "PAYORCH_SERVER__BNID: unknown setting server.bnid (did you mean server.bind?)",
+    ),
+    "misspelt_key_in_the_file": (
+        '[server]\nbnid = "127.0.0.1:1"\n',
+        {},
+        "unknown setting server.bnid (did you mean server.bind?)",
+    ),
+    "unusable_database_url": ("", {"PAYORCH_DATABASE__URL": "mysql://db.internal"}, "database.url"),
 }
 
 
@@ -129,6 +191,48 @@ def test_serve_with_a_secret_file_others_may_read_exits_2_with_one_line_saying_h
         f"payorch: invalid setting security.encryption_key: other users may read or write "
         f"{secret} (mode 0644): run `chmod 600 {secret}` and start again\n"
     )
+
+
+@pytest.mark.parametrize("bundle", [None, "not a certificate\n"], ids=["missing", "not_pem"])
+def test_serve_with_a_bad_ca_bundle_exits_2_with_one_line_before_starting_postgresql(
+    tmp_path: Path, bundle: str | None
+) -> None:
+    data_dir = tmp_path / "pgdata"
+    env = serve_environment(
+        "",  # no database.url: serve would start the embedded PostgreSQL under data_dir
+        tmp_path,
+        free_port(),
+        extra={"PAYORCH_DATABASE__DATA_DIR": str(data_dir)},
+        config='[webhooks]\nca_bundle = "ca.pem"\n',
+    )
+    if bundle is not None:
+        (tmp_path / "ca.pem").write_text(bundle)
+    result = payorch("serve", env=env)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"payorch: invalid setting webhooks.ca_bundle: {tmp_path / 'ca.pem'}: ")
+    assert not data_dir.exists()
+
+
+def test_serve_names_the_first_problem_and_counts_the_others(tmp_path: Path) -> None:
+    config = '[database]\nurl = "mysql://db.internal"\n[webhooks]\nca_bundle = "absent.pem"\n'
+    env = cli_environment(tmp_path, UNREACHABLE_DATABASE, config)
+    del env["PAYORCH_DATABASE__URL"]
+    result = payorch("serve", env=env)
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("payorch: invalid setting database.url: ")
+    assert line.endswith(" (and 1 more: `payorch check-config` lists them)")
+
+
+def test_migrate_checks_only_what_it_uses_of_the_configuration(tmp_path: Path) -> None:
+    # The CA bundle is serve's: migrate goes on, to the (unreachable) database.
+    config = '[webhooks]\nca_bundle = "absent.pem"\n'
+    result = payorch("migrate", env=cli_environment(tmp_path, UNREACHABLE_DATABASE, config))
+    assert result.returncode == 1
+    log = [json.loads(line) for line in result.stderr.splitlines()]
+    assert [entry["msg"] for entry in log if entry["level"] == "error"] == ["payorch migrate failed"]
 
 
 def test_missing_config_option_file_exits_2_naming_it(tmp_path: Path) -> None:
@@ -285,6 +389,29 @@ def test_check_config_of_a_bad_config_exits_2_naming_the_key(
     assert named in result.stderr
 
 
+def test_check_config_lists_every_problem_one_line_each(tmp_path: Path) -> None:
+    config = '[database]\nurl = "mysql://db.internal"\n[webhooks]\nca_bundle = "absent.pem"\n'
+    env = cli_environment(tmp_path, UNREACHABLE_DATABASE, config)
+    del env["PAYORCH_DATABASE__URL"]
+    result = payorch("check-config", env=env)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "payorch: invalid setting database.url: must start with postgresql:// (or postgres://), or be "
+        "empty for the embedded PostgreSQL",
+        f"payorch: invalid setting webhooks.ca_bundle: {tmp_path / 'absent.pem'}: no such file",
+    ]
+
+
+def test_check_config_values_only_leaves_the_files_of_this_host_alone(tmp_path: Path) -> None:
+    config = '[webhooks]\nca_bundle = "absent.pem"\n'
+    result = payorch(
+        "check-config", "--values-only", env=cli_environment(tmp_path, UNREACHABLE_DATABASE, config)
+    )
+    assert result.returncode == 0, result.stderr
+    assert tomllib.loads(result.stdout)["webhooks"]["ca_bundle"] == str(tmp_path / "absent.pem")
+
+
 def test_check_config_names_a_bad_encryption_key_by_its_place_without_echoing_it(tmp_path: Path) -> None:
     config = f'[security]\nencryption_keys = ["{CHECKED_KEY}", "bm90LWEta2V5"]\n'
     result = payorch("check-config", env=cli_environment(tmp_path, UNREACHABLE_DATABASE, config))
@@ -391,6 +518,28 @@ async def test_invite_stores_only_a_hash_of_its_token(
     assert row["email"] == "ops@merchant.example"
     stored = " ".join(f"{value!r} {value!s}" for value in row.values())
     assert invite["token"] not in stored
+
+
+async def test_invite_links_to_the_running_server_whatever_port_its_own_settings_say(
+    tmp_path: Path, database_dsn: str
+) -> None:
+    # This shell's configuration says nothing of the server's port: its own link would say 8080.
+    (tmp_path / "invite").mkdir()
+    env = cli_environment(tmp_path / "invite", database_dsn, config_text="")
+    async with serving(database_dsn, tmp_path / "server") as (_, base_url, _):
+        result = await payorch_async("invite", "--email", "ops@merchant.example", env=env)
+    assert result.returncode == 0, result.stderr
+    (line,) = result.stdout.decode().splitlines()
+    assert line.startswith(f"{base_url}/api/v1/merchants/signup?token=")
+
+
+async def test_invite_without_a_running_server_links_to_its_own_bind(
+    tmp_path: Path, database_dsn: str
+) -> None:
+    env = cli_environment(tmp_path, database_dsn, config_text='[server]\nbind = "127.0.0.1:18081"\n')
+    result = await payorch_async("invite", "--email", "ops@merchant.example", env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.decode().startswith("http://127.0.0.1:18081/api/v1/merchants/signup?token=")
 
 
 def test_invite_with_an_address_that_is_not_an_email_exits_2(tmp_path: Path) -> None:

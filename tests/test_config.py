@@ -483,8 +483,6 @@ def _flat(shown: dict[str, Any], prefix: str = "") -> dict[str, list[str]]:
 BAD_FILES = {
     "negative_max_body_bytes": ("[server]\nmax_body_bytes = -1\n", "server.max_body_bytes"),
     "nonsense_bind": ('[server]\nbind = "nonsense"\n', "server.bind"),
-    "unknown_key": ("[server]\ncolour = 3\n", "server.colour"),
-    "unknown_section": ("[mystery]\nanswer = 42\n", "mystery"),
     "pool_max_below_pool_min": ("[database]\npool_min = 5\npool_max = 2\n", "database.pool_max"),
     "short_jwt_secret": ('[auth]\njwt_secret = "short"\n', "auth.jwt_secret"),
     "not_a_fernet_key": ('[security]\nencryption_key = "not-a-key"\n', "security.encryption_key"),
@@ -522,8 +520,148 @@ def test_unknown_environment_key_in_a_section_is_config_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PAYORCH_SERVER__COLOUR", "blue")
-    with pytest.raises(ConfigError, match=r"^invalid setting server\.colour:"):
+    with pytest.raises(ConfigError, match=r"^PAYORCH_SERVER__COLOUR: unknown setting server\.colour$"):
         load_settings(write_config(tmp_path, ""), ensure_secrets=False)
+
+
+# Names that are no setting: refused in payorch's words, with the nearest name that is one
+
+UNKNOWN_VARIABLES = {
+    "misspelt_section": (
+        "PAYORCH_WEBHOOK__ALLOW_PRIVATE_NETWORKS",
+        "webhook",
+        'PAYORCH_WEBHOOK__ALLOW_PRIVATE_NETWORKS: unknown section "webhook" (did you mean "webhooks"?)',
+    ),
+    "misspelt_key": (
+        "PAYORCH_SERVER__BNID",
+        "server.bnid",
+        "PAYORCH_SERVER__BNID: unknown setting server.bnid (did you mean server.bind?)",
+    ),
+    "misspelt_provider_key": (
+        "PAYORCH_PROVIDERS__STRIPE__API_BAES",
+        "providers.stripe.api_baes",
+        "PAYORCH_PROVIDERS__STRIPE__API_BAES: unknown setting providers.stripe.api_baes "
+        "(did you mean providers.stripe.api_base?)",
+    ),
+    "unknown_provider": (
+        "PAYORCH_PROVIDERS__PAYPAL__ENABLED",
+        "providers.paypal",
+        'PAYORCH_PROVIDERS__PAYPAL__ENABLED: unknown section "providers.paypal"',
+    ),
+    "key_in_the_wrong_section": (
+        "PAYORCH_SERVER__CA_BUNDLE",
+        "server.ca_bundle",
+        "PAYORCH_SERVER__CA_BUNDLE: unknown setting server.ca_bundle (did you mean webhooks.ca_bundle?)",
+    ),
+    "one_underscore_between_section_and_key": (
+        "PAYORCH_SERVER_BIND",
+        "server_bind",
+        'PAYORCH_SERVER_BIND: unknown section "server_bind" (did you mean PAYORCH_SERVER__BIND? a section '
+        "and its key are joined by two underscores)",
+    ),
+    "keys_below_a_setting": (
+        "PAYORCH_SERVER__BIND__PORT",
+        "server.bind.port",
+        "PAYORCH_SERVER__BIND__PORT: unknown setting server.bind.port (did you mean server.bind?)",
+    ),
+    "lower_case": (
+        "payorch_server__bnid",
+        "server.bnid",
+        "payorch_server__bnid: unknown setting server.bnid (did you mean server.bind?)",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("variable", "key", "message"), list(UNKNOWN_VARIABLES.values()), ids=list(UNKNOWN_VARIABLES)
+)
+def test_a_variable_that_names_no_setting_is_refused_with_the_nearest_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, key: str, message: str
+) -> None:
+    monkeypatch.setenv(variable, "true")
+    with pytest.raises(ConfigError) as refused:
+        load_settings(write_config(tmp_path, ""), ensure_secrets=False)
+    assert str(refused.value) == message
+    assert refused.value.key == key
+
+
+@pytest.mark.parametrize(
+    "variable", ["PAYORCH_CONFIG", "PAYORCH_TEST_DATABASE_URL", "PAYORCH_SCHEMATHESIS_EXAMPLES"]
+)
+def test_the_variables_that_are_not_settings_are_accepted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    path = write_config(tmp_path, "")
+    monkeypatch.setenv(variable, str(path))
+    assert load_settings(path, ensure_secrets=False).server.bind == "127.0.0.1:8080"
+
+
+def test_the_value_of_a_variable_that_names_no_setting_is_not_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PAYORCH_AUTH__JWT_SECRTE", "hunter2-never-shown")
+    with pytest.raises(ConfigError) as refused:
+        load_settings(write_config(tmp_path, ""), ensure_secrets=False)
+    assert "did you mean auth.jwt_secret?" in str(refused.value)
+    assert "hunter2" not in str(refused.value)
+
+
+def test_several_unknown_variables_are_refused_by_the_first_and_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PAYORCH_SERVER__BNID", "1")
+    monkeypatch.setenv("PAYORCH_WEBHOOK__TIMEOUT_S", "1")
+    with pytest.raises(ConfigError) as refused:
+        load_settings(write_config(tmp_path, ""), ensure_secrets=False)
+    assert str(refused.value).startswith("PAYORCH_SERVER__BNID: unknown setting server.bnid")
+    assert str(refused.value).endswith(" (and 1 more)")
+
+
+UNKNOWN_KEYS = {
+    "misspelt_key": (
+        '[server]\nbnid = "127.0.0.1:1"\n',
+        "server.bnid",
+        "unknown setting server.bnid (did you mean server.bind?)",
+    ),
+    "key_without_a_near_one": ("[server]\ncolour = 3\n", "server.colour", "unknown setting server.colour"),
+    "misspelt_section": (
+        "[webhook]\ntimeout_s = 3\n",
+        "webhook",
+        'unknown section "webhook" (did you mean "webhooks"?)',
+    ),
+    "unknown_section": ("[mystery]\nanswer = 42\n", "mystery", 'unknown section "mystery"'),
+    "misspelt_provider": (
+        "[providers.strpe]\nenabled = true\n",
+        "providers.strpe",
+        'unknown section "providers.strpe" (did you mean "providers.stripe"?)',
+    ),
+    "key_in_the_wrong_section": (
+        '[server]\nca_bundle = "ca.pem"\n',
+        "server.ca_bundle",
+        "unknown setting server.ca_bundle (did you mean webhooks.ca_bundle?)",
+    ),
+}
+
+
+@pytest.mark.parametrize(("text", "key", "message"), list(UNKNOWN_KEYS.values()), ids=list(UNKNOWN_KEYS))
+def test_a_key_of_the_file_that_names_no_setting_is_refused_with_the_nearest_one(
+    tmp_path: Path, text: str, key: str, message: str
+) -> None:
+    path = write_config(tmp_path, text)
+    with pytest.raises(ConfigError) as refused:
+        load_settings(path, ensure_secrets=False)
+    assert str(refused.value) == f"{path}: {message}"
+    assert refused.value.key == key
+
+
+def test_a_key_of_a_table_given_as_json_that_names_no_setting_is_refused_with_the_nearest_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PAYORCH_AUTH", '{"jwt_secrte": "hunter2-never-shown"}')
+    with pytest.raises(ConfigError) as refused:
+        load_settings(write_config(tmp_path, ""), ensure_secrets=False)
+    assert str(refused.value) == "unknown setting auth.jwt_secrte (did you mean auth.jwt_secret?)"
+    assert refused.value.key == "auth.jwt_secrte"
 
 
 def test_environment_list_that_is_not_json_is_config_error_naming_the_variable(

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from payorch.config import Settings
-from payorch.storage import accounts
+from payorch.config import ServerSettings, Settings
+from payorch.storage import accounts, nodes
 from payorch.storage.database import Database
 from payorch.values.clock import SYSTEM_CLOCK, Clock
 from payorch.values.secrets import new_invite_token, token_hash
@@ -19,15 +19,32 @@ class Invite:
     expires_at: datetime
 
 
+async def signup_link_base(db: Database, server: ServerSettings) -> str:
+    """Where a signup link made outside the server (`payorch invite`) leads: `server.public_base_url`
+    when the configuration sets it; when it only follows `server.bind`, the one the newest `payorch
+    serve` alive on `db` serves at, which may run with other `PAYORCH_*` variables (say, another
+    port); with none alive, the one that follows `server.bind` after all."""
+    if not server.public_base_url_follows_bind:
+        return server.public_base_url
+    served = await db.autocommit(nodes.live_public_base_urls)
+    return served[0] if served else server.public_base_url
+
+
 async def issue_invite(
-    db: Database, settings: Settings, email: str, *, clock: Clock = SYSTEM_CLOCK
+    db: Database,
+    settings: Settings,
+    email: str,
+    *,
+    public_base_url: str | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> Invite:
     """Store the hash of a new token valid for `signup.invite_ttl_s` from `clock`'s now; the token is
-    returned once."""
+    returned once, in a link under `public_base_url` (default: `server.public_base_url`)."""
     token = new_invite_token()
     expires_at = clock.now() + timedelta(seconds=settings.signup.invite_ttl_s)
     await db.transaction(
         accounts.create_invite, token_hash=token_hash(token), email=email, expires_at=expires_at
     )
-    signup_url = f"{settings.server.public_base_url}/api/v1/merchants/signup?token={token}"
+    base = settings.server.public_base_url if public_base_url is None else public_base_url
+    signup_url = f"{base}/api/v1/merchants/signup?token={token}"
     return Invite(token=token, signup_url=signup_url, expires_at=expires_at)

@@ -32,6 +32,14 @@ LIVE_NODES = f"""ARRAY(SELECT objid::bigint::integer FROM pg_locks
     WHERE locktype = 'advisory' AND classid = {NODE_LOCK_CLASS} AND objsubid = 2 AND granted
       AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))"""
 
+# This node's `server.public_base_url`, for whoever makes links on the same database without this
+# process's settings (`payorch invite`); the rows of nodes that are gone go at the same time.
+_RECORD_PUBLIC_BASE_URL = f"""WITH gone AS (
+        DELETE FROM node_public_base_urls WHERE node <> ALL({LIVE_NODES}) AND node <> $1
+    )
+    INSERT INTO node_public_base_urls (node, public_base_url) VALUES ($1, $2)
+    ON CONFLICT (node) DO UPDATE SET public_base_url = EXCLUDED.public_base_url"""
+
 CHECK_EVERY_S = 5.0  # how often the identity's connection is checked
 CHECK_TIMEOUT_S = 5.0
 RECONNECT_INITIAL_S = 0.5
@@ -46,11 +54,16 @@ class NodeIdentity:
 
 
 async def hold_node_identity(
-    dsn: str, identity: NodeIdentity, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    dsn: str,
+    identity: NodeIdentity,
+    *,
+    public_base_url: str | None = None,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Take a node id and hold its lock until cancelled; `identity.id` says which. Started once the
     first id is held (a failure before that propagates: the service cannot name its claims). A
-    connection lost later is reopened, with a new id, after a pause that grows."""
+    connection lost later is reopened, with a new id, after a pause that grows. With
+    `public_base_url`, each id taken records it (`live_public_base_urls` reads it)."""
     started = False
     pause = RECONNECT_INITIAL_S
     while True:
@@ -58,6 +71,8 @@ async def hold_node_identity(
             async with triopg.connect(dsn) as conn:
                 node: int = await conn.fetchval("SELECT nextval('payorch_nodes')::integer")
                 await conn.execute("SELECT pg_advisory_lock($1, $2)", NODE_LOCK_CLASS, node)
+                if public_base_url is not None:
+                    await conn.execute(_RECORD_PUBLIC_BASE_URL, node, public_base_url)
                 identity.id = node
                 log.info("holding the node identity", extra={"node": node})
                 if not started:
@@ -81,3 +96,13 @@ async def hold_node_identity(
             identity.id = None
         await trio.sleep(pause)
         pause = min(pause * 2, RECONNECT_MAX_S)
+
+
+async def live_public_base_urls(conn: asyncpg.Connection) -> list[str]:
+    """The `server.public_base_url` of each node alive now that recorded one, the newest node's
+    first (`hold_node_identity`)."""
+    rows = await conn.fetch(
+        f"""SELECT public_base_url FROM node_public_base_urls
+            WHERE node = ANY({LIVE_NODES}) ORDER BY node DESC"""
+    )
+    return [row["public_base_url"] for row in rows]
