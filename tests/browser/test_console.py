@@ -299,6 +299,28 @@ async def test_an_admin_reads_and_changes_the_routing_and_tries_a_session_with_t
     assert "sandbox-first" in await text_of(browser, "table.routing-rules")
     await check_page(browser, "routing-stored")
 
+    # Backtest a candidate over the last 7 days without storing it: past "Store this document" to
+    # the days (typing 7 chooses "7 days"), then the second button.
+    candidate = '{"default": {"type": "priority", "providers": ["sandbox"]}}'
+    await replace_text(browser, "#document", candidate)
+    await browser.keys(Keys.TAB, Keys.TAB, "7", Keys.TAB, Keys.ENTER)
+    summary = await browser.wait_for(
+        lambda driver: (found := driver.find_elements(By.ID, "backtest-summary")) and found[0].text
+    )
+    assert summary == (
+        "This document sends 0 of the 1 session replayed first to another provider than the one that took it."
+    )
+    assert "sandbox 1 1 1 (1 paid) 100.0%" in await text_of(browser, "table.backtest-providers")
+    assert "default route 1 0 0" in await text_of(browser, "table.backtest-rules")
+    assert await text_of(browser, "#routing-version") == "1"  # nothing stored
+    assert await browser.run(lambda driver: driver.find_element(By.ID, "document").get_property("value")) == (
+        candidate
+    )
+    assert await browser.run(
+        lambda driver: driver.find_element(By.ID, "backtest-days").get_property("value")
+    ) == ("7")
+    await check_page(browser, "routing-backtested")
+
     # Try a session of 250.00 PLN by card: the rule sends it to the sandbox first.
     await press(browser, "#evaluate-amount", "250.00", Keys.TAB, "PLN", Keys.TAB, "PL", Keys.ENTER)
     selected = await browser.wait_for(
@@ -373,6 +395,13 @@ async def test_every_kind_of_console_page_has_labelled_fields_and_no_console_err
     await press(browser, "#evaluate-amount", "12,50", Keys.TAB, "PLN", Keys.ENTER)  # a comma
     await browser.wait_for(lambda driver: driver.find_elements(By.ID, "evaluate-amount-error"))
     await check_page(browser, "routing-evaluate-refused", status=400)
+
+    await browser.open(live_service.url(f"/console/applications/{app_id}/routing"))
+    await replace_text(browser, "#document", '{"rules": 1}')
+    await press(browser, "button[formaction$='/backtest#backtest']", Keys.ENTER)
+    await browser.wait_for(lambda driver: driver.find_elements(By.ID, "backtest-refused"))
+    assert "rules: must be a list of rules" in await text_of(browser, "#document-error")
+    await check_page(browser, "routing-backtest-refused", status=400)
 
     await browser.open(live_service.url(f"/console/applications/{app_id}/webhooks/{webhook['id']}"))
     await press(browser, "form[action$='/secret'] button", Keys.ENTER)

@@ -62,8 +62,10 @@ async def test_every_console_route_of_an_application_refuses_another_merchants_s
         "idempotency_key": "attacker-1",
         "kind": "full",
         "reason": "requested_by_customer",
-        # A routing document and a session to evaluate, each one the routing page would take.
+        # A routing document (to store or to backtest) and a session to evaluate, each one the
+        # routing page would take.
         "document": dumps_exact({"default": {"type": "priority", "providers": ["sandbox"]}}),
+        "days": "30",
         "paymentMethod": "card",
         "amount": "10.00",
         "currency": "PLN",

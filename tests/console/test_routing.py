@@ -222,12 +222,14 @@ async def test_a_document_as_large_as_the_api_takes_is_stored_and_a_larger_one_r
     assert (await api_document(client, shop))["version"] == 1
 
 
+@pytest.mark.parametrize("action", ["", "backtest"], ids=["store", "backtest"])
 async def test_a_form_without_the_sessions_csrf_token_is_403_and_stores_nothing(
-    app: PayorchApp, client: Client, shop: Shop
+    app: PayorchApp, client: Client, shop: Shop, action: str
 ) -> None:
     console, _ = await signed_in_browser(app, shop.merchant.email)
-    response, _ = await submit(console, routing_path(shop), {"document": dumps_exact(DOCUMENT)})
+    response, html = await submit(console, routing_path(shop, action), {"document": dumps_exact(DOCUMENT)})
     assert response.status_code == 403
+    assert "Form refused" in html and "backtest-providers" not in html
     assert (await api_document(client, shop))["version"] == 0
 
 
@@ -336,7 +338,7 @@ async def test_evaluate_refuses_a_session_the_api_refuses_with_the_reason_at_its
     assert "evaluation-selected" not in html
 
 
-async def test_another_merchants_application_is_the_404_page_and_nothing_changes(
+async def test_another_merchants_application_is_the_404_page_for_the_page_and_each_form_and_nothing_changes(
     app: PayorchApp, client: Client, db: Database, settings: Settings, shop: Shop
 ) -> None:
     await put_routing(client, shop, SANDBOX_FIRST)
@@ -349,6 +351,11 @@ async def test_another_merchants_application_is_the_404_page_and_nothing_changes
         console, routing_path(shop), {"csrf_token": csrf, "document": dumps_exact(DOCUMENT)}
     )
     assert response.status_code == 404
+    response, html = await submit(
+        console, routing_path(shop, "backtest"), {"csrf_token": csrf, "document": dumps_exact(DOCUMENT)}
+    )
+    assert response.status_code == 404
+    assert "sandbox-first" not in html and "backtest-providers" not in html
     response, html = await submit(
         console,
         routing_path(shop, "evaluate"),

@@ -1,17 +1,20 @@
 """An application's routing: the document in force (its rules, default route, fees and objective,
-its version and when it was stored), a form to replace it, the success rates routing learned per
-provider and segment, and a form trying how a session would be routed now.
+its version and when it was stored), a form to replace it or to backtest it, the success rates
+routing learned per provider and segment, and a form trying how a session would be routed now.
 
     GET  /console/applications/<id>/routing            the page
     POST /console/applications/<id>/routing            replace the document (`document`, its JSON)
+    POST /console/applications/<id>/routing/backtest   the text area's document replayed over the
+                                                       last sessions, stored nowhere (`document`,
+                                                       `days`: the document form's second button)
     POST /console/applications/<id>/routing/evaluate   how a session would be routed now
                                                        (`paymentMethod`, `amount`, `currency`,
                                                        `billingCountry`)
 
 Every form calls the operation the API's route calls (`routes/routing.py`: `routing_document_of`,
-`replace_routing_document_of`, `evaluate_routing_of`, `learned_rates_of`), so ownership, the
-document's validation (every problem named by its place, as the API's 400 names it), the actors'
-switch to a new version and the decision are the API's.
+`replace_routing_document_of`, `backtest_routing_of`, `evaluate_routing_of`, `learned_rates_of`),
+so ownership, the document's validation (every problem named by its place, as the API's 400 names
+it), the actors' switch to a new version, the backtest's bounds and the decision are the API's.
 """
 
 from __future__ import annotations
@@ -26,13 +29,15 @@ from pydantic import ValidationError
 from quart import request, url_for
 from werkzeug.datastructures import MultiDict
 
-from payorch.engine.routing_rules import MAX_DOCUMENT_BYTES
+from payorch.engine.routing_backtest import MAX_DAYS
+from payorch.engine.routing_rules import MAX_DOCUMENT_BYTES, parse_routing_document
 from payorch.http import representations as bodies
 from payorch.http.auth import application_for
 from payorch.http.console.kit import (
     Session,
     action,
     action_up_to,
+    api_status,
     application_section,
     blueprint,
     field_errors,
@@ -42,10 +47,12 @@ from payorch.http.console.kit import (
     text_fields,
 )
 from payorch.http.jsonio import loads_request_json
-from payorch.http.models import RoutingEvaluateRequest
+from payorch.http.models import RoutingBacktestRequest, RoutingEvaluateRequest
 from payorch.http.routes.providers import provider_configs_of
 from payorch.http.routes.routing import (
     LearnedRate,
+    backtest_body,
+    backtest_routing_of,
     evaluate_routing_of,
     evaluation_body,
     learned_rates_of,
@@ -61,6 +68,7 @@ from payorch.values.pagination import MAX_LIMIT, PageRequest
 application_section("Routing", "routing")
 
 DOCUMENT_FIELD = "document"
+DAYS_FIELD = "days"
 # A document of MAX_DOCUMENT_BYTES, URL-encoded (at most 3 characters a byte), and the CSRF token.
 DOCUMENT_FORM_MAX_BYTES = 3 * MAX_DOCUMENT_BYTES + 4 * 1024
 EVALUATE_FIELDS = ("paymentMethod", "amount", "currency", "billingCountry")
@@ -72,6 +80,7 @@ EVALUATED_ORDER = "console evaluation"
 EVALUATED_EMAIL = "customer@example.com"
 EVALUATED_ADDRESS = {"line1": "-", "city": "-", "postalCode": "-"}
 _AMOUNT = re.compile(r"[0-9]{1,16}(\.[0-9]{1,16})?")
+_DAYS = re.compile(r"[0-9]{1,3}")
 DONE = {"saved": "Saved: the document below is in force from the application's next session on."}
 RATE_LEVELS = {
     "segment": "these outcomes",
@@ -106,6 +115,24 @@ class EvaluateForm:
     values: dict[str, str]
     errors: dict[str, str] = field(default_factory=dict)
     answer: bodies.RoutingEvaluation | None = None
+
+
+@dataclass(frozen=True)
+class BacktestForm:
+    """The backtest asked for: the days back as sent, why it did not run (the days' problem under
+    `backtest-days`, a busy service's message under `backtest-form`; a document's problems are the
+    `DocumentForm`'s), and the answer when it ran."""
+
+    days: str
+    errors: dict[str, str] = field(default_factory=dict)
+    answer: bodies.RoutingBacktest | None = None
+
+    @property
+    def selected_days(self) -> int:
+        """The days the form's choice shows: those sent when they are one of its options, else
+        `MAX_DAYS` (the default)."""
+        days = self.days.strip()
+        return int(days) if _DAYS.fullmatch(days) and 1 <= int(days) <= MAX_DAYS else MAX_DAYS
 
 
 # --- The document in words ---------------------------------------------------------------------
@@ -154,6 +181,11 @@ def fee_text(fee: bodies.RoutingFee) -> str:
     return f"{fee['percent']}%" + (f" + {' or '.join(fixed)}" if fixed else "")
 
 
+def percent(ratio: Decimal | None) -> str:
+    """A ratio of the API's (4 decimals) as a percentage with one decimal; "none" for null."""
+    return "none" if ratio is None else f"{(ratio * 100).quantize(Decimal('0.1'))}%"
+
+
 def rate_source(rate: LearnedRate) -> str:
     """Whose outcomes a segment's rate comes from (`Estimate.level`), in words."""
     return RATE_LEVELS[rate.estimate.level].format(
@@ -170,8 +202,12 @@ async def _routing_page(
     status: int,
     *,
     document: DocumentForm | None = None,
+    text: str | None = None,
     evaluate: EvaluateForm | None = None,
+    backtest: BacktestForm | None = None,
 ) -> tuple[str, int]:
+    """The page, answered with `status`: the text area holds the refused `document`'s text, else
+    `text`, else the document in force; `evaluate` and `backtest` are the forms' answers."""
     application = await application_for(session.principal, application_id)
     in_force = routing_body(await routing_document_of(session.principal, application_id))
     rates = await learned_rates_of(session.principal, application_id)
@@ -199,15 +235,21 @@ async def _routing_page(
         ],
         default_route=route_text(in_force["default"]),
         fees={name: fee_text(fee) for name, fee in in_force["fees"].items()},
-        document_text=document.text if document else dumps_exact(shown, indent=2),
+        document_text=document.text if document else dumps_exact(shown, indent=2) if text is None else text,
         document=document,
+        backtest=backtest or BacktestForm(str(MAX_DAYS)),
+        backtested=backtest is not None,
+        max_days=MAX_DAYS,
+        percent=percent,
         rates=rates,
         rate_source=rate_source,
         settings=context.settings.routing,
         payment_methods=sorted(context.providers.all_payment_methods()),
         evaluate=evaluate
         or EvaluateForm({name: "" for name in EVALUATE_FIELDS} | {"paymentMethod": next(iter(enabled), "")}),
-        notice=DONE.get(request.args.get("done", "")) if status == 200 and evaluate is None else None,
+        notice=DONE.get(request.args.get("done", ""))
+        if status == 200 and evaluate is None and backtest is None
+        else None,
     )
 
 
@@ -246,6 +288,77 @@ async def replace_routing(application_id: str, session: Session, form: MultiDict
         refused = DocumentForm(sent, error.message, list(error.details))
         return await _routing_page(session, application_id, 400, document=refused)
     return see_other(url_for("console.routing", application_id=application_id, done="saved"))
+
+
+# --- Backtesting the document ------------------------------------------------------------------
+
+
+def backtest_request(raw: Any, days: str) -> RoutingBacktestRequest:
+    """The backtest body the form asks for, validated as the API validates it: the document `raw`
+    (the text area's JSON) over the sessions of the last `days` days (`MAX_DAYS` when left empty),
+    the newest `limit` of them (the API's default). `InvalidInput` naming the days' problem under
+    `days` and the document's by their place in it, as the save names them (`body` for the whole).
+
+    The document is checked first as the save checks it (`parse_routing_document`, which the
+    backtest runs again), so that its problems read the same: the API's backtest names them under
+    `routing.`, in their places and in their messages alike."""
+    days = days.strip()
+    if days and not _DAYS.fullmatch(days):
+        raise domain.InvalidInput(
+            "validation failed",
+            [domain.FieldProblem("days", f"must be a whole number of days from 1 to {MAX_DAYS}")],
+        )
+    parse_routing_document(raw, [provider.name for provider in services().context.providers])
+    try:
+        return RoutingBacktestRequest.model_validate({"routing": raw} | ({"days": int(days)} if days else {}))
+    except ValidationError as error:
+        raise domain.InvalidInput(
+            "validation failed",
+            [
+                domain.FieldProblem("days" if item["loc"][:1] == ("days",) else "body", item["msg"])
+                for item in error.errors(include_url=False)
+            ],
+        ) from None
+
+
+@blueprint.post("/applications/<application_id>/routing/backtest")
+@action_up_to(DOCUMENT_FORM_MAX_BYTES)
+async def backtest_routing(application_id: str, session: Session, form: MultiDict[str, str]) -> Any:
+    """The document of the text area replayed over the application's sessions of the last `days`
+    days by the API's backtest, shown on the page under the text area, which keeps the text. Stores
+    nothing: a document with problems shows them as the save does (400); a backtest already running
+    for the merchant (429) or too many in the process (503) show the API's message, to retry."""
+    await application_for(session.principal, application_id)  # another merchant's: 404 before anything
+    sent, days = form.get(DOCUMENT_FIELD, ""), form.get(DAYS_FIELD, "")
+    try:
+        raw = document_of(sent)
+    except domain.InvalidInput as error:  # not JSON the API would take: its problems, as the save's
+        refused = DocumentForm(sent, error.message, list(error.details))
+        return await _routing_page(
+            session, application_id, 400, document=refused, backtest=BacktestForm(days)
+        )
+    try:
+        data = backtest_request(raw, days)
+        backtest = await backtest_routing_of(session.principal, application_id, data)
+    except domain.InvalidInput as error:
+        problems = [problem for problem in error.details if problem.field != "days"]
+        days_problems = [problem.message for problem in error.details if problem.field == "days"]
+        return await _routing_page(
+            session,
+            application_id,
+            400,
+            document=DocumentForm(sent, error.message, problems) if problems else None,
+            text=sent,
+            backtest=BacktestForm(days, {"backtest-days": days_problems[0]} if days_problems else {}),
+        )
+    except (domain.RateLimited, domain.ServiceBusy) as error:
+        busy = BacktestForm(days, {"backtest-form": error.message})
+        html, status = await _routing_page(
+            session, application_id, api_status(error) or 503, text=sent, backtest=busy
+        )
+        return html, status, {"Retry-After": str(error.retry_after)}
+    answered = BacktestForm(days, answer=backtest_body(backtest))
+    return await _routing_page(session, application_id, 200, text=sent, backtest=answered)
 
 
 # --- Trying a session --------------------------------------------------------------------------
