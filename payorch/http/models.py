@@ -36,7 +36,7 @@ from payorch.engine.routing_rules import MAX_DOCUMENT_BYTES
 from payorch.engine.web_urls import redirect_url_problem, website_url_problem
 from payorch.http.jsonio import first_unstorable_text
 from payorch.jsonexact import dumps_exact
-from payorch.values.pagination import DEFAULT_LIMIT, DEFAULT_PAGE, MAX_LIMIT, PageRequest
+from payorch.values.pagination import DEFAULT_LIMIT, DEFAULT_PAGE, MAX_LIMIT, MAX_PAGE, PageRequest
 
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=255)]
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100)]
@@ -189,18 +189,24 @@ class ApiKeyCreateRequest(Body):
     description: Annotated[str, StringConstraints(strip_whitespace=True, max_length=255)] = ""
 
 
-def _whole_number_text(value: object) -> object:
-    if isinstance(value, str) and not re.fullmatch(r"[0-9]{1,20}", value):
-        raise ValueError("must be a whole number written with digits only")
-    return value
+def _whole_number_text(maximum: int) -> BeforeValidator:
+    """Query text for a whole number up to `maximum`: digits only, and never more digits than
+    `maximum` has (leading zeros aside), so that no huge number is ever built from the text."""
 
+    def check(value: object) -> object:
+        if isinstance(value, str):
+            if not re.fullmatch(r"[0-9]+", value):
+                raise ValueError("must be a whole number written with digits only")
+            if len(value.lstrip("0")) > len(str(maximum)):
+                raise ValueError(f"must be at most {maximum}")
+        return value
 
-QueryInt = Annotated[int, BeforeValidator(_whole_number_text)]
+    return BeforeValidator(check)
 
 
 class PageQuery(Query):
-    page: Annotated[QueryInt, Field(ge=1)] = DEFAULT_PAGE
-    limit: Annotated[QueryInt, Field(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT
+    page: Annotated[int, _whole_number_text(MAX_PAGE), Field(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE
+    limit: Annotated[int, _whole_number_text(MAX_LIMIT), Field(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT
 
     @property
     def page_request(self) -> PageRequest:
