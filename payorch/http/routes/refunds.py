@@ -57,6 +57,8 @@ async def create_refund_of(
         raise NotFound("session not found", missing="session")
     note_application(session.application_id)
     amount = money_of(data.amount, session.currency, "amount") if data.amount is not None else None
+    for index, item in enumerate(data.lineItems or []):  # informational, but money all the same
+        money_of(item.unitPrice, session.currency, f"lineItems.{index}.unitPrice")
     draft = RefundDraft(
         session_id=session.id,
         amount=amount,
