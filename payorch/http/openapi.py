@@ -253,6 +253,8 @@ class PayorchOpenAPIProvider(OpenAPIProvider):
 
     - required query parameters and headers are marked `required` (quart-schema reads that from
       each property, where pydantic never puts it) and a query parameter is never `null`;
+    - a request body is `required` unless the view takes a missing one as `{}`
+      (`validate_optional_request`), and every request string refuses NUL by a pattern;
     - summaries are the first paragraph of a view's docstring, not its first line;
     - every response has a description (an error's names its shape, and shape B's codes), and errors
       429, 503 and IDEMPOTENCY_KEY_IN_PROGRESS's 409 document the `Retry-After` header;
@@ -386,7 +388,7 @@ def _complete_response(
             response["description"] = (
                 SHAPE_B
                 + "`code` says why: "
-                + "; ".join(f"{code} ({CODE_DESCRIPTIONS[code]})" for code in codes)
+                + "; ".join(f"{code} ({CODE_DESCRIPTIONS[code]})" for code in codes or CODE_DESCRIPTIONS)
                 + "."
             )
         else:
@@ -433,6 +435,9 @@ _BOUNDED_TEXT = ("pattern", "format", "enum", "const")
 
 
 def _refuse_nul_in_requests(document: dict[str, Any]) -> None:
+    """Give NO_NUL_PATTERN to every string of a request body or query string, and to every
+    property name of a request's object, that no pattern, format or enumeration bounds already
+    (the components a request names included, also where answers use them: they hold no NUL)."""
     schemas = document.get("components", {}).get("schemas", {})
     seen: set[str] = set()
 
