@@ -242,8 +242,9 @@ def breaking_keys(
     first = next(iter(value.values()), "x")
     names = {"type": "string", **schema.get("propertyNames", {})}
     for keyword in ("minLength", "maxLength", "pattern"):
-        if keyword in names:
-            yield f"propertyNames.{keyword}", {**value, breaking(document, names, keyword, ""): first}
+        key = breaking(document, names, keyword, "") if keyword in names else None
+        if key is not None:
+            yield f"propertyNames.{keyword}", {**value, key: first}
     if schema.get("additionalProperties") is False:
         yield "additionalProperties", {**value, "unexpectedField": first}
 
