@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import enum
 from decimal import Decimal
-from typing import Annotated, Literal, TypeVar, get_args
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import ConfigDict, StringConstraints, WithJsonSchema
+
+from payorch.values.money import smallest_minor_unit
 
 T = TypeVar("T")
 
@@ -26,8 +28,26 @@ Timestamp = Annotated[str, WithJsonSchema({"type": "string", "format": "date-tim
 """A moment as `values.timefmt.iso` writes it: ISO 8601, UTC, milliseconds, `Z`."""
 Uuid = Annotated[str, WithJsonSchema({"type": "string", "format": "uuid"})]
 """An id, written as text."""
-Money = Annotated[Decimal, WithJsonSchema({"type": "number"})]
+MONEY_DESCRIPTION = (
+    "A decimal number in major units, e.g. 100.00, written as a JSON number (never a string); at most "
+    "as many decimals as the currency's minor unit allows (JPY 0, EUR 2, KWD 3). Read and kept exactly."
+)
+MONEY_SCHEMA: dict[str, Any] = {
+    "type": "number",
+    "format": "decimal",
+    # Whatever the currency, a multiple of the smallest minor unit of all (0.001).
+    "multipleOf": float(smallest_minor_unit()),
+    "description": MONEY_DESCRIPTION,
+}
+Money = Annotated[Decimal, WithJsonSchema(MONEY_SCHEMA)]
 """An amount in major currency units, a JSON number (never a string)."""
+MajorUnits = Annotated[
+    Decimal,
+    WithJsonSchema(
+        {"type": "number", "format": "decimal", "description": "A decimal number in major units."}
+    ),
+]
+"""A bound on amounts in major units, with any number of decimals (it is not an amount itself)."""
 CurrencyCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")]
 
 # The events a merchant may subscribe to and receive: the interface's four, and a lost dispute.

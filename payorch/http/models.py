@@ -23,12 +23,14 @@ from pydantic import (
     GetJsonSchemaHandler,
     StringConstraints,
     ValidationError,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, InitErrorDetails, PydanticCustomError
 
+from payorch.engine.body_types import EVENT_TYPES, MONEY_SCHEMA
 from payorch.engine.identifiers import canonical_identifier
 from payorch.engine.passwords import PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH, password_weakness
 from payorch.engine.refund_rules import RefundReason
@@ -37,7 +39,8 @@ from payorch.engine.routing_rules import MAX_DOCUMENT_BYTES
 from payorch.engine.web_urls import redirect_url_problem, website_url_problem
 from payorch.http.jsonio import first_unstorable_text
 from payorch.jsonexact import dumps_exact
-from payorch.values.pagination import DEFAULT_LIMIT, DEFAULT_PAGE, MAX_LIMIT, PageRequest
+from payorch.values.money import known_currencies
+from payorch.values.pagination import DEFAULT_LIMIT, DEFAULT_PAGE, MAX_LIMIT, MAX_PAGE, PageRequest
 
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=255)]
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100)]
@@ -190,18 +193,24 @@ class ApiKeyCreateRequest(Body):
     description: Annotated[str, StringConstraints(strip_whitespace=True, max_length=255)] = ""
 
 
-def _whole_number_text(value: object) -> object:
-    if isinstance(value, str) and not re.fullmatch(r"[0-9]{1,20}", value):
-        raise ValueError("must be a whole number written with digits only")
-    return value
+def _whole_number_text(maximum: int) -> BeforeValidator:
+    """Query text for a whole number up to `maximum`: digits only, and never more digits than
+    `maximum` has (leading zeros aside), so that no huge number is ever built from the text."""
 
+    def check(value: object) -> object:
+        if isinstance(value, str):
+            if not re.fullmatch(r"[0-9]+", value):
+                raise ValueError("must be a whole number written with digits only")
+            if len(value.lstrip("0")) > len(str(maximum)):
+                raise ValueError(f"must be at most {maximum}")
+        return value
 
-QueryInt = Annotated[int, BeforeValidator(_whole_number_text)]
+    return BeforeValidator(check)
 
 
 class PageQuery(Query):
-    page: Annotated[QueryInt, Field(ge=1)] = DEFAULT_PAGE
-    limit: Annotated[QueryInt, Field(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT
+    page: Annotated[int, _whole_number_text(MAX_PAGE), Field(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE
+    limit: Annotated[int, _whole_number_text(MAX_LIMIT), Field(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT
 
     @property
     def page_request(self) -> PageRequest:
@@ -229,7 +238,9 @@ def _json_number(value: object) -> object:
 
 
 class JsonNumber:
-    """JSON-schema marker for a Decimal that travels as a JSON number (schema only, no validation).
+    """JSON-schema marker for an amount (a Decimal) that travels as a JSON number (schema only, no
+    validation), described as every amount is (`engine.body_types.MONEY_SCHEMA`: a decimal in major
+    units, a multiple of the smallest minor unit).
 
     pydantic describes a Decimal as "number or string" when validating and "string" when
     serializing; ours is a number both ways. Put it after any `Field` constraint, so that pydantic's
@@ -249,7 +260,7 @@ class JsonNumber:
             if branch.get("type") == "number":
                 schema.update(branch)
         schema.pop("pattern", None)
-        schema["type"] = "number"
+        schema.update(MONEY_SCHEMA)
         for raw, keyword in self.BOUNDS.items():
             if raw in schema:
                 bound = Decimal(schema.pop(raw))
@@ -262,7 +273,21 @@ class JsonNumber:
 JSON_NUMBER = JsonNumber()
 Amount = Annotated[Decimal, BeforeValidator(_json_number), JsonNumber(below=_MAX_AMOUNT)]
 NonNegativeAmount = Annotated[Amount, Field(ge=0), JSON_NUMBER]
-CurrencyCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")]
+
+
+def _known_currencies(schema: dict[str, Any]) -> None:
+    schema["enum"] = list(known_currencies())
+
+
+CurrencyCode = Annotated[
+    str,
+    StringConstraints(pattern=r"^[A-Z]{3}$"),
+    Field(
+        description="The ISO 4217 code of a currency (listed); the X-codes of precious metals, funds, "
+        "testing and no currency are refused, as are other funds and units of account.",
+        json_schema_extra=_known_currencies,
+    ),
+]
 _COUNTRIES = frozenset(
     str(code) for code in Locale("en").territories if len(str(code)) == 2 and str(code).isalpha()
 )
@@ -353,7 +378,14 @@ class RedirectUrls(Body):
 # turns it into a `storage.sessions.SessionDraft`, the one definition of what a session is made of.
 # (A comment, not a docstring: a docstring would be the document's description of the body.)
 class SessionCreateRequest(Body):
-    applicationId: uuid.UUID | None = None
+    applicationId: Annotated[
+        uuid.UUID | None,
+        Field(
+            description="The application to create the session for. Required with an access token "
+            "(bearerAuth): 400 without it. With an API key (apiKeyAuth) it may be left out, the key's "
+            "application is meant; when given, it must be the key's (403 otherwise)."
+        ),
+    ] = None
     orderReference: Text
     paymentMethod: Annotated[str, StringConstraints(min_length=1, max_length=50)]
     currency: CurrencyCode
@@ -380,9 +412,22 @@ class SessionCreateRequest(Body):
 
 
 class PaymentMethodsQuery(Query):
-    currency: Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")]
-    amount: Annotated[str, StringConstraints(pattern=r"^\d{1,15}(\.\d{1,10})?$")]
-    applicationId: uuid.UUID | None = None
+    currency: CurrencyCode
+    amount: Annotated[
+        str,
+        StringConstraints(pattern=r"^\d{1,15}(\.\d{1,10})?$"),
+        Field(
+            description="A decimal string in major units, with at most as many decimals as the "
+            "currency's minor unit allows."
+        ),
+    ]
+    applicationId: Annotated[
+        uuid.UUID | None,
+        Field(
+            description="Required with an access token (bearerAuth): 400 without it. With an API key "
+            "it may be left out; when given, it must be the key's application (403 otherwise)."
+        ),
+    ] = None
 
 
 # --- Providers ---------------------------------------------------------------------------------
@@ -430,7 +475,18 @@ class RefundCreateRequest(Body):
 # --- Webhooks ----------------------------------------------------------------------------------
 
 WebhookUrl = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2048)]
-EventNames = Annotated[list[Annotated[str, StringConstraints(max_length=100)]], Field(max_length=20)]
+# The names are checked by the route (`routes.webhooks`), which names every unknown one; the document
+# lists the names it takes, and that the list may not be empty.
+EventNames = Annotated[
+    list[
+        Annotated[
+            str,
+            StringConstraints(max_length=100),
+            WithJsonSchema({"type": "string", "enum": list(EVENT_TYPES)}),
+        ]
+    ],
+    Field(max_length=20, json_schema_extra={"minItems": 1}),
+]
 
 
 class WebhookCreateRequest(Body):
@@ -488,6 +544,10 @@ def _bounded_document(value: object) -> object:
 # A session create body, and optionally a routing document to try instead of the stored one
 # (`POST .../routing/evaluate`). The document is checked by the route, every problem named.
 class RoutingEvaluateRequest(SessionCreateRequest):
+    applicationId: Annotated[
+        uuid.UUID | None,
+        Field(description="May be left out: the path names the application; another one is 403."),
+    ] = None
     routing: Annotated[
         dict[str, Any] | None,
         BeforeValidator(_bounded_document),

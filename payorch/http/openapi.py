@@ -42,7 +42,9 @@ from werkzeug.routing.rules import Rule
 
 from payorch.engine.body_types import CLOSED
 from payorch.engine.idempotency import MAX_KEY_LENGTH
+from payorch.http.error_responses import SHAPE_B_STATUS_OF
 from payorch.http.models import JsonNumber
+from payorch.http.validation import OPTIONAL_BODY_ATTRIBUTE
 from payorch.values.errors import ErrorCode
 from payorch.values.pagination import Page
 
@@ -121,8 +123,10 @@ IdempotencyKeyHeader = TypedDict(
 
 # --- Response documentation shorthands ----------------------------------------------------------
 
-# Which error shape each status has, for `errors()`. 409 and 422 of sessions and refunds are shape B
-# (`coded_errors()`); everywhere else they are shape A.
+# What each status of shape A means, for `errors()`. 409 and 422 of sessions and refunds are shape B
+# (`coded_errors()`, each described by its codes); everywhere else they are shape A.
+SHAPE_A = "Shape A (`ErrorA`: `code` is the HTTP status). "
+SHAPE_B = "Shape B (`ErrorB`: `code` is a string). "
 ERROR_DESCRIPTIONS: dict[int, str] = {
     400: "Invalid request: malformed JSON, a field, query or header that fails validation.",
     401: "Missing, invalid or expired credentials, or the wrong kind of credential.",
@@ -137,13 +141,21 @@ ERROR_DESCRIPTIONS: dict[int, str] = {
     502: "The payment provider could not be reached or failed.",
     503: "Too busy: retry after `retryAfter` seconds (also the `Retry-After` header).",
 }
-CODED_ERROR_DESCRIPTIONS: dict[int, str] = {
-    409: "IDEMPOTENCY_KEY_IN_PROGRESS: a request with this `Idempotency-Key` is still being processed; "
-    "retry after `retryAfter` seconds (also the `Retry-After` header).",
-    422: "`code` says why: IDEMPOTENCY_KEY_MISMATCH (the key was used with another body), "
-    "SESSION_NOT_REFUNDABLE, REFUND_EXCEEDS_BALANCE or NO_PROVIDER_AVAILABLE.",
+# What each `code` of shape B means; its status is the one `http.error_responses` answers it with.
+CODE_DESCRIPTIONS: dict[ErrorCode, str] = {
+    "IDEMPOTENCY_KEY_MISMATCH": "the `Idempotency-Key` was used before with another body",
+    "IDEMPOTENCY_KEY_IN_PROGRESS": "a request with this `Idempotency-Key` is still being processed: retry "
+    "after `retryAfter` seconds (also the `Retry-After` header)",
+    "SESSION_NOT_REFUNDABLE": "the session is not SUCCEEDED or PARTIALLY_REFUNDED, or nothing is left "
+    "to refund",
+    "REFUND_EXCEEDS_BALANCE": "`amount` is more than the remaining refundable balance",
+    "NO_PROVIDER_AVAILABLE": "no provider linked to the application takes this payment method, currency "
+    "and amount",
 }
-RETRY_AFTER_STATUSES = frozenset({409, 429, 503})
+STATUS_OF_CODE: dict[ErrorCode, int] = {kind.code: int(status) for kind, status in SHAPE_B_STATUS_OF.items()}
+# The shape B codes each view answers, by status (`coded_errors()`), read when the document is built.
+CODED_ERRORS_ATTRIBUTE = "_payorch_coded_errors"
+RETRY_AFTER_STATUSES = frozenset({429, 503})  # and IDEMPOTENCY_KEY_IN_PROGRESS's 409
 
 
 def errors(*statuses: int) -> Callable[[F], F]:
@@ -157,12 +169,17 @@ def errors(*statuses: int) -> Callable[[F], F]:
     return decorator
 
 
-def coded_errors(*statuses: int) -> Callable[[F], F]:
-    """Document each of `statuses` as an error of shape B (idempotency and refund rules)."""
+def coded_errors(*codes: ErrorCode) -> Callable[[F], F]:
+    """Document the errors of shape B (idempotency and refund rules) that the view answers: each of
+    `codes` under its status, whose description lists the codes it may carry."""
 
     def decorator(view: F) -> F:
-        for status in statuses:
+        by_status: dict[int, list[ErrorCode]] = {}
+        for code in codes:
+            by_status.setdefault(STATUS_OF_CODE[code], []).append(code)
+        for status in by_status:
             view = document_response(ErrorB, status)(view)
+        setattr(view, CODED_ERRORS_ATTRIBUTE, by_status)
         return view
 
     return decorator
@@ -180,11 +197,16 @@ Merchants manage applications, API keys, provider configurations and webhooks wi
 checkout sessions and refunds with an API key of one application (`X-API-Key`) or the access token.
 
 **Money** travels as JSON numbers in major units (`10.50`), never strings, and never with more decimals
-than the currency allows. **Lists** are pages: `page` (from 1) and `limit` (1 to 100), newest first.
+than the currency allows (JPY 0, EUR 2, KWD 3): `format: decimal`, a multiple of 0.001. payorch reads
+the number's text exactly, so a client that writes a float's shortest text (Python's `repr`, JSON
+encoders generally) sends the amount it means for any amount of up to 15 significant digits.
+**Lists** are pages: `page` (from 1) and `limit` (1 to 100), newest first.
+**Text** may not hold NUL (U+0000) or a lone surrogate (`\\ud800` without its pair), anywhere in a
+request: 400. String fields are trimmed, and one that is blank once trimmed counts as missing.
 **Errors** have shape A `{error, message, code, details?, retryAfter?, requestId?}` with `code` the HTTP
 status, except the idempotency and refund rules of sessions and refunds, which have shape B
-`{message, statusCode, code}` with a string `code`. Session and refund creation need an
-`Idempotency-Key` header.
+`{message, statusCode, code}` with a string `code`; each error response says its shape. Session and
+refund creation need an `Idempotency-Key` header.
 """,
 )
 TAGS = [
@@ -231,8 +253,11 @@ class PayorchOpenAPIProvider(OpenAPIProvider):
 
     - required query parameters and headers are marked `required` (quart-schema reads that from
       each property, where pydantic never puts it) and a query parameter is never `null`;
+    - a request body is `required` unless the view takes a missing one as `{}`
+      (`validate_optional_request`), and every request string refuses NUL by a pattern;
     - summaries are the first paragraph of a view's docstring, not its first line;
-    - every response has a description, and errors 409/429/503 document the `Retry-After` header;
+    - every response has a description (an error's names its shape, and shape B's codes), and errors
+      429, 503 and IDEMPOTENCY_KEY_IN_PROGRESS's 409 document the `Retry-After` header;
     - a page of a list is a component of its own per kind of item (`Page[Application]`);
     - a Decimal default is written as a JSON number;
     - the sandbox's customer pages are left out, and /metrics is documented as text.
@@ -254,8 +279,8 @@ class PayorchOpenAPIProvider(OpenAPIProvider):
                 _describe(operation, inspect.getdoc(func))
                 if not operation["parameters"]:
                     del operation["parameters"]
-                if "requestBody" in operation:  # a validated body is never optional
-                    operation["requestBody"]["required"] = True
+                if "requestBody" in operation:  # required unless the view takes none as `{}`
+                    operation["requestBody"]["required"] = not getattr(func, OPTIONAL_BODY_ATTRIBUTE, False)
                 idempotent = any(
                     parameter.get("name") == IDEMPOTENCY_HEADER
                     for parameter in operation.get("parameters", [])
@@ -263,8 +288,11 @@ class PayorchOpenAPIProvider(OpenAPIProvider):
                 operation["responses"] = dict(
                     sorted(operation["responses"].items(), key=lambda item: int(item[0]))
                 )
+                coded: dict[int, list[ErrorCode]] = getattr(func, CODED_ERRORS_ATTRIBUTE, {})
                 for status, response in operation["responses"].items():
-                    _complete_response(int(status), response, idempotent=idempotent)
+                    _complete_response(
+                        int(status), response, idempotent=idempotent, codes=coded.get(int(status), [])
+                    )
         return paths, components
 
     def build_response_object(
@@ -320,6 +348,7 @@ class PayorchOpenAPIProvider(OpenAPIProvider):
                     for media in response.get("content", {}).values():
                         media["schema"] = _as_component(media["schema"], schemas)
         _tidy(document)
+        _refuse_nul_in_requests(document)
         return document
 
     def _model_schema(self, model: type[Any]) -> dict[str, Any]:
@@ -350,14 +379,21 @@ def _describe(operation: dict[str, Any], doc: str | None) -> None:
         operation["description"] = "\n\n".join(paragraphs[1:])
 
 
-def _complete_response(status: int, response: dict[str, Any], *, idempotent: bool) -> None:
+def _complete_response(
+    status: int, response: dict[str, Any], *, idempotent: bool, codes: list[ErrorCode]
+) -> None:
     schema = response.get("content", {}).get("application/json", {}).get("schema", {})
     if schema.get("title") in ("ErrorA", "ErrorB"):
-        coded = schema.get("title") == "ErrorB"
-        response["description"] = (CODED_ERROR_DESCRIPTIONS if coded else ERROR_DESCRIPTIONS).get(
-            status, HTTPStatus(status).phrase
-        )
-        if status in RETRY_AFTER_STATUSES:
+        if schema.get("title") == "ErrorB":
+            response["description"] = (
+                SHAPE_B
+                + "`code` says why: "
+                + "; ".join(f"{code} ({CODE_DESCRIPTIONS[code]})" for code in codes or CODE_DESCRIPTIONS)
+                + "."
+            )
+        else:
+            response["description"] = SHAPE_A + ERROR_DESCRIPTIONS.get(status, HTTPStatus(status).phrase)
+        if status in RETRY_AFTER_STATUSES or "IDEMPOTENCY_KEY_IN_PROGRESS" in codes:
             response.setdefault("headers", {})["Retry-After"] = RETRY_AFTER
     elif not response.get("description"):
         response["description"] = HTTPStatus(status).phrase
@@ -389,6 +425,51 @@ def _as_component(schema: dict[str, Any], schemas: dict[str, Any]) -> dict[str, 
     if schemas.setdefault(name, schema) != schema:
         return schema
     return {"$ref": f"#/components/schemas/{name}"}
+
+
+# Text PostgreSQL cannot store is refused wherever a request carries text (`http.jsonio`,
+# `http.models`): NUL as a pattern (a lone surrogate cannot be written as one) on every string a
+# request sends that no pattern, format or enumeration bounds already.
+NO_NUL_PATTERN = "^[^\\u0000]*$"
+_BOUNDED_TEXT = ("pattern", "format", "enum", "const")
+
+
+def _refuse_nul_in_requests(document: dict[str, Any]) -> None:
+    """Give NO_NUL_PATTERN to every string of a request body or query string, and to every
+    property name of a request's object, that no pattern, format or enumeration bounds already
+    (the components a request names included, also where answers use them: they hold no NUL)."""
+    schemas = document.get("components", {}).get("schemas", {})
+    seen: set[str] = set()
+
+    def visit(schema: Any) -> None:
+        if not isinstance(schema, dict):
+            return
+        reference = schema.get("$ref")
+        if isinstance(reference, str):
+            name = reference.removeprefix("#/components/schemas/")
+            if name not in seen and name in schemas:
+                seen.add(name)
+                visit(schemas[name])
+        if schema.get("type") == "string" and not any(key in schema for key in _BOUNDED_TEXT):
+            schema["pattern"] = NO_NUL_PATTERN
+        names = schema.get("propertyNames")
+        if isinstance(names, dict) and not any(key in names for key in _BOUNDED_TEXT):
+            names["pattern"] = NO_NUL_PATTERN
+        for key in ("items", "additionalProperties"):
+            visit(schema.get(key))
+        for key in ("anyOf", "oneOf", "allOf"):
+            for branch in schema.get(key, []):
+                visit(branch)
+        for item in schema.get("properties", {}).values():
+            visit(item)
+
+    for path_item in document["paths"].values():
+        for operation in path_item.values():
+            for media in operation.get("requestBody", {}).get("content", {}).values():
+                visit(media.get("schema"))
+            for parameter in operation.get("parameters", []):
+                if parameter.get("in") == "query":
+                    visit(parameter.get("schema"))
 
 
 def _tidy(node: Any) -> None:

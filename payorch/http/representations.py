@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, NotRequired
 from pydantic import Field, StringConstraints, WithJsonSchema, with_config
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
-from payorch.engine.body_types import CLOSED, EventType, Money, Timestamp, Uuid, listed
+from payorch.engine.body_types import CLOSED, EventType, MajorUnits, Timestamp, Uuid, listed
 from payorch.engine.routing_decision import PlaceReason
 from payorch.engine.routing_rules import Objective, RouteType
 from payorch.http.models import Organization
@@ -171,8 +171,8 @@ class RoutingRoute(TypedDict):
 class RoutingAmountRange(TypedDict):
     """Amounts in major units, both bounds inclusive."""
 
-    min: NotRequired[Money]
-    max: NotRequired[Money]
+    min: NotRequired[MajorUnits]
+    max: NotRequired[MajorUnits]
 
 
 @with_config(CLOSED)

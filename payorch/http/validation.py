@@ -78,9 +78,14 @@ def body_limit(max_bytes: int) -> Callable[[View[R]], View[R]]:
     return decorator
 
 
+# Set on a view whose body may be left out, so that the OpenAPI document says so (`http.openapi`).
+OPTIONAL_BODY_ATTRIBUTE = "_payorch_optional_body"
+
+
 def validate_optional_request(model: type[BaseModel]) -> Callable[[View[R]], View[R]]:
     """`validate_request` for a body whose fields are all optional: a request with no body at all
-    counts as `{}` (a merchant's `POST .../refunds` with nothing in it refunds the whole balance)."""
+    counts as `{}` (a merchant's `POST .../refunds` with nothing in it refunds the whole balance),
+    and the OpenAPI document marks the body not required."""
 
     def decorator(view: View[R]) -> View[R]:
         validated = validate_request(model)(view)
@@ -92,6 +97,7 @@ def validate_optional_request(model: type[BaseModel]) -> Callable[[View[R]], Vie
             result: R = await validated(*args, **kwargs)
             return result
 
+        setattr(wrapper, OPTIONAL_BODY_ATTRIBUTE, True)  # functools.wraps copies it to outer decorators
         return wrapper
 
     return decorator

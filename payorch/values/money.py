@@ -13,7 +13,7 @@ import functools
 from dataclasses import dataclass
 from decimal import Decimal
 
-from babel.numbers import get_currency_precision, is_currency
+from babel.numbers import get_currency_precision, is_currency, list_currencies
 
 
 class UnknownCurrency(ValueError):
@@ -104,6 +104,27 @@ def currency_exponent(currency: str) -> int:
             "(a precious metal, a fund or unit of account, testing, or no currency)"
         )
     return exponent
+
+
+@functools.cache
+def known_currencies() -> tuple[str, ...]:
+    """Every code `currency_exponent` accepts, sorted: the currencies an amount may be in (the
+    OpenAPI document lists them)."""
+    known = []
+    for code in sorted(list_currencies()):
+        try:
+            currency_exponent(code)
+        except UnknownCurrency:
+            continue
+        known.append(code)
+    return tuple(known)
+
+
+@functools.cache
+def smallest_minor_unit() -> Decimal:
+    """The smallest minor unit of any known currency (0.001: KWD, BHD and the other 3-decimal
+    currencies): every valid amount, whatever its currency, is a multiple of it."""
+    return Decimal(1).scaleb(-max(currency_exponent(code) for code in known_currencies()))
 
 
 def to_minor_units(amount: Decimal, currency: str) -> int:

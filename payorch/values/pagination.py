@@ -13,6 +13,8 @@ T = TypeVar("T")
 DEFAULT_PAGE = 1
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
+# The largest `page` a list takes: a 64-bit integer, which every client can hold (and send back).
+MAX_PAGE = 2**63 - 1
 # PostgreSQL takes OFFSET as a bigint; no list is that long, so any page beyond it is past the end.
 MAX_OFFSET = 2**63 - 1
 

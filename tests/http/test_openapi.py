@@ -9,10 +9,12 @@ from urllib.parse import urlsplit
 import jsonschema_rs
 import pytest
 
-from payorch.engine.body_types import EVENT_TYPES
+from payorch.engine.body_types import EVENT_TYPES, MONEY_DESCRIPTION
 from payorch.engine.refund_rules import REFUND_REASONS
 from payorch.http.services import PayorchApp
 from payorch.values.errors import ErrorCode
+from payorch.values.money import known_currencies
+from payorch.values.pagination import MAX_PAGE
 from payorch.values.statuses import DeliveryStatus, RefundStatus, SessionStatus, WebhookTestStatus
 from tests.helpers import Client
 
@@ -194,18 +196,31 @@ async def test_idempotency_rules_are_documented_in_shape_b(document: dict[str, A
     assert {"201", "202"} <= set(refunds["responses"])
 
 
-async def test_amounts_are_json_numbers(document: dict[str, Any]) -> None:
+async def test_amounts_are_decimal_json_numbers_in_major_units(document: dict[str, Any]) -> None:
     schemas = document["components"]["schemas"]
-    assert schemas["SessionRecord"]["properties"]["amount"] == {"type": "number"}
-    assert schemas["RefundRecord"]["properties"]["amount"] == {"type": "number"}
-    assert schemas["RefundCreated"]["properties"]["amount"] == {"type": "number"}
+    money = {"type": "number", "format": "decimal", "multipleOf": 0.001, "description": MONEY_DESCRIPTION}
+    assert schemas["SessionRecord"]["properties"]["amount"] == money
+    assert schemas["RefundRecord"]["properties"]["amount"] == money
+    assert schemas["RefundCreated"]["properties"]["amount"] == money
     total = schemas["SessionAmount"]["properties"]["total"]
-    assert total["type"] == "number" and total["exclusiveMinimum"] == 0
+    assert total.items() >= {**money, "exclusiveMinimum": 0}.items()
     assert schemas["SessionAmount"]["properties"]["shipping"]["default"] == 0
+    assert schemas["OrderItem"]["properties"]["unitPrice"].items() >= money.items()
     refund_amount = schemas["RefundCreateRequest"]["properties"]["amount"]["anyOf"][0]
-    assert refund_amount["type"] == "number" and refund_amount["minimum"] == 0.01
+    assert refund_amount.items() >= {**money, "minimum": 0.01}.items()
+    bound = schemas["RoutingAmountRange"]["properties"]["min"]  # a bound, not an amount: any decimals
+    assert bound["format"] == "decimal" and "multipleOf" not in bound
     score = schemas["Routing"]["properties"]["score"]
     assert score == {"type": "number", "minimum": 0, "maximum": 1}
+
+
+async def test_currencies_are_the_ones_payorch_knows(document: dict[str, Any]) -> None:
+    currency = document["components"]["schemas"]["SessionCreateRequest"]["properties"]["currency"]
+    assert currency["enum"] == list(known_currencies())
+    assert {"PLN", "JPY", "KWD", "XOF"} <= set(currency["enum"])
+    assert not {"XAU", "XTS", "XXX", "CLF"} & set(currency["enum"])
+    lookup = {p["name"]: p for p in document["paths"]["/api/v1/payment-methods"]["get"]["parameters"]}
+    assert lookup["currency"]["schema"]["enum"] == currency["enum"]
 
 
 async def test_enumerations_are_documented_from_the_types_the_code_uses(document: dict[str, Any]) -> None:
@@ -234,9 +249,60 @@ async def test_required_query_parameters_are_marked_required(document: dict[str,
     assert not parameters["applicationId"].get("required")
     assert parameters["applicationId"]["schema"] == {"type": "string", "format": "uuid"}
     listing = {p["name"]: p for p in document["paths"]["/api/v1/applications"]["get"]["parameters"]}
-    assert listing["page"]["schema"]["minimum"] == 1
+    assert (listing["page"]["schema"]["minimum"], listing["page"]["schema"]["maximum"]) == (1, MAX_PAGE)
     assert listing["limit"]["schema"]["maximum"] == 100
     assert listing["include"]["schema"] == {"const": "apiKeys", "type": "string"}
+
+
+async def test_bodies_that_may_be_left_out_are_not_required(document: dict[str, Any]) -> None:
+    optional = {
+        ("post", "/api/v1/applications/{application_id}/api-keys"),
+        ("post", "/api/v1/sessions/{session_id}/refunds"),
+    }
+    for method, path, operation in api_operations(document):
+        if "requestBody" in operation:
+            assert operation["requestBody"]["required"] is ((method, path) not in optional), (method, path)
+
+
+async def test_subscribed_events_are_named_from_the_event_types(document: dict[str, Any]) -> None:
+    schemas = document["components"]["schemas"]
+    for name in ("WebhookCreateRequest", "WebhookUpdateRequest"):
+        (events, _) = schemas[name]["properties"]["subscribedEvents"]["anyOf"]
+        assert events["items"] == {"type": "string", "enum": list(EVENT_TYPES)}
+        assert (events["minItems"], events["maxItems"]) == (1, 20)
+
+
+async def test_request_text_refuses_nul(document: dict[str, Any]) -> None:
+    schemas = document["components"]["schemas"]
+    assert schemas["Organization"]["properties"]["legalBusinessName"]["pattern"] == "^[^\\u0000]*$"
+    assert schemas["SessionCreateRequest"]["properties"]["orderReference"]["pattern"] == "^[^\\u0000]*$"
+    assert schemas["SessionCreateRequest"]["properties"]["currency"]["pattern"] == "^[A-Z]{3}$"
+    information = schemas["SessionCreateRequest"]["properties"]["additionalInformation"]["anyOf"][0]
+    assert information["propertyNames"]["pattern"] == information["additionalProperties"]["pattern"]
+
+
+async def test_each_error_status_names_its_shape(document: dict[str, Any]) -> None:
+    for method, path, operation in api_operations(document):
+        for status, response in operation["responses"].items():
+            if int(status) < 400:
+                continue
+            shape = response["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+            assert response["description"].startswith(f"Shape {shape[-1]} (`{shape}`"), (method, path, status)
+    session = document["paths"]["/api/v1/sessions"]["post"]["responses"]
+    assert "NO_PROVIDER_AVAILABLE" in session["422"]["description"]
+    assert "REFUND_EXCEEDS_BALANCE" not in session["422"]["description"]
+    refund = document["paths"]["/api/v1/sessions/{session_id}/refunds"]["post"]["responses"]
+    assert "REFUND_EXCEEDS_BALANCE" in refund["422"]["description"]
+    assert "NO_PROVIDER_AVAILABLE" not in refund["422"]["description"]
+    applications = document["paths"]["/api/v1/applications"]["post"]["responses"]
+    assert "Retry-After" not in applications["409"].get("headers", {})  # shape A 409: no retry asked
+
+
+async def test_application_id_says_when_it_is_required(document: dict[str, Any]) -> None:
+    schemas = document["components"]["schemas"]
+    described = schemas["SessionCreateRequest"]["properties"]["applicationId"]["description"]
+    assert "Required with an access token" in described
+    assert "applicationId" not in schemas["SessionCreateRequest"]["required"]
 
 
 async def test_docs_page_renders_the_document_with_local_assets_only(client: Client) -> None:

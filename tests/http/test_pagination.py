@@ -14,6 +14,7 @@ from payorch.engine.access_tokens import AccessClaims, issue_access_token
 from payorch.engine.invites import issue_invite
 from payorch.storage import accounts
 from payorch.storage.database import Connection, Database
+from payorch.values.pagination import MAX_PAGE
 from payorch.values.secrets import token_hash
 from tests.helpers import Client, Merchant, new_api_key, new_application, signup_body
 
@@ -186,9 +187,18 @@ async def test_page_past_the_end_is_200_with_no_items(listing: PaginatedList) ->
 
 
 async def test_page_far_past_the_end_is_200_with_no_items(listing: PaginatedList) -> None:
-    body = await listing.page("page=99999999999999999999")
+    body = await listing.page(f"page={MAX_PAGE}")
     assert body["items"] == []
-    assert body["hasNextPage"] is False
+    assert (body["page"], body["hasNextPage"]) == (MAX_PAGE, False)
+
+
+@pytest.mark.parametrize("page", [str(MAX_PAGE + 1), "18382663540203269707324719104", "9" * 5000])
+async def test_page_beyond_the_largest_says_the_largest(listing: PaginatedList, page: str) -> None:
+    response = await listing.get(f"page={page}")
+    assert response.status_code == 400
+    (problem,) = (await response.get_json())["details"]
+    assert problem["field"] == "page"
+    assert str(MAX_PAGE) in problem["message"]
 
 
 async def test_limit_of_100_is_accepted(listing: PaginatedList) -> None:

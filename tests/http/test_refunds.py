@@ -134,6 +134,10 @@ async def test_refund_of_a_fully_refunded_session_is_422_not_refundable(client: 
         ({"amount": "10.00"}, "amount"),
         ({"reason": "BECAUSE"}, "reason"),
         ({"lineItems": [{"name": "Mug", "quantity": 0, "unitPrice": Decimal("1")}]}, "lineItems.0.quantity"),
+        (  # more decimals than the session's currency (PLN) has, as the session's own items
+            {"lineItems": [{"name": "Mug", "quantity": 1, "unitPrice": Decimal("1.005")}]},
+            "lineItems.0.unitPrice",
+        ),
     ],
 )
 async def test_invalid_refund_is_400_and_changes_nothing(

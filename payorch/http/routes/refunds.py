@@ -30,7 +30,12 @@ tag_blueprint(blueprint, ["Refunds"])
 @document_response(RefundCreated, 201)
 @document_response(RefundCreated, 202)
 @api.errors(400, 401, 403, 404, 413, 429, 500, 503)
-@api.coded_errors(409, 422)
+@api.coded_errors(
+    "IDEMPOTENCY_KEY_MISMATCH",
+    "IDEMPOTENCY_KEY_IN_PROGRESS",
+    "SESSION_NOT_REFUNDABLE",
+    "REFUND_EXCEEDS_BALANCE",
+)
 @authenticated(Accept.JWT_OR_API_KEY)
 @validate_optional_request(RefundCreateRequest)
 async def create_refund(
@@ -57,6 +62,8 @@ async def create_refund_of(
         raise NotFound("session not found", missing="session")
     note_application(session.application_id)
     amount = money_of(data.amount, session.currency, "amount") if data.amount is not None else None
+    for index, item in enumerate(data.lineItems or []):  # informational, but money all the same
+        money_of(item.unitPrice, session.currency, f"lineItems.{index}.unitPrice")
     draft = RefundDraft(
         session_id=session.id,
         amount=amount,

@@ -87,7 +87,7 @@ async def _target_application(principal: Principal, requested: uuid.UUID | None)
 @document_headers(api.IdempotencyKeyHeader)
 @document_response(SessionCreated, 201)
 @api.errors(400, 401, 403, 404, 413, 429, 500, 502, 503)
-@api.coded_errors(409, 422)
+@api.coded_errors("IDEMPOTENCY_KEY_MISMATCH", "IDEMPOTENCY_KEY_IN_PROGRESS", "NO_PROVIDER_AVAILABLE")
 @authenticated(Accept.JWT_OR_API_KEY)
 @validate_request(SessionCreateRequest)
 async def create_session(data: SessionCreateRequest, principal: Principal) -> tuple[Response, int]:
