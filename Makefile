@@ -1,4 +1,5 @@
-# payorch: `make run` serves on an embedded PostgreSQL, `make test` runs lint, types and the tests,
+# payorch: `make run` serves on an embedded PostgreSQL for local development (webhooks to this
+# machine allowed: webhooks.allow_loopback), `make test` runs lint, types and the tests,
 # `make bench` prints payorch's speed scenarios, each figure next to its goal (PASS or MISS): session
 # creates/s and reads/s with latency against a bare Quart-Trio endpoint, creates beside a slow provider,
 # 10,000 applications touched once then idle, webhook latency, a list's pages at a million sessions,
@@ -19,8 +20,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# Development on one machine: webhook URLs on loopback allowed, the development CA trusted, unless
+# the environment says otherwise (payorch refuses it unless it is reached from this machine only).
 run: $(STAMP)
-	$(BIN)/payorch serve
+	PAYORCH_WEBHOOKS__ALLOW_LOOPBACK="$${PAYORCH_WEBHOOKS__ALLOW_LOOPBACK:-true}" $(BIN)/payorch serve
 
 migrate: $(STAMP)
 	$(BIN)/payorch migrate

@@ -131,6 +131,20 @@ def test_serve_with_a_secret_file_others_may_read_exits_2_with_one_line_saying_h
     )
 
 
+def test_serve_with_loopback_webhooks_and_a_public_address_exits_2_with_one_line_naming_the_key(
+    tmp_path: Path,
+) -> None:
+    env = cli_environment(tmp_path, UNREACHABLE_DATABASE) | {"PAYORCH_WEBHOOKS__ALLOW_LOOPBACK": "true"}
+    result = payorch("serve", env=env)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "payorch: invalid setting webhooks.allow_loopback: it is for development on one machine, and "
+        f"server.public_base_url {PUBLIC_BASE_URL} is not a loopback URL (others may reach this payorch): "
+        "set it to false (in the environment: PAYORCH_WEBHOOKS__ALLOW_LOOPBACK=false)\n"
+    )
+    assert not (tmp_path / "state" / "development-ca").exists()
+
+
 def test_missing_config_option_file_exits_2_naming_it(tmp_path: Path) -> None:
     env = cli_environment(tmp_path, UNREACHABLE_DATABASE)
     missing = tmp_path / "absent.toml"

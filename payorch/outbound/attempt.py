@@ -71,17 +71,19 @@ async def send_signed(
     timeout_s: float,
     log_context: Mapping[str, str],
     clock: Clock,
+    allow_loopback: bool = False,
 ) -> AttemptResult:
     """POST `body` signed with `secrets` to `url` and report the answer; never raises (except
-    `trio.Cancelled`). The URL's shape is checked again here, its host's addresses when `client`
-    connects (DNS may have changed since the configuration was saved; see `webhook_client`).
+    `trio.Cancelled`). The URL's shape is checked again here (plain http to a loopback host only
+    with `allow_loopback`), its host's addresses when `client` connects (DNS may have changed since
+    the configuration was saved; see `webhook_client`).
     An unexpected error is logged with `log_context` (e.g. the delivery id) and reported as INTERNAL."""
     started = trio.current_time()
     answer = _Answer()
     error: str | None = None
     reason: str | None = None
     try:
-        check_url_shape(url)
+        check_url_shape(url, allow_loopback=allow_loopback)
         headers = webhook_headers(secrets, message_id, int(clock.now().timestamp()), body, fingerprint)
         # The excerpt is of the body as sent: a compressed answer could inflate far beyond what was read.
         headers["accept-encoding"] = "identity"

@@ -105,9 +105,12 @@ def _events(requested: list[str] | None) -> list[str]:
 
 
 async def _safe_url(url: str) -> str:
+    webhooks = services().context.settings.webhooks
     try:
         await check_webhook_url(
-            url, allow_private_networks=services().context.settings.webhooks.allow_private_networks
+            url,
+            allow_private_networks=webhooks.allow_private_networks,
+            allow_loopback=webhooks.allow_loopback,
         )
     except UnsafeWebhookUrl as error:
         raise InvalidInput("webhook URL refused", [FieldProblem("url", str(error))]) from None
@@ -236,7 +239,8 @@ async def send_test_event_of(principal: Principal, application_id: str, webhook_
         previous_secret_expires_at=config.previous_secret_expires_at,
         now=delivered_at,
     )
-    timeout_s = services().context.settings.webhooks.timeout_s
+    webhooks = services().context.settings.webhooks
+    timeout_s = webhooks.timeout_s
     with services().limits.test_send(principal.merchant_id, retry_after=math.ceil(timeout_s)):
         result = await send_signed(
             services().webhooks,
@@ -248,6 +252,7 @@ async def send_test_event_of(principal: Principal, application_id: str, webhook_
             timeout_s=timeout_s,
             log_context={"webhookId": str(config.id), "eventId": event_id},
             clock=services().context.clock,
+            allow_loopback=webhooks.allow_loopback,
         )
     status = WebhookTestStatus.SUCCEEDED if result.succeeded else WebhookTestStatus.FAILED
     await services().context.db.transaction(webhooks_store.record_test, config.id, delivered_at, status)
