@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import uuid
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ from payorch.values.errors import FieldProblem, InvalidInput, NotFound
 from payorch.values.pagination import Page, PageRequest, envelope
 from payorch.values.statuses import DeliveryStatus, WebhookTestStatus
 from payorch.values.timefmt import iso
+
+log = logging.getLogger("payorch.http.webhooks")
 
 blueprint = Blueprint("webhooks", __name__, url_prefix="/api/v1/applications/<application_id>/webhooks")
 tag_blueprint(blueprint, ["Webhooks"])
@@ -256,6 +259,19 @@ async def send_test_event_of(principal: Principal, application_id: str, webhook_
         )
     status = WebhookTestStatus.SUCCEEDED if result.succeeded else WebhookTestStatus.FAILED
     await services().context.db.transaction(webhooks_store.record_test, config.id, delivered_at, status)
+    # As a delivery attempt is logged (supervisors.webhook_attempts): why it failed, never the body.
+    log.info(
+        "webhook test event sent",
+        extra={
+            "webhookId": str(config.id),
+            "eventId": event_id,
+            "statusCode": result.status_code,
+            "outcome": status,
+            "error": result.error,
+            "failureReason": result.failure_reason,
+            "latencyMs": result.latency_ms,
+        },
+    )
     return SentTestEvent(config=config, delivered_at=delivered_at, result=result)
 
 
@@ -367,9 +383,10 @@ async def rotate_secret(application_id: str, webhook_id: str, principal: Princip
 async def test_webhook(
     application_id: str, webhook_id: str, principal: Principal
 ) -> bodies.WebhookTestResult:
-    """Send a signed `webhook.test` event now and report how the endpoint answered. It goes out as a
-    delivery does: the same client and checks, signed with both secrets during a rotation's overlap,
-    at most the first 1024 bytes of the answer read."""
+    """Send a signed `webhook.test` event now and report how the endpoint answered, or, in `error`,
+    why it gave no answer (DNS, refused, TLS, timeout...). It goes out as a delivery does: the same
+    client and checks, signed with both secrets during a rotation's overlap, at most the first 1024
+    bytes of the answer read."""
     sent = await send_test_event_of(principal, application_id, webhook_id)
     return {
         "success": sent.result.succeeded,
@@ -377,6 +394,7 @@ async def test_webhook(
         "responseBody": sent.result.response_excerpt,
         "latencyMs": sent.result.latency_ms,
         "deliveredAt": iso(sent.delivered_at),
+        "error": sent.result.error,
     }
 
 
