@@ -1,5 +1,6 @@
 # payorch: `make run` serves on an embedded PostgreSQL for local development (webhooks to this
-# machine allowed: webhooks.allow_loopback), `make test` runs lint, types and the tests,
+# machine allowed: webhooks.allow_loopback), `make dev-receiver` starts a webhook receiver beside it
+# (PAYORCH_DEV_RECEIVER_SECRET=whsec_... to verify signatures), `make test` runs lint, types and the tests,
 # `make bench` prints payorch's speed scenarios, each figure next to its goal (PASS or MISS): session
 # creates/s and reads/s with latency against a bare Quart-Trio endpoint, creates beside a slow provider,
 # 10,000 applications touched once then idle, webhook latency, a list's pages at a million sessions,
@@ -12,7 +13,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit migrate bench soak clean
+.PHONY: run dev-receiver test lint typecheck unit migrate bench soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +25,9 @@ $(STAMP): pyproject.toml
 # the environment says otherwise (payorch refuses it unless it is reached from this machine only).
 run: $(STAMP)
 	PAYORCH_WEBHOOKS__ALLOW_LOOPBACK="$${PAYORCH_WEBHOOKS__ALLOW_LOOPBACK:-true}" $(BIN)/payorch serve
+
+dev-receiver: $(STAMP)
+	$(BIN)/payorch dev-receiver
 
 migrate: $(STAMP)
 	$(BIN)/payorch migrate

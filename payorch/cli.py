@@ -1,4 +1,5 @@
-"""payorch serve | migrate | invite | check-config | rotate-credentials: the operator's commands."""
+"""payorch serve | migrate | invite | check-config | rotate-credentials: the operator's commands;
+payorch dev-receiver: a webhook receiver for local development (`dev_receiver`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 import trio
 from pydantic import EmailStr, TypeAdapter, ValidationError
 
+from payorch import dev_receiver
 from payorch.config import REDACTED, ConfigError, Settings, config_path_from, load_settings, redacted
 from payorch.engine.invites import issue_invite
 from payorch.engine.key_rotation import rotate_sealed_secrets
@@ -54,6 +56,14 @@ def _parser() -> argparse.ArgumentParser:
         parents=[takes_config],
         help="re-encrypt every stored provider credential and signing secret under the first of "
         "security.encryption_keys (safe while serving; run again to resume)",
+    )
+    dev_receiver.add_arguments(
+        commands.add_parser(
+            "dev-receiver",
+            parents=[takes_config],
+            help="local development: an HTTPS webhook receiver on 127.0.0.1 that payorch trusts with "
+            "webhooks.allow_loopback, printing each delivery verified or rejected",
+        )
     )
     return parser
 
@@ -165,8 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging()
     path = config_path_from(args.config)
     try:
-        # check-config leaves server.state_dir alone: it generates no secret there.
-        settings = load_settings(path, ensure_secrets=args.command != "check-config")
+        # check-config leaves server.state_dir alone: it generates no secret there; dev-receiver
+        # needs none (only its certificate, kept there).
+        settings = load_settings(path, ensure_secrets=args.command not in ("check-config", "dev-receiver"))
     except ConfigError as exc:
         print(f"payorch: {exc}", file=sys.stderr)
         return 2
@@ -185,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
             _check_config(settings, path, args.json)
         elif args.command == "rotate-credentials":
             return trio.run(_rotate_credentials, settings)
+        elif args.command == "dev-receiver":
+            return dev_receiver.run(settings, args)
         else:
             trio.run(_invite, settings, args.email, args.json)
     except Exception:

@@ -80,7 +80,7 @@ def test_python_dash_m_payorch_offers_serve_migrate_and_invite() -> None:
         [sys.executable, "-m", "payorch", "--help"], capture_output=True, text=True, timeout=60, check=False
     )
     assert result.returncode == 0
-    for command in ("serve", "migrate", "invite", "check-config", "rotate-credentials"):
+    for command in ("serve", "migrate", "invite", "check-config", "rotate-credentials", "dev-receiver"):
         assert command in result.stdout
 
 
