@@ -1,4 +1,6 @@
-# payorch: `make run` serves on an embedded PostgreSQL, `make test` runs lint, types and the tests,
+# payorch: `make run` serves on an embedded PostgreSQL for local development (webhooks to this
+# machine allowed: webhooks.allow_loopback), `make dev-receiver` starts a webhook receiver beside it
+# (PAYORCH_DEV_RECEIVER_SECRET=whsec_... to verify signatures), `make test` runs lint, types and the tests,
 # `make bench` prints payorch's speed scenarios, each figure next to its goal (PASS or MISS): session
 # creates/s and reads/s with latency against a bare Quart-Trio endpoint, creates due at a steady 50,
 # 100 and 200/s (open loop), creates beside a slow provider,
@@ -14,7 +16,7 @@ BIN     := $(VENV)/bin
 RUNTIME := $(VENV)/.runtime-stamp
 STAMP   := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit migrate bench soak clean
+.PHONY: run dev-receiver test lint typecheck unit migrate bench soak clean
 
 $(RUNTIME): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,8 +28,13 @@ $(STAMP): $(RUNTIME)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# Development on one machine: webhook URLs on loopback allowed, the development CA trusted, unless
+# the environment says otherwise (payorch refuses it unless it is reached from this machine only).
 run: $(RUNTIME)
-	$(BIN)/payorch serve
+	PAYORCH_WEBHOOKS__ALLOW_LOOPBACK="$${PAYORCH_WEBHOOKS__ALLOW_LOOPBACK:-true}" $(BIN)/payorch serve
+
+dev-receiver: $(RUNTIME)
+	$(BIN)/payorch dev-receiver
 
 migrate: $(RUNTIME)
 	$(BIN)/payorch migrate

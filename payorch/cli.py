@@ -1,4 +1,5 @@
-"""payorch serve | migrate | invite | check-config | rotate-credentials: the operator's commands."""
+"""payorch serve | migrate | invite | check-config | rotate-credentials: the operator's commands;
+payorch dev-receiver: a webhook receiver for local development (`dev_receiver`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 import trio
 from pydantic import EmailStr, TypeAdapter, ValidationError
 
+from payorch import dev_receiver
 from payorch.config import REDACTED, ConfigError, Settings, config_path_from, load_settings, redacted
 from payorch.config_checks import check_database_settings, check_settings, load_checked_settings
 from payorch.engine.invites import issue_invite, signup_link_base
@@ -151,6 +153,26 @@ def _parser() -> argparse.ArgumentParser:
         ),
         formatter_class=_HELP_FORMAT,
     )
+    dev_receiver.add_arguments(
+        commands.add_parser(
+            "dev-receiver",
+            parents=[takes_config],
+            help="local development: an HTTPS webhook receiver on 127.0.0.1 that payorch trusts with "
+            "webhooks.allow_loopback, printing each delivery verified or rejected",
+            description=_described(
+                "Local development: an HTTPS webhook receiver on 127.0.0.1 (port 8787 unless --port), "
+                "with a certificate from the development CA that payorch trusts when "
+                "webhooks.allow_loopback is on (make run turns it on). Each delivery is verified with "
+                "the endpoint's signing secret (--secret, or PAYORCH_DEV_RECEIVER_SECRET) and printed "
+                "on one line; without a secret every delivery is accepted as unverified."
+            ),
+            epilog=_examples(
+                "PAYORCH_DEV_RECEIVER_SECRET=whsec_... payorch dev-receiver",
+                "payorch dev-receiver --port 9443 --bodies",
+            ),
+            formatter_class=_HELP_FORMAT,
+        )
+    )
     return parser
 
 
@@ -273,8 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging()
     path = config_path_from(args.config)
     try:
-        # check-config leaves server.state_dir alone: it generates no secret there.
-        settings = load_settings(path, ensure_secrets=args.command != "check-config")
+        # check-config leaves server.state_dir alone: it generates no secret there; dev-receiver
+        # needs none (only its certificate, kept there).
+        settings = load_settings(path, ensure_secrets=args.command not in ("check-config", "dev-receiver"))
     except ConfigError as exc:
         return _refused([exc], every=True)
     # Before anything starts: what serve would fail on later (a CA bundle, the bind address...),
@@ -300,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
             _check_config(settings, path, args.json)
         elif args.command == "rotate-credentials":
             return trio.run(_rotate_credentials, settings)
+        elif args.command == "dev-receiver":
+            return dev_receiver.run(settings, args)
         else:
             trio.run(_invite, settings, args.email, args.json)
     except Exception:

@@ -16,6 +16,7 @@ import time
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
 from cryptography.fernet import Fernet
 from pydantic import (
@@ -36,14 +37,23 @@ from pydantic_settings import (
 from pydantic_settings.exceptions import SettingsError
 
 from payorch.config_names import UnknownName, unknown_keys, unknown_path, unknown_variables
+from payorch.development_ca import ensure_development_ca
 
 DEFAULT_CONFIG_FILE = Path("config.toml")
 CONFIG_ENV_VAR = "PAYORCH_CONFIG"
 ENV_PREFIX = "PAYORCH_"
 # The `PAYORCH_*` variables that are not settings: every other one must name a section and a key.
-# PAYORCH_CONFIG picks the file; the test suite reads the other two (tests/conftest.py,
+# PAYORCH_CONFIG picks the file, `payorch dev-receiver` reads its secret from one, and the test suite
+# reads the other two (tests/conftest.py,
 # tests/test_schemathesis.py).
-NOT_SETTINGS = frozenset({CONFIG_ENV_VAR, "PAYORCH_TEST_DATABASE_URL", "PAYORCH_SCHEMATHESIS_EXAMPLES"})
+NOT_SETTINGS = frozenset(
+    {
+        CONFIG_ENV_VAR,
+        "PAYORCH_TEST_DATABASE_URL",
+        "PAYORCH_SCHEMATHESIS_EXAMPLES",
+        "PAYORCH_DEV_RECEIVER_SECRET",  # `payorch dev-receiver`'s signing secret
+    }
+)
 # The files under `server.state_dir` that keep a generated secret, by the setting they stand in for.
 KEPT_SECRET_FILES = {"auth.jwt_secret": "jwt_secret", "security.encryption_key": "encryption_key"}
 
@@ -121,13 +131,7 @@ class ServerSettings(_Section):
     @property
     def bind_is_loopback(self) -> bool:
         """Whether only this host can reach `bind` (127.0.0.0/8, ::1, localhost)."""
-        host = self.bind.rpartition(":")[0].strip("[]")
-        if host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            return False
+        return _is_loopback_host(self.bind.rpartition(":")[0].strip("[]"))
 
 
 class DatabaseSettings(_Section):
@@ -225,6 +229,9 @@ class IdempotencySettings(_Section):
 
 class WebhookSettings(_Section):
     allow_private_networks: bool = False
+    # Development only: loopback webhook URLs, plain http to them, the development CA trusted
+    # (`check_loopback_webhooks`, `development_ca`).
+    allow_loopback: bool = False
     ca_bundle: Path | None = None
     timeout_s: PositiveFloat = 15.0
     retry_schedule_s: list[Annotated[float, Field(ge=0)]] = Field(
@@ -440,10 +447,11 @@ def config_path_from(argument: str | None) -> Path:
 def load_settings(path: Path, *, ensure_secrets: bool = True) -> Settings:
     """Read `path` (which may be absent: defaults apply) and the environment.
 
-    Raises `ConfigError` with one line naming the offending key. A key of the file or a
-    `PAYORCH_*` variable that names no setting is refused with the nearest one that does. With
-    `ensure_secrets`, an empty `auth.jwt_secret` or `security.encryption_key` is generated once and
-    kept under `server.state_dir`, so tokens and encrypted data survive restarts.
+    Raises `ConfigError` with one line naming the offending key (`check_loopback_webhooks` too). A
+    key of the file or a `PAYORCH_*` variable that names no setting is refused with the nearest one
+    that does. With `ensure_secrets`, an empty `auth.jwt_secret` or `security.encryption_key` is
+    generated once and kept under `server.state_dir`, so tokens and encrypted data survive restarts;
+    so is the development CA when `webhooks.allow_loopback` is on.
     """
     table: dict[str, Any] = {}
     if path.exists():
@@ -476,6 +484,7 @@ def load_settings(path: Path, *, ensure_secrets: bool = True) -> Settings:
     except SettingsError as exc:
         raise ConfigError(_environment_error_line(exc)) from None
     settings = _resolve_paths(loaded, path.resolve().parent)
+    check_loopback_webhooks(settings)
     if ensure_secrets:
         try:
             settings = _with_generated_secrets(settings)
@@ -497,6 +506,37 @@ def _refuse_unknown_names(path: Path, table: dict[str, Any]) -> None:
         raise ConfigError(f"{path}: {in_file[0].text()}{more}", key=in_file[0].key)
     if in_environment:
         raise ConfigError(in_environment[0].text() + more, key=in_environment[0].unknown.key)
+
+
+def check_loopback_webhooks(settings: Settings) -> None:
+    """`ConfigError` naming `webhooks.allow_loopback` when it is on while others may reach this
+    service: a merchant could then make payorch post to the services of its own host. It is for a
+    payorch only its own machine reaches: `server.bind` and `server.public_base_url` both loopback
+    (`localhost`, 127.0.0.0/8, `::1`), which a public address behind a proxy is not."""
+    if not settings.webhooks.allow_loopback:
+        return
+    server = settings.server
+    if not server.bind_is_loopback:
+        where = f"server.bind {server.bind} is not a loopback address"
+    elif not _is_loopback_host(urlsplit(server.public_base_url).hostname or ""):
+        where = f"server.public_base_url {server.public_base_url} is not a loopback URL"
+    else:
+        return
+    raise ConfigError(
+        f"invalid setting webhooks.allow_loopback: it is for development on one machine, and {where} "
+        "(others may reach this payorch): set it to false (in the environment: "
+        "PAYORCH_WEBHOOKS__ALLOW_LOOPBACK=false)",
+        key="webhooks.allow_loopback",
+    )
+
+
+def _is_loopback_host(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _error_key(exc: ValidationError) -> str:
@@ -563,6 +603,9 @@ def _with_generated_secrets(settings: Settings) -> Settings:
             key="security.encryption_key",
         )
         security = security.model_copy(update={"encryption_key": generated})
+    if settings.webhooks.allow_loopback:
+        # Made before `serve` builds its webhook clients, which trust it (`development_ca`).
+        ensure_development_ca(state_dir)
     return settings.model_copy(
         update={"auth": settings.auth.model_copy(update={"jwt_secret": jwt_secret}), "security": security}
     )

@@ -19,7 +19,14 @@ from functools import partial
 import httpx
 import trio
 
-from payorch.config import ConfigError, LiveSettings, Settings, changed_keys, keep_restart_only
+from payorch.config import (
+    ConfigError,
+    LiveSettings,
+    Settings,
+    changed_keys,
+    check_loopback_webhooks,
+    keep_restart_only,
+)
 from payorch.engine.commands import PaymentActors
 from payorch.engine.context import Context
 from payorch.engine.provider_health import ProviderHealth, RoutingPolicy
@@ -139,10 +146,12 @@ class Runtime:
         """Make `loaded` the running configuration, from the next read of any setting on; the keys
         of `config.RESTART_ONLY` keep their running value and are logged. Nothing awaits in
         between, so no request sees half of it. `ConfigError` (nothing changed) when it cannot be
-        applied: a `webhooks.ca_bundle` that cannot be read."""
+        applied: a `webhooks.ca_bundle` that cannot be read, or `webhooks.allow_loopback` on while
+        the running `server.bind` or `server.public_base_url` (restart only) is not loopback."""
         services = self.services
         running = services.context.settings
         settings, kept = keep_restart_only(running, loaded)
+        check_loopback_webhooks(settings)
         changed = changed_keys(running, settings)
         test_sends = services.test_send_client
         new_client = None

@@ -84,7 +84,7 @@ def test_python_dash_m_payorch_offers_serve_migrate_and_invite() -> None:
         [sys.executable, "-m", "payorch", "--help"], capture_output=True, text=True, timeout=60, check=False
     )
     assert result.returncode == 0
-    for command in ("serve", "migrate", "invite", "check-config", "rotate-credentials"):
+    for command in ("serve", "migrate", "invite", "check-config", "rotate-credentials", "dev-receiver"):
         assert command in result.stdout
 
 
@@ -233,6 +233,20 @@ def test_migrate_checks_only_what_it_uses_of_the_configuration(tmp_path: Path) -
     assert result.returncode == 1
     log = [json.loads(line) for line in result.stderr.splitlines()]
     assert [entry["msg"] for entry in log if entry["level"] == "error"] == ["payorch migrate failed"]
+
+
+def test_serve_with_loopback_webhooks_and_a_public_address_exits_2_with_one_line_naming_the_key(
+    tmp_path: Path,
+) -> None:
+    env = cli_environment(tmp_path, UNREACHABLE_DATABASE) | {"PAYORCH_WEBHOOKS__ALLOW_LOOPBACK": "true"}
+    result = payorch("serve", env=env)
+    assert result.returncode == 2
+    assert result.stderr == (
+        "payorch: invalid setting webhooks.allow_loopback: it is for development on one machine, and "
+        f"server.public_base_url {PUBLIC_BASE_URL} is not a loopback URL (others may reach this payorch): "
+        "set it to false (in the environment: PAYORCH_WEBHOOKS__ALLOW_LOOPBACK=false)\n"
+    )
+    assert not (tmp_path / "state" / "development-ca").exists()
 
 
 def test_missing_config_option_file_exits_2_naming_it(tmp_path: Path) -> None:

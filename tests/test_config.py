@@ -14,6 +14,7 @@ from cryptography.fernet import Fernet
 from pydantic import BaseModel
 
 from payorch.config import REDACTED, ConfigError, Settings, config_path_from, load_settings, redacted
+from payorch.development_ca import development_ca_certificate
 
 REPO_CONFIG = Path(__file__).resolve().parent.parent / "config.toml"
 
@@ -33,6 +34,7 @@ REQUIRED_KEYS = [
     "sessions.ttl_s",
     "idempotency.retention_s",
     "webhooks.allow_private_networks",
+    "webhooks.allow_loopback",
     "webhooks.ca_bundle",
     "webhooks.timeout_s",
     "webhooks.retry_schedule_s",
@@ -267,6 +269,64 @@ def test_absolute_paths_are_kept(tmp_path: Path) -> None:
 def test_empty_ca_bundle_means_none(tmp_path: Path) -> None:
     path = write_config(tmp_path, '[webhooks]\nca_bundle = ""\n')
     assert load_settings(path, ensure_secrets=False).webhooks.ca_bundle is None
+
+
+# webhooks.allow_loopback: local development only
+
+
+def test_shipped_config_refuses_loopback_webhooks() -> None:
+    settings = load_settings(REPO_CONFIG, ensure_secrets=False)
+    assert (settings.webhooks.allow_loopback, settings.webhooks.allow_private_networks) == (False, False)
+
+
+@pytest.mark.parametrize(
+    ("server", "named"),
+    [
+        ('public_base_url = "https://pay.example.com"', "server.public_base_url https://pay.example.com"),
+        ('bind = "127.0.0.1:8080"\npublic_base_url = "http://192.168.1.5:8080"', "server.public_base_url"),
+        ('bind = "0.0.0.0:8080"', "server.bind 0.0.0.0:8080"),
+        ('bind = "0.0.0.0:8080"\npublic_base_url = "http://localhost:8080"', "server.bind 0.0.0.0:8080"),
+    ],
+)
+def test_loopback_webhooks_where_others_reach_payorch_are_config_error_naming_the_key(
+    tmp_path: Path, server: str, named: str
+) -> None:
+    path = write_config(tmp_path, f"[server]\n{server}\n[webhooks]\nallow_loopback = true\n")
+    with pytest.raises(ConfigError) as refused:
+        load_settings(path, ensure_secrets=False)
+    assert refused.value.key == "webhooks.allow_loopback"
+    message = str(refused.value)
+    assert message.startswith("invalid setting webhooks.allow_loopback: ") and named in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "server",
+    [
+        "",  # bind 127.0.0.1:8080, public_base_url following it
+        'bind = "localhost:8080"',
+        'bind = "[::1]:8080"',
+        'public_base_url = "http://localhost:8080"',
+    ],
+)
+def test_loopback_webhooks_on_a_payorch_only_this_machine_reaches_are_accepted(
+    tmp_path: Path, server: str
+) -> None:
+    path = write_config(tmp_path, f"[server]\n{server}\n[webhooks]\nallow_loopback = true\n")
+    assert load_settings(path, ensure_secrets=False).webhooks.allow_loopback
+
+
+def test_loopback_webhooks_make_the_development_ca_in_the_state_dir(tmp_path: Path) -> None:
+    path = write_config(tmp_path, '[server]\nstate_dir = "state"\n[webhooks]\nallow_loopback = true\n')
+    load_settings(path, ensure_secrets=False)
+    assert not (tmp_path / "state").exists()  # check-config writes nothing
+    load_settings(path)
+    assert development_ca_certificate(tmp_path / "state").read_text().startswith("-----BEGIN CERTIFICATE")
+
+
+def test_without_loopback_webhooks_no_development_ca_is_made(tmp_path: Path) -> None:
+    load_settings(write_config(tmp_path, '[server]\nstate_dir = "state"\n'))
+    assert not development_ca_certificate(tmp_path / "state").exists()
 
 
 # Generated secrets

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from payorch.config import ConfigError, Settings, load_settings
-from payorch.runtime import Runtime
+from payorch.runtime import Runtime, open_runtime
 from payorch.service import reload_when_asked
 from payorch.storage.database import Database
 from tests.clock import ShiftedClock
@@ -206,6 +206,25 @@ async def test_an_unreadable_ca_bundle_changes_nothing(
     assert refused.value.key == "webhooks.ca_bundle"
     assert runtime.services.context.settings is before
     assert runtime.services.webhooks is client
+
+
+async def test_loopback_webhooks_are_refused_by_a_reload_where_others_reach_payorch(
+    db: Database, settings: Settings
+) -> None:
+    public = settings.model_copy(
+        update={"server": settings.server.model_copy(update={"public_base_url": "https://pay.example.com"})}
+    )
+    async with open_runtime(public, db) as runtime:
+        before = runtime.services.context.settings
+        client = runtime.services.webhooks
+        # The file may even name a loopback public_base_url: that one takes effect only at a restart.
+        loaded = changed(changed(public, "webhooks", allow_loopback=True), "server", public_base_url="")
+        with pytest.raises(ConfigError) as refused:
+            runtime.reload(loaded)
+        assert refused.value.key == "webhooks.allow_loopback"
+        assert "server.public_base_url https://pay.example.com" in str(refused.value)
+        assert runtime.services.context.settings is before
+        assert runtime.services.webhooks is client
 
 
 async def test_the_log_level_follows_the_reloaded_configuration(runtime: Runtime, settings: Settings) -> None:

@@ -11,6 +11,9 @@ accepted, and answers from a script the test sets (default 200).
         ...  # make payorch deliver to webhook_receiver.url
         first, second, third = await webhook_receiver.wait_for(3, timeout_s=10)
 
+`open_webhook_receiver(directory, self_signed=True)` serves a plain self-signed certificate instead,
+one no CA vouches for (payorch refuses it: "TLS: certificate verify failed: self-signed certificate").
+
 A script may be for one path only (`script([...], path="/hooks/slow")`): requests to that path take
 their answers from it, all others from the shared script. Answers can misbehave on purpose: hang
 until the test releases them (`hold`), stream a body of many megabytes (`streamed_body_bytes`),
@@ -35,6 +38,7 @@ from quart_trio import QuartTrio
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
+from payorch.development_ca import self_signed_certificate
 from payorch.jsonexact import loads_exact
 from tests.loopback import serving_on_loopback
 
@@ -201,14 +205,28 @@ def _write_certificates(directory: Path) -> tuple[Path, Path, Path]:
     return ca_path, cert_path, key_path
 
 
+def _write_self_signed_certificate(directory: Path) -> tuple[Path, Path, Path]:
+    """A certificate for localhost signed by its own key: (that certificate, itself again, its key)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    certificate, key = self_signed_certificate(("localhost", "127.0.0.1"))
+    cert_path, key_path = directory / "self-signed.pem", directory / "self-signed.key"
+    cert_path.write_bytes(certificate)
+    key_path.write_bytes(key)
+    return cert_path, cert_path, key_path
+
+
 @asynccontextmanager
-async def open_webhook_receiver(directory: Path) -> AsyncIterator[WebhookReceiver]:
+async def open_webhook_receiver(
+    directory: Path, *, self_signed: bool = False
+) -> AsyncIterator[WebhookReceiver]:
     """A receiver listening on https://localhost:<free port>/hooks until the block exits.
 
-    Certificates are written under `directory`. Leaving the block cancels the server, and with it any
-    request still being answered.
+    Certificates are written under `directory`: from a throwaway CA (`ca_path`), or, `self_signed`,
+    one signed by its own key (`ca_path` is then that certificate). Leaving the block cancels the
+    server, and with it any request still being answered.
     """
-    ca_path, cert_path, key_path = _write_certificates(directory)
+    write = _write_self_signed_certificate if self_signed else _write_certificates
+    ca_path, cert_path, key_path = write(directory)
     receiver = WebhookReceiver(ca_path)
     app = _receiving_app(receiver)
     async with serving_on_loopback(

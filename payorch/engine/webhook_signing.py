@@ -47,7 +47,7 @@ def key_fingerprint(secret: str) -> str:
     return FINGERPRINT_PREFIX + digest[:FINGERPRINT_HEX_LENGTH]
 
 
-def _check_form(secret: str) -> None:
+def check_secret_form(secret: str) -> None:
     """`MalformedSigningSecret` unless `secret` is `whsec_` + non-empty standard base64."""
     if not secret.startswith(SECRET_PREFIX):
         raise MalformedSigningSecret(f"signing secret does not start with {SECRET_PREFIX!r}")
@@ -70,7 +70,7 @@ def sign(secrets: Sequence[str], message_id: str, timestamp: int, body: bytes) -
     if not secrets:
         raise ValueError("at least one signing secret is needed")
     for secret in secrets:
-        _check_form(secret)
+        check_secret_form(secret)
     moment = datetime.fromtimestamp(timestamp, UTC)
     content = body.decode("utf-8")  # payorch's bodies are its own JSON, UTF-8
     return " ".join(Webhook(secret).sign(message_id, moment, content) for secret in secrets)

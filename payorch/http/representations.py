@@ -355,13 +355,15 @@ class SecretRotated(TypedDict):
 
 @with_config(CLOSED)
 class WebhookTestResult(TypedDict):
-    """How the endpoint answered the `webhook.test` event; null status and body: no answer."""
+    """How the endpoint answered the `webhook.test` event; null status and body: no answer, and
+    `error` says why (payorch's field beside the interface's, null when the endpoint answered)."""
 
     success: bool
     httpStatusCode: int | None
     responseBody: Annotated[str, StringConstraints(max_length=1024)] | None
     latencyMs: Annotated[int, Field(ge=0)]
     deliveredAt: Timestamp
+    error: Annotated[str, StringConstraints(max_length=500)] | None
 
 
 @with_config(CLOSED)

@@ -4,13 +4,13 @@ The answer is read within bounds: the status line and headers, then at most `RES
 bytes of the body, streamed, after which the response is closed (the rest is never read; the
 connection is dropped rather than drained). The whole attempt, from the URL check to the last byte
 of the excerpt, ends within `timeout_s`. Once the status has arrived it stands: a body that breaks
-off or dawdles only shortens the excerpt.
+off or dawdles only shortens the excerpt. An attempt without an answer says why in words
+(`failures`): DNS, the SSRF guard, a refused connection, TLS, a timeout and the step it cut short.
 """
 
 from __future__ import annotations
 
 import logging
-import ssl
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -20,8 +20,9 @@ import httpx
 import trio
 
 from payorch.engine.webhook_signing import webhook_headers
+from payorch.outbound.failures import Progress, failure_text, timed_out, where
 from payorch.outbound.retry_after import retry_after_s
-from payorch.outbound.ssrf import UnsafeWebhookUrl, check_url_shape
+from payorch.outbound.ssrf import UnsafeWebhookUrl, webhook_host_and_port
 from payorch.outbound.text import storable_excerpt, storable_text
 from payorch.values.clock import Clock
 
@@ -42,7 +43,7 @@ class AttemptResult:
     status_code: int | None  # the receiver's status; None when it gave no (valid) answer
     response_excerpt: str | None  # the first RESPONSE_EXCERPT bytes of its body, as text
     retry_after_s: float | None  # its `Retry-After` on 429 or 503, unbounded; None when absent or invalid
-    error: str | None  # why there was no answer; None when there was one
+    error: str | None  # why there was no answer, in words (`failures`); None when there was one
     failure_reason: str | None  # None on 2xx; else HTTP_STATUS, TIMEOUT, NETWORK, REFUSED or INTERNAL
     latency_ms: int
 
@@ -71,30 +72,31 @@ async def send_signed(
     timeout_s: float,
     log_context: Mapping[str, str],
     clock: Clock,
+    allow_loopback: bool = False,
 ) -> AttemptResult:
     """POST `body` signed with `secrets` to `url` and report the answer; never raises (except
-    `trio.Cancelled`). The URL's shape is checked again here, its host's addresses when `client`
-    connects (DNS may have changed since the configuration was saved; see `webhook_client`).
-    An unexpected error is logged with `log_context` (e.g. the delivery id) and reported as INTERNAL."""
+    `trio.Cancelled`). The URL's shape is checked again here (plain http to a loopback host only
+    with `allow_loopback`), its host's addresses when `client` connects (DNS may have changed since
+    the configuration was saved; see `webhook_client`). An unexpected error is logged with
+    `log_context` (e.g. the delivery id) and reported as INTERNAL."""
     started = trio.current_time()
     answer = _Answer()
+    progress = Progress()
+    at = ""
     error: str | None = None
     reason: str | None = None
     try:
-        check_url_shape(url)
+        at = where(*webhook_host_and_port(url, allow_loopback=allow_loopback))
         headers = webhook_headers(secrets, message_id, int(clock.now().timestamp()), body, fingerprint)
         # The excerpt is of the body as sent: a compressed answer could inflate far beyond what was read.
         headers["accept-encoding"] = "identity"
         with trio.move_on_after(timeout_s) as deadline:
-            await _post_and_read_excerpt(client, url, headers, body, answer, clock)
+            await _post_and_read_excerpt(client, url, headers, body, answer, clock, progress)
         if deadline.cancelled_caught and answer.status_code is None:
-            error, reason = f"timed out after {timeout_s:g} s", TIMEOUT
-    except UnsafeWebhookUrl as refused:
-        error, reason = f"refused: {refused}", REFUSED
-    except httpx.TimeoutException:
-        error, reason = f"timed out after {timeout_s:g} s", TIMEOUT
-    except (httpx.HTTPError, OSError, ssl.SSLError) as failure:
-        error, reason = f"{type(failure).__name__}: {failure}", NETWORK
+            error, reason = timed_out(timeout_s, progress.stage, at), TIMEOUT
+    except (UnsafeWebhookUrl, httpx.HTTPError, OSError) as failure:  # ssl.SSLError is an OSError
+        error = failure_text(failure, at=at, timeout_s=timeout_s, stage=progress.stage)
+        reason = _reason(failure)
     except Exception as unexpected:
         # A bug, or something no one foresaw: it fails this attempt and nothing else.
         log.exception("webhook attempt failed inside payorch", extra=dict(log_context))
@@ -121,10 +123,25 @@ async def send_signed(
     )
 
 
+def _reason(failure: Exception) -> str:
+    if isinstance(failure, UnsafeWebhookUrl):
+        return REFUSED  # the SSRF guard, or a host that does not resolve
+    if isinstance(failure, httpx.TimeoutException):
+        return TIMEOUT
+    return NETWORK
+
+
 async def _post_and_read_excerpt(
-    client: httpx.AsyncClient, url: str, headers: dict[str, str], body: bytes, answer: _Answer, clock: Clock
+    client: httpx.AsyncClient,
+    url: str,
+    headers: dict[str, str],
+    body: bytes,
+    answer: _Answer,
+    clock: Clock,
+    progress: Progress,
 ) -> None:
-    async with client.stream("POST", url, content=body, headers=headers) as response:
+    extensions = {"trace": progress.trace}
+    async with client.stream("POST", url, content=body, headers=headers, extensions=extensions) as response:
         if response.status_code not in _STATUS_RANGE:
             raise httpx.RemoteProtocolError(f"invalid HTTP status code {response.status_code}")
         answer.status_code = response.status_code

@@ -10,6 +10,7 @@ import httpx
 import trio
 
 from payorch.config import Settings, WebhookSettings
+from payorch.development_ca import development_ca_certificate
 from payorch.outbound.guarded_transport import GuardedTransport
 from payorch.outbound.ssrf import resolve_public_addresses
 
@@ -27,15 +28,23 @@ KEEPALIVE_EXPIRY_S = 55.0
 
 def webhook_client(settings: Settings, max_connections: int = MAX_CONNECTIONS) -> httpx.AsyncClient:
     """The HTTP client for webhooks: every connection to an address the SSRF guard allowed
-    (`GuardedTransport`), TLS verified against the system CAs plus `webhooks.ca_bundle`,
+    (`GuardedTransport`), TLS verified against the system CAs plus `webhooks.ca_bundle` (and,
+    with `webhooks.allow_loopback`, the development CA under `server.state_dir` if it exists),
     `webhooks.timeout_s` per request, no redirects followed, nothing taken from the environment
     (proxies, .netrc credentials). The delivery supervisor has one of its own, so that test sends
     can never take the connections deliveries need; test sends share the runtime's."""
-    context = tls_context(settings.webhooks.ca_bundle)
+    webhooks = settings.webhooks
+    development_ca = development_ca_certificate(settings.server.state_dir)
+    trusted = [
+        *([webhooks.ca_bundle] if webhooks.ca_bundle is not None else []),
+        *([development_ca] if webhooks.allow_loopback and development_ca.exists() else []),
+    ]
+    context = tls_context(*trusted)
     resolve = partial(
         resolve_public_addresses,
-        allow_private_networks=settings.webhooks.allow_private_networks,
-        timeout_s=settings.webhooks.timeout_s,
+        allow_private_networks=webhooks.allow_private_networks,
+        allow_loopback=webhooks.allow_loopback,
+        timeout_s=webhooks.timeout_s,
     )
     transport = GuardedTransport(
         ssl_context=context,
@@ -66,18 +75,17 @@ async def close_after(client: httpx.AsyncClient, delay_s: float) -> None:
             await client.aclose()
 
 
-def tls_context(ca_bundle: Path | None) -> ssl.SSLContext:
-    """The TLS settings webhooks are verified with: the system CAs, plus `ca_bundle` when set. Built
-    once per bundle file and kept, as reading the system's CAs costs tens of milliseconds of CPU;
-    a bundle file that changes is read again."""
-    if ca_bundle is None:
-        return _tls_context(None, 0)
-    return _tls_context(str(ca_bundle), Path(ca_bundle).stat().st_mtime_ns)
+def tls_context(*ca_bundles: Path | None) -> ssl.SSLContext:
+    """The TLS settings webhooks are verified with: the system CAs, plus those of each bundle given
+    (None: none). Built once per set of bundle files and kept, as reading the system's CAs costs
+    tens of milliseconds of CPU; a bundle file that changes is read again."""
+    files = tuple((str(path), Path(path).stat().st_mtime_ns) for path in ca_bundles if path is not None)
+    return _tls_context(files)
 
 
 @lru_cache(maxsize=8)
-def _tls_context(ca_bundle: str | None, modified_ns: int) -> ssl.SSLContext:
+def _tls_context(ca_bundles: tuple[tuple[str, int], ...]) -> ssl.SSLContext:
     context = ssl.create_default_context()
-    if ca_bundle is not None:
-        context.load_verify_locations(cafile=ca_bundle)
+    for path, _modified_ns in ca_bundles:
+        context.load_verify_locations(cafile=path)
     return context

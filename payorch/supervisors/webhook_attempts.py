@@ -86,6 +86,7 @@ async def _send(context: Context, client: httpx.AsyncClient, delivery: ClaimedDe
         timeout_s=context.settings.webhooks.timeout_s,
         log_context=_ids(delivery),
         clock=context.clock,
+        allow_loopback=context.settings.webhooks.allow_loopback,
     )
 
 

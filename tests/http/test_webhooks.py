@@ -218,16 +218,18 @@ async def test_test_endpoint_reports_a_failing_endpoint(
     path = f"/api/v1/applications/{application}/webhooks/{created['id']}"
     result = await (await client.post(f"{path}/test", headers=merchant.headers)).get_json()
     assert (result["success"], result["httpStatusCode"], result["responseBody"]) == (False, 500, "boom")
+    assert result["error"] is None  # it answered: the status says why
     assert (await (await client.get(path, headers=merchant.headers)).get_json())["lastTestStatus"] == "FAILED"
 
 
-async def test_test_endpoint_reports_a_network_failure_with_null_status_and_body(
+async def test_test_endpoint_reports_a_network_failure_with_null_status_and_body_and_why(
     client: Client, merchant: Merchant, application: str
 ) -> None:
     created = await (await create(client, merchant, application, url="https://127.0.0.1:9/hooks")).get_json()
     path = f"/api/v1/applications/{application}/webhooks/{created['id']}"
     result = await (await client.post(f"{path}/test", headers=merchant.headers)).get_json()
     assert (result["success"], result["httpStatusCode"], result["responseBody"]) == (False, None, None)
+    assert result["error"] == "connection refused: nothing listens on 127.0.0.1:9"
 
 
 async def test_test_endpoint_signs_with_both_secrets_during_a_rotation_overlap(

@@ -8,6 +8,7 @@ import ipaddress
 import pytest
 
 from payorch.outbound.ssrf import (
+    UnresolvableHost,
     UnsafeWebhookUrl,
     check_url_shape,
     check_webhook_url,
@@ -138,6 +139,72 @@ async def test_unresolvable_host_is_refused() -> None:
 async def test_unresolvable_host_is_refused_even_with_private_networks() -> None:
     with pytest.raises(UnsafeWebhookUrl, match="does not resolve"):
         await check_webhook_url("https://no-such-host.invalid/hooks", allow_private_networks=True)
+
+
+async def test_unresolvable_host_is_said_not_to_resolve_from_this_server() -> None:
+    with pytest.raises(UnresolvableHost) as refused:
+        await check_webhook_url("https://no-such-host.invalid/hooks", allow_private_networks=False)
+    assert refused.value.host == "no-such-host.invalid"
+    assert str(refused.value).startswith(
+        "webhook URL host 'no-such-host.invalid' does not resolve from this server ("
+    )
+
+
+@pytest.mark.parametrize(
+    "url", ["https://127.0.0.1:8787/hooks", "https://[::1]/hooks", "https://localhost/hooks"]
+)
+async def test_a_loopback_url_refused_names_the_setting_that_allows_it(url: str) -> None:
+    with pytest.raises(UnsafeWebhookUrl) as refused:
+        await check_webhook_url(url, allow_private_networks=False)
+    assert "non-public address (loopback)" in str(refused.value)
+    assert "set webhooks.allow_loopback = true to allow it (local development only)" in str(refused.value)
+
+
+@pytest.mark.parametrize("url", ["https://10.0.0.1/hooks", "https://169.254.169.254/latest"])
+async def test_a_private_url_refused_names_the_setting_that_allows_it(url: str) -> None:
+    with pytest.raises(UnsafeWebhookUrl, match=r"set webhooks\.allow_private_networks = true to allow it"):
+        await check_webhook_url(url, allow_private_networks=False)
+
+
+@pytest.mark.parametrize(
+    "url", ["https://127.0.0.1:8787/hooks", "https://[::1]/hooks", "https://localhost:8787/webhooks"]
+)
+async def test_allow_loopback_allows_loopback_addresses(url: str) -> None:
+    await check_webhook_url(url, allow_private_networks=False, allow_loopback=True)
+
+
+@pytest.mark.parametrize(
+    "url", ["https://10.0.0.1/hooks", "https://169.254.169.254/latest", "https://[::ffff:127.0.0.1]/hooks"]
+)
+async def test_allow_loopback_allows_no_other_non_public_address(url: str) -> None:
+    with pytest.raises(UnsafeWebhookUrl, match=r"webhooks\.allow_private_networks"):
+        await check_webhook_url(url, allow_private_networks=False, allow_loopback=True)
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8787/webhooks", "http://localhost:3000/hooks", "http://[::1]/hooks"]
+)
+async def test_plain_http_to_a_loopback_host_is_allowed_with_allow_loopback(url: str) -> None:
+    await check_webhook_url(url, allow_private_networks=False, allow_loopback=True)
+    assert webhook_host_and_port(url, allow_loopback=True)[1] in (80, 3000, 8787)
+
+
+@pytest.mark.parametrize("allow_private_networks", [False, True])
+async def test_plain_http_to_a_loopback_host_is_refused_naming_allow_loopback(
+    allow_private_networks: bool,
+) -> None:
+    with pytest.raises(UnsafeWebhookUrl, match=r"must use https.*webhooks\.allow_loopback = true"):
+        await check_webhook_url("http://127.0.0.1:8787/hooks", allow_private_networks=allow_private_networks)
+
+
+@pytest.mark.parametrize("url", ["http://hooks.example.com/", "http://10.0.0.1/", "http://127.0.0.1.nip.io/"])
+def test_plain_http_to_any_other_host_is_refused_even_with_allow_loopback(url: str) -> None:
+    with pytest.raises(UnsafeWebhookUrl, match="must use https"):
+        check_url_shape(url, allow_loopback=True)
+
+
+def test_plain_http_defaults_to_port_80() -> None:
+    assert webhook_host_and_port("http://localhost/x", allow_loopback=True) == ("localhost", 80)
 
 
 async def test_refusal_of_a_name_does_not_reveal_the_address_it_resolves_to() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import uuid
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ from payorch.values.errors import FieldProblem, InvalidInput, NotFound
 from payorch.values.pagination import Page, PageRequest, envelope
 from payorch.values.statuses import DeliveryStatus, WebhookTestStatus
 from payorch.values.timefmt import iso
+
+log = logging.getLogger("payorch.http.webhooks")
 
 blueprint = Blueprint("webhooks", __name__, url_prefix="/api/v1/applications/<application_id>/webhooks")
 tag_blueprint(blueprint, ["Webhooks"])
@@ -105,9 +108,12 @@ def _events(requested: list[str] | None) -> list[str]:
 
 
 async def _safe_url(url: str) -> str:
+    webhooks = services().context.settings.webhooks
     try:
         await check_webhook_url(
-            url, allow_private_networks=services().context.settings.webhooks.allow_private_networks
+            url,
+            allow_private_networks=webhooks.allow_private_networks,
+            allow_loopback=webhooks.allow_loopback,
         )
     except UnsafeWebhookUrl as error:
         raise InvalidInput("webhook URL refused", [FieldProblem("url", str(error))]) from None
@@ -236,7 +242,8 @@ async def send_test_event_of(principal: Principal, application_id: str, webhook_
         previous_secret_expires_at=config.previous_secret_expires_at,
         now=delivered_at,
     )
-    timeout_s = services().context.settings.webhooks.timeout_s
+    webhooks = services().context.settings.webhooks
+    timeout_s = webhooks.timeout_s
     with services().limits.test_send(principal.merchant_id, retry_after=math.ceil(timeout_s)):
         result = await send_signed(
             services().webhooks,
@@ -248,9 +255,23 @@ async def send_test_event_of(principal: Principal, application_id: str, webhook_
             timeout_s=timeout_s,
             log_context={"webhookId": str(config.id), "eventId": event_id},
             clock=services().context.clock,
+            allow_loopback=webhooks.allow_loopback,
         )
     status = WebhookTestStatus.SUCCEEDED if result.succeeded else WebhookTestStatus.FAILED
     await services().context.db.transaction(webhooks_store.record_test, config.id, delivered_at, status)
+    # As a delivery attempt is logged (supervisors.webhook_attempts): why it failed, never the body.
+    log.info(
+        "webhook test event sent",
+        extra={
+            "webhookId": str(config.id),
+            "eventId": event_id,
+            "statusCode": result.status_code,
+            "outcome": status,
+            "error": result.error,
+            "failureReason": result.failure_reason,
+            "latencyMs": result.latency_ms,
+        },
+    )
     return SentTestEvent(config=config, delivered_at=delivered_at, result=result)
 
 
@@ -362,9 +383,10 @@ async def rotate_secret(application_id: str, webhook_id: str, principal: Princip
 async def test_webhook(
     application_id: str, webhook_id: str, principal: Principal
 ) -> bodies.WebhookTestResult:
-    """Send a signed `webhook.test` event now and report how the endpoint answered. It goes out as a
-    delivery does: the same client and checks, signed with both secrets during a rotation's overlap,
-    at most the first 1024 bytes of the answer read."""
+    """Send a signed `webhook.test` event now and report how the endpoint answered, or, in `error`,
+    why it gave no answer (DNS, refused, TLS, timeout...). It goes out as a delivery does: the same
+    client and checks, signed with both secrets during a rotation's overlap, at most the first 1024
+    bytes of the answer read."""
     sent = await send_test_event_of(principal, application_id, webhook_id)
     return {
         "success": sent.result.succeeded,
@@ -372,6 +394,7 @@ async def test_webhook(
         "responseBody": sent.result.response_excerpt,
         "latencyMs": sent.result.latency_ms,
         "deliveredAt": iso(sent.delivered_at),
+        "error": sent.result.error,
     }
 
 
