@@ -42,6 +42,7 @@ PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 NonNegativeFloat = Annotated[float, Field(ge=0)]
+MAX_WORKERS = 64
 
 
 class ConfigError(Exception):
@@ -69,6 +70,7 @@ class ServerSettings(_Section):
     max_connections_per_address: PositiveInt = 100
     read_timeout_s: PositiveFloat = 10.0
     keep_alive_timeout_s: PositiveFloat = 5.0
+    workers: int | Literal["auto"] = 1  # payorch/workers.py, docs/operations.md
     _public_base_url_follows_bind: bool = PrivateAttr(default=False)
 
     @field_validator("bind")
@@ -78,6 +80,11 @@ class ServerSettings(_Section):
         if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
             raise ValueError("must be HOST:PORT, for example 127.0.0.1:8080")
         return value
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _workers_count_or_auto(cls, value: Any) -> int | str:
+        return workers_setting(value)
 
     @field_validator("public_base_url")
     @classmethod
@@ -119,6 +126,18 @@ class ServerSettings(_Section):
             return ipaddress.ip_address(host).is_loopback
         except ValueError:
             return False
+
+
+def workers_setting(value: object) -> int | Literal["auto"]:
+    """`server.workers` (or `payorch serve --workers`) as written: a whole number of processes from 1
+    to MAX_WORKERS (a number or its digits), or "auto"; ValueError otherwise."""
+    if value == "auto":
+        return "auto"
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_WORKERS:
+        return value
+    raise ValueError(f'must be a whole number of processes from 1 to {MAX_WORKERS}, or "auto"')
 
 
 class DatabaseSettings(_Section):
@@ -351,6 +370,7 @@ RESTART_ONLY = frozenset(
         "server.max_connections_per_address",
         "server.read_timeout_s",
         "server.keep_alive_timeout_s",
+        "server.workers",
         "database",
         "auth.jwt_secret",
         "security",
