@@ -8,12 +8,21 @@ import logging
 import sys
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import trio
 from pydantic import EmailStr, TypeAdapter, ValidationError
 
-from payorch.config import REDACTED, ConfigError, Settings, config_path_from, load_settings, redacted
+from payorch.config import (
+    MAX_WORKERS,
+    REDACTED,
+    ConfigError,
+    Settings,
+    config_path_from,
+    load_settings,
+    redacted,
+    workers_setting,
+)
 from payorch.engine.invites import issue_invite
 from payorch.engine.key_rotation import rotate_sealed_secrets
 from payorch.logs import configure_logging, set_log_level
@@ -22,6 +31,7 @@ from payorch.storage.database import open_database
 from payorch.storage.migrations import migrate
 from payorch.values.secretbox import SecretBox
 from payorch.values.timefmt import iso
+from payorch.workers import serve_as_worker, serve_workers, worker_assignment, worker_count
 
 _CONFIG_HELP = "configuration file (default: $PAYORCH_CONFIG or ./config.toml)"
 
@@ -34,8 +44,13 @@ def _parser() -> argparse.ArgumentParser:
     takes_config = argparse.ArgumentParser(add_help=False)
     takes_config.add_argument("--config", default=argparse.SUPPRESS, help=_CONFIG_HELP)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser(
+    serve = commands.add_parser(
         "serve", parents=[takes_config], help="serve the HTTP API (migrates the database first)"
+    )
+    serve.add_argument(
+        "--workers",
+        type=_workers,
+        help=f'worker processes, 1 to {MAX_WORKERS} or "auto" (one per core); default: server.workers',
     )
     commands.add_parser("migrate", parents=[takes_config], help="apply pending database migrations and exit")
     invite = commands.add_parser(
@@ -56,6 +71,13 @@ def _parser() -> argparse.ArgumentParser:
         "security.encryption_keys (safe while serving; run again to resume)",
     )
     return parser
+
+
+def _workers(value: str) -> int | Literal["auto"]:
+    try:
+        return workers_setting(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 async def _migrate(settings: Settings) -> None:
@@ -176,9 +198,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if args.command == "serve":
-            _warn_if_links_point_at_this_host(settings)
             # SIGHUP reads the same file and the same environment again.
-            trio.run(serve_until_signalled, settings, partial(load_settings, path))
+            reload_settings = partial(load_settings, path)
+            assignment = worker_assignment()
+            if assignment is not None:  # one of the processes of `payorch serve --workers N`
+                trio.run(serve_as_worker, settings, reload_settings, assignment)
+                return 0
+            _warn_if_links_point_at_this_host(settings)
+            workers = worker_count(args.workers or settings.server.workers)
+            if workers > 1:
+                return trio.run(serve_workers, settings, path, workers)
+            trio.run(serve_until_signalled, settings, reload_settings)
         elif args.command == "migrate":
             trio.run(_migrate, settings)
         elif args.command == "check-config":
