@@ -1,9 +1,10 @@
 """`payorch serve --workers N` as an operator runs it: one parent, N worker processes answering on one
 address, each a node of its own. A worker killed under load is started again while the other keeps
 answering, and every create retried with its Idempotency-Key has one session; SIGTERM drains every
-worker and exits 0 with every accepted request answered; SIGHUP reaches every worker; the embedded
-PostgreSQL is started once, by the parent, and stopped after the workers; a worker that cannot start
-stops the start; pools that do not fit in PostgreSQL's connections are refused."""
+worker and exits 0 with every accepted request answered; SIGHUP reaches every worker; workers whose
+parent is killed drain and exit by themselves; the embedded PostgreSQL is started once, by the
+parent, and stopped after the workers; a worker that cannot start stops the start; pools that do
+not fit in PostgreSQL's connections are refused."""
 
 from __future__ import annotations
 
@@ -139,6 +140,36 @@ async def _keys_and_sessions(
     )
     stored = await conn.fetch("SELECT id FROM checkout_sessions WHERE application_id = $1", application_id)
     return {row["key"]: row["resource_id"] for row in keys}, [row["id"] for row in stored]
+
+
+async def test_workers_drain_and_exit_when_their_parent_is_killed(database_dsn: str, tmp_path: Path) -> None:
+    async with serving(database_dsn, tmp_path, arguments=TWO_WORKERS) as (parent, _, stderr_path):
+        await _every_worker_serves(stderr_path)
+        pids = [record["pid"] for record in _logged(stderr_path, "worker serving")]
+        parent.send_signal(signal.SIGKILL)
+        with trio.fail_after(STOP_S):
+            await parent.wait()
+
+        async def both_stopped() -> bool:
+            gone = {
+                record["worker"]
+                for record in _logged(stderr_path, "the parent process is gone: shutting down")
+            }
+            stopped = {record.get("worker") for record in _logged(stderr_path, "stopped")}
+            return gone == stopped == {1, 2}
+
+        await eventually(both_stopped, STOP_S)
+
+        def exited(pid: int) -> bool:
+            try:  # the process's state is the field after its name, which ends with ")"
+                return (Path("/proc") / str(pid) / "stat").read_text().rpartition(")")[2].split()[0] == "Z"
+            except FileNotFoundError:
+                return True  # gone; a zombie ("Z") exited but is not reaped yet
+
+        async def both_exited() -> bool:
+            return all(exited(pid) for pid in pids)
+
+        await eventually(both_exited, STOP_S)
 
 
 def test_auto_is_a_worker_per_core_this_process_may_run_on() -> None:
