@@ -11,13 +11,22 @@ import sys
 import textwrap
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import trio
 from pydantic import EmailStr, TypeAdapter, ValidationError
 
 from payorch import dev_receiver
-from payorch.config import REDACTED, ConfigError, Settings, config_path_from, load_settings, redacted
+from payorch.config import (
+    MAX_WORKERS,
+    REDACTED,
+    ConfigError,
+    Settings,
+    config_path_from,
+    load_settings,
+    redacted,
+    workers_setting,
+)
 from payorch.config_checks import check_database_settings, check_settings, load_checked_settings
 from payorch.engine.invites import issue_invite, signup_link_base
 from payorch.engine.key_rotation import rotate_sealed_secrets
@@ -27,6 +36,7 @@ from payorch.storage.database import open_database
 from payorch.storage.migrations import migrate
 from payorch.values.secretbox import SecretBox
 from payorch.values.timefmt import iso
+from payorch.workers import serve_as_worker, serve_workers, worker_assignment, worker_count
 
 _CONFIG_HELP = "configuration file (default: $PAYORCH_CONFIG or ./config.toml)"
 # Each command's --help: its description and examples as written (line breaks kept).
@@ -68,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     takes_config = argparse.ArgumentParser(add_help=False)
     takes_config.add_argument("--config", default=argparse.SUPPRESS, help=_CONFIG_HELP)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser(
+    serve = commands.add_parser(
         "serve",
         parents=[takes_config],
         help="serve the HTTP API (migrates the database first)",
@@ -76,13 +86,21 @@ def _parser() -> argparse.ArgumentParser:
             "Serve the HTTP API on server.bind until SIGTERM or SIGINT; SIGHUP reloads the "
             "configuration. First checks the configuration as check-config does (exit 2 and one line "
             "naming the key if it is bad, before anything starts), then starts the embedded PostgreSQL "
-            "when database.url is empty and applies pending migrations."
+            "when database.url is empty and applies pending migrations. With --workers N (or "
+            "server.workers) above 1, a parent binds server.bind once and runs N worker processes, "
+            "each a whole payorch node, starting again any that dies."
         ),
         epilog=_examples(
             "payorch serve --config /etc/payorch/config.toml",
             "PAYORCH_SERVER__BIND=127.0.0.1:18080 payorch serve",
+            "payorch serve --workers auto",
         ),
         formatter_class=_HELP_FORMAT,
+    )
+    serve.add_argument(
+        "--workers",
+        type=_workers,
+        help=f'worker processes, 1 to {MAX_WORKERS} or "auto" (one per core); default: server.workers',
     )
     commands.add_parser(
         "migrate",
@@ -174,6 +192,13 @@ def _parser() -> argparse.ArgumentParser:
         )
     )
     return parser
+
+
+def _workers(value: str) -> int | Literal["auto"]:
+    try:
+        return workers_setting(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 async def _migrate(settings: Settings) -> None:
@@ -314,9 +339,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if args.command == "serve":
-            _warn_if_links_point_at_this_host(settings)
             # SIGHUP reads the same file and the same environment again, and checks them as here.
-            trio.run(serve_until_signalled, settings, partial(load_checked_settings, path))
+            reload_settings = partial(load_checked_settings, path)
+            assignment = worker_assignment()
+            if assignment is not None:  # one of the processes of `payorch serve --workers N`
+                trio.run(serve_as_worker, settings, reload_settings, assignment)
+                return 0
+            _warn_if_links_point_at_this_host(settings)
+            workers = worker_count(args.workers or settings.server.workers)
+            if workers > 1:
+                return trio.run(serve_workers, settings, path, workers)
+            trio.run(serve_until_signalled, settings, reload_settings)
         elif args.command == "migrate":
             trio.run(_migrate, settings)
         elif args.command == "check-config":

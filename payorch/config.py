@@ -43,8 +43,8 @@ DEFAULT_CONFIG_FILE = Path("config.toml")
 CONFIG_ENV_VAR = "PAYORCH_CONFIG"
 ENV_PREFIX = "PAYORCH_"
 # The `PAYORCH_*` variables that are not settings: every other one must name a section and a key.
-# PAYORCH_CONFIG picks the file, `payorch dev-receiver` reads its secret from one, and the test suite
-# reads the other two (tests/conftest.py,
+# PAYORCH_CONFIG picks the file, `payorch dev-receiver` reads its secret from one, a worker its
+# assignment from another, and the test suite reads the other two (tests/conftest.py,
 # tests/test_schemathesis.py).
 NOT_SETTINGS = frozenset(
     {
@@ -52,6 +52,7 @@ NOT_SETTINGS = frozenset(
         "PAYORCH_TEST_DATABASE_URL",
         "PAYORCH_SCHEMATHESIS_EXAMPLES",
         "PAYORCH_DEV_RECEIVER_SECRET",  # `payorch dev-receiver`'s signing secret
+        "PAYORCH_WORKER",  # a worker's number and sockets, from `payorch serve --workers N` (workers.py)
     }
 )
 # The files under `server.state_dir` that keep a generated secret, by the setting they stand in for.
@@ -61,6 +62,7 @@ PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 NonNegativeFloat = Annotated[float, Field(ge=0)]
+MAX_WORKERS = 64
 
 
 class ConfigError(Exception):
@@ -88,6 +90,7 @@ class ServerSettings(_Section):
     max_connections_per_address: PositiveInt = 100
     read_timeout_s: PositiveFloat = 10.0
     keep_alive_timeout_s: PositiveFloat = 5.0
+    workers: int | Literal["auto"] = 1  # payorch/workers.py, docs/operations.md
     _public_base_url_follows_bind: bool = PrivateAttr(default=False)
 
     @field_validator("bind")
@@ -97,6 +100,11 @@ class ServerSettings(_Section):
         if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
             raise ValueError("must be HOST:PORT, for example 127.0.0.1:8080")
         return value
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _workers_count_or_auto(cls, value: Any) -> int | str:
+        return workers_setting(value)
 
     @field_validator("public_base_url")
     @classmethod
@@ -132,6 +140,18 @@ class ServerSettings(_Section):
     def bind_is_loopback(self) -> bool:
         """Whether only this host can reach `bind` (127.0.0.0/8, ::1, localhost)."""
         return _is_loopback_host(self.bind.rpartition(":")[0].strip("[]"))
+
+
+def workers_setting(value: object) -> int | Literal["auto"]:
+    """`server.workers` (or `payorch serve --workers`) as written: a whole number of processes from 1
+    to MAX_WORKERS (a number or its digits), or "auto"; ValueError otherwise."""
+    if value == "auto":
+        return "auto"
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_WORKERS:
+        return value
+    raise ValueError(f'must be a whole number of processes from 1 to {MAX_WORKERS}, or "auto"')
 
 
 class DatabaseSettings(_Section):
@@ -367,6 +387,7 @@ RESTART_ONLY = frozenset(
         "server.max_connections_per_address",
         "server.read_timeout_s",
         "server.keep_alive_timeout_s",
+        "server.workers",
         "database",
         "auth.jwt_secret",
         "security",

@@ -28,6 +28,20 @@ class ContextFilter(logging.Filter):
         return True
 
 
+class WorkerFilter(logging.Filter):
+    """Stamps each record with `worker`, the number of this process among the workers of one
+    `payorch serve --workers N` (payorch/workers.py), unless the record names its own."""
+
+    def __init__(self, number: int) -> None:
+        super().__init__()
+        self.number = number
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "worker", None) is None:
+            record.worker = self.number
+        return True
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
@@ -61,6 +75,12 @@ def configure_logging(level: int = logging.INFO) -> None:
     logging.getLogger("pgserver").setLevel(logging.WARNING)
     # The Stripe SDK logs every request at INFO; ours already says what matters.
     logging.getLogger("stripe").setLevel(logging.WARNING)
+
+
+def tag_worker(number: int) -> None:
+    """Every line this process logs from now on carries `"worker": number`, whichever thread logs it."""
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(WorkerFilter(number))
 
 
 def set_log_level(level: str) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import signal
+import socket
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -137,11 +138,13 @@ async def run(
     shutdown: trio.Event,
     reload_settings: Callable[[], Settings] | None = None,
     reload_requests: trio.MemoryReceiveChannel[None] | None = None,
+    sockets: list[socket.socket] | None = None,
     task_status: trio.TaskStatus[RunningService] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until `shutdown` is set, then stop gracefully. Reports `RunningService` when ready. With
     `reload_settings`, each message on `reload_requests` reloads the configuration (until the
-    channel closes, which its sender does once it sets `shutdown`)."""
+    channel closes, which its sender does once it sets `shutdown`). With `sockets` (listening), it
+    serves on them instead of binding `server.bind`."""
     async with trio_asyncio.open_loop():
         dsn = await database_url(settings)
         async with open_database(
@@ -163,6 +166,7 @@ async def run(
                         limits,
                         shutdown_trigger=shutdown.wait,
                         refused=runtime.services.context.metrics.connection_refused,
+                        sockets=sockets,
                     )
                 )
                 log.info("serving", extra={"addresses": addresses})
@@ -173,10 +177,15 @@ async def run(
 
 
 async def serve_until_signalled(
-    settings: Settings, reload_settings: Callable[[], Settings] | None = None
+    settings: Settings,
+    reload_settings: Callable[[], Settings] | None = None,
+    *,
+    sockets: list[socket.socket] | None = None,
+    task_status: trio.TaskStatus[RunningService] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the service until SIGTERM or SIGINT, then shut down gracefully. SIGHUP reloads the
-    configuration with `reload_settings` (ignored without one)."""
+    configuration with `reload_settings` (ignored without one). Serves on `sockets` when given (see
+    `run`); reports `RunningService` when ready."""
     shutdown = trio.Event()
     asked, reload_requests = trio.open_memory_channel[None](math.inf)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
@@ -195,6 +204,11 @@ async def serve_until_signalled(
 
             nursery.start_soon(on_signals)
             await run(
-                settings, shutdown=shutdown, reload_settings=reload_settings, reload_requests=reload_requests
+                settings,
+                shutdown=shutdown,
+                reload_settings=reload_settings,
+                reload_requests=reload_requests,
+                sockets=sockets,
+                task_status=task_status,
             )
             nursery.cancel_scope.cancel()

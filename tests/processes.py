@@ -8,7 +8,7 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -101,17 +101,21 @@ async def wait_until_healthy(
 
 @asynccontextmanager
 async def serving(
-    database_dsn: str, tmp_path: Path, extra_env: dict[str, str] | None = None, config: str = ""
+    database_dsn: str,
+    tmp_path: Path,
+    extra_env: dict[str, str] | None = None,
+    config: str = "",
+    arguments: Sequence[str] = (),
 ) -> AsyncIterator[tuple[trio.Process, str, Path]]:
-    """`payorch serve` running and healthy: its process, base URL and the file holding its stderr.
-    Its configuration file is `tmp_path/config.toml`, holding `config_text(config)`."""
+    """`payorch serve [arguments]` running and healthy: its process, base URL and the file holding its
+    stderr. Its configuration file is `tmp_path/config.toml`, holding `config_text(config)`."""
     for attempt in range(1, START_ATTEMPTS + 1):
         port = free_port()
         env = serve_environment(database_dsn, tmp_path, port, extra_env, config)  # creates tmp_path
         stderr_path = tmp_path / "stderr.log"
         with stderr_path.open("wb") as stderr:
             process = await trio.lowlevel.open_process(
-                [sys.executable, "-m", "payorch", "serve"],
+                [sys.executable, "-m", "payorch", "serve", *arguments],
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,

@@ -568,3 +568,12 @@ def test_invite_with_an_address_that_is_not_an_email_exits_2(tmp_path: Path) -> 
     assert completed.returncode == 2
     assert completed.stderr.strip().count("\n") == 0
     assert "--email" in completed.stderr
+
+
+@pytest.mark.parametrize("workers", ["0", "65", "many"])
+def test_serve_with_workers_not_1_to_64_or_auto_exits_2_naming_the_option(
+    tmp_path: Path, workers: str
+) -> None:
+    result = payorch("serve", "--workers", workers, env=cli_environment(tmp_path, UNREACHABLE_DATABASE))
+    assert result.returncode == 2
+    assert "argument --workers: must be a whole number of processes from 1 to 64" in result.stderr

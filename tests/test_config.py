@@ -757,3 +757,30 @@ def test_state_dir_that_cannot_hold_secrets_is_config_error_naming_it(tmp_path: 
     path = write_config(tmp_path, '[server]\nstate_dir = "a-file/state"\n')
     with pytest.raises(ConfigError, match=r"^invalid setting server\.state_dir:"):
         load_settings(path)
+
+
+# server.workers: how many processes `payorch serve` runs
+
+
+@pytest.mark.parametrize(("text", "workers"), [("1", 1), ("64", 64), ('"auto"', "auto"), ('"8"', 8)])
+def test_workers_is_a_count_or_auto(tmp_path: Path, text: str, workers: int | str) -> None:
+    path = write_config(tmp_path, f"[server]\nworkers = {text}\n")
+    assert load_settings(path, ensure_secrets=False).server.workers == workers
+
+
+@pytest.mark.parametrize("text", ["0", "65", '"many"', "2.5", "true", '""'])
+def test_workers_outside_1_to_64_or_auto_is_config_error_naming_the_key(tmp_path: Path, text: str) -> None:
+    path = write_config(tmp_path, f"[server]\nworkers = {text}\n")
+    with pytest.raises(
+        ConfigError, match=r'^invalid setting server\.workers: .*from 1 to 64, or "auto"'
+    ) as error:
+        load_settings(path, ensure_secrets=False)
+    assert error.value.key == "server.workers"
+
+
+def test_workers_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PAYORCH_SERVER__WORKERS", "auto")
+    assert (
+        load_settings(write_config(tmp_path, "[server]\nworkers = 4\n"), ensure_secrets=False).server.workers
+        == "auto"
+    )

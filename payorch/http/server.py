@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import resource
+import socket
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
@@ -315,6 +316,16 @@ def ensure_open_files(limits: ConnectionLimits) -> None:
         )
 
 
+def listening_sockets(config: HypercornConfig) -> list[socket.socket]:
+    """A socket for each address of `config.bind`, bound and listening: plain TCP only."""
+    sockets = config.create_sockets()
+    if sockets.secure_sockets or sockets.quic_sockets:
+        raise ValueError("payorch serves plain HTTP/1.1: TLS is the proxy's (docs/operations.md)")
+    for sock in sockets.insecure_sockets:
+        sock.listen(config.backlog)
+    return sockets.insecure_sockets
+
+
 async def serve(
     app: ASGIFramework,
     config: HypercornConfig,
@@ -322,10 +333,12 @@ async def serve(
     *,
     shutdown_trigger: Callable[[], Awaitable[None]],
     refused: Callable[[str], None] = lambda over: None,
+    sockets: list[socket.socket] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve `app` on `config.bind` until `shutdown_trigger` returns, then stop gracefully. Reports
-    the bound addresses once it accepts connections; calls `refused` with NODE or ADDRESS for each
+    """Serve `app` on `config.bind` (or on `sockets`, listening already: a worker's, handed over by
+    `payorch serve --workers`) until `shutdown_trigger` returns, then stop gracefully. Reports the
+    bound addresses once it accepts connections; calls `refused` with NODE or ADDRESS for each
     connection refused over a limit."""
     config.keep_alive_timeout = limits.keep_alive_timeout_s
     config.read_timeout = None  # `_Connection` bounds the reading of a request, not every read
@@ -341,13 +354,9 @@ async def serve(
         await lifespan.wait_for_startup()
 
         async with trio.open_nursery() as server_nursery:
-            sockets = config.create_sockets()
-            if sockets.secure_sockets or sockets.quic_sockets:
-                raise ValueError("payorch serves plain HTTP/1.1: TLS is the proxy's (docs/operations.md)")
             listeners = []
             binds = []
-            for sock in sockets.insecure_sockets:
-                sock.listen(config.backlog)
+            for sock in listening_sockets(config) if sockets is None else sockets:
                 listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
                 binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
             handler = partial(
