@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
+from pathlib import Path
 from typing import Any, get_args
 from urllib.parse import urlsplit
 
@@ -331,3 +334,26 @@ async def test_docs_serve_no_other_file(client: Client) -> None:
         response = await client.get(f"/docs/assets/{name}")
         assert response.status_code == 404, name
     assert "/docs" not in (await (await client.get(OPENAPI_PATH)).get_json())["paths"]
+
+
+REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
+# Set to write the served document to docs/openapi.json instead of comparing it.
+UPDATE_REFERENCE = "UPDATE_OPENAPI_REFERENCE"
+
+
+def reference_text(document: dict[str, Any]) -> str:
+    """The document as docs/openapi.json keeps it: sorted keys, indented, without `servers` (the
+    address a test server was started on)."""
+    kept = {key: value for key, value in document.items() if key != "servers"}
+    return json.dumps(kept, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+async def test_the_reference_in_the_repository_is_the_document_served(document: dict[str, Any]) -> None:
+    # After an API change: UPDATE_OPENAPI_REFERENCE=1 .venv/bin/pytest tests/http/test_openapi.py
+    served = reference_text(document)
+    if os.environ.get(UPDATE_REFERENCE):
+        REFERENCE.write_text(served, encoding="utf-8")
+    assert REFERENCE.read_text(encoding="utf-8") == served, (
+        "docs/openapi.json is not the document payorch serves: run "
+        f"{UPDATE_REFERENCE}=1 .venv/bin/pytest tests/http/test_openapi.py"
+    )
