@@ -106,9 +106,11 @@ async def serving(
     extra_env: dict[str, str] | None = None,
     config: str = "",
     arguments: Sequence[str] = (),
+    deadline_s: float = 30.0,
 ) -> AsyncIterator[tuple[trio.Process, str, Path]]:
-    """`payorch serve [arguments]` running and healthy: its process, base URL and the file holding its
-    stderr. Its configuration file is `tmp_path/config.toml`, holding `config_text(config)`."""
+    """`payorch serve [arguments]` running and healthy within `deadline_s`: its process, base URL and
+    the file holding its stderr. Its configuration file is `tmp_path/config.toml`, holding
+    `config_text(config)`."""
     for attempt in range(1, START_ATTEMPTS + 1):
         port = free_port()
         env = serve_environment(database_dsn, tmp_path, port, extra_env, config)  # creates tmp_path
@@ -123,7 +125,7 @@ async def serving(
         try:
             base_url = f"http://127.0.0.1:{port}"
             try:
-                await wait_until_healthy(base_url, process, stderr_path=stderr_path)
+                await wait_until_healthy(base_url, process, deadline_s, stderr_path=stderr_path)
             except PortTaken:
                 if attempt == START_ATTEMPTS:
                     raise

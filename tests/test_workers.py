@@ -143,7 +143,11 @@ async def _keys_and_sessions(
 
 
 async def test_workers_drain_and_exit_when_their_parent_is_killed(database_dsn: str, tmp_path: Path) -> None:
-    async with serving(database_dsn, tmp_path, arguments=TWO_WORKERS) as (parent, _, stderr_path):
+    async with serving(database_dsn, tmp_path, arguments=TWO_WORKERS, deadline_s=START_S) as (
+        parent,
+        _,
+        stderr_path,
+    ):
         await _every_worker_serves(stderr_path)
         pids = [record["pid"] for record in _logged(stderr_path, "worker serving")]
         parent.send_signal(signal.SIGKILL)
@@ -178,7 +182,11 @@ def test_auto_is_a_worker_per_core_this_process_may_run_on() -> None:
 
 
 async def test_one_worker_is_one_process_with_no_parent(database_dsn: str, tmp_path: Path) -> None:
-    async with serving(database_dsn, tmp_path, arguments=["--workers", "1"]) as (process, _, stderr_path):
+    async with serving(database_dsn, tmp_path, arguments=["--workers", "1"], deadline_s=START_S) as (
+        process,
+        _,
+        stderr_path,
+    ):
         (serving_line,) = _logged(stderr_path, "serving")
         assert "worker" not in serving_line
         assert not [record for record in _log(stderr_path) if record["logger"] == "payorch.workers"]
@@ -188,7 +196,11 @@ async def test_one_worker_is_one_process_with_no_parent(database_dsn: str, tmp_p
 async def test_two_workers_answer_on_one_address_each_a_node_of_its_own(
     database_dsn: str, db: Database, tmp_path: Path
 ) -> None:
-    async with serving(database_dsn, tmp_path, arguments=TWO_WORKERS) as (parent, base_url, stderr_path):
+    async with serving(database_dsn, tmp_path, arguments=TWO_WORKERS, deadline_s=START_S) as (
+        parent,
+        base_url,
+        stderr_path,
+    ):
         serves = await _every_worker_serves(stderr_path)
         assert serves["addresses"] == [base_url]
         serving_lines = _logged(stderr_path, "serving")
@@ -204,7 +216,11 @@ async def test_a_worker_killed_under_load_is_started_again_and_each_retried_key_
     database_dsn: str, db: Database, settings: Settings, tmp_path: Path
 ) -> None:
     environment = {**UNLIMITED, "PAYORCH_SERVER__WORKERS": "2"}  # server.workers, not --workers
-    async with serving(database_dsn, tmp_path, environment) as (parent, base_url, stderr_path):
+    async with serving(database_dsn, tmp_path, environment, deadline_s=START_S) as (
+        parent,
+        base_url,
+        stderr_path,
+    ):
         await _every_worker_serves(stderr_path)
         async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
             application_id, _, api_key = await _shop(http, db, settings, "owner@kill.example")
@@ -293,7 +309,7 @@ async def test_sigterm_drains_every_worker_and_exits_0_with_every_accepted_reque
         "PAYORCH_WEBHOOKS__TIMEOUT_S": "120",
         "PAYORCH_SERVER__GRACEFUL_TIMEOUT_S": "120",  # the drain ends with the requests, not with this
     }
-    async with serving(database_dsn, tmp_path, environment, arguments=TWO_WORKERS) as (
+    async with serving(database_dsn, tmp_path, environment, arguments=TWO_WORKERS, deadline_s=START_S) as (
         parent,
         base_url,
         stderr_path,
@@ -332,7 +348,7 @@ async def test_sigterm_drains_every_worker_and_exits_0_with_every_accepted_reque
 
 async def test_sighup_reaches_every_worker(database_dsn: str, tmp_path: Path) -> None:
     environment = {"PAYORCH_SERVER__WORKERS": "2"}
-    async with serving(database_dsn, tmp_path, environment) as (parent, _, stderr_path):
+    async with serving(database_dsn, tmp_path, environment, deadline_s=START_S) as (parent, _, stderr_path):
         await _every_worker_serves(stderr_path)
         (tmp_path / "config.toml").write_text(config_text("[limits]\nburst = 7\n"))
         parent.send_signal(signal.SIGHUP)
@@ -366,7 +382,11 @@ async def test_workers_share_the_embedded_postgresql_the_parent_starts_and_stops
 ) -> None:
     environment = {"PAYORCH_DATABASE__DATA_DIR": str(embedded_data_dir)}
     # No database URL: the embedded server.
-    async with serving("", tmp_path, environment, arguments=TWO_WORKERS) as (parent, _, stderr_path):
+    async with serving("", tmp_path, environment, arguments=TWO_WORKERS, deadline_s=START_S) as (
+        parent,
+        _,
+        stderr_path,
+    ):
         await _every_worker_serves(stderr_path)
         assert len(_logged(stderr_path, "starting embedded PostgreSQL")) == 1
         identities = _logged(stderr_path, "holding the node identity")
