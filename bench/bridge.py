@@ -4,7 +4,8 @@ payorch's code runs on Trio and asyncpg runs on asyncio; every unit of work (`Da
 `Database.transaction`) crosses between the two once. This measures the same units of work through:
 
 - `trio_asyncio`: asyncpg on a trio_asyncio loop inside the Trio thread, one `aio_as_trio` per unit
-  (how payorch talked to PostgreSQL before `docs/bridge.md`);
+  (how payorch talked to PostgreSQL before `docs/bridge.md`). payorch no longer depends on
+  trio_asyncio: this bridge is measured only where it is installed (`pip install trio-asyncio`);
 - `thread/asyncio`, `thread/uvloop`: asyncpg on an asyncio (or uvloop) loop in a thread of its own,
   one handoff per unit (`payorch.storage.database.open_database`, given each loop).
 
@@ -39,11 +40,15 @@ from typing import Any, Protocol
 
 import asyncpg
 import trio
-import trio_asyncio
 
 from bench.payorch_target import temporary_postgres
 from payorch.jsonexact import dumps_exact, loads_exact
 from payorch.storage.database import Connection, LoopFactory, open_database
+
+try:
+    import trio_asyncio
+except ImportError:
+    trio_asyncio = None
 from payorch.storage.embedded import start_embedded_postgres
 
 ROWS = 10_000
@@ -270,17 +275,20 @@ async def _main(args: argparse.Namespace) -> None:
     cases = [Case(unit, concurrency) for unit in ("read", "transaction") for concurrency in CONCURRENCIES]
     with tempfile.TemporaryDirectory(prefix="payorch-bench-bridge-") as work_dir:
         pgdata = Path(work_dir) / "pgdata"
-        async with temporary_postgres(pgdata), trio_asyncio.open_loop(), AsyncExitStack() as stack:
+        async with temporary_postgres(pgdata), AsyncExitStack() as stack:
             url = await start_embedded_postgres(pgdata)
             dsn = url + ("&" if "?" in url else "?") + BENCH_DSN_OPTIONS
             print(f"PostgreSQL at {dsn}", file=sys.stderr)
-            openers: dict[str, Callable[[str], AbstractAsyncContextManager[Bridged]]] = {
-                "trio_asyncio": open_trio_asyncio_database,
-                **_thread_bridges(),
-            }
+            openers: dict[str, Callable[[str], AbstractAsyncContextManager[Bridged]]] = {}
+            if trio_asyncio is None:
+                print("trio_asyncio is not installed: its bridge left out", file=sys.stderr)
+            else:
+                await stack.enter_async_context(trio_asyncio.open_loop())
+                openers["trio_asyncio"] = open_trio_asyncio_database
+            openers.update(_thread_bridges())
             bridges = list(openers)
             dbs = {name: await stack.enter_async_context(open(dsn)) for name, open in openers.items()}
-            await dbs["trio_asyncio"].autocommit(_create_tables)
+            await dbs[bridges[0]].autocommit(_create_tables)
             windows: list[Window] = []
             for round_number in range(args.rounds):
                 for case in cases:
@@ -300,9 +308,10 @@ async def _main(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = _parse_args(argv)
+    trio_asyncio_version = "not installed" if trio_asyncio is None else trio_asyncio.__version__
     print(
         f"python {sys.version.split()[0]}, asyncpg {asyncpg.__version__}, trio {trio.__version__}, "
-        f"trio_asyncio {trio_asyncio.__version__}; {args.rounds} rounds of {args.seconds} s windows"
+        f"trio_asyncio {trio_asyncio_version}; {args.rounds} rounds of {args.seconds} s windows"
     )
     trio.run(_main, args)
 

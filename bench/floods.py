@@ -21,8 +21,6 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import trio_asyncio
-
 from bench.load import LoadResult
 from bench.measure import Measurement, Shape, measure, measure_beside, progress
 from bench.payorch_target import Payorch, Target, bench_settings, create_target, running_payorch
@@ -78,10 +76,7 @@ async def _seed_sessions(conn: Connection, application_id: uuid.UUID, count: int
 
 async def seed_sessions(payorch: Payorch, application: Application, count: int) -> None:
     """Write `count` sessions of `application` straight into payorch's database."""
-    async with (
-        trio_asyncio.open_loop(),
-        open_database(payorch.service.db.dsn, min_size=1, max_size=1) as db,
-    ):
+    async with open_database(payorch.service.db.dsn, min_size=1, max_size=1) as db:
         await db.transaction(_seed_sessions, uuid.UUID(application.id), count)
 
 

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import httpx
 import trio
-import trio_asyncio
 
 from bench.load import LoadResult
 from bench.measure import Shape, load_spec, progress, rss_bytes, run_load_process
@@ -97,10 +96,7 @@ async def copies_of(payorch: Payorch, template: Application, count: int) -> list
     an API key of its own; returns the keys."""
     keys = [new_api_key() for _ in range(count)]
     ids = [uuid.uuid4() for _ in keys]
-    async with (
-        trio_asyncio.open_loop(),
-        open_database(payorch.service.db.dsn, min_size=1, max_size=1) as db,
-    ):
+    async with open_database(payorch.service.db.dsn, min_size=1, max_size=1) as db:
         await db.transaction(
             _copy,
             uuid.UUID(template.id),

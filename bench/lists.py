@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import trio_asyncio
 
 from bench.floods import seed_sessions
 from bench.measure import progress
@@ -72,7 +71,7 @@ async def _plain_count(dsn: str, application_id: uuid.UUID) -> Timing:
         )
 
     samples = []
-    async with trio_asyncio.open_loop(), open_database(dsn, min_size=1, max_size=1) as db:
+    async with open_database(dsn, min_size=1, max_size=1) as db:
         for _ in range(COUNTS):
             started = time.perf_counter()
             await db.autocommit(count)

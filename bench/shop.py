@@ -12,11 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import trio_asyncio
 
 from bench.payorch_target import IDEMPOTENCY_HEADER, SESSION_BODY, SESSIONS_PATH, Payorch
 from payorch.engine.invites import issue_invite
-from payorch.storage.database import open_database
 
 MERCHANT_EMAIL = "bench@merchant.example"
 # A throwaway merchant in a temporary database.
@@ -52,13 +50,7 @@ async def expect(response: httpx.Response, status: int) -> Any:
 
 
 async def _invite_token(payorch: Payorch, email: str) -> str:
-    # `service.db` belongs to run()'s trio_asyncio loop, which only run()'s own tasks can reach (the
-    # loop is a context variable of that task tree), so the invite goes through a small pool of ours.
-    async with (
-        trio_asyncio.open_loop(),
-        open_database(payorch.service.db.dsn, min_size=1, max_size=1) as db,
-    ):
-        invite = await issue_invite(db, payorch.settings, email)
+    invite = await issue_invite(payorch.service.db, payorch.settings, email)
     return invite.token
 
 

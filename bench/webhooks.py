@@ -37,8 +37,6 @@ from urllib.parse import urlsplit
 
 import httpx
 import trio
-import trio_asyncio
-import triopg
 import trustme
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
@@ -53,6 +51,7 @@ from bench.payorch_target import (
 )
 from bench.shop import MERCHANT_EMAIL, PASSWORD, expect, sandbox_link, signed_up_merchant
 from payorch.config import Settings
+from payorch.storage.database import Connection
 
 EVENT_TYPE = "session.completed"
 DEFAULT_EVENTS = 300
@@ -185,17 +184,15 @@ def _settings(work_dir: Path, ca_path: Path) -> Settings:
     return settings.model_copy(update={"webhooks": webhooks})
 
 
-async def _install_commit_clock(dsn: str) -> None:
-    async with trio_asyncio.open_loop(), triopg.connect(dsn) as conn:
-        await conn.execute(_COMMIT_CLOCK_SQL)
+async def _install_commit_clock(conn: Connection) -> None:
+    await conn.execute(_COMMIT_CLOCK_SQL)
 
 
-async def _commit_times(dsn: str) -> dict[str, float]:
+async def _commit_times(conn: Connection) -> dict[str, float]:
     """Unix time at which each outbox event committed, by event id."""
-    async with trio_asyncio.open_loop(), triopg.connect(dsn) as conn:
-        rows = await conn.fetch(
-            "SELECT event_id, extract(epoch FROM committed_at)::float8 AS at FROM bench_event_commits"
-        )
+    rows = await conn.fetch(
+        "SELECT event_id, extract(epoch FROM committed_at)::float8 AS at FROM bench_event_commits"
+    )
     return {row["event_id"]: row["at"] for row in rows}
 
 
@@ -287,12 +284,12 @@ async def measure_webhook_latency(
         async with running_payorch(settings, work_dir / "payorch.log") as payorch:
             async with signed_up_merchant(payorch) as merchant:
                 application = await merchant.new_application("Bench webhooks", sandbox_link())
-            await _install_commit_clock(payorch.service.db.dsn)
+            await payorch.service.db.autocommit(_install_commit_clock)
             await _subscribe(payorch.base_url, application.id, receiver.url)
             await _pay_steadily(payorch.base_url, application.api_key, total, rate_per_s)
             with trio.move_on_after(DRAIN_TIMEOUT_S):
                 await receiver.arrived.wait()
-            committed = await _commit_times(payorch.service.db.dsn)
+            committed = await payorch.service.db.autocommit(_commit_times)
     return _figures(committed, receiver.received_at, rate_per_s, WARMUP_EVENTS, len(receiver.clients))
 
 

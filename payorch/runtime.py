@@ -269,7 +269,7 @@ async def open_runtime(
         async with trio.open_nursery() as nursery:
             # Held before anything is claimed, so every claim names a live node (`storage.nodes`).
             await nursery.start(
-                partial(hold_node_identity, public_base_url=settings.server.public_base_url), db.dsn, node
+                partial(hold_node_identity, public_base_url=settings.server.public_base_url), db, node
             )
             actors = PaymentActors(
                 nursery,
@@ -301,7 +301,7 @@ async def open_runtime(
                 board,
                 "application changes",
                 keep_fresh,
-                db.dsn,
+                db,
                 [services.api_keys, actors],
             )
             await nursery.start(

@@ -1,8 +1,9 @@
 """run(): the whole service as one Trio nursery tree.
 
-    trio_asyncio loop          triopg's LISTEN connections run under it
-    ├── database pool          asyncpg on an event loop in a thread of its own (storage/database.py);
+    database                   asyncpg on an event loop in a thread of its own (storage/loop_thread.py):
+    │                          the pool, and the node lock's and LISTEN's dedicated connections;
     │                          embedded PostgreSQL when database.url is empty
+    ├── runtime                actors and supervisors (runtime.py)
     └── HTTP server            hypercorn's HTTP/1.1 on trio (http/server.py), started with nursery.start
 
 Cancellation is the shutdown: `shutdown` set (by SIGTERM/SIGINT in `serve_until_signalled`) makes
@@ -26,7 +27,6 @@ from dataclasses import dataclass
 from functools import partial
 
 import trio
-import trio_asyncio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.middleware import ProxyFixMiddleware
 from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallable, ASGISendEvent, Scope
@@ -145,34 +145,33 @@ async def run(
     `reload_settings`, each message on `reload_requests` reloads the configuration (until the
     channel closes, which its sender does once it sets `shutdown`). With `sockets` (listening), it
     serves on them instead of binding `server.bind`."""
-    async with trio_asyncio.open_loop():
-        dsn = await database_url(settings)
-        async with open_database(
-            dsn, min_size=settings.database.pool_min, max_size=settings.database.pool_max
-        ) as db:
-            applied = await migrate(db)
-            if applied:
-                log.info("migrations applied", extra={"migrations": applied})
-            limits = http_server.ConnectionLimits.of(settings.server)
-            http_server.ensure_open_files(limits)
-            async with open_runtime(settings, db) as runtime, trio.open_nursery() as nursery:
-                addresses: list[str] = await nursery.start(
-                    partial(
-                        http_server.serve,
-                        client_address_from_proxies(
-                            _finish_responses_uncancelled(runtime.app), settings.server.trusted_proxy_hops
-                        ),
-                        _hypercorn_config(settings),
-                        limits,
-                        shutdown_trigger=shutdown.wait,
-                        refused=runtime.services.context.metrics.connection_refused,
-                        sockets=sockets,
-                    )
+    dsn = await database_url(settings)
+    async with open_database(
+        dsn, min_size=settings.database.pool_min, max_size=settings.database.pool_max
+    ) as db:
+        applied = await migrate(db)
+        if applied:
+            log.info("migrations applied", extra={"migrations": applied})
+        limits = http_server.ConnectionLimits.of(settings.server)
+        http_server.ensure_open_files(limits)
+        async with open_runtime(settings, db) as runtime, trio.open_nursery() as nursery:
+            addresses: list[str] = await nursery.start(
+                partial(
+                    http_server.serve,
+                    client_address_from_proxies(
+                        _finish_responses_uncancelled(runtime.app), settings.server.trusted_proxy_hops
+                    ),
+                    _hypercorn_config(settings),
+                    limits,
+                    shutdown_trigger=shutdown.wait,
+                    refused=runtime.services.context.metrics.connection_refused,
+                    sockets=sockets,
                 )
-                log.info("serving", extra={"addresses": addresses})
-                if reload_settings is not None and reload_requests is not None:
-                    nursery.start_soon(reload_when_asked, runtime, reload_requests, reload_settings)
-                task_status.started(RunningService(addresses=addresses, db=db))
+            )
+            log.info("serving", extra={"addresses": addresses})
+            if reload_settings is not None and reload_requests is not None:
+                nursery.start_soon(reload_when_asked, runtime, reload_requests, reload_settings)
+            task_status.started(RunningService(addresses=addresses, db=db))
     log.info("stopped")
 
 

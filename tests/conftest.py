@@ -20,7 +20,6 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 import trio
-import trio_asyncio
 
 from payorch.config import (
     AuthSettings,
@@ -125,10 +124,7 @@ def template_database(postgres_server: str) -> str:
     asyncio.run(_admin(postgres_server, f"CREATE DATABASE {TEMPLATE}"))
 
     async def apply() -> None:
-        async with (
-            trio_asyncio.open_loop(),
-            open_database(database_url(postgres_server, TEMPLATE), min_size=1, max_size=1) as db,
-        ):
+        async with open_database(database_url(postgres_server, TEMPLATE), min_size=1, max_size=1) as db:
             await migrate(db)
 
     trio.run(apply)
@@ -177,10 +173,7 @@ def settings(database_dsn: str, tmp_path: Path) -> Settings:
 
 @pytest.fixture
 async def db(settings: Settings) -> AsyncIterator[Database]:
-    async with (
-        trio_asyncio.open_loop(),
-        open_database(settings.database.url, min_size=1, max_size=4) as database,
-    ):
+    async with open_database(settings.database.url, min_size=1, max_size=4) as database:
         yield database
 
 

@@ -10,9 +10,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-import asyncpg
 import trio
-import trio_asyncio
 from quart.typing import TestClientProtocol as Client
 
 from payorch.config import Settings
@@ -21,7 +19,7 @@ from payorch.engine.session_events import apply_session_event
 from payorch.engine.session_states import SessionEvent
 from payorch.http.services import PayorchApp
 from payorch.jsonexact import dumps_exact
-from payorch.storage.database import Connection, Database
+from payorch.storage.database import Connection, Database, open_database
 
 T = TypeVar("T")
 
@@ -237,8 +235,9 @@ async def lose_dispute(app: PayorchApp, db: Database, shop: Shop, session_id: st
 async def drop_database(dsn: str) -> None:
     """Drop the database `dsn` names, terminating every connection to it: the database is gone."""
     parts = urlsplit(dsn)
-    conn = await trio_asyncio.aio_as_trio(asyncpg.connect)(urlunsplit(parts._replace(path="/postgres")))
-    try:
-        await trio_asyncio.aio_as_trio(conn.execute)(f"DROP DATABASE {parts.path.lstrip('/')} WITH (FORCE)")
-    finally:
-        await trio_asyncio.aio_as_trio(conn.close)()
+
+    async def drop(conn: Connection) -> None:
+        await conn.execute(f"DROP DATABASE {parts.path.lstrip('/')} WITH (FORCE)")
+
+    async with open_database(urlunsplit(parts._replace(path="/postgres")), min_size=1, max_size=1) as server:
+        await server.autocommit(drop)

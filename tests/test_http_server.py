@@ -2,7 +2,7 @@
 per node and per address, a request's head and body read within `server.read_timeout_s`, and a
 client that closes its connection cancels its request.
 
-The service runs in-process (run() on port 0, its own trio_asyncio loop: the `settings` fixture only).
+The service runs in-process (run() on port 0, its own database: the `settings` fixture only).
 A second client address is 127.0.0.2, which Linux routes over loopback like 127.0.0.1.
 """
 

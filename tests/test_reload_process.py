@@ -12,7 +12,6 @@ from typing import Any
 
 import httpx
 import trio
-import trio_asyncio
 
 from payorch.config import ServerSettings, Settings
 from payorch.engine.invites import issue_invite
@@ -32,7 +31,7 @@ EMAIL = "owner@reload.example"
 
 async def _api_keys(database_dsn: str, base_url: str, count: int) -> list[str]:
     """`count` API keys of one application of a merchant signed up on the running service."""
-    async with trio_asyncio.open_loop(), open_database(database_dsn, min_size=1, max_size=1) as db:
+    async with open_database(database_dsn, min_size=1, max_size=1) as db:
         invite = await issue_invite(db, Settings(server=ServerSettings(public_base_url=base_url)), EMAIL)
     async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
         signup = await http.post(

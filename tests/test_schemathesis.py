@@ -30,7 +30,6 @@ import pytest
 import requests
 import schemathesis
 import trio
-import trio_asyncio
 from hypothesis import HealthCheck, Phase
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
@@ -166,10 +165,7 @@ def service_in_thread(settings: Settings) -> Iterator[str]:
 
 def invite_token(settings: Settings) -> str:
     async def issue() -> str:
-        async with (
-            trio_asyncio.open_loop(),
-            open_database(settings.database.url, min_size=1, max_size=1) as db,
-        ):
+        async with open_database(settings.database.url, min_size=1, max_size=1) as db:
             return (await issue_invite(db, settings, ADMIN_EMAIL)).token
 
     return trio.run(issue)

@@ -1,7 +1,7 @@
 """The service lifecycle: run() in-process on port 0, and `payorch serve` as a process under signals.
 
-run() opens its own trio_asyncio loop, so these tests use the `settings` fixture only (the `db`, `app`
-and `client` fixtures open another loop).
+run() opens its own database (and its event loop thread), so these tests use the `settings` fixture
+only (the `db`, `app` and `client` fixtures open another).
 """
 
 from __future__ import annotations

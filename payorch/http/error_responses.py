@@ -16,6 +16,7 @@ from quart_schema import RequestSchemaValidationError
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from payorch.http.validation import LimitedBody
+from payorch.storage.failures import StorageFailure, storage_failure
 from payorch.values import errors as domain
 
 log = logging.getLogger("payorch.http")
@@ -142,6 +143,14 @@ async def _http_error(error: HTTPException) -> Response:
 
 
 async def _unexpected(error: BaseException) -> Response:
+    if storage_failure(error) is StorageFailure.UNAVAILABLE:
+        # A route's own unit of work that the database could not serve (unreachable, or its event
+        # loop thread stopped): answered as the actors answer theirs, a retry may succeed.
+        log.warning(
+            "the database could not serve this request: answered 503",
+            extra={"requestId": g.get("request_id"), "error": repr(error)},
+        )
+        return await _domain_error(domain.StorageUnavailable("the database is unavailable: retry shortly"))
     log.error(
         "unhandled error",
         exc_info=(type(error), error, error.__traceback__),

@@ -1,6 +1,7 @@
 """Changes of an application that processes keep state about: its API keys, its status, its
 provider configurations. Each change notifies `APPLICATIONS_CHANNEL` (payload: the application id)
-on commit; `keep_fresh` listens, and tells every cache of this process what to forget.
+on commit; `keep_fresh` listens (`storage.notifications`), and tells every cache of this process
+what to forget.
 
 API-key and status changes notify from their storage functions; every write of `provider_configs`
 notifies from a trigger (migration 0008), so no way of changing a configuration can forget to.
@@ -13,11 +14,13 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import trio
-import triopg
 
-from payorch.storage.database import Connection
+from payorch.storage.database import Connection, Database
+from payorch.storage.notifications import MISSED, Missed, Notifications, listen
 
 APPLICATIONS_CHANNEL = "payorch_applications"
+# Changes heard and not yet applied to the caches; more at once make the caches forget everything.
+CHANGES_BUFFER = 1000
 
 
 class ForgetsApplications(Protocol):
@@ -36,34 +39,43 @@ async def notify_application_changed(conn: Connection, application_id: uuid.UUID
 
 
 async def keep_fresh(
-    dsn: str,
+    db: Database,
     caches: Sequence[ForgetsApplications],
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Listen for changes of applications made by any process and make `caches` forget what they
-    touch; the caches keep state only while this listens. Runs until cancelled or its connection
-    fails (then its supervisor starts it again)."""
+    touch; the caches keep state only while this listens. Started once it listens; runs until
+    cancelled. While the listening connection is lost (it is reopened by itself), the caches keep
+    nothing; once it is back they forget everything, since changes were missed meanwhile."""
+    notes = Notifications(CHANGES_BUFFER)
     try:
-        async with (
-            triopg.connect(dsn) as conn,
-            conn.listen(APPLICATIONS_CHANNEL, max_buffer_size=1000) as notes,
-        ):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(listen, db, APPLICATIONS_CHANNEL, notes)
             for cache in caches:
                 cache.forget_all()  # whatever happened while nobody listened
                 cache.listening = True
             task_status.started()
             async for note in notes:
-                # An application id; anything else (triopg's overflow marker) may hide a change.
-                try:
-                    application_id = uuid.UUID(note)
-                except (TypeError, ValueError, AttributeError):
-                    for cache in caches:
-                        cache.forget_all()
-                    continue
+                application_id = _changed_application(note)
                 for cache in caches:
-                    cache.forget_application(application_id)
+                    if application_id is None:
+                        cache.listening = notes.listening
+                        cache.forget_all()
+                    else:
+                        cache.forget_application(application_id)
     finally:
         for cache in caches:
             cache.listening = False
             cache.forget_all()
+
+
+def _changed_application(note: str | Missed) -> uuid.UUID | None:
+    """The application a notification names; None when it may be any (`MISSED`, or a payload that
+    is no application id)."""
+    if note is MISSED:
+        return None
+    try:
+        return uuid.UUID(note)
+    except ValueError:
+        return None

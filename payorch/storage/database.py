@@ -1,157 +1,49 @@
 """The connection pool, and the one way the rest of payorch talks to PostgreSQL.
 
-asyncpg runs on an asyncio event loop (uvloop's where it is installed) in a thread of its own, which
-`open_database` starts with the pool and stops with it. Storage functions are asyncio coroutines that
-take a connection and do a whole unit of work; `Database.transaction`, `Database.autocommit` and
-`Database.snapshot` hand each unit to that thread once and are woken once when it ends. On uvloop that
-costs this process a fifth to a half of the CPU per unit of the trio_asyncio bridge it replaced
-(docs/bridge.md, `python -m bench.bridge`).
+asyncpg runs on an asyncio event loop (uvloop's where it is installed) in a thread of its own
+(`storage.loop_thread`), which `open_database` starts with the pool and stops with it. Storage
+functions are asyncio coroutines that take a connection and do a whole unit of work;
+`Database.transaction`, `Database.autocommit` and `Database.snapshot` hand each unit to that thread
+once and are woken once when it ends. On uvloop that costs this process a fifth to a half of the CPU
+per unit of the trio_asyncio bridge it replaced (docs/bridge.md, `python -m bench.bridge`). The
+connections that hold session state, outside the pool (the node lock, LISTEN), live on the same
+thread: `Database.dedicated_connection`.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import asyncpg
-import outcome
 import trio
 from asyncpg import Connection
 
 from payorch.jsonexact import dumps_exact, loads_exact
+from payorch.storage.dedicated import DedicatedConnection, open_dedicated_connection
+from payorch.storage.loop_thread import (
+    DatabaseLoopStopped,
+    LoopFactory,
+    LoopThread,
+    default_loop_factory,
+    loop_thread,
+)
 from payorch.storage.wakeup import DeliveryWakeup, OutboxWrites
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
-__all__ = ["Connection", "Database", "open_database"]
+__all__ = ["Connection", "Database", "LoopFactory", "open_database"]
 
 Unit = Callable[Concatenate[Connection, P], Awaitable[T]]
-LoopFactory = Callable[[], asyncio.AbstractEventLoop]
-
-
-class _LoopThread:
-    """An asyncio event loop running in a thread of its own, and the way Trio code runs a coroutine
-    on it: one handoff there (`call_soon_threadsafe`) and one wake-up back (`run_sync_soon`)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, token: trio.lowlevel.TrioToken) -> None:
-        self._loop = loop
-        self._token = token
-        self.stopping = False  # set (in the Trio thread) before the loop is stopped
-
-    async def run(self, make_coroutine: Callable[[], Awaitable[T]]) -> T:
-        """What `make_coroutine()` returns or raises, run as an asyncio task on the loop (in that
-        thread's context: the caller's context variables are not seen there). A cancelled caller
-        cancels the task and waits for it to end, then raises `trio.Cancelled`; if the task ended
-        before the cancellation reached it, its own outcome is delivered instead. Once the loop is
-        stopping, or if it stops before the task ends, this raises asyncpg's `InterfaceError`, as a
-        closed pool does."""
-        await trio.lowlevel.checkpoint_if_cancelled()
-        if self.stopping:
-            _raise_database_closed()
-        loop, token = self._loop, self._token
-        caller = trio.lowlevel.current_task()
-        task: asyncio.Task[T] | None = None
-        raise_cancel: Callable[[], Any] | None = None
-
-        def wake_caller(ended: asyncio.Task[T]) -> None:  # in the Trio thread
-            if ended.cancelled():
-                cancelled: Callable[[], Any] = raise_cancel or _raise_database_closed
-                trio.lowlevel.reschedule(caller, outcome.capture(cancelled))
-            elif (error := ended.exception()) is not None:
-                trio.lowlevel.reschedule(caller, outcome.Error(error))
-            else:
-                trio.lowlevel.reschedule(caller, outcome.Value(ended.result()))
-
-        def start() -> None:  # in the loop's thread
-            nonlocal task
-            task = loop.create_task(_awaited(make_coroutine))
-            task.add_done_callback(lambda ended: token.run_sync_soon(wake_caller, ended))
-
-        def cancel() -> None:  # in the loop's thread, always after start(): the loop keeps their order
-            assert task is not None
-            task.cancel()
-
-        def abort(raise_cancel_in_trio: Callable[[], Any]) -> trio.lowlevel.Abort:
-            nonlocal raise_cancel
-            raise_cancel = raise_cancel_in_trio
-            loop.call_soon_threadsafe(cancel)
-            return trio.lowlevel.Abort.FAILED  # the caller is woken when the task has ended
-
-        loop.call_soon_threadsafe(start)
-        result: T = await trio.lowlevel.wait_task_rescheduled(abort)
-        return result
-
-
-async def _awaited(make_coroutine: Callable[[], Awaitable[T]]) -> T:
-    return await make_coroutine()
-
-
-def _raise_database_closed() -> None:
-    # Also for a task cancelled by the loop itself as it shut down, not by its caller.
-    raise asyncpg.InterfaceError("the database is closed")
-
-
-def _run_until_stopped(loop: asyncio.AbstractEventLoop) -> None:
-    """Run `loop` until it is stopped; then, as `asyncio.run` does, cancel and finish what is left
-    on it, and close it."""
-    try:
-        loop.run_forever()
-    finally:
-        try:
-            left = asyncio.all_tasks(loop)
-            for task in left:
-                task.cancel()
-            if left:
-                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
-            loop.run_until_complete(loop.shutdown_asyncgens())
-        finally:
-            loop.close()
-
-
-def default_loop_factory() -> LoopFactory:
-    """uvloop's event loop where uvloop is installed (it costs less CPU per unit of work), asyncio's
-    own otherwise."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.SelectorEventLoop
-    loop_class: LoopFactory = uvloop.Loop
-    return loop_class
-
-
-@asynccontextmanager
-async def _loop_thread(loop_factory: LoopFactory) -> AsyncIterator[_LoopThread]:
-    """A new event loop running in a new thread for as long as the block runs; on exit (shielded)
-    the loop is stopped and closed, and the thread has ended."""
-    loop = loop_factory()
-    token = trio.lowlevel.current_trio_token()
-    thread_ended = trio.Event()
-    how_it_ended: list[outcome.Outcome[None]] = []
-
-    def deliver(result: outcome.Outcome[None]) -> None:  # in the loop's thread, as it ends
-        how_it_ended.append(result)
-        token.run_sync_soon(thread_ended.set)
-
-    trio.lowlevel.start_thread_soon(lambda: _run_until_stopped(loop), deliver, name="payorch database loop")
-    running = _LoopThread(loop, token)
-    try:
-        yield running
-    finally:
-        running.stopping = True
-        if not loop.is_closed():
-            loop.call_soon_threadsafe(loop.stop)
-        with trio.CancelScope(shield=True):
-            await thread_ended.wait()
-        how_it_ended[0].unwrap()
 
 
 class Database:
     """A pool of connections to one PostgreSQL database."""
 
-    def __init__(self, pool: asyncpg.Pool, dsn: str, loop: _LoopThread) -> None:
+    def __init__(self, pool: asyncpg.Pool, dsn: str, loop: LoopThread) -> None:
         self._pool = pool
         self._loop = loop
         self.dsn = dsn
@@ -199,6 +91,12 @@ class Database:
 
         return await self._loop.run(in_snapshot)
 
+    def dedicated_connection(self, purpose: str) -> AbstractAsyncContextManager[DedicatedConnection]:
+        """A connection of its own for the block, outside the pool, on the same loop thread, named
+        "payorch <purpose>" in `pg_stat_activity`: for session state (a session-level lock, LISTEN),
+        which pooled connections never hold (`storage.dedicated`)."""
+        return open_dedicated_connection(self._loop, self.dsn, purpose)
+
     async def ping(self) -> bool:
         """Whether the database answers a trivial query within two seconds."""
         with trio.move_on_after(2):
@@ -235,8 +133,10 @@ async def open_database(
 ) -> AsyncIterator[Database]:
     """Open a pool on an event loop in a thread of its own (`loop_factory()`, by default
     `default_loop_factory()`'s). On exit, however the block ends, the pool is closed (shielded; a
-    close that takes over five seconds becomes a terminate), then the loop, and the thread has ended."""
-    async with _loop_thread(loop_factory or default_loop_factory()) as loop:
+    close that takes over five seconds becomes a terminate), then the loop, and the thread has ended.
+    Should the loop stop before that, every unit of work fails at once (`loop_thread.DatabaseLoopStopped`,
+    the database unavailable) until the block ends."""
+    async with loop_thread(loop_factory or default_loop_factory()) as loop:
         pool = await loop.run(
             lambda: asyncpg.create_pool(
                 dsn,
@@ -252,4 +152,6 @@ async def open_database(
         finally:
             # asyncpg's close, cancelled by the deadline, terminates the connections left.
             with trio.move_on_after(5, shield=True):
-                await loop.run(pool.close)
+                # A loop that stopped before its time took the pool's connections with it.
+                with contextlib.suppress(DatabaseLoopStopped):
+                    await loop.run(pool.close)

@@ -1,15 +1,17 @@
 """Nodes: each running payorch process, as the claims it makes name it.
 
 A process draws a node id from the `payorch_nodes` sequence as it starts and holds a session-level
-advisory lock on it (`pg_advisory_lock(NODE_LOCK_CLASS, id)`) on a connection of its own for as long
-as it runs. Every claim it makes records that id beside its lease (migration 0009). When the process
-dies, however it dies, PostgreSQL closes its connection and drops the lock with it, so `LIVE_NODES`,
-read in the same statement as a claim, tells at once whether the claim's owner is still there.
+advisory lock on it (`pg_try_advisory_lock(NODE_LOCK_CLASS, id)`) on a connection of its own (a
+dedicated connection on the database's loop thread, `storage.dedicated`) for as long as it runs.
+Every claim it makes records that id beside its lease (migration 0009). When the process dies,
+however it dies, PostgreSQL closes its connection and drops the lock with it, so `LIVE_NODES`, read
+in the same statement as a claim, tells at once whether the claim's owner is still there.
 
-Ids are never reused: a process that loses its connection (a network cut, a restart of PostgreSQL)
-takes a new id when it is back, and the claims named by its old one are taken over by whoever sees
-them first, as after a crash. Until then it names its claims by nobody (`NodeIdentity.id` is None),
-and those claims end only with their leases.
+Ids are never reused: a process that loses its connection (a network cut, a restart of PostgreSQL,
+its backend terminated) knows at once, or within a check's interval and timeout when the connection
+stays open but no longer answers; it takes a new id when it is back, and the claims named by its old
+one are taken over by whoever sees them first, as after a crash. Until then it names its claims by
+nobody (`NodeIdentity.id` is None), and those claims end only with their leases.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-import asyncpg
 import trio
-import triopg
+
+from payorch.storage.database import Connection, Database
+from payorch.storage.dedicated import LOST
 
 log = logging.getLogger("payorch.nodes")
 
@@ -40,8 +43,6 @@ _RECORD_PUBLIC_BASE_URL = f"""WITH gone AS (
     INSERT INTO node_public_base_urls (node, public_base_url) VALUES ($1, $2)
     ON CONFLICT (node) DO UPDATE SET public_base_url = EXCLUDED.public_base_url"""
 
-CHECK_EVERY_S = 5.0  # how often the identity's connection is checked
-CHECK_TIMEOUT_S = 5.0
 RECONNECT_INITIAL_S = 0.5
 RECONNECT_MAX_S = 10.0
 
@@ -53,44 +54,56 @@ class NodeIdentity:
     id: int | None = None
 
 
+async def _take_node_id(conn: Connection, public_base_url: str | None) -> int:
+    """A new node id, locked by this connection's session, and `public_base_url` recorded for it
+    when there is one. The id is new, so nobody holds its lock; should somebody (by hand), the next
+    id is taken."""
+    while True:
+        node: int = await conn.fetchval("SELECT nextval('payorch_nodes')::integer")
+        if await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", NODE_LOCK_CLASS, node):
+            break
+    if public_base_url is not None:
+        await conn.execute(_RECORD_PUBLIC_BASE_URL, node, public_base_url)
+    return node
+
+
 async def hold_node_identity(
-    dsn: str,
+    db: Database,
     identity: NodeIdentity,
     *,
     public_base_url: str | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Take a node id and hold its lock until cancelled; `identity.id` says which. Started once the
-    first id is held (a failure before that propagates: the service cannot name its claims). A
-    connection lost later is reopened, with a new id, after a pause that grows. With
-    `public_base_url`, each id taken records it (`live_public_base_urls` reads it)."""
+    first id is held (a failure before that propagates: the service cannot name its claims). Once
+    the lock's connection is lost, `identity.id` is None until a new connection holds a new id,
+    after a pause that grows. With `public_base_url`, each id taken records it
+    (`live_public_base_urls` reads it)."""
     started = False
     pause = RECONNECT_INITIAL_S
     while True:
+        node: int | None = None  # the id this connection holds, once it holds one
         try:
-            async with triopg.connect(dsn) as conn:
-                node: int = await conn.fetchval("SELECT nextval('payorch_nodes')::integer")
-                await conn.execute("SELECT pg_advisory_lock($1, $2)", NODE_LOCK_CLASS, node)
-                if public_base_url is not None:
-                    await conn.execute(_RECORD_PUBLIC_BASE_URL, node, public_base_url)
+            async with db.dedicated_connection("node lock") as conn:
+                node = await conn.run(_take_node_id, public_base_url)
                 identity.id = node
                 log.info("holding the node identity", extra={"node": node})
                 if not started:
                     started = True
                     task_status.started()
                 pause = RECONNECT_INITIAL_S
-                while True:
-                    await trio.sleep(CHECK_EVERY_S)
-                    with trio.fail_after(CHECK_TIMEOUT_S):
-                        await conn.fetchval("SELECT 1")
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, trio.TooSlowError) as error:
+                try:
+                    await conn.wait_lost()
+                finally:
+                    identity.id = None  # at once: closing a connection that no longer answers takes a while
+        except LOST as error:
             if not started:
                 log.error("no node identity: the service does not start", extra={"error": repr(error)})
                 raise
             log.warning(
                 "lost the node identity's connection; other nodes take over this node's claims, and "
                 "claims made until it is back end only with their leases",
-                extra={"node": identity.id, "error": repr(error), "retryInS": pause},
+                extra={"node": node, "error": repr(error), "retryInS": pause},
             )
         finally:
             identity.id = None
@@ -98,7 +111,7 @@ async def hold_node_identity(
         pause = min(pause * 2, RECONNECT_MAX_S)
 
 
-async def live_public_base_urls(conn: asyncpg.Connection) -> list[str]:
+async def live_public_base_urls(conn: Connection) -> list[str]:
     """The `server.public_base_url` of each node alive now that recorded one, the newest node's
     first (`hold_node_identity`)."""
     rows = await conn.fetch(

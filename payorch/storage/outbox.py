@@ -19,6 +19,8 @@ from typing import Any
 from payorch.storage.database import Connection
 from payorch.storage.wakeup import mark_outbox_written
 
+OUTBOX_CHANNEL = "payorch_outbox"  # what other processes' delivery loops listen to
+
 
 async def add_event(
     conn: Connection,
@@ -33,10 +35,10 @@ async def add_event(
     (the database's delivery wake-up in this process, NOTIFY for the others)."""
     origin = mark_outbox_written()
     await conn.execute(
-        """WITH event AS (
+        f"""WITH event AS (
                INSERT INTO outbox_events (id, application_id, session_id, type, payload)
                VALUES ($1, $2, $3, $4, $5) RETURNING 1)
-           SELECT pg_notify('payorch_outbox', $6) FROM event""",
+           SELECT pg_notify('{OUTBOX_CHANNEL}', $6) FROM event""",
         event_id,
         application_id,
         session_id,

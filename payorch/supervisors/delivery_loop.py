@@ -33,13 +33,15 @@ from functools import partial
 
 import httpx
 import trio
-import triopg
 
 from payorch.engine.body_types import ALWAYS_DELIVERED
 from payorch.engine.context import Context
 from payorch.outbound.client import CurrentClient, close_after, webhook_client
 from payorch.restarts import SupervisorBoard, supervised
 from payorch.storage import webhook_deliveries
+from payorch.storage.database import Database
+from payorch.storage.notifications import Notifications, listen
+from payorch.storage.outbox import OUTBOX_CHANNEL
 from payorch.supervisors.slots import WorkSlots
 from payorch.supervisors.webhook_attempts import attempt_delivery
 
@@ -89,7 +91,7 @@ async def _round(context: Context, client: httpx.AsyncClient, slots: WorkSlots, 
 
 
 async def _listen(
-    dsn: str,
+    db: Database,
     own_origin: str,
     slots: WorkSlots,
     *,
@@ -97,9 +99,12 @@ async def _listen(
 ) -> None:
     """Forward PostgreSQL notifications of new outbox events as wake-ups, but for those of this
     process's own database, whose wake-up has rung for them already. One notification waiting is
-    enough: the loop looks for every new event in each round, and triopg adds an overflow marker
-    (a wake-up too) when more arrive. Started once it listens."""
-    async with triopg.connect(dsn) as conn, conn.listen("payorch_outbox", max_buffer_size=1) as notes:
+    enough: the loop looks for every new event in each round, and more that arrive meanwhile are
+    one `MISSED`, a wake-up too. So is the listening connection lost and reopened: events committed
+    while it was lost are found by the round that follows. Started once it listens."""
+    notes = Notifications(buffer=1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(listen, db, OUTBOX_CHANNEL, notes)
         task_status.started()
         async for origin in notes:
             if origin != own_origin:
@@ -135,7 +140,7 @@ async def _delivery_loop(
         current = CurrentClient(webhook_client(settings, 2 * DELIVERY_SLOTS), settings.webhooks)
         try:
             async with trio.open_nursery() as nursery:
-                await nursery.start(_listen, context.db.dsn, wakeup.origin, slots)
+                await nursery.start(_listen, context.db, wakeup.origin, slots)
                 while True:
                     client = _current_client(context, current, nursery)
                     fanned_out = await _round(context, client, slots, nursery)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import asyncpg
+import pytest
 
 from payorch.config import Settings
 from payorch.http.services import PayorchApp
-from payorch.storage.database import Database
+from payorch.storage.database import Connection, Database
+from payorch.storage.loop_thread import DatabaseLoopStopped
 from payorch.storage.nodes import NODE_LOCK_CLASS
-from tests.helpers import Client, drop_database, eventually
+from tests.helpers import Client, create_session, drop_database, eventually, new_shop
 
 
 async def test_healthz_is_200(client: Client) -> None:
@@ -79,3 +83,25 @@ async def test_a_process_whose_identity_connection_is_cut_takes_a_new_node_id_an
 
     await eventually(holds_a_new_id, timeout_s=30)
     assert (await app.test_client().get("/readyz")).status_code == 200
+
+
+async def _stop_the_loop(conn: Connection) -> None:
+    """Stop the event loop this unit runs on, as a bug in the database's thread might, and wait."""
+    asyncio.get_running_loop().stop()
+    await asyncio.Event().wait()
+
+
+async def test_once_the_database_loop_has_stopped_readyz_and_requests_are_503(
+    app: PayorchApp, db: Database, settings: Settings
+) -> None:
+    client = app.test_client()
+    shop = await new_shop(client, db, settings)
+    assert (await client.get("/readyz")).status_code == 200
+    with pytest.raises(DatabaseLoopStopped):
+        await db.autocommit(_stop_the_loop)
+
+    response = await client.get("/readyz")
+    assert response.status_code == 503
+    assert (await response.get_json())["checks"]["database"] is False
+    created = await create_session(client, shop, "after-the-loop-stopped")
+    assert created.status_code == 503, await created.get_data(as_text=True)

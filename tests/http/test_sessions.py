@@ -170,7 +170,7 @@ async def test_key_claimed_by_another_process_is_409_in_progress(
 
 
 async def test_a_create_retried_after_its_node_died_keeps_the_first_requests_expiry(
-    client: Client, shop: Shop, db: Database, settings: Settings, database_dsn: str, clock: ShiftedClock
+    client: Client, shop: Shop, db: Database, settings: Settings, clock: ShiftedClock
 ) -> None:
     """The retry takes the dead node's claim over and asks the provider with the deadline the first
     request had, so a provider that stores parameters under its idempotency key sees the same ones."""
@@ -178,7 +178,7 @@ async def test_a_create_retried_after_its_node_died_keeps_the_first_requests_exp
     sent = loads_exact(dumps_exact(body))
     fingerprint = request_fingerprint({**sent, "applicationId": shop.application_id}, "POST /api/v1/sessions")
     first_claimed_at = clock.now()
-    async with another_node(database_dsn) as gone:
+    async with another_node(db) as gone:
         await db.transaction(
             idempotency_keys.claim_idempotency_key,
             application_id=uuid.UUID(shop.application_id),

@@ -3,8 +3,8 @@ its own however long it works: Idempotency-Key claims and provider configuration
 over by the request that meets them, deliveries and refund submissions by `release_claims_of`.
 
 "Another node" here is `hold_node_identity` itself, run in a nursery; it is gone when the nursery is
-cancelled, which closes its connection as a killed process's would be closed. (It connects through
-triopg, under the trio_asyncio loop that the `db` fixture opens.)"""
+cancelled, which closes its connection as a killed process's would be closed. (Its connection is a
+dedicated one of the `db` fixture's database.)"""
 
 from __future__ import annotations
 
@@ -29,23 +29,23 @@ from tests.storage.test_webhook_deliveries import _application, _endpoint, _even
 
 
 @asynccontextmanager
-async def another_node(database_dsn: str) -> AsyncIterator[int]:
+async def another_node(db: Database) -> AsyncIterator[int]:
     """A node holding its identity until the block is left, when it is gone: its id."""
     identity = NodeIdentity()
     async with trio.open_nursery() as nursery:
-        await nursery.start(hold_node_identity, database_dsn, identity)
+        await nursery.start(hold_node_identity, db, identity)
         assert identity.id is not None
         yield identity.id
         nursery.cancel_scope.cancel()
 
 
-async def delivery_claimed_by_a_gone_node(db: Database, settings: Settings, database_dsn: str) -> int:
+async def delivery_claimed_by_a_gone_node(db: Database, settings: Settings) -> int:
     """One webhook delivery of a new application, claimed by a node that is gone by the time this
     returns: that node's id."""
     application_id = await _application(db, settings)
     await _endpoint(db, application_id, "receiver")
     await _events(db, application_id, 1)
-    async with another_node(database_dsn) as gone:
+    async with another_node(db) as gone:
         claimed = await db.transaction(
             claim_due_deliveries,
             limit=1,
@@ -77,24 +77,24 @@ async def _claim_key(
 
 
 async def test_a_key_claimed_by_a_live_node_stays_in_progress_and_is_taken_over_once_that_node_is_gone(
-    db: Database, settings: Settings, database_dsn: str
+    db: Database, settings: Settings
 ) -> None:
     application_id = await _application(db, settings)
-    async with another_node(database_dsn) as other:
+    async with another_node(db) as other:
         first = await _claim_key(db, application_id, owner=other)
         assert isinstance(first, idempotency_keys.Claimed)
         assert isinstance(await _claim_key(db, application_id, owner=None), idempotency_keys.InProgress)
     # Gone: the retry takes the claim over at once, with the resource id the first request was given.
-    async with another_node(database_dsn) as survivor:
+    async with another_node(db) as survivor:
         assert await _claim_key(db, application_id, owner=survivor) == first
         assert isinstance(await _claim_key(db, application_id, owner=None), idempotency_keys.InProgress)
 
 
 async def test_a_live_nodes_key_claim_is_taken_over_only_once_its_lease_has_run_out(
-    db: Database, settings: Settings, database_dsn: str
+    db: Database, settings: Settings
 ) -> None:
     application_id = await _application(db, settings)
-    async with another_node(database_dsn) as wedged:
+    async with another_node(db) as wedged:
         first = await _claim_key(db, application_id, owner=wedged)
         assert isinstance(first, idempotency_keys.Claimed)
         # Alive but never finishing: in progress until the lease's last moment, taken over after it.
@@ -104,10 +104,10 @@ async def test_a_live_nodes_key_claim_is_taken_over_only_once_its_lease_has_run_
         assert await _claim_key(db, application_id, owner=None, after_s=60) == first
 
 
-async def test_a_node_takes_a_new_id_and_never_one_a_gone_node_had(db: Database, database_dsn: str) -> None:
-    async with another_node(database_dsn) as first:
+async def test_a_node_takes_a_new_id_and_never_one_a_gone_node_had(db: Database) -> None:
+    async with another_node(db) as first:
         pass
-    async with another_node(database_dsn) as second:
+    async with another_node(db) as second:
         assert second > first
 
 
@@ -125,10 +125,10 @@ async def _begin_link(db: Database, application_id: uuid.UUID, owner: int | None
 
 
 async def test_a_link_a_gone_node_was_making_may_be_made_again_at_once(
-    db: Database, settings: Settings, database_dsn: str
+    db: Database, settings: Settings
 ) -> None:
     application_id = await _application(db, settings)
-    async with another_node(database_dsn) as other:
+    async with another_node(db) as other:
         await _begin_link(db, application_id, owner=other)
         with pytest.raises(ProviderAlreadyLinked):
             await _begin_link(db, application_id, owner=None)
@@ -141,7 +141,7 @@ async def _owners(conn: Connection) -> list[int | None]:
 
 
 async def test_a_live_nodes_delivery_claim_is_claimable_again_only_once_its_lease_has_run_out(
-    db: Database, settings: Settings, database_dsn: str
+    db: Database, settings: Settings
 ) -> None:
     application_id = await _application(db, settings)
     await _endpoint(db, application_id, "only")
@@ -160,14 +160,14 @@ async def test_a_live_nodes_delivery_claim_is_claimable_again_only_once_its_leas
         )
         return len(claimed)
 
-    async with another_node(database_dsn) as wedged:
+    async with another_node(db) as wedged:
         assert await claim(wedged, after_s=0) == 1
         assert await claim(None, after_s=59.9) == 0
         assert await claim(None, after_s=60) == 1  # the lease ran out: attempted again, counted again
 
 
 async def test_deliveries_claimed_by_a_gone_node_are_due_again_and_a_live_nodes_stay_claimed(
-    db: Database, settings: Settings, database_dsn: str
+    db: Database, settings: Settings
 ) -> None:
     application_id = await _application(db, settings)
     for name in ("first", "second"):
@@ -186,8 +186,8 @@ async def test_deliveries_claimed_by_a_gone_node_are_due_again_and_a_live_nodes_
         )
         return len(claimed)
 
-    async with another_node(database_dsn) as live:
-        async with another_node(database_dsn) as doomed:
+    async with another_node(db) as live:
+        async with another_node(db) as doomed:
             assert await claim(doomed, limit=1) == 1
             assert await claim(live, limit=1) == 1
             assert await db.autocommit(claim_takeover.gone_claim_owners) == []
@@ -203,9 +203,9 @@ async def test_deliveries_claimed_by_a_gone_node_are_due_again_and_a_live_nodes_
 
 
 async def test_a_running_service_takes_over_a_gone_nodes_deliveries_by_itself_and_counts_them(
-    db: Database, settings: Settings, database_dsn: str
+    db: Database, settings: Settings
 ) -> None:
-    doomed = await delivery_claimed_by_a_gone_node(db, settings, database_dsn)
+    doomed = await delivery_claimed_by_a_gone_node(db, settings)
     async with open_runtime(settings, db) as runtime:
         client = runtime.app.test_client()
 

@@ -1,10 +1,12 @@
 """The bridge to asyncpg's thread: what a unit of work's caller sees when the unit returns, raises or
-is cancelled, and that the thread lives exactly as long as `open_database`'s block."""
+is cancelled, that the thread lives exactly as long as `open_database`'s block, and that a loop that
+stops before its time fails its callers at once."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 import pytest
@@ -12,6 +14,8 @@ import trio
 
 from payorch.config import Settings
 from payorch.storage.database import Connection, Database, open_database
+from payorch.storage.failures import StorageFailure, storage_failure
+from payorch.storage.loop_thread import DatabaseLoopStopped
 
 
 class UnitFailed(Exception):
@@ -112,3 +116,58 @@ async def test_a_database_used_after_its_block_does_not_answer_a_ping(settings: 
     async with open_database(settings.database.url, min_size=1, max_size=1) as db:
         pass
     assert await db.ping() is False  # what /readyz reports: not ready, and no error
+
+
+async def _stop_the_loop(conn: Connection) -> None:
+    """Stop the event loop this unit runs on, as a bug in the loop's thread might, and wait forever."""
+    asyncio.get_running_loop().stop()
+    await asyncio.Event().wait()
+
+
+async def test_when_the_loop_stops_by_itself_every_waiting_caller_fails_at_once(settings: Settings) -> None:
+    async with open_database(settings.database.url, min_size=1, max_size=4) as db:
+        token = trio.lowlevel.current_trio_token()
+        waiting = trio.Semaphore(0)
+        failures: list[BaseException] = []
+
+        async def wait_forever(conn: Connection) -> None:
+            token.run_sync_soon(waiting.release)
+            await asyncio.Event().wait()
+
+        async def caller(unit: Callable[[Connection], Awaitable[None]]) -> None:
+            try:
+                await db.transaction(unit)
+            except DatabaseLoopStopped as error:
+                failures.append(error)
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(3):
+                nursery.start_soon(caller, wait_forever)
+            for _ in range(3):
+                await waiting.acquire()
+            nursery.start_soon(caller, _stop_the_loop)
+        # Every caller failed, none cancelled nor left waiting, with what the service answers 503.
+        assert len(failures) == 4
+        assert {storage_failure(error) for error in failures} == {StorageFailure.UNAVAILABLE}
+        with pytest.raises(DatabaseLoopStopped):
+            await db.autocommit(_count)
+        assert await db.ping() is False
+    assert _loop_threads() == []
+
+
+async def test_an_exception_that_escapes_the_loop_fails_its_callers_and_is_raised_as_the_block_ends(
+    settings: Settings,
+) -> None:
+    def kill_the_loop() -> None:
+        raise SystemExit("an exception no event loop handles")
+
+    async def kill_then_wait(conn: Connection) -> None:
+        asyncio.get_running_loop().call_soon(kill_the_loop)
+        await asyncio.Event().wait()
+
+    with pytest.raises(SystemExit):
+        async with open_database(settings.database.url, min_size=1, max_size=1) as db:
+            with pytest.raises(DatabaseLoopStopped):
+                await db.autocommit(kill_then_wait)
+            assert await db.ping() is False
+    assert _loop_threads() == []

@@ -42,12 +42,12 @@ async def test_every_supervised_loop_is_running_when_open_runtime_returns(
 
 
 async def _listening(conn: Connection) -> set[str]:
-    """The LISTEN statements of the connections to this database that listen."""
+    """The names of the connections to this database that listen (`storage.notifications`)."""
     rows = await conn.fetch(
-        """SELECT query FROM pg_stat_activity
-           WHERE datname = current_database() AND query LIKE 'LISTEN %'"""
+        """SELECT application_name FROM pg_stat_activity
+           WHERE datname = current_database() AND application_name LIKE 'payorch listen %'"""
     )
-    return {row["query"] for row in rows}
+    return {row["application_name"] for row in rows}
 
 
 async def test_the_outbox_and_application_listeners_listen_when_open_runtime_returns(
@@ -55,13 +55,14 @@ async def test_the_outbox_and_application_listeners_listen_when_open_runtime_ret
 ) -> None:
     assert await db.autocommit(_listening) == set()
     async with open_runtime(settings, db):
-        assert await db.autocommit(_listening) == {'LISTEN "payorch_outbox"', 'LISTEN "payorch_applications"'}
+        listening = await db.autocommit(_listening)
+        assert listening == {"payorch listen payorch_outbox", "payorch listen payorch_applications"}
 
 
 async def test_the_claims_of_a_gone_node_are_released_when_open_runtime_returns(
-    db: Database, settings: Settings, database_dsn: str
+    db: Database, settings: Settings
 ) -> None:
-    gone = await delivery_claimed_by_a_gone_node(db, settings, database_dsn)
+    gone = await delivery_claimed_by_a_gone_node(db, settings)
     assert await db.autocommit(claim_takeover.gone_claim_owners) == [gone]
     async with open_runtime(settings, db):
         assert await db.autocommit(claim_takeover.gone_claim_owners) == []
