@@ -1,5 +1,6 @@
-"""Running the load generator against a target, and what the machine did meanwhile: the cores this
-process (the server), the load generator and everything else kept busy, and this process's memory.
+"""Running the load generator against a target, and what the machine did meanwhile: the cores the
+server (this process, or the processes of a server run apart: `bench/processes.py`), the load
+generator and everything else kept busy, and this process's memory.
 
 The load comes from a separate process (`bench/load.py`), so that server and load generator each get
 a core of a two-core machine instead of sharing one; PostgreSQL takes what is left.
@@ -24,14 +25,18 @@ import trio
 from bench.load import LoadResult, LoadSpec
 from bench.payorch_target import Target
 
+# CPU seconds some processes have spent so far (user and system): read at both ends of a window.
+CpuClock = Callable[[], float]
+
 
 @dataclass(frozen=True)
 class Cores:
     """Cores kept busy during the measured window, on average."""
 
-    server: float  # this process: payorch or the bare app
+    server: float  # payorch or the bare app: this process, or the processes of one run apart
     load: float  # the load generator process
     other: float | None  # the rest of the machine, chiefly PostgreSQL; None where /proc/stat is missing
+    database: float | None = None  # PostgreSQL's processes, where told apart (then not in `other`)
 
 
 @dataclass(frozen=True)
@@ -72,7 +77,8 @@ def rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _own_cpu_s() -> float:
+def own_cpu_s() -> float:
+    """CPU seconds this process has spent so far."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
@@ -89,18 +95,25 @@ def _machine_busy_s() -> float | None:
 
 @dataclass
 class _CpuWindow:
-    """CPU seconds spent in this process and on the whole machine over one measured window."""
+    """CPU seconds spent by the server (`server_clock`), by PostgreSQL (`database_clock`, when the
+    benchmark can tell its processes apart) and on the whole machine over one measured window."""
 
-    own_s: float = 0.0
+    server_clock: CpuClock
+    database_clock: CpuClock | None = None
+    server_s: float = 0.0
+    database_s: float | None = None
     machine_s: float | None = None
 
     async def sample(self, seconds: float, ended: trio.Event) -> None:
         """Sample from now for `seconds`, or until `ended` is set (a run that ends early)."""
-        own, machine = _own_cpu_s(), _machine_busy_s()
+        server, machine = self.server_clock(), _machine_busy_s()
+        database = None if self.database_clock is None else self.database_clock()
         with trio.move_on_after(seconds):
             await ended.wait()
         machine_after = _machine_busy_s()
-        self.own_s = _own_cpu_s() - own
+        self.server_s = self.server_clock() - server
+        if self.database_clock is not None and database is not None:
+            self.database_s = self.database_clock() - database
         self.machine_s = None if machine is None or machine_after is None else machine_after - machine
 
 
@@ -174,12 +187,20 @@ async def run_load_process(spec: LoadSpec, on_measuring: Callable[[], None] = la
     return result
 
 
-async def measure(label: str, target: Target, shape: Shape) -> Measurement:
-    """Load `target` from a separate process; its CPU and this process's are taken over the window."""
+async def measure(
+    label: str,
+    target: Target,
+    shape: Shape,
+    *,
+    server_cpu: CpuClock = own_cpu_s,
+    database_cpu: CpuClock | None = None,
+) -> Measurement:
+    """Load `target` from a separate process; its CPU and the server's (this process's, unless
+    `server_cpu` reads another's) are taken over the window, and PostgreSQL's with `database_cpu`."""
     await probe(target)
     rate = f" at {shape.rate_per_s:.1f} requests/s" if shape.rate_per_s else ""
     progress(f"loading {label}{rate}: {shape.warmup_s:g} s warm-up, then {shape.measured_s:g} s measured")
-    window, ended = _CpuWindow(), trio.Event()
+    window, ended = _CpuWindow(server_cpu, database_cpu), trio.Event()
     async with trio.open_nursery() as nursery:
         spec = load_spec(target, shape)
         result = await run_load_process(
@@ -187,11 +208,13 @@ async def measure(label: str, target: Target, shape: Shape) -> Measurement:
         )
         ended.set()
     measured_s = result.measured_s
-    machine, server, load = window.machine_s, window.own_s, result.client_cpu_s
+    machine, server, load = window.machine_s, window.server_s, result.client_cpu_s
+    database = window.database_s
     cores = Cores(
         server=server / measured_s,
         load=load / measured_s,
-        other=None if machine is None else max(machine - server - load, 0.0) / measured_s,
+        other=None if machine is None else max(machine - server - load - (database or 0.0), 0.0) / measured_s,
+        database=None if database is None else database / measured_s,
     )
     return Measurement(label, result, cores)
 

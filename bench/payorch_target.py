@@ -85,18 +85,19 @@ def bench_settings(
     stripe_api_base: str = "",
     actor_idle_s: float | None = None,
     limits: LimitSettings | None = None,
+    bind: str = "127.0.0.1:0",
 ) -> Settings:
-    """Defaults, except: port 0, the embedded database and state under `work_dir`, fresh secrets,
-    no connection limit per address below the node's, and rate limits the benchmark cannot reach
-    unless `limits` are given. With `stripe_api_base`, the Stripe provider is enabled too, its API
-    there; with `actor_idle_s`, actors stop after that long idle."""
+    """Defaults, except: `bind` (loopback, port 0), the embedded database and state under
+    `work_dir`, fresh secrets, no connection limit per address below the node's, and rate limits the
+    benchmark cannot reach unless `limits` are given. With `stripe_api_base`, the Stripe provider is
+    enabled too, its API there; with `actor_idle_s`, actors stop after that long idle."""
     providers = ProviderSettings()
     if stripe_api_base:
         providers = ProviderSettings(stripe=StripeSettings(enabled=True, api_base=stripe_api_base))
     engine = EngineSettings() if actor_idle_s is None else EngineSettings(actor_idle_s=actor_idle_s)
     return _InitOnlySettings(
         server=ServerSettings(
-            bind="127.0.0.1:0",
+            bind=bind,
             state_dir=work_dir / "state",
             max_connections_per_address=ONE_ADDRESS_FOR_ALL,
         ),
@@ -166,13 +167,22 @@ def json_log_file(path: Path) -> Iterator[None]:
 
 
 def problems_logged(log_path: Path) -> list[str]:
-    """The warnings and errors in payorch's JSON log at `log_path`, the first few also shown on
-    stderr (the log itself is in a temporary directory, gone after the run)."""
+    """The warnings and errors in payorch's JSON log at `log_path`, and any line that is not JSON (a
+    process's stderr goes there too when payorch runs apart), the first few also shown on stderr
+    (the log itself is in a temporary directory, gone after the run)."""
     lines = log_path.read_text().splitlines() if log_path.exists() else []
-    problems = [line for line in lines if json.loads(line).get("level") in ("warning", "error", "critical")]
+    problems = [line for line in lines if _is_problem(line)]
     for line in problems[:5]:
         print(f"bench: payorch logged: {line}", file=sys.stderr, flush=True)
     return problems
+
+
+def _is_problem(line: str) -> bool:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return bool(line.strip())
+    return not isinstance(record, dict) or record.get("level") in ("warning", "error", "critical")
 
 
 @asynccontextmanager

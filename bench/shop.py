@@ -1,7 +1,8 @@
 """The benchmark's merchant, set up as a real one is: invited (straight into the database, as
-`payorch invite` does), then signup, login, applications, a provider linked to each, an API key
-each, all over HTTP. Many applications at once (thousands, for the idle benchmark) are copied from
-one made this way, in the database (`bench.many_applications`).
+`payorch invite` does, or by `payorch invite` itself for a payorch in another process), then
+signup, login, applications, a provider linked to each, an API key each, all over HTTP. Many
+applications at once (thousands, for the idle benchmark) are copied from one made this way, in the
+database (`bench.many_applications`).
 """
 
 from __future__ import annotations
@@ -118,7 +119,18 @@ async def signed_up_merchant(
     name and registration number its own), invited, signed up and logged in, for the length of the
     block."""
     token = await _invite_token(payorch, email)
-    async with httpx.AsyncClient(base_url=payorch.base_url, timeout=30) as http:
+    async with invited_merchant(payorch.base_url, token, email, number) as merchant:
+        yield merchant
+
+
+@asynccontextmanager
+async def invited_merchant(
+    base_url: str, token: str, email: str = MERCHANT_EMAIL, number: int = 1
+) -> AsyncIterator[Merchant]:
+    """The merchant invited with `token` (for `email`), signed up and logged in at the payorch at
+    `base_url` for the length of the block, over HTTP alone: for a payorch in another process, whose
+    invite comes from `payorch invite`."""
+    async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
         signup = _signup_body(email, number)
         await expect(await http.post(f"/api/v1/merchants/signup?token={token}", json=signup), 201)
         login = await expect(
