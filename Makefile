@@ -2,7 +2,8 @@
 # machine allowed: webhooks.allow_loopback), `make dev-receiver` starts a webhook receiver beside it
 # (PAYORCH_DEV_RECEIVER_SECRET=whsec_... to verify signatures), `make test` runs lint, types and the tests,
 # `make bench` prints payorch's speed scenarios, each figure next to its goal (PASS or MISS): session
-# creates/s and reads/s with latency against a bare Quart-Trio endpoint, creates due at a steady 50,
+# creates/s and reads/s with latency against a bare Quart-Trio endpoint, the same with `payorch serve
+# --workers` 1 and 2 against the bare endpoint on as many workers, creates due at a steady 50,
 # 100 and 200/s (open loop), creates beside a slow provider,
 # 10,000 applications touched once then idle, webhook latency, a list's pages at a million sessions,
 # other merchants' creates beside floods of deep pages and forged provider events, routing quality in a

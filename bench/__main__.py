@@ -3,6 +3,9 @@
 - create: `POST /api/v1/sessions` with 32 connections, for one application, then spread over 50
   applications (each request with the next application's API key), against a bare Quart-Trio POST;
 - read: `GET /api/v1/sessions/{id}` of one session, against a bare Quart-Trio GET;
+- workers: creates for one application and reads with `payorch serve --workers N` (1, then 2), run
+  apart, each against the bare app on as many hypercorn workers in the same run: CPU of the whole
+  process tree, RSS per worker (`bench/workers.py`);
 - isolation: the 50 applications' creates again, beside 4 more connections creating sessions for
   one more application whose provider (Stripe, through payorch's Stripe adapter, at a fake Stripe on
   loopback) answers each checkout after 1 s; their creates/s must stay within 10% of the run without;
@@ -22,7 +25,8 @@
   decision with 20 rules and 3 providers (`bench/routing.py`); no payorch is started.
 
 payorch runs in this process (`payorch.service.run`) on a fresh embedded PostgreSQL; the bare app
-(`bench/bare.py`) after it, the same way; the load comes from a separate process (`bench/load.py`).
+(`bench/bare.py`) after it, the same way; but for workers, where both run as processes of their own.
+The load comes from a separate process (`bench/load.py`).
 Everything goes to loopback, and every run is bounded in time and in request count. The figures go to
 stdout; what the benchmark is doing goes to stderr. `--only` picks scenarios.
 """
@@ -54,8 +58,21 @@ from bench.shop import Merchant, new_session, sandbox_link, signed_up_merchant, 
 from bench.slow_stripe import open_slow_stripe
 from bench.steady import RATES_PER_S, SECONDS, measure_steady
 from bench.webhooks import measure_webhook_latency
+from bench.workers import WORKER_COUNTS, measure_workers
+from payorch.config import MAX_WORKERS
 
-SCENARIOS = ("create", "steady", "read", "isolation", "idle", "webhooks", "lists", "floods", "routing")
+SCENARIOS = (
+    "create",
+    "steady",
+    "read",
+    "workers",
+    "isolation",
+    "idle",
+    "webhooks",
+    "lists",
+    "floods",
+    "routing",
+)
 BARE_CREATE_LABEL, BARE_READ_LABEL = "bare Quart-Trio POST", "bare Quart-Trio GET"
 READ_LABEL = "GET /api/v1/sessions/{id}"
 
@@ -80,6 +97,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--steady-seconds", type=float, default=SECONDS, help="measured phase per steady rate (default 20)"
+    )
+    parser.add_argument(
+        "--workers-list",
+        default=",".join(str(count) for count in WORKER_COUNTS),
+        help="worker processes of the workers scenario, comma-separated (default 1,2)",
     )
     parser.add_argument(
         "--applications",
@@ -137,6 +159,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("need each steady rate in 1..5000 and 0 < --steady-seconds <= 300")
     if not 1 <= args.list_sessions <= 10_000_000:
         parser.error("need 1 <= --list-sessions <= 10000000")
+    try:
+        args.worker_counts = list(dict.fromkeys(int(count) for count in args.workers_list.split(",")))
+    except ValueError:
+        parser.error("--workers-list takes whole numbers separated by commas")
+    if not args.worker_counts or not all(1 <= count <= MAX_WORKERS for count in args.worker_counts):
+        parser.error(f"need each of --workers-list in 1..{MAX_WORKERS}")
     return args
 
 
@@ -249,6 +277,14 @@ async def main(args: argparse.Namespace) -> None:
                 results.problems += problems_logged(work_dir / "main" / "payorch.log")
         if wanted & {"create", "read"}:
             await _bare_scenarios(work_dir, args, results)
+        if "workers" in wanted:
+            for count in args.worker_counts:
+                run_dir = work_dir / f"workers-{count}"
+                run_dir.mkdir()
+                try:
+                    results.workers.append(await measure_workers(run_dir, count, _shape(args)))
+                finally:
+                    results.problems += problems_logged(run_dir / "payorch.log")
         if "idle" in wanted:
             progress("idle: starting payorch on a fresh embedded PostgreSQL")
             (work_dir / "idle").mkdir()

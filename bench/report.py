@@ -23,6 +23,7 @@ from bench.routing import (
 )
 from bench.steady import CPU_GOAL_RATE, CPU_PER_CREATE_GOAL_MS, P99_GOALS_MS, SteadyRun
 from bench.webhooks import WebhookLatency
+from bench.workers import WorkersRun, workers_label
 
 # Cores found busy before the run beyond which the figures are flagged: other work shares the machine.
 BUSY_MACHINE_CORES = 0.2
@@ -35,6 +36,9 @@ FLOOD_P99_CHANGE_GOAL = 0.20
 # rows with their refunds) and a page past its end (the counter read alone), p50.
 LIST_FIRST_PAGE_P50_GOAL_MS, LIST_PAST_THE_END_P50_GOAL_MS = 10.0, 5.0
 IDLE_RSS_GROWTH_GOAL = 0.10
+# payorch serve --workers N (issue "Scale on one node"): creates and reads as a share of the bare
+# endpoint on as many hypercorn workers, and creates/s with two workers against one.
+WORKERS_CREATE_RATIO_GOAL, WORKERS_READ_RATIO_GOAL, WORKERS_SCALING_GOAL = 0.6, 0.8, 1.4
 WEBHOOK_P50_GOAL_MS, WEBHOOK_P99_GOAL_MS = 25.0, 100.0
 MIB = 1024 * 1024
 LABEL_WIDTH = 44
@@ -80,6 +84,7 @@ class Results:
     routing: RoutingQuality | None = None
     decision_cost: DecisionCost | None = None
     steady: list[SteadyRun] = field(default_factory=list)
+    workers: list[WorkersRun] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # warnings and errors payorch logged
 
     def measurements(self) -> list[Measurement]:
@@ -99,6 +104,10 @@ class Results:
             found += [self.floods.alone, self.floods.beside_pages, self.floods.beside_events]
         found += [run.measurement for run in self.steady]
         return [m for m in found if m is not None]
+
+    def workers_measurements(self) -> list[Measurement]:
+        """The workers scenario's, whose cores are those of process trees (its own table shows them)."""
+        return [m for run in self.workers for m in (run.create, run.bare_create, run.read, run.bare_read)]
 
 
 def _row(label: str, r: LoadResult) -> str:
@@ -151,6 +160,49 @@ def _isolation(iso: Isolation) -> Iterator[str]:
     yield _row(f"{iso.applications} applications, slow one beside", iso.beside.result)
     yield _row("the slow application", iso.slow)
     yield ""
+
+
+def _workers(runs: list[WorkersRun]) -> Iterator[str]:
+    yield "workers: payorch serve --workers N, and the bare app on N hypercorn trio workers, each run apart"
+    yield "(cores: the server's process tree, parent and workers; PG: embedded PostgreSQL; load: load gen)"
+    for run in runs:
+        yield (
+            f"{workers_label(run.workers):<{LABEL_WIDTH}}{'req/s':>11}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}"
+            f"{'of bare':>9}{'cores':>7}{'PG':>6}{'load':>6}"
+        )
+        rows = [
+            (run.create, _ratio(run.create_ratio)),
+            (run.bare_create, ""),
+            (run.read, _ratio(run.read_ratio)),
+            (run.bare_read, ""),
+        ]
+        for m, of_bare in rows:
+            cores = m.cores
+            database = "" if cores.database is None else f"{cores.database:.2f}"
+            yield f"{_row(m.label, m.result)}{of_bare:>9}{cores.server:>7.2f}{database:>6}{cores.load:>6.2f}"
+        payorch_rss = ", ".join(_mib(rss) for rss in run.rss_per_worker) or "n/a"
+        bare_rss = ", ".join(_mib(rss) for rss in run.bare_rss_per_worker) or "n/a"
+        yield f"RSS per worker after the runs, MiB: payorch {payorch_rss}; bare {bare_rss}"
+    yield ""
+
+
+def _workers_goals(runs: list[WorkersRun]) -> Iterator[str]:
+    for run in runs:
+        name = workers_label(run.workers)
+        for kind, ratio, goal in (
+            ("create, 1 app", run.create_ratio, WORKERS_CREATE_RATIO_GOAL),
+            ("read", run.read_ratio, WORKERS_READ_RATIO_GOAL),
+        ):
+            yield goal_line(f"{kind}, {name}: payorch / bare", _ratio(ratio), f">= {goal:g}x", ratio >= goal)
+    by_count = {run.workers: run.create.result.requests_per_s for run in runs}
+    if 1 in by_count and 2 in by_count:
+        scaling = by_count[2] / by_count[1] if by_count[1] else 0.0
+        yield goal_line(
+            "creates/s, 2 workers / 1 worker",
+            _ratio(scaling),
+            f">= {WORKERS_SCALING_GOAL:g}x",
+            scaling >= WORKERS_SCALING_GOAL,
+        )
 
 
 def _lists(lists: ListTimes) -> Iterator[str]:
@@ -398,6 +450,7 @@ def _goals(results: Results) -> Iterator[str]:
         )
         yield goal_line("webhooks: events not delivered", f"{latency.missing}", "0", latency.missing == 0)
     yield from _steady_goals(results.steady)
+    yield from _workers_goals(results.workers)
     yield from _routing_goals(results.routing, results.decision_cost)
     yield from _routing_share(results.create_one, results.decision_cost)
 
@@ -464,6 +517,8 @@ def report(results: Results, background: float | None) -> Iterator[str]:
     )
     yield ""
     yield from _requests(results)
+    if results.workers:
+        yield from _workers(results.workers)
     if results.isolation is not None:
         yield from _isolation(results.isolation)
     if results.idle is not None:
@@ -480,7 +535,7 @@ def report(results: Results, background: float | None) -> Iterator[str]:
         yield from _routing(results.routing, results.decision_cost)
     yield from _cores(results.measurements())
     yield from _goals(results)
-    for m in results.measurements():
+    for m in results.measurements() + results.workers_measurements():
         if m.result.errors:
             shown = ", ".join(f"{kind}: {count}" for kind, count in sorted(m.result.errors.items()))
             yield f"errors of {m.label}: {shown}"
