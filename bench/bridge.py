@@ -46,7 +46,7 @@ from payorch.jsonexact import dumps_exact, loads_exact
 from payorch.storage.database import Connection, LoopFactory, open_database
 
 try:
-    import trio_asyncio
+    import trio_asyncio  # type: ignore[import-not-found, unused-ignore]
 except ImportError:
     trio_asyncio = None
 from payorch.storage.embedded import start_embedded_postgres

@@ -40,8 +40,9 @@ from dataclasses import dataclass
 
 from payorch.engine.routing_decision import Decision, decide
 from payorch.engine.routing_rules import RoutingDocument, SessionFacts, parse_routing_document
-from payorch.engine.success_rates import Outcome, OutcomeWindow, RoutingSettings, SuccessRates
+from payorch.engine.success_rates import OutcomeWindow, RoutingSettings, SuccessRates
 from payorch.values.money import Money
+from payorch.values.statuses import Outcome
 
 PROVIDERS = ("alpha", "bravo", "charlie")
 SESSIONS = 40_000
