@@ -198,7 +198,7 @@ async def test_500_is_logged_with_its_request_id(
     assert errors[0].exc_info is not None and errors[0].exc_info[0] is RuntimeError
 
 
-async def test_storage_failure_is_500_with_request_id(
+async def test_a_lost_database_connection_is_503_with_retry_after_request_id_and_no_address(
     client: Client, merchant: Merchant, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def broken(*args: object, **kwargs: object) -> None:
@@ -206,7 +206,8 @@ async def test_storage_failure_is_500_with_request_id(
 
     monkeypatch.setattr("payorch.storage.applications.list_applications", broken)
     response = await client.get("/api/v1/applications", headers=merchant.headers)
-    body = await shape_a_body(response, 500)
+    body = await shape_a_body(response, 503)
+    assert response.headers["Retry-After"]
     assert body["requestId"] == response.headers["X-Request-Id"]
     assert "10.0.0.5" not in await response.get_data(as_text=True)
 
