@@ -8,6 +8,15 @@ once and are woken once when it ends. On uvloop that costs this process a fifth 
 per unit of the trio_asyncio bridge it replaced (docs/bridge.md, `python -m bench.bridge`). The
 connections that hold session state, outside the pool (the node lock, LISTEN), live on the same
 thread: `Database.dedicated_connection`.
+
+The URL may name several hosts with `target_session_attrs=read-write` (docs/operations.md, "Running on
+a replicated PostgreSQL"): asyncpg then opens each new connection on whichever host is the writable
+primary. A connection that was opened on the primary outlives its server's role: after a failover it
+breaks, after a switchover it may be left on a read-only standby. So a unit that fails because its
+connection's server is gone, shutting down or read-only (`failures.server_lost`) makes the pool
+replace every connection it has (`Pool.expire_connections`): the next units open theirs on the
+primary there is now, and those already on the lost server fail as theirs did, with a failure the
+requests answer 503 and a retry resolves (Idempotency-Keys make the retried write happen once).
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Concatenate, ParamSpec, TypeVar
 
 import asyncpg
 import trio
@@ -23,6 +32,7 @@ from asyncpg import Connection
 
 from payorch.jsonexact import dumps_exact, loads_exact
 from payorch.storage.dedicated import DedicatedConnection, open_dedicated_connection
+from payorch.storage.failures import server_lost, storage_failure
 from payorch.storage.loop_thread import (
     DatabaseLoopStopped,
     LoopFactory,
@@ -39,6 +49,11 @@ __all__ = ["Connection", "Database", "LoopFactory", "open_database"]
 
 Unit = Callable[Concatenate[Connection, P], Awaitable[T]]
 
+# How long opening one connection may take, over every host of the URL together (asyncpg's
+# `timeout`): a unit waiting for a connection while no server answers fails within it, as
+# unavailable, instead of holding its request for asyncpg's default minute.
+CONNECT_TIMEOUT_S = 5.0
+
 
 class Database:
     """A pool of connections to one PostgreSQL database."""
@@ -49,6 +64,26 @@ class Database:
         self.dsn = dsn
         # Rung after each commit that wrote outbox events: the webhook supervisor waits on it.
         self.delivery_wakeup = DeliveryWakeup()
+        # Units that failed because their connection's server was gone, shutting down or read-only,
+        # or because no host of the URL was a writable server: each replaced every pooled connection
+        # (a failover, a switchover, a restart of PostgreSQL). A metric.
+        self.server_losses = 0
+
+    async def _run(self, work: Callable[[], Awaitable[T]]) -> T:
+        """`work()` on the loop thread, with a connection of the pool; when it fails because that
+        connection's server is gone, shutting down or read-only, every pooled connection is
+        replaced before the failure propagates (see the module's text)."""
+
+        async def replacing_lost_connections() -> T:
+            try:
+                return await work()
+            except Exception as error:
+                if server_lost(error):
+                    await self._pool.expire_connections()
+                    self.server_losses += 1
+                raise
+
+        return await self._loop.run(replacing_lost_connections)
 
     async def transaction(self, unit: Unit[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run `unit(conn, ...)` in one transaction: it commits when the unit returns, and rolls
@@ -61,7 +96,7 @@ class Database:
             async with self._pool.acquire() as conn, conn.transaction():
                 return await unit(conn, *args, **kwargs)
 
-        result = await self._loop.run(in_transaction)
+        result = await self._run(in_transaction)
         writes.ring_if_written()  # committed: new outbox events are delivered without waiting for a poll
         return result
 
@@ -75,7 +110,7 @@ class Database:
             async with self._pool.acquire() as conn:
                 return await unit(conn, *args, **kwargs)
 
-        return await self._loop.run(on_connection)
+        return await self._run(on_connection)
 
     async def snapshot(self, unit: Unit[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run `unit(conn, ...)` in a read-only REPEATABLE READ transaction: every statement sees the
@@ -89,7 +124,7 @@ class Database:
             ):
                 return await unit(conn, *args, **kwargs)
 
-        return await self._loop.run(in_snapshot)
+        return await self._run(in_snapshot)
 
     def dedicated_connection(self, purpose: str) -> AbstractAsyncContextManager[DedicatedConnection]:
         """A connection of its own for the block, outside the pool, on the same loop thread, named
@@ -98,11 +133,15 @@ class Database:
         return open_dedicated_connection(self._loop, self.dsn, purpose)
 
     async def ping(self) -> bool:
-        """Whether the database answers a trivial query within two seconds."""
+        """Whether the database answers within two seconds and takes writes: a pooled connection is
+        on a primary that is not read-only. One that finds its server read-only has every pooled
+        connection replaced, as a unit that tried to write there would."""
         with trio.move_on_after(2):
             try:
-                return bool(await self.autocommit(_select_one))
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                return await self.autocommit(_takes_writes)
+            except Exception as error:
+                if storage_failure(error) is None:
+                    raise
                 return False
         return False
 
@@ -123,8 +162,11 @@ async def _keep_session_state(conn: Connection) -> None:
     connections are its own)."""
 
 
-async def _select_one(conn: Connection) -> Any:
-    return await conn.fetchval("SELECT 1")
+async def _takes_writes(conn: Connection) -> bool:
+    """Raises `ReadOnlySQLTransactionError` (the server lost for writes) when it does not."""
+    if await conn.fetchval("SELECT pg_is_in_recovery() OR current_setting('transaction_read_only')::bool"):
+        raise asyncpg.ReadOnlySQLTransactionError("the database server is read-only: not the primary")
+    return True
 
 
 @asynccontextmanager
@@ -143,6 +185,7 @@ async def open_database(
                 min_size=min_size,
                 max_size=max_size,
                 command_timeout=60,
+                timeout=CONNECT_TIMEOUT_S,
                 init=_exact_json_codecs,
                 reset=_keep_session_state,
             )
