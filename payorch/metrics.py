@@ -52,6 +52,9 @@ class RuntimeSnapshot:
     # accounts' circuits are not closed (routing health, docs/routing.md).
     provider_circuit_open: Mapping[str, bool] = field(default_factory=dict)
     account_circuits_open: Mapping[str, int] = field(default_factory=dict)
+    # Units of work that failed because their connection's server was gone, shutting down or
+    # read-only, or no writable server was found (`Database.server_losses`), since the process started.
+    database_server_losses: int = 0
 
 
 class _SnapshotCollector:
@@ -118,6 +121,13 @@ class _SnapshotCollector:
             backlog.add_metric(["due"], snapshot.outbox.due)
             backlog.add_metric(["scheduled"], snapshot.outbox.scheduled)
         yield backlog
+        yield CounterMetricFamily(
+            "payorch_database_server_lost",
+            "Units of work that failed because the server of their connection was gone, shutting down "
+            "or read-only, or because no host of database.url was a writable primary (a failover, a "
+            "switchover, a restart of PostgreSQL); each made the pool replace all its connections.",
+            value=snapshot.database_server_losses,
+        )
         yield GaugeMetricFamily(
             "payorch_metrics_database_up",
             "1 when this scrape could read the outbox backlog from the database, else 0.",

@@ -27,8 +27,10 @@ async def healthz() -> Response:
 @document_response(bodies.Readiness, 200)
 @document_response(bodies.Readiness, 503)
 async def readyz() -> tuple[Response, int]:
-    """The database answers, every supervisor runs, and this process holds its node identity (so the
-    work it claims is its own): the service can do useful work."""
+    """The database answers and takes writes (the pool is on a primary, not on a standby nor a
+    server fenced read-only: during a failover, 503 until a primary is found), every supervisor
+    runs, and this process holds its node identity (so the work it claims is its own): the service
+    can do useful work."""
     checks: bodies.ReadinessChecks = {
         "database": await services().context.db.ping(),
         "supervisors": services().supervisors.all_running(),

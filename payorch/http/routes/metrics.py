@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 
-import asyncpg
 import trio
 from quart import Blueprint, Response
 
@@ -17,6 +16,7 @@ from payorch.engine.provider_health import Circuit
 from payorch.http.services import Services, services
 from payorch.metrics import OutboxBacklog, RuntimeSnapshot
 from payorch.storage.database import Database
+from payorch.storage.failures import storage_failure
 from payorch.storage.metrics_queries import outbox_backlog
 from payorch.values.clock import Clock
 
@@ -59,6 +59,7 @@ async def _snapshot(found: Services) -> RuntimeSnapshot:
             name: name in figures and figures[name].circuit is not Circuit.CLOSED for name in providers
         },
         account_circuits_open={name: accounts_open.get(name, 0) for name in providers},
+        database_server_losses=found.context.db.server_losses,
     )
 
 
@@ -66,7 +67,10 @@ async def _outbox_backlog(db: Database, clock: Clock) -> OutboxBacklog | None:
     with trio.move_on_after(BACKLOG_QUERY_TIMEOUT_S):
         try:
             return await db.autocommit(outbox_backlog, now=clock.now())
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
+        except Exception as error:
+            if storage_failure(error) is None:
+                raise
+            # Down, or no primary among the URL's hosts (a failover): the scrape answers without it.
             log.warning("metrics: could not read the outbox backlog", extra={"error": repr(error)})
             return None
     log.warning("metrics: the outbox backlog query timed out")
