@@ -16,7 +16,7 @@ import time
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from cryptography.fernet import Fernet
 from pydantic import (
@@ -154,11 +154,33 @@ def workers_setting(value: object) -> int | Literal["auto"]:
     raise ValueError(f'must be a whole number of processes from 1 to {MAX_WORKERS}, or "auto"')
 
 
+# What `target_session_attrs` must say when `database.url` names several hosts: only a writable
+# primary will do (asyncpg's default, "any", takes the first host that answers, a standby too).
+_WRITABLE_SESSION_ATTRS = frozenset({"read-write", "primary"})
+
+
 class DatabaseSettings(_Section):
     url: str = ""
     data_dir: Path = Path("var/pgdata")
     pool_min: Annotated[int, Field(ge=1)] = 2
     pool_max: PositiveInt = 10
+
+    @field_validator("url")
+    @classmethod
+    def _several_hosts_only_to_the_primary(cls, value: str) -> str:
+        """A URL of several hosts (a primary and its standbys, docs/operations.md) must ask for the
+        writable one; without it, payorch would write to whichever host answers first."""
+        parts = urlsplit(value)
+        query = parse_qs(parts.query)
+        hosts = [host for host in parts.netloc.rpartition("@")[2].split(",") if host]
+        hosts += [host for listed in query.get("host", []) for host in listed.split(",") if host]
+        attrs = query.get("target_session_attrs", [])
+        if len(hosts) > 1 and not (attrs and attrs[-1] in _WRITABLE_SESSION_ATTRS):
+            raise ValueError(
+                "names several hosts: add target_session_attrs=read-write to it, so that payorch "
+                "connects only to the one that is the primary"
+            )
+        return value
 
     @field_validator("pool_max")
     @classmethod
@@ -574,7 +596,8 @@ def _first_error_line(exc: ValidationError) -> str:
         unknown = unknown_path(Settings, parts) or UnknownName(key=key, section=len(parts) == 1)
         return f"{unknown.text()}{more}"
     value = error.get("input")
-    shown = "" if isinstance(value, dict) or "secret" in key or "key" in key else f" (got {value!r})"
+    hidden = isinstance(value, dict) or "secret" in key or "key" in key or key == "database.url"  # a password
+    shown = "" if hidden else f" (got {value!r})"
     return f"invalid setting {key}: {error['msg']}{shown}{more}"
 
 

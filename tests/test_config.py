@@ -544,6 +544,10 @@ BAD_FILES = {
     "negative_max_body_bytes": ("[server]\nmax_body_bytes = -1\n", "server.max_body_bytes"),
     "nonsense_bind": ('[server]\nbind = "nonsense"\n', "server.bind"),
     "pool_max_below_pool_min": ("[database]\npool_min = 5\npool_max = 2\n", "database.pool_max"),
+    "several_hosts_not_only_the_primary": (
+        '[database]\nurl = "postgresql://payorch:pw@db-a:5432,db-b:5432/payorch"\n',
+        "database.url",
+    ),
     "short_jwt_secret": ('[auth]\njwt_secret = "short"\n', "auth.jwt_secret"),
     "not_a_fernet_key": ('[security]\nencryption_key = "not-a-key"\n', "security.encryption_key"),
     "public_base_url_not_http": ('[server]\npublic_base_url = "ftp://x"\n', "server.public_base_url"),
@@ -566,6 +570,28 @@ def test_rejected_secret_is_not_echoed(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as error:
         load_settings(path, ensure_secrets=False)
     assert "hunter2-oops" not in str(error.value)
+
+
+def test_a_rejected_database_url_is_not_echoed_with_its_password(tmp_path: Path) -> None:
+    url = "postgresql://payorch:pg-hunter2@db-a:5432,db-b:5432/payorch"
+    path = write_config(tmp_path, f'[database]\nurl = "{url}"\n')
+    with pytest.raises(ConfigError, match="target_session_attrs=read-write") as error:
+        load_settings(path, ensure_secrets=False)
+    assert "pg-hunter2" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://payorch@db-a:5432,db-b:5432/payorch?target_session_attrs=read-write",
+        "postgresql://payorch@db-a,db-b/payorch?target_session_attrs=primary",
+        "postgresql://payorch@/payorch?host=db-a,db-b&target_session_attrs=read-write",
+        "postgresql://payorch@db-a:5432/payorch",  # one host: whatever it is
+    ],
+)
+def test_a_url_of_several_hosts_that_asks_for_the_primary_is_accepted(tmp_path: Path, url: str) -> None:
+    path = write_config(tmp_path, f'[database]\nurl = "{url}"\n')
+    assert load_settings(path, ensure_secrets=False).database.url == url
 
 
 def test_bad_environment_value_is_config_error_naming_the_key(
