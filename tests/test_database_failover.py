@@ -97,6 +97,7 @@ class Answered:
     status: int
     sent_at: float  # trio.current_time()
     answered_at: float
+    retry_after: str | None = None  # its Retry-After header
 
 
 @dataclass
@@ -131,7 +132,9 @@ async def _answered(
             load.answers.append(Answered(what, 0, sent_at, trio.current_time()))
             await trio.sleep(RETRY_PAUSE_S)
             continue
-        load.answers.append(Answered(what, response.status_code, sent_at, trio.current_time()))
+        answered_at = trio.current_time()
+        retry_after = response.headers.get("Retry-After")
+        load.answers.append(Answered(what, response.status_code, sent_at, answered_at, retry_after))
         if response.status_code in accepted:
             return response
         assert response.status_code >= 500 or response.status_code == 409, f"{what}: {response.text}"
@@ -406,6 +409,8 @@ async def _fail_over(
                 stop.set()
             await _check_nothing_lost_nor_doubled(url, pair, shop, load, receiver)
             await _back_by_itself(url, pair, shop, load.sessions["after-promotion"])
+    # Every 503 told the client when to retry.
+    assert all(answer.retry_after for answer in load.answers if answer.status == 503)
     return load, lost_at, promoted_at
 
 
