@@ -38,6 +38,7 @@ from payorch.storage.sessions import SessionDraft
 from payorch.values.errors import (
     NoProviderAvailable,
     ProviderUnavailable,
+    StorageUnavailable,
 )
 from payorch.values.statuses import RoutingReason, SessionStatus
 from payorch.values.timefmt import iso
@@ -205,7 +206,7 @@ class _StoreSession(BatchCommand[Context, Answer]):
             actor.in_flight.pop(f"{SESSION_CREATE_SCOPE}:{key}", None)
             try:
                 routed, explanation = store.routed.unwrap()
-            except ProviderUnavailable as error:
+            except (ProviderUnavailable, StorageUnavailable) as error:
                 unavailable.append(key)
                 reply.fail(error)
                 continue
@@ -304,5 +305,11 @@ async def _create_with_cascade(
                 extra={"provider": name, "sessionId": str(request.session_id), "error": repr(error)},
             )
             continue
+        except Exception as error:
+            # payorch's own database, which an in-process provider (the sandbox) keeps its state in,
+            # is unavailable: no provider is to blame, and the session could not be stored anyway.
+            if storage_failure(error) is not StorageFailure.UNAVAILABLE:
+                raise
+            raise StorageUnavailable("the database is unavailable: retry shortly") from error
         return _Routed(provider=name, score=score, created=created)
     raise ProviderUnavailable("every eligible provider failed to create the checkout: retry later")

@@ -34,6 +34,7 @@ from payorch.metrics import Metrics
 from payorch.providers.base import ProviderError, RefundRefused, RefundRequest, RefundSubmitted
 from payorch.storage import idempotency_keys, outbox, provider_configs, refunds, sessions
 from payorch.storage.database import Connection
+from payorch.storage.failures import StorageFailure, storage_failure
 from payorch.storage.refunds import Refund
 from payorch.values.errors import (
     NotFound,
@@ -156,6 +157,16 @@ async def _submit(context: Context, submission: _Submission, timeout_s: float) -
     except (ProviderError, trio.TooSlowError) as error:
         log.warning(
             "provider did not acknowledge the refund; it will be submitted again",
+            extra={"refundId": str(submission.refund.id), "provider": provider.name, "error": repr(error)},
+        )
+        return None
+    except Exception as error:
+        # payorch's own database, which an in-process provider (the sandbox) keeps its state in, is
+        # unavailable: the provider is not to blame, and the refund is submitted again later.
+        if storage_failure(error) is not StorageFailure.UNAVAILABLE:
+            raise
+        log.warning(
+            "the database was unavailable to the provider; the refund will be submitted again",
             extra={"refundId": str(submission.refund.id), "provider": provider.name, "error": repr(error)},
         )
         return None

@@ -47,6 +47,7 @@ from payorch.providers.sandbox import simulator
 from payorch.providers.sandbox.signing import SignatureInvalid, new_signing_secret, verify_signature
 from payorch.storage import sandbox as store
 from payorch.storage.database import Database
+from payorch.storage.failures import StorageFailure, storage_failure
 from payorch.values.clock import SYSTEM_CLOCK, Clock
 from payorch.values.money import UnknownCurrency, currency_exponent
 from payorch.values.secretbox import SecretBox
@@ -86,10 +87,17 @@ def sandbox_account(credentials: Credentials) -> str:
 
 @contextmanager
 def _unavailable_as_provider_error() -> Iterator[None]:
-    """The sandbox's database failing is the provider failing: callers count it and move on."""
+    """The sandbox's database failing is the provider failing: callers count it and move on. But
+    for one failure: the sandbox's database is payorch's own, and when that database is unavailable
+    (no primary during a failover, a connection lost), the error is raised as it is: the request
+    fails as any unit of work on it does (503, a retry succeeds), and the sandbox's routing health is
+    not blamed for it (a circuit opened then would refuse its sessions long after the database is
+    back)."""
     try:
         yield
     except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        if storage_failure(exc) is StorageFailure.UNAVAILABLE:
+            raise
         raise ProviderError(f"sandbox unavailable: {type(exc).__name__}", provider_wide=True) from exc
 
 
