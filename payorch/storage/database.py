@@ -31,7 +31,7 @@ import trio
 from asyncpg import Connection
 
 from payorch.jsonexact import dumps_exact, loads_exact
-from payorch.storage.dedicated import DedicatedConnection, open_dedicated_connection
+from payorch.storage.dedicated import CONNECT_TIMEOUT_S, DedicatedConnection, open_dedicated_connection
 from payorch.storage.failures import server_lost, storage_failure
 from payorch.storage.loop_thread import (
     DatabaseLoopStopped,
@@ -48,11 +48,6 @@ T = TypeVar("T")
 __all__ = ["Connection", "Database", "LoopFactory", "open_database"]
 
 Unit = Callable[Concatenate[Connection, P], Awaitable[T]]
-
-# How long opening one connection may take, over every host of the URL together (asyncpg's
-# `timeout`): a unit waiting for a connection while no server answers fails within it, as
-# unavailable, instead of holding its request for asyncpg's default minute.
-CONNECT_TIMEOUT_S = 5.0
 
 
 class Database:

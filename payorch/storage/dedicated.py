@@ -24,12 +24,25 @@ from payorch.storage.loop_thread import LoopThread
 P = ParamSpec("P")
 T = TypeVar("T")
 
+# How long opening one connection may take, over every host of the URL together (asyncpg's
+# `timeout`), for the pool's connections too: a unit waiting for a connection while no server
+# answers fails within it, as unavailable, instead of holding its request for asyncpg's default
+# minute; a dedicated connection is tried again after its pause.
+CONNECT_TIMEOUT_S = 5.0
 CHECK_EVERY_S = 5.0  # how often a quiet dedicated connection is asked whether it still answers
 CHECK_TIMEOUT_S = 5.0
 CLOSE_TIMEOUT_S = 5.0  # a graceful close that takes longer becomes a terminate
 
-# What it means that a dedicated connection is lost, however it was: the caller opens another.
-LOST = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, trio.TooSlowError)
+# What it means that a dedicated connection is lost, however it was: the caller opens another. An
+# `InternalClientError` is asyncpg's "no host of the URL is the writable primary" (during a
+# switchover, every host may answer as a standby for a while).
+LOST = (
+    OSError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
+    trio.TooSlowError,
+)
 
 
 class DedicatedConnection:
@@ -79,7 +92,7 @@ async def open_dedicated_connection(
 
     async def connect() -> Connection:
         conn: Connection = await asyncpg.connect(
-            dsn, server_settings={"application_name": f"payorch {purpose}"}
+            dsn, server_settings={"application_name": f"payorch {purpose}"}, timeout=CONNECT_TIMEOUT_S
         )
         conn.add_termination_listener(on_termination)
         return conn
