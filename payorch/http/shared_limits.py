@@ -165,7 +165,7 @@ async def _take_leases(claims: Sequence[Claim], max_wait: float) -> None:
     for limiter, key in claims:
         limiter._takes[key] = trio.Event()
         leases = limiter.leases
-        want = leases.want(key, trio.current_time(), limiter._waiting[key])
+        want = leases.want(limiter._waiting[key])
         takes.append(BucketTake(limiter._stored(key), leases.rate, leases.burst, want, max_wait))
     try:
         grants = await stores.pop().take(takes)

@@ -1,6 +1,6 @@
 """Leases on shared token buckets, on an explicit clock: a lease's tokens are spent where they are,
 each when it is due; an unspent one is dropped after its hold; what the shared bucket said of its
-next token refuses without asking again; the next lease is sized by the pace of the last."""
+next token refuses without asking again; a lease is a tenth of a second of the rate."""
 
 from __future__ import annotations
 
@@ -67,40 +67,25 @@ def test_the_last_token_of_a_lease_says_when_the_shared_bucket_has_its_next() ->
     assert leases.refusal("k", 0.0, max_wait=0.0) == pytest.approx(1.0)
 
 
-def test_a_quiet_key_leases_one_token_at_a_time() -> None:
-    leases = LeasedBuckets(rate=100.0, burst=200)
-    assert leases.want("k", 0.0, waiting=1) == 1
-    leases.receive("k", count=1, tokens_before=200.0, now=0.0)
-    leases.take("k", 0.0, max_wait=0.0)
-    assert leases.want("k", 2.0, waiting=1) == 1  # one request in two seconds
+@pytest.mark.parametrize(
+    ("rate", "burst", "lease"),
+    [
+        (50.0, 100, 5),  # a tenth of a second of the rate
+        (150.0, 300, 15),
+        (0.5, 10, 1),  # at least one token
+        (1000.0, 40, 10),  # at most a quarter of the burst
+        (5.0, 1, 1),
+    ],
+)
+def test_a_lease_is_a_tenth_of_a_second_of_the_rate_within_a_quarter_of_the_burst(
+    rate: float, burst: int, lease: int
+) -> None:
+    assert BATCH_S == 0.1
+    assert LeasedBuckets(rate=rate, burst=burst).want(waiting=1) == lease
 
 
-def test_a_busy_key_leases_about_a_batch_of_its_pace() -> None:
-    leases = LeasedBuckets(rate=1000.0, burst=10_000)
-    leases.receive("k", count=4, tokens_before=10_000.0, now=0.0)
-    for _ in range(4):
-        leases.take("k", 0.0, max_wait=0.0)
-    # Four requests in 20 ms: 200 a second, so the next lease is BATCH_S of that.
-    assert leases.want("k", 0.02, waiting=1) == round(200 * BATCH_S)
-
-
-def test_a_lease_never_exceeds_the_rate_nor_a_share_of_the_burst() -> None:
-    leases = LeasedBuckets(rate=100.0, burst=20)
-    leases.receive("k", count=5, tokens_before=20.0, now=0.0)
-    for _ in range(5):
-        leases.take("k", 0.0, max_wait=0.0)
-    assert leases.want("k", 0.001, waiting=1) == 5  # a quarter of the burst
-    assert leases.want("k", 0.001, waiting=50) == 5
-    slow = LeasedBuckets(rate=10.0, burst=10_000)
-    slow.receive("k", count=50, tokens_before=10_000.0, now=0.0)
-    for _ in range(50):
-        slow.take("k", 0.0, max_wait=0.0)
-    assert slow.want("k", 0.001, waiting=1) == 1  # its pace is at most the rate: 10 a second
-
-
-def test_a_lease_is_at_least_as_many_tokens_as_requests_wait() -> None:
-    leases = LeasedBuckets(rate=100.0, burst=200)
-    assert leases.want("k", 0.0, waiting=7) == 7
+def test_a_lease_is_as_many_tokens_as_requests_wait_if_more() -> None:
+    assert LeasedBuckets(rate=50.0, burst=100).want(waiting=32) == 32
 
 
 def test_keys_with_nothing_leased_and_nothing_known_are_forgotten() -> None:
