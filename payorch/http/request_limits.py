@@ -14,8 +14,9 @@ every API-key request is charged to its key's bucket and to the merchant's, keye
 
 Per client address, failed API-key authentications (`limits.failed_api_keys_per_address_per_minute`,
 a burst of the same size): each unknown, revoked or malformed key takes a token of `ip:<address>`.
-Once it is empty, that address's keys that would need a database read to authenticate are refused
-before the read; keys the cache holds as active still work.
+Once this process has found it empty, that address's keys that would need a database read to
+authenticate are refused before the read, without asking the shared bucket; keys the cache holds as
+active still work.
 
 List reads per merchant (`limits.merchant_list_reads`): at most that many of one merchant's list
 reads hold a database connection at once; more wait up to `limits.merchant_list_read_wait_s`.
