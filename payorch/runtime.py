@@ -34,6 +34,7 @@ from payorch.http.api_key_cache import ApiKeyCache
 from payorch.http.app import create_app
 from payorch.http.request_limits import RequestLimits
 from payorch.http.services import PayorchApp, Services
+from payorch.http.shared_limits import DatabaseBuckets
 from payorch.logs import set_log_level
 from payorch.metrics import Metrics
 from payorch.outbound.client import CurrentClient, close_after, webhook_client
@@ -50,7 +51,7 @@ from payorch.storage.database import Database
 from payorch.storage.nodes import NodeIdentity, hold_node_identity
 from payorch.supervisors.delivery_loop import run_webhook_supervisor
 from payorch.supervisors.expiry_loop import run_expiry_supervisor
-from payorch.supervisors.housekeeping import forget_idle_state
+from payorch.supervisors.housekeeping import delete_full_buckets, forget_idle_state
 from payorch.supervisors.key_sweeper import run_idempotency_supervisor
 from payorch.supervisors.refund_loop import run_refund_supervisor
 from payorch.supervisors.takeover_loop import run_claim_takeover
@@ -283,7 +284,7 @@ async def open_runtime(
                 actors=actors,
                 supervisors=board,
                 test_send_client=test_sends,
-                limits=RequestLimits(settings.limits),
+                limits=RequestLimits(settings.limits, DatabaseBuckets(db)),
                 api_keys=ApiKeyCache(
                     settings.auth.api_key_cache_s, miss_ttl_s=settings.auth.api_key_miss_cache_s
                 ),
@@ -311,6 +312,7 @@ async def open_runtime(
                 forget_idle_state,
                 [services.api_keys, services.limits],
             )
+            await nursery.start(supervised, board, "full rate buckets", delete_full_buckets, db)
             await nursery.start(run_claim_takeover, context, board)
             await nursery.start(run_expiry_supervisor, context, actors, board)
             await nursery.start(run_refund_supervisor, context, actors, board)

@@ -1,6 +1,6 @@
 """Two service processes on one database: the guarantees live in the database, not in one process's
-actors, so racing refunds through both never refund more than was paid, and the outcomes one
-process records route the other's sessions."""
+actors, so racing refunds through both never refund more than was paid, the outcomes one
+process records route the other's sessions, and one API key's rate limit holds for both together."""
 
 from __future__ import annotations
 
@@ -20,7 +20,15 @@ from payorch.storage.database import Connection, Database
 from tests import fake_stripe as stripe_fake
 from tests.conftest import TEST_ENCRYPTION_KEY, TEST_JWT_SECRET
 from tests.fake_stripe import FakeStripe
-from tests.helpers import PASSWORD, SANDBOX_KEY, eventually, session_body, signup_body
+from tests.helpers import (
+    PASSWORD,
+    SANDBOX_KEY,
+    Client,
+    eventually,
+    new_shop,
+    session_body,
+    signup_body,
+)
 from tests.processes import serving
 
 fake_stripe = stripe_fake.fake_stripe
@@ -182,3 +190,48 @@ async def test_two_processes_route_on_the_same_outcomes(
             ] == "stripe"
         assert rankings[0] == rankings[1]
         assert [place["provider"] for place in rankings[0]] == ["stripe", "sandbox"]
+
+
+# One API key at 5 requests a second (burst 1), asked twice as often through two processes.
+RATE, LOAD_S = 5, 5.0
+
+
+async def test_two_processes_hold_one_rate_limit_together(
+    database_dsn: str, tmp_path: Path, client: Client, db: Database, settings: Settings
+) -> None:
+    # The shop is set up through an app of the test's own, at the default limits; only its API key's
+    # requests go to the two processes, whose limit is low.
+    shop = await new_shop(client, db, settings)
+    env = {
+        **SHARED_SECRETS,
+        "PAYORCH_LIMITS__REQUESTS_PER_SECOND": str(RATE),
+        "PAYORCH_LIMITS__BURST": "1",
+    }
+    async with (
+        serving(database_dsn, tmp_path / "first", env) as (_, first_url, _),
+        serving(database_dsn, tmp_path / "second", env) as (_, second_url, _),
+        httpx.AsyncClient(base_url=first_url, timeout=30) as first,
+        httpx.AsyncClient(base_url=second_url, timeout=30) as second,
+    ):
+        statuses: list[int] = []
+
+        async def request(http: httpx.AsyncClient) -> None:
+            response = await http.get(f"/api/v1/sessions/{uuid.uuid4()}", headers=shop.headers)
+            statuses.append(response.status_code)
+
+        # Twice the rate, every other request through the other process, each on time whatever
+        # the ones before are waiting for (a paced request waits up to a second for its token).
+        sent = int(2 * RATE * LOAD_S)
+        async with trio.open_nursery() as load:
+            start = trio.current_time()
+            for number in range(sent):
+                await trio.sleep_until(start + number / (2 * RATE))
+                load.start_soon(request, (first, second)[number % 2])
+
+    assert set(statuses) <= {404, 429}, statuses  # 404: served (no such session)
+    served = statuses.count(404)
+    # Together they serve what one bucket allows: its burst, its rate over the load, and what
+    # pacing lets wait (a second's worth), a little more for a slow machine; a bucket in each
+    # process would serve nearly all.
+    assert served <= 1 + RATE * (LOAD_S + 1) + RATE
+    assert 0.25 <= statuses.count(429) / sent <= 0.65

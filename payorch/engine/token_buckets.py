@@ -14,7 +14,10 @@ Memory stays bounded two ways:
   That key then starts again with a full bucket, so a flood of distinct keys can make the limiter
   more lenient for the keys it pushes out, never stricter and never larger than the cap.
 
-The state lives in one process: N processes behind a load balancer allow up to N times the rate.
+This is the arithmetic of one bucket. The service's rate limits keep their buckets in PostgreSQL,
+shared by every process (`storage.rate_buckets` refills and takes by this same arithmetic in SQL),
+and each process leases tokens of them (`engine.leased_buckets`); a `RateLimiter` alone holds for
+one process only: N processes with one each allow up to N times the rate.
 """
 
 from __future__ import annotations

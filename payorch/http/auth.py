@@ -69,7 +69,7 @@ async def authenticate(accept: Accept) -> Principal:
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise AuthenticationRequired("Authorization must be 'Bearer <access token>'")
-        return principal_of_access_token(token.strip())
+        return await principal_of_access_token(token.strip())
     if api_key is not None:
         if accept is Accept.JWT:
             raise WrongCredentialKind(
@@ -83,14 +83,14 @@ async def authenticate(accept: Accept) -> Principal:
     )
 
 
-def principal_of_access_token(token: str) -> Principal:
+async def principal_of_access_token(token: str) -> Principal:
     """The admin an access token (JWT) names, charged one token of the merchant's bucket:
     `AuthenticationRequired` for a forged or expired token, `RateLimited` for an empty bucket. The
     API's `Authorization: Bearer` and the console's session cookie both come here."""
     claims = verify_access_token(
         token, secret=services().context.settings.auth.jwt_secret, now=services().context.clock.now()
     )
-    services().limits.charge_credential(f"merchant:{claims.merchant_id}")
+    await services().limits.charge_credential(f"merchant:{claims.merchant_id}")
     return Principal(merchant_id=claims.merchant_id, user_id=claims.user_id)
 
 
@@ -100,7 +100,7 @@ async def _api_key_principal(api_key: str) -> Principal:
     would need a database read, before the read (keys remembered as active still work)."""
     limits, address = services().limits, request.remote_addr
     if not looks_like_api_key(api_key):
-        limits.count_api_key_failure(address)
+        await limits.count_api_key_failure(address)
         raise AuthenticationRequired("invalid API key")
     # The key is looked up by its SHA-256: the stored hash is compared, never the key itself.
     key_hash = token_hash(api_key)
@@ -115,7 +115,7 @@ async def _api_key_principal(api_key: str) -> Principal:
         else:
             cache.put_missing(key_hash, trio.current_time(), generation)
     if owner is None:
-        limits.count_api_key_failure(address)
+        await limits.count_api_key_failure(address)
         raise AuthenticationRequired("invalid or revoked API key")
     note_application(owner.application_id)
     await limits.pace_api_key(owner.key_id, owner.merchant_id)

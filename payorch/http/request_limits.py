@@ -14,8 +14,9 @@ every API-key request is charged to its key's bucket and to the merchant's, keye
 
 Per client address, failed API-key authentications (`limits.failed_api_keys_per_address_per_minute`,
 a burst of the same size): each unknown, revoked or malformed key takes a token of `ip:<address>`.
-Once it is empty, that address's keys that would need a database read to authenticate are refused
-before the read; keys the cache holds as active still work.
+Once this process has found it empty, that address's keys that would need a database read to
+authenticate are refused before the read, without asking the shared bucket; keys the cache holds as
+active still work.
 
 List reads per merchant (`limits.merchant_list_reads`): at most that many of one merchant's list
 reads hold a database connection at once; more wait up to `limits.merchant_list_read_wait_s`.
@@ -25,11 +26,13 @@ signup before any work, keyed `ip:<remote address>`; the two share one bucket. T
 TCP peer's, or behind `server.trusted_proxy_hops` reverse proxies the one they report (never an
 entry a client could have written itself).
 
-Per account (`limits.failed_logins_per_account_per_hour`, a burst of the same size): each failed
-login takes a token from the bucket of the e-mail it tried, keyed `account:<canonical e-mail>`,
-whether or not such an account exists (a 429 must not tell which e-mails are registered). An empty
-bucket refuses every login of that e-mail, right password or not, so guessing spread over many
-addresses is slowed as much as guessing from one.
+Per account (`limits.failed_logins_per_account_per_hour`, a burst of the same size): each login
+takes a token from the bucket of the e-mail it tried, keyed `account:<canonical e-mail>`, before its
+password is checked, and one that succeeds gives it back: so failed logins are what is counted, and
+attempts running at once cannot pass the limit together. Whether or not such an account exists (a
+429 must not tell which e-mails are registered). An empty bucket refuses every login of that e-mail,
+right password or not, so guessing spread over many addresses is slowed as much as guessing from
+one.
 
 Per client address for inbound provider events (`limits.provider_events_per_address_per_second`,
 `limits.provider_events_per_address_burst`): charged before the route reads anything, keyed
@@ -51,12 +54,15 @@ more answered 503. Each holds a worker thread deciding up to 100,000 sessions fo
 the first bound keeps one merchant from taking them all, the second keeps the process's CPU for
 its requests. Both with `Retry-After` (`BACKTEST_RETRY_AFTER_S`).
 
-The buckets live in this process; see `docs/rate-limits.md` for sizing several processes.
+The rate limits hold for every process on the database: their buckets are kept in PostgreSQL, and
+each process leases batches of tokens (`http.shared_limits`; docs/rate-limits.md says how precise
+that is and what it costs). The limits on operations in flight (list reads, test sends, provider
+lookups, backtests) are this process's own: each guards something of the process's (its pool's
+connections, its client's, its threads, its CPU).
 """
 
 from __future__ import annotations
 
-import math
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -64,8 +70,9 @@ from contextlib import asynccontextmanager, contextmanager
 import trio
 
 from payorch.config import LimitSettings
-from payorch.engine.token_buckets import InFlightLimit, RateLimiter, whole_seconds
+from payorch.engine.token_buckets import InFlightLimit, whole_seconds
 from payorch.http.concurrency import KeyedConcurrencyLimit
+from payorch.http.shared_limits import BucketStore, Refused, SharedLimiter, reserve
 from payorch.values.errors import RateLimited, ServiceBusy
 
 # Test sends (`POST .../webhooks/{id}/test`) in flight at once per merchant. Each may wait on a
@@ -89,40 +96,50 @@ def _address_key(remote_address: str | None) -> str:
     return f"ip:{remote_address or 'unknown'}"
 
 
-def _beyond_pace(wait: float) -> float | None:
-    """`wait` when a request may not wait that long for its token, else None."""
-    return wait if wait > PACE_S else None
+def _rate_limited(wait: float, too_many: str) -> RateLimited:
+    """The refusal ("too many <too_many>: retry after N s") of a bucket whose next token is `wait`
+    seconds away."""
+    retry_after = whole_seconds(wait)
+    return RateLimited(f"too many {too_many}: retry after {retry_after} s", retry_after)
 
 
 def _refuse_while_waiting(wait: float | None, too_many: str) -> None:
-    """`RateLimited` ("too many <too_many>: retry after N s") when a bucket answered `wait`, the
-    seconds until its next token; nothing when it had one."""
+    """`RateLimited` (`_rate_limited`) when a bucket answered `wait`, the seconds until its next
+    token; nothing when it had one."""
     if wait is not None:
-        retry_after = whole_seconds(wait)
-        raise RateLimited(f"too many {too_many}: retry after {retry_after} s", retry_after)
+        raise _rate_limited(wait, too_many)
 
 
 class RequestLimits:
-    """The rate limiters of one service, on trio's clock, and its limit on test sends in flight."""
+    """The rate limits of one service, shared with every process on its database through `store`
+    (`http.shared_limits`), and its limits on operations in flight, which are this process's own."""
 
-    def __init__(self, settings: LimitSettings) -> None:
-        self.per_credential = RateLimiter(rate=settings.requests_per_second, burst=settings.burst)
-        self.per_client_address = RateLimiter(
-            rate=settings.login_per_minute / 60.0, burst=settings.login_per_minute
+    def __init__(self, settings: LimitSettings, store: BucketStore) -> None:
+        self.per_credential = SharedLimiter(
+            "requests", store, rate=settings.requests_per_second, burst=settings.burst
         )
-        self.failed_logins_per_account = RateLimiter(
+        self.per_client_address = SharedLimiter(
+            "logins", store, rate=settings.login_per_minute / 60.0, burst=settings.login_per_minute
+        )
+        self.failed_logins_per_account = SharedLimiter(
+            "failed-logins",
+            store,
             rate=settings.failed_logins_per_account_per_hour / 3600.0,
             burst=settings.failed_logins_per_account_per_hour,
         )
-        self.per_merchant_keys = RateLimiter(
-            rate=settings.merchant_requests_per_second, burst=settings.merchant_burst
+        self.per_merchant_keys = SharedLimiter(
+            "merchant-keys", store, rate=settings.merchant_requests_per_second, burst=settings.merchant_burst
         )
-        self.failed_api_keys_per_address = RateLimiter(
+        self.failed_api_keys_per_address = SharedLimiter(
+            "failed-api-keys",
+            store,
             rate=settings.failed_api_keys_per_address_per_minute / 60.0,
             burst=settings.failed_api_keys_per_address_per_minute,
         )
         self.test_sends = InFlightLimit(TEST_SENDS_PER_MERCHANT)
-        self.provider_events_per_address = RateLimiter(
+        self.provider_events_per_address = SharedLimiter(
+            "provider-events",
+            store,
             rate=settings.provider_events_per_address_per_second,
             burst=settings.provider_events_per_address_burst,
         )
@@ -132,7 +149,7 @@ class RequestLimits:
         self.all_backtests = InFlightLimit(BACKTESTS_AT_ONCE)  # one key: the process
         self.list_read_wait_s = settings.merchant_list_read_wait_s
 
-    def _limiters(self) -> tuple[RateLimiter, ...]:
+    def _limiters(self) -> tuple[SharedLimiter, ...]:
         return (
             self.per_credential,
             self.per_client_address,
@@ -143,8 +160,9 @@ class RequestLimits:
         )
 
     def reconfigure(self, settings: LimitSettings) -> None:
-        """Apply reloaded `limits.*` from the next request on. Buckets keep their tokens (at most the
-        new burst), so a lowered limit holds at once and a raised one fills up at its new rate."""
+        """Apply reloaded `limits.*` from the next request on. The shared buckets keep their tokens
+        (at most the new burst), so a lowered limit holds at once and a raised one fills up at its
+        new rate; tokens this process leased stay spendable."""
         self.per_credential.reconfigure(settings.requests_per_second, settings.burst)
         self.per_client_address.reconfigure(settings.login_per_minute / 60.0, settings.login_per_minute)
         self.failed_logins_per_account.reconfigure(
@@ -164,46 +182,46 @@ class RequestLimits:
         self.list_read_wait_s = settings.merchant_list_read_wait_s
 
     def forget_idle(self) -> None:
-        """Drop every bucket that refilled (they are dropped as requests come too; this is for
-        when none come)."""
-        now = trio.current_time()
+        """Drop every key with nothing leased and nothing known (they are dropped as requests come
+        too; this is for when none come). The shared buckets' rows are the housekeeping's."""
         for limiter in self._limiters():
-            limiter.forget_idle(now)
+            limiter.forget_idle()
 
-    def charge_credential(self, key: str) -> None:
+    async def charge_credential(self, key: str) -> None:
         """Count one request of the credential `key`; `RateLimited` when its bucket is empty."""
-        _refuse_while_waiting(
-            self.per_credential.take(key, trio.current_time()), "requests for this credential"
-        )
+        _refuse_while_waiting(await self.per_credential.take(key), "requests for this credential")
 
     async def pace_api_key(self, key_id: uuid.UUID, merchant_id: uuid.UUID) -> None:
         """Count one request of an API key to its own bucket and to its merchant's bucket over all
         its keys, both or neither, first waiting for their tokens when both are at most `PACE_S`
-        away; `RateLimited` when either is further (the key's said first), nothing taken then."""
-        now = trio.current_time()
-        key, merchant = f"apikey:{key_id}", f"merchant-keys:{merchant_id}"
-        key_wait = self.per_credential.wait(key, now) or 0.0
-        merchant_wait = self.per_merchant_keys.wait(merchant, now) or 0.0
-        _refuse_while_waiting(_beyond_pace(key_wait), "requests for this credential")
-        _refuse_while_waiting(_beyond_pace(merchant_wait), "requests for this merchant's API keys together")
-        self.per_credential.reserve(key, now, math.inf)
-        self.per_merchant_keys.reserve(merchant, now, math.inf)
-        if wait := max(key_wait, merchant_wait):
+        away; `RateLimited` when either is further, nothing taken then."""
+        claims = [
+            (self.per_credential, f"apikey:{key_id}"),
+            (self.per_merchant_keys, f"merchant-keys:{merchant_id}"),
+        ]
+        try:
+            wait = await reserve(claims, PACE_S)
+        except Refused as refused:
+            too_many = ("this credential", "this merchant's API keys together")[refused.index]
+            raise _rate_limited(refused.wait, f"requests for {too_many}") from None
+        if wait > 0:
             await trio.sleep(wait)
 
     def check_api_key_failures(self, remote_address: str | None) -> None:
-        """`RateLimited` when `remote_address` has used up its failed API-key authentications;
-        takes nothing."""
-        key = _address_key(remote_address)
+        """`RateLimited` when `remote_address` has used up its failed API-key authentications, as
+        far as this process knows (its last count found the shared bucket empty); takes nothing and
+        asks nothing, so it costs no round trip."""
         _refuse_while_waiting(
-            self.failed_api_keys_per_address.wait(key, trio.current_time()),
+            self.failed_api_keys_per_address.known_refusal(_address_key(remote_address)),
             "failed API key authentications from this address",
         )
 
-    def count_api_key_failure(self, remote_address: str | None) -> None:
-        """Count one failed API-key authentication from `remote_address`."""
+    async def count_api_key_failure(self, remote_address: str | None) -> None:
+        """Count one failed API-key authentication from `remote_address` (past its limit, nothing
+        more to count: once this process knows the bucket is empty, no round trip either)."""
         key = _address_key(remote_address)
-        self.failed_api_keys_per_address.take(key, trio.current_time())
+        if self.failed_api_keys_per_address.known_refusal(key) is None:
+            await self.failed_api_keys_per_address.take(key)
 
     @asynccontextmanager
     async def list_read(self, merchant_id: uuid.UUID) -> AsyncIterator[None]:
@@ -217,25 +235,26 @@ class RequestLimits:
                 )
             yield
 
-    def charge_login(self, remote_address: str | None) -> None:
+    async def charge_login(self, remote_address: str | None) -> None:
         """Count one login or signup attempt from `remote_address`; `RateLimited` when its bucket
         is empty."""
-        key = _address_key(remote_address)
         _refuse_while_waiting(
-            self.per_client_address.take(key, trio.current_time()),
+            await self.per_client_address.take(_address_key(remote_address)),
             "login and signup attempts from this address",
         )
 
-    def check_account_login(self, email: str) -> None:
-        """`RateLimited` when the account `email` has used up its failed logins; takes nothing."""
+    async def count_login_attempt(self, email: str) -> None:
+        """Count a login attempt of the account `email` as failed before it is checked, so that
+        attempts running at once, on any process, never pass the limit together; `RateLimited`
+        when the account has used up its failed logins. A login that succeeds is forgiven
+        (`forgive_login_attempt`)."""
         _refuse_while_waiting(
-            self.failed_logins_per_account.wait(f"account:{email}", trio.current_time()),
-            "failed logins for this account",
+            await self.failed_logins_per_account.take(f"account:{email}"), "failed logins for this account"
         )
 
-    def count_failed_login(self, email: str) -> None:
-        """Count one failed login of the account `email` (past its limit, nothing more to count)."""
-        self.failed_logins_per_account.take(f"account:{email}", trio.current_time())
+    async def forgive_login_attempt(self, email: str) -> None:
+        """Give back what `count_login_attempt` counted for a login of `email` that succeeded."""
+        await self.failed_logins_per_account.give_back(f"account:{email}")
 
     @contextmanager
     def test_send(self, merchant_id: uuid.UUID, *, retry_after: int) -> Iterator[None]:
@@ -258,10 +277,10 @@ class RequestLimits:
         that is at most `PACE_S` away: an address sending faster than its rate is
         slowed to it, and a flood costs no more than the rate. `RateLimited` when more than that
         many seconds' worth of its events already wait."""
-        wait, refused = self.provider_events_per_address.reserve(
-            _address_key(remote_address), trio.current_time(), PACE_S
-        )
-        _refuse_while_waiting(refused, "provider events from this address")
+        try:
+            wait = await reserve([(self.provider_events_per_address, _address_key(remote_address))], PACE_S)
+        except Refused as refused:
+            raise _rate_limited(refused.wait, "provider events from this address") from None
         if wait > 0:
             await trio.sleep(wait)
 

@@ -25,7 +25,7 @@ class Services:
     actors: PaymentActors  # the application actors: `actors.ask(application_id, <command>)`
     supervisors: SupervisorBoard  # which background loops run, for /readyz
     test_send_client: CurrentClient  # for webhook test sends (deliveries have a client of their own)
-    limits: RequestLimits  # per-credential and per-address token buckets of this process
+    limits: RequestLimits  # rate limits shared with every process on the database; caps in flight
     api_keys: ApiKeyCache  # active API keys recently seen, forgotten on revocation
 
     @property

@@ -17,8 +17,10 @@ claimed:
 
 The configuration rows are locked (`FOR NO KEY UPDATE SKIP LOCKED`) for the claim's transaction, so
 two processes never claim for the same endpoint at the same moment and its in-flight count is exact.
-The per-merchant count is exact within a process; two processes claiming for two endpoints of one
-merchant at the same moment may together pass it by what one claim adds.
+Each merchant claimed for is locked too, by a transaction-level advisory lock taken without waiting
+(`MERCHANT_CLAIM_LOCK`): a process that finds a merchant being claimed for by another leaves that
+merchant's endpoints to its next round, so the per-merchant count, made after the lock is held, sees
+every claim made for the merchant and is exact across processes too.
 """
 
 from __future__ import annotations
@@ -83,6 +85,10 @@ _CLAIMABLE = f"""d.status = '{DeliveryStatus.PENDING}' AND d.next_attempt_at <= 
 
 _IN_FLIGHT = f"status = '{DeliveryStatus.PENDING}' AND claimed_until > $now"
 
+# The first key of the advisory lock a claim holds on each merchant it claims for (the second is a
+# hash of the merchant's id: two merchants sharing one only take turns): "payw".
+MERCHANT_CLAIM_LOCK = 0x70617977
+
 # Attempts in flight to every endpoint of the merchant `a.merchant_id` (of the application `a`).
 _MERCHANT_IN_FLIGHT = f"""(SELECT count(*) FROM webhook_deliveries f
     JOIN applications fa ON fa.id = f.application_id
@@ -109,14 +115,14 @@ async def claim_due_deliveries(
     attempt counted, never
     more than `per_endpoint` in flight to one configuration nor `per_merchant` to one merchant's;
     the endpoints that have waited longest first, and every endpoint's first delivery before any
-    endpoint's second. Run it in a transaction: the configurations it claims for stay locked until
-    the transaction ends."""
+    endpoint's second, across every process. Run it in a transaction: the configurations and the
+    merchants it claims for stay locked until the transaction ends."""
     # First the endpoints: active, with a claimable delivery, below their share and their merchant's,
     # not being claimed for by another process right now (SKIP LOCKED). Their locks make the
     # per-endpoint count below exact.
     endpoints = await conn.fetch(
         _at(
-            f"""SELECT c.id FROM webhook_configs c
+            f"""SELECT c.id, a.merchant_id FROM webhook_configs c
             JOIN applications a ON a.id = c.application_id
             JOIN (SELECT d.config_id, min(d.next_attempt_at) AS waiting_since
                   FROM webhook_deliveries d WHERE {_CLAIMABLE} GROUP BY d.config_id) due
@@ -133,6 +139,18 @@ async def claim_due_deliveries(
         per_merchant,
         now,
     )
+    if not endpoints:
+        return []
+    # Then their merchants, those no other process is claiming for: the per-merchant count below,
+    # in a snapshot taken once these locks are held, sees every claim made for them.
+    merchants = await conn.fetch(
+        """SELECT m FROM unnest($1::uuid[]) AS m
+           WHERE pg_try_advisory_xact_lock($2, hashtext(m::text))""",
+        sorted({row["merchant_id"] for row in endpoints}),
+        MERCHANT_CLAIM_LOCK,
+    )
+    locked = {row["m"] for row in merchants}
+    endpoints = [row for row in endpoints if row["merchant_id"] in locked]
     if not endpoints:
         return []
     rows = await conn.fetch(

@@ -52,8 +52,9 @@ DELIVERY_SLOTS = 128
 # receiver holds at most this many slots; it still gets that much parallelism across sessions.
 IN_FLIGHT_PER_ENDPOINT = 4
 # Attempts in flight at once to all the endpoints of one merchant, however many applications and
-# endpoints it registers. Receivers that all take the whole timeout hold every slot of a process
-# only once DELIVERY_SLOTS / IN_FLIGHT_PER_MERCHANT (8) merchants' receivers do so at once.
+# endpoints it registers, across all processes. Receivers that all take the whole timeout hold every
+# slot of a process only once DELIVERY_SLOTS / IN_FLIGHT_PER_MERCHANT (8) merchants' receivers do so
+# at once.
 IN_FLIGHT_PER_MERCHANT = 16
 # How long a claim lasts beyond the attempt's own timeout: time to record the attempt.
 LEASE_MARGIN_S = 5.0

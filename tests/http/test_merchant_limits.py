@@ -40,7 +40,10 @@ UNKNOWN_KEY = "sk_" + "U" * 40
 
 
 @pytest.fixture
-async def limited_runtime(settings: Settings, db: Database) -> AsyncIterator[Runtime]:
+async def limited_runtime(settings: Settings, db: Database, shop: Shop) -> AsyncIterator[Runtime]:
+    """The app with small limits, started once `shop` is made: the changes of its setup are
+    never heard of by this app (it listens from after them), so none can come late and make it
+    forget a key it looked up in the test."""
     async with open_runtime(settings.model_copy(update={"limits": SMALL}), db) as runtime:
         await eventually(lambda: _listening(runtime))
         yield runtime

@@ -1,5 +1,5 @@
-"""Claims of webhook deliveries: a fair share per endpoint, exact across processes, leases that end
-when the attempt is recorded or handed back."""
+"""Claims of webhook deliveries: a fair share per endpoint and per merchant, exact across processes,
+leases that end when the attempt is recorded or handed back."""
 
 from __future__ import annotations
 
@@ -162,42 +162,53 @@ async def test_a_recorded_attempt_frees_its_endpoints_share(
     assert per_endpoint(await claim(db), endpoints) == {"slow": 0, "quick": 1}
 
 
-async def test_a_second_process_claiming_meanwhile_skips_the_endpoints_being_claimed_for(
-    db: Database, settings: Settings, endpoints: dict[str, uuid.UUID]
-) -> None:
-    async def both(conn: Connection) -> tuple[list[Any], list[Any]]:
-        mine = await claim_due_deliveries(
-            conn,
-            limit=1,
-            per_endpoint=SHARE,
-            per_merchant=100,
-            lease_s=60,
-            owner=None,
-            now=SYSTEM_CLOCK.now(),
-        )
+async def _claims_of_two_processes_at_once(
+    db: Database, settings: Settings, *, limit: int, per_merchant: int
+) -> tuple[list[ClaimedDelivery], list[ClaimedDelivery]]:
+    """A claim of up to `limit` deliveries, and another process's claim of up to 10 made while the
+    first one's transaction is still open."""
+
+    async def both(conn: Connection) -> tuple[list[ClaimedDelivery], list[ClaimedDelivery]]:
+        claim_now = {"per_endpoint": SHARE, "per_merchant": per_merchant, "lease_s": 60, "owner": None}
+        mine = await claim_due_deliveries(conn, limit=limit, now=SYSTEM_CLOCK.now(), **claim_now)
         other = await asyncpg.connect(settings.database.url)  # another process, while this one claims
         try:
             async with other.transaction():
-                theirs = await claim_due_deliveries(
-                    other,
-                    limit=10,
-                    per_endpoint=SHARE,
-                    per_merchant=100,
-                    lease_s=60,
-                    owner=None,
-                    now=SYSTEM_CLOCK.now(),
-                )
+                theirs = await claim_due_deliveries(other, limit=10, now=SYSTEM_CLOCK.now(), **claim_now)
         finally:
             await other.close()
         return mine, theirs
 
-    mine, theirs = await db.transaction(both)
+    return await db.transaction(both)
+
+
+async def test_a_second_process_claiming_meanwhile_skips_the_merchants_being_claimed_for(
+    db: Database, settings: Settings, other_application: uuid.UUID, endpoints: dict[str, uuid.UUID]
+) -> None:
+    endpoints["other"] = await _endpoint(db, other_application, "other")
+    await _events(db, other_application, 5)
+    mine, theirs = await _claims_of_two_processes_at_once(db, settings, limit=1, per_merchant=100)
     (claimed_here,) = mine
-    assert {item.config_id for item in theirs} == set(endpoints.values()) - {claimed_here.config_id}
-    # Once this claim committed, the count of what is in flight is exact for everyone.
-    assert per_endpoint(await claim(db), endpoints) == {
-        name: SHARE - 1 if id_ == claimed_here.config_id else 0 for name, id_ in endpoints.items()
-    }
+    # Not the endpoint being claimed for, nor any other of its merchant's: another merchant's.
+    assert {item.config_id for item in theirs} == {endpoints["other"]}
+    # Once this claim committed, the counts of what is in flight are exact for everyone.
+    shares_left = {name: SHARE for name in endpoints} | {"other": 0}
+    shares_left[next(name for name, id_ in endpoints.items() if id_ == claimed_here.config_id)] -= 1
+    assert per_endpoint(await claim(db), endpoints) == shares_left
+
+
+async def test_processes_claiming_at_once_never_pass_a_merchants_share_together(
+    db: Database, settings: Settings, endpoints: dict[str, uuid.UUID]
+) -> None:
+    # The merchant has a third endpoint: while one process claims for two, another could claim for
+    # the third, the merchant's claims of neither counted in the other's.
+    application_id = await db.autocommit(_application_of, endpoints["slow"])
+    endpoints["third"] = await _endpoint(db, application_id, "third")
+    await _events(db, application_id, 5)
+    mine, theirs = await _claims_of_two_processes_at_once(db, settings, limit=2, per_merchant=MERCHANT_SHARE)
+    assert len(mine) == 2
+    assert theirs == []  # the merchant is being claimed for: left to the next round
+    assert len(await claim(db, per_merchant=MERCHANT_SHARE)) == MERCHANT_SHARE - 2
 
 
 async def test_a_claim_handed_back_is_due_again_unattempted(

@@ -25,6 +25,7 @@ from tests.storage.test_webhook_deliveries import _application, _endpoint
 SUPERVISED = (
     "application changes",
     "idle state",
+    "full rate buckets",
     "claim takeover",
     "session expiry",
     "refund submission",

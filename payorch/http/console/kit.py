@@ -112,13 +112,13 @@ def csrf_token_of(access_token: str) -> str:
     return hmac.new(secret, b"payorch console csrf\x00" + access_token.encode(), hashlib.sha256).hexdigest()
 
 
-def current_session() -> Session:
+async def current_session() -> Session:
     """The signed-in admin (their merchant's credential bucket charged one request, as the API's
     `Authorization: Bearer` is); `AuthenticationRequired` without a valid, unexpired session."""
     token = request.cookies.get(SESSION_COOKIE)
     if not token:
         raise domain.AuthenticationRequired("not signed in")
-    return Session(principal=principal_of_access_token(token), csrf_token=csrf_token_of(token))
+    return Session(principal=await principal_of_access_token(token), csrf_token=csrf_token_of(token))
 
 
 def check_csrf(form: Mapping[str, str], expected: str | None) -> None:
@@ -137,7 +137,7 @@ def page(view: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
 
     @functools.wraps(view)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return await view(*args, session=current_session(), **kwargs)
+        return await view(*args, session=await current_session(), **kwargs)
 
     return wrapper
 
@@ -156,7 +156,7 @@ def action_up_to(
     def decorator(view: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         @functools.wraps(view)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            session = current_session()
+            session = await current_session()
             form = await read_form(max_bytes)
             check_csrf(form, session.csrf_token)
             return await view(*args, session=session, form=form, **kwargs)

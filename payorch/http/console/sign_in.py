@@ -102,7 +102,7 @@ async def sign_in() -> Response:
 async def sign_in_submitted() -> Response:
     """The checks of `POST /api/v1/auth/login`: the address's bucket charged first, the account's
     failed logins, the password; on success the API's access token becomes the session cookie."""
-    charge_login_attempt()
+    await charge_login_attempt()
     form = await read_form()
     check_csrf(form, request.cookies.get(SIGN_IN_COOKIE))
     email = form.get("email", "")

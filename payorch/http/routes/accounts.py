@@ -42,30 +42,33 @@ def _charged_per_address(view: View[Any]) -> View[Any]:
 
     @functools.wraps(view)
     async def charged(*args: Any, **kwargs: Any) -> Any:
-        charge_login_attempt()
+        await charge_login_attempt()
         return await view(*args, **kwargs)
 
     return charged
 
 
-def charge_login_attempt() -> None:
+async def charge_login_attempt() -> None:
     """Count one login or signup attempt against the client address's bucket (`RateLimited` when it
     is empty). Login through the API and the console's sign-in share it."""
-    services().limits.charge_login(request.remote_addr)
+    await services().limits.charge_login(request.remote_addr)
 
 
 async def admin_access_token(data: LoginRequest) -> str:
     """The access token (JWT) of the admin whose e-mail and password `data` holds: `RateLimited` when
     the account has used up its failed logins, `InvalidLogin` (counted against the account) when the
     e-mail or the password is wrong. The one check behind the API's login and the console's sign-in;
-    the caller charges the client address first (`charge_login_attempt`)."""
+    the caller charges the client address first (`charge_login_attempt`). The attempt is counted as
+    a failure before the password is checked and forgiven once it is right, so attempts at once
+    cannot pass the account's limit together."""
     account = data.email.lower()  # logins compare e-mails without regard to case
-    services().limits.check_account_login(account)
+    limits = services().limits
+    await limits.count_login_attempt(account)
     settings = services().context.settings
     found = await services().context.db.autocommit(accounts_store.find_login, data.email)
     if not await verify_password(data.password, found.password_hash if found else None) or found is None:
-        services().limits.count_failed_login(account)
         raise InvalidLogin("e-mail or password is incorrect")
+    await limits.forgive_login_attempt(account)
     return issue_access_token(
         AccessClaims(user_id=found.user_id, merchant_id=found.merchant_id),
         secret=settings.auth.jwt_secret,
