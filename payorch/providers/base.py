@@ -177,6 +177,8 @@ class Provider(Protocol):
     display_name: str
     payment_methods: frozenset[str]
     event_delivery: EventDelivery
+    # The API key it takes, in words, for whoever links it (the console shows it by the key field).
+    key_format: str
 
     def limits(self, currency: str, payment_method: str) -> Limits | None:
         """The amounts accepted for `payment_method` in `currency`; None if not accepted at all."""

@@ -1,6 +1,6 @@
 """Headless Chromium from Debian's packages, driven by selenium through /usr/bin/chromedriver (nothing
 is downloaded), and what a browser test asks of a page: a screenshot, its console errors, form fields
-without a label, and filling a field with the keyboard alone.
+without a label, what runs past the page's column, and filling a field with the keyboard alone.
 
 selenium blocks: a test calls the browser through `Browser`'s async methods, which run each call in a
 worker thread, so the trio loop keeps serving the pages meanwhile."""
@@ -56,6 +56,21 @@ return Array.from(document.querySelectorAll("input, select, textarea"))
     return !(byFor || wrapped || named || byRef);
   })
   .map((field) => field.outerHTML.slice(0, 200));
+"""
+
+# Each visible element of the page's main column whose right edge runs past the column's: a table
+# too wide for it, a word that does not break. Inside a scrolling box (`.table-scroll`) nothing runs
+# past: the box clips it, and only the box itself is measured.
+_RUNNING_PAST = """
+const main = document.querySelector("main");
+if (main === null) {
+  return [];
+}
+const edge = main.getBoundingClientRect().right + 1;
+return Array.from(main.querySelectorAll("*"))
+  .filter((element) => element.parentElement.closest(".table-scroll") === null)
+  .filter((element) => element.getClientRects().length > 0 && element.getBoundingClientRect().right > edge)
+  .map((element) => element.outerHTML.slice(0, 200));
 """
 
 
@@ -147,6 +162,11 @@ class Browser:
     async def unlabelled_fields(self) -> list[str]:
         """Form fields on the page that neither a label nor an aria attribute names."""
         found: list[str] = await self.run(lambda driver: driver.execute_script(_UNLABELLED_FIELDS))
+        return found
+
+    async def running_past_the_column(self) -> list[str]:
+        """Elements of the page's main column that run past its right edge (outside a scrolling box)."""
+        found: list[str] = await self.run(lambda driver: driver.execute_script(_RUNNING_PAST))
         return found
 
     async def tab_to(self, css: str) -> None:

@@ -163,12 +163,12 @@ async def test_an_admin_takes_a_payment_and_refunds_half_of_it_from_the_console_
     await sign_in(browser, live_service, merchant)
     await browser.fill_with_keyboard("#name", "Web shop")
     await browser.wait_for(titled("Web shop"))
-    application_id = (await browser.current_url()).rstrip("/").rsplit("/", 1)[1]
+    application_id = (await browser.current_url()).split("?")[0].rsplit("/", 1)[1]
     await browser.fill_with_keyboard("#key-description", "web shop server")
     await browser.wait_for(titled("New API key"))
     key = await text_of(browser, "#new-key")
     assert await copied_with_the_button(browser, live_service) == key
-    await press(browser, "main p a", Keys.ENTER)  # back to the application
+    await press(browser, "main > p:last-child a", Keys.ENTER)  # back to the application
     await browser.wait_for(titled("Web shop"))
 
     # Link the sandbox: tick card, type its key, press Enter.
@@ -202,7 +202,7 @@ async def test_an_admin_takes_a_payment_and_refunds_half_of_it_from_the_console_
     await browser.open(live_service.url(f"/console/applications/{application_id}"))
     await browser.wait_for(titled("Web shop"))
     await open_section(browser, "Sessions")
-    await reload_until(browser, "SUCCEEDED")
+    await reload_until(browser, "Succeeded")
     await check_page(browser, "sessions")
     await press(browser, f'a[href$="/console/sessions/{created["sessionId"]}"]', Keys.ENTER)
     await browser.wait_for(titled("Session order-42"))
@@ -214,9 +214,14 @@ async def test_an_admin_takes_a_payment_and_refunds_half_of_it_from_the_console_
     assert await browser.run(lambda driver: driver.find_element(By.ID, "kind-part").is_selected())
     await press(browser, "#amount", "617.25", Keys.ENTER)
     assert "Refund of 617.25 PLN requested" in await notice(browser)
-    await reload_until(browser, "COMPLETED")
+    await reload_until(browser, "Completed")
     page_text = await browser.text()
-    assert "PARTIALLY_REFUNDED" in page_text
+    assert "Partially refunded" in page_text
+    assert await browser.run(
+        lambda driver: driver.find_element(
+            By.CSS_SELECTOR, "dd.session-partially_refunded span"
+        ).get_attribute("title")
+    ) == ("PARTIALLY_REFUNDED")
     await check_page(browser, "session-refunded-half")
 
     # The webhooks reached the endpoint, and the delivery log shows them delivered.

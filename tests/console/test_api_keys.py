@@ -43,6 +43,8 @@ async def test_a_new_key_is_shown_once_with_a_copy_button_and_then_only_by_prefi
     assert found is not None, html
     key = found.group(1)
     assert 'data-copy="new-key"' in html
+    # A warning, not a success: announced at once (an alert), styled apart.
+    assert '<div class="notice notice-warning" role="alert"><p>This is the only time the key is shown' in html
     # The key works on the API.
     assert await key_works(client, key)
     (listed,) = await keys_of(client, merchant, application["id"])

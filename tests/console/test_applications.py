@@ -52,10 +52,12 @@ async def test_create_an_application(app: PayorchApp, client: Client, merchant: 
     assert created["name"] == "Web shop"
     assert created["description"] == {"channel": "web", "weight": 1.50}
     assert created["isEnabled"] is True
-    assert response.headers["Location"] == f"/console/applications/{created['id']}"
+    assert response.headers["Location"] == f"/console/applications/{created['id']}?done=created"
     detail, html = await page(console, response.headers["Location"])
     assert detail.status_code == 200
     assert "Web shop" in html
+    assert "<dt>channel</dt><dd>web</dd>" not in html  # not all texts: shown as its JSON
+    assert "&#34;weight&#34;: 1.50" in html
 
 
 @pytest.mark.parametrize(
@@ -63,8 +65,8 @@ async def test_create_an_application(app: PayorchApp, client: Client, merchant: 
     [
         ({"name": "  "}, "name"),
         ({"name": "n" * 101}, "name"),
-        ({"name": "ok", "description": '"text"'}, "description"),
         ({"name": "ok", "description": "{not json"}, "description"),
+        ({"name": "ok", "description": '{"a": 1} and more'}, "description"),
         ({"name": "bad\x00name"}, "name"),
     ],
 )
@@ -110,16 +112,52 @@ async def test_disable_and_enable_an_application(app: PayorchApp, client: Client
     console = app.test_client()
     csrf = await signed_in(console, merchant.email)
     path = f"/console/applications/{created['id']}/status"
-    response = await console.post(path, form={"csrf_token": csrf, "enabled": "false"})
+    response = await console.post(path, form={"csrf_token": csrf, "enabled": "false", "confirm": "yes"})
     assert response.status_code == 303
-    assert response.headers["Location"] == "/console/applications"
+    assert response.headers["Location"] == "/console/applications?done=disabled"
     assert (await applications(client, merchant))[0]["isEnabled"] is False
-    _, html = await page(console, "/console/applications")
+    _, html = await page(console, response.headers["Location"])
     assert "Disabled" in html
+    assert "The application is disabled: its API keys are refused" in html
     response = await console.post(path, form={"csrf_token": csrf, "enabled": "true", "back": "application"})
     assert response.status_code == 303
-    assert response.headers["Location"] == f"/console/applications/{created['id']}"
+    assert response.headers["Location"] == f"/console/applications/{created['id']}?done=enabled"
     assert (await applications(client, merchant))[0]["isEnabled"] is True
+
+
+async def test_disabling_asks_first_and_changes_nothing_until_confirmed(
+    app: PayorchApp, client: Client, merchant: Merchant
+) -> None:
+    created = await new_application(client, merchant, "Web shop")
+    console = app.test_client()
+    csrf = await signed_in(console, merchant.email)
+    path = f"/console/applications/{created['id']}/status"
+    response = await console.post(path, form={"csrf_token": csrf, "enabled": "false", "back": "application"})
+    assert response.status_code == 200
+    html = await response.get_data(as_text=True)
+    assert "<h1>Disable Web shop?</h1>" in html
+    assert "Every request made with its API keys is refused (403)" in html
+    assert '<button type="submit" name="confirm" value="yes" class="danger">Disable it</button>' in html
+    assert '<input type="hidden" name="back" value="application">' in html
+    assert f'<a href="/console/applications/{created["id"]}">Cancel: keep it enabled</a>' in html
+    assert (await applications(client, merchant))[0]["isEnabled"] is True
+    confirmed = {"csrf_token": csrf, "enabled": "false", "back": "application", "confirm": "yes"}
+    response = await console.post(path, form=confirmed)
+    assert response.status_code == 303
+    assert response.headers["Location"] == f"/console/applications/{created['id']}?done=disabled"
+    assert (await applications(client, merchant))[0]["isEnabled"] is False
+
+
+async def test_the_disable_buttons_say_that_a_confirmation_follows(
+    app: PayorchApp, client: Client, merchant: Merchant
+) -> None:
+    created = await new_application(client, merchant, "Web shop")
+    console = app.test_client()
+    await signed_in(console, merchant.email)
+    _, html = await page(console, "/console/applications")
+    assert 'Disable…<span class="hint"> Web shop</span>' in html
+    _, html = await page(console, f"/console/applications/{created['id']}")
+    assert "Disable this application…</button>" in html
 
 
 async def test_setting_the_status_it_already_has_is_409_as_in_the_api(

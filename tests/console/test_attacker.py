@@ -57,6 +57,7 @@ async def test_every_console_route_of_an_application_refuses_another_merchants_s
     form = {
         "csrf_token": csrf,
         "enabled": "false",
+        "confirm": "yes",
         "description": "attacker",
         "active": "false",
         "idempotency_key": "attacker-1",
@@ -86,6 +87,8 @@ async def test_every_console_route_of_an_application_refuses_another_merchants_s
     assert (await routing.get_json())["version"] == 0
     paid = await client.get(f"/api/v1/sessions/{session_id}", headers=victim.headers)
     assert (await paid.get_json())["refunds"] == []
+    listed = await client.get(f"/api/v1/applications/{application['id']}/sessions", headers=victim.headers)
+    assert (await listed.get_json())["totalItems"] == 1  # no test payment
     (hook_after,) = (await (await client.get(hooks, headers=victim.headers)).get_json())["items"]
     assert (hook_after["isActive"], hook_after["keyFingerprint"], hook_after["lastTestAt"]) == (
         True,

@@ -13,6 +13,9 @@ import pytest
 
 from payorch.config import ProviderSettings, Settings, StripeSettings
 from payorch.http.services import PayorchApp
+from payorch.providers.base import Credentials, CredentialsRejected
+from payorch.providers.mollie.adapter import MollieProvider
+from payorch.providers.sandbox.adapter import SandboxProvider, sandbox_account
 from payorch.runtime import open_runtime
 from payorch.storage.database import Database
 from tests.console.helpers import page, signed_in_browser, submit
@@ -95,7 +98,7 @@ async def test_linking_the_sandbox_shows_its_fingerprint_and_never_the_key(
     assert response.status_code == 200
     assert "Sandbox (test mode) is linked." in html
     assert f'<code class="fingerprint">{FINGERPRINT}</code>' in html
-    assert "card, blik" in html
+    assert '<span title="card">Card</span>, <span title="blik">BLIK</span>' in html
     assert_key_hidden(html, KEY)
     assert checked(html, "methods-sandbox") == {"card", "blik"}
     assert 'id="link-sandbox-apiKey"' not in html  # linked: no form to link it again
@@ -390,6 +393,46 @@ async def test_the_link_forms_are_the_catalogues_and_stripe_refusing_a_key_is_sh
         assert "sk_test_...6789" in html
         assert_key_hidden(html, STRIPE_KEY)
         assert fake.requests_to("GET", "/v1/balance")
+
+
+def key_hint(html: str, form: str) -> str:
+    """The hint under the key field of the form `form` (`link-sandbox`, `key-stripe`)."""
+    found = re.search(rf'<p class="hint" id="{form}-apiKey-hint">([^<]*)</p>', html)
+    assert found, html
+    return found.group(1)
+
+
+async def test_each_key_field_says_what_the_providers_keys_look_like(
+    db: Database, settings: Settings
+) -> None:
+    async with stripe_console(db, settings) as (_, app, merchant):
+        client = app.test_client()
+        application = await new_application(client, merchant)
+        console, _ = await signed_in_browser(app, merchant.email)
+        _, html = await page(console, providers_path(application))
+        assert key_hint(html, "link-sandbox").startswith(
+            "sk_sandbox_ followed by 8 or more letters, digits or _, such as sk_sandbox_webshop1. "
+            "Any such key works, there is nothing to sign up for"
+        )
+        assert key_hint(html, "link-stripe").startswith(
+            "A secret key from Stripe&#39;s dashboard: sk_test_... in test mode "
+            "(sk_live_... takes real payments"
+        )
+        await link_sandbox(client, merchant, application["id"])
+        _, html = await page(console, providers_path(application))
+        assert key_hint(html, "key-sandbox").startswith("sk_sandbox_ followed by 8 or more letters")
+
+
+def test_the_sandbox_takes_the_key_its_hint_gives_as_an_example() -> None:
+    hint = SandboxProvider.key_format
+    (example,) = re.findall(r"such as (sk_sandbox_\w+)", hint)
+    sandbox_account(Credentials(api_key=example))  # does not raise
+    with pytest.raises(CredentialsRejected):
+        sandbox_account(Credentials(api_key="sk_sandbox_short"))  # 5 after the prefix: fewer than 8
+
+
+def test_mollies_hint_names_its_test_keys() -> None:
+    assert MollieProvider.key_format.startswith("An API key from Mollie's dashboard: test_... in test mode")
 
 
 async def test_a_provider_that_cannot_be_reached_is_502_with_the_form_again_and_nothing_linked(

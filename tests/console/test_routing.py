@@ -278,7 +278,7 @@ async def test_the_learned_rates_show_each_segment_with_its_count_as_routing_wor
     # (2 + 1) / (3.5 + 2) = 54.5%; fewer than 20 outcomes anywhere, so the provider's few are used.
     assert cells == [
         "sandbox",
-        "card",
+        "Card",
         "PLN",
         "4 (2 paid, 1 declined, 1 abandoned)",
         "54.5%",

@@ -95,7 +95,11 @@ async def test_a_backtest_of_a_candidate_rule_shows_the_counts_per_provider_and_
     # it showed on PLN cards, the sandbox's own 2 as they went: (3/2 + 1) / 5.
     assert fact(html, "approval") == "actual 60.0%, this document 50.0% over the 5 sessions with an outcome"
     assert "This document sends 4 of the 6 sessions replayed first to another provider" in html
-    assert re.search(r"the sessions created from [0-9T:.-]+Z to [0-9T:.-]+Z</dd>", html), html
+    assert re.search(
+        r'the sessions created from <time datetime="[0-9T:.-]+Z" title="[0-9T:.-]+Z">[^<]+ UTC</time> '
+        r'to <time datetime="[0-9T:.-]+Z" title="[0-9T:.-]+Z">[^<]+ UTC</time></dd>',
+        html,
+    ), html
     assert "What a backtest cannot know" in html
     assert textarea(html) == str(escape(text))  # the text area keeps the document, to edit further
     assert (await api_document(client, shop))["version"] == 2  # stored nothing

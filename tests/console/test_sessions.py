@@ -184,7 +184,7 @@ async def test_a_pending_session_has_no_refund_form(client: Client, shop: Shop, 
     response, html = await page(console, f"/console/sessions/{session_id}")
     assert response.status_code == 200
     assert "idempotency_key" not in html
-    assert "A PENDING session was not paid, so it cannot be refunded." in html
+    assert "A pending session was not paid, so it cannot be refunded." in html
 
 
 # --- Refunds -----------------------------------------------------------------------------------
@@ -382,6 +382,6 @@ async def test_a_session_whose_dispute_was_lost_shows_when_on_its_page(
     await lose_dispute(app, db, shop, session_id)
     lost_at = (await record_of(client, shop, session_id))["disputeLostAt"]
     _, html = await page(console, f"/console/sessions/{session_id}")
-    assert f'<dt>Dispute lost</dt><dd><time datetime="{lost_at}">' in html
-    assert "REVERSED" in html
+    assert f'<dt>Dispute lost</dt><dd><time datetime="{lost_at}" title="{lost_at}">' in html
+    assert '<span title="REVERSED">Reversed</span>' in html
     assert "Nothing remains to be refunded: the payment was reversed." in html

@@ -277,9 +277,9 @@ async def test_the_delivery_log_lists_each_delivery_with_its_attempts(
     assert response.status_code == 200
     assert "1 delivery, newest first" in html
     assert "session.completed" in html and delivery["eventId"] in html
-    assert '<span class="delivery-delivered">Delivered</span>' in html
+    assert '<span class="delivery-delivered"><span title="DELIVERED">Delivered</span></span>' in html
     assert "Send again" in html and "Retry now" not in html
-    attempts = re.findall(r"<li>([^<]*): (HTTP \d+)", html)
+    attempts = re.findall(r'<li><time datetime="([^"]+)"[^>]*>[^<]+</time>: (HTTP \d+)', html)
     assert [status for _, status in attempts] == ["HTTP 500", "HTTP 200"]
     assert [at for at, _ in attempts] == [item["attemptedAt"] for item in delivery["attemptLog"]]
 
@@ -292,7 +292,7 @@ async def test_retrying_a_failed_delivery_sends_it_again_and_goes_back_to_the_lo
     console, csrf = await signed_in_browser(app, shop.merchant.email)
     path = console_webhooks(shop.application_id, config["id"])
     _, html = await page(console, path)
-    assert '<span class="delivery-failed">Failed</span>' in html
+    assert '<span class="delivery-failed"><span title="FAILED">Failed</span></span>' in html
     assert "Retry now" in html and "Send again" not in html
     retry = f"{path}/deliveries/{delivery['id']}/retry"
     assert f'action="{retry}"' in html
@@ -307,7 +307,7 @@ async def test_retrying_a_failed_delivery_sends_it_again_and_goes_back_to_the_lo
     )
     assert [item["httpStatusCode"] for item in delivered["attemptLog"]] == [500, 500, 200]
     _, html = await page(console, path)
-    assert '<span class="delivery-delivered">Delivered</span>' in html
+    assert '<span class="delivery-delivered"><span title="DELIVERED">Delivered</span></span>' in html
 
 
 async def test_a_private_address_is_refused_with_a_field_error_and_nothing_is_created(
@@ -466,7 +466,7 @@ async def test_editing_the_url_and_events_changes_them_and_says_so(
     assert config["subscribedEvents"] == ["refund.failed"]
     assert (config["isActive"], config["keyFingerprint"]) == (True, created["keyFingerprint"])
     _, html = await page(console, response.headers["Location"])
-    assert '<p class="notice" role="status">Saved' in html
+    assert '<div class="notice notice-success" role="status"><p>Saved' in html
     assert 'value="https://127.0.0.1/new-hooks"' in html
     assert 'value="refund.failed" checked' in html and 'value="session.completed" checked' not in html
 
@@ -550,7 +550,7 @@ async def test_deleting_asks_to_confirm_then_the_configuration_is_gone(
     assert (await api_config(client, merchant, application["id"], created["id"]))[0] == 404
     assert await configs_of(client, merchant, application["id"]) == []
     _, html = await page(console, response.headers["Location"])
-    assert '<p class="notice" role="status">The webhook configuration was deleted' in html
+    assert '<div class="notice notice-success" role="status"><p>The webhook configuration was deleted' in html
     assert "doomed-hooks" not in html and "No webhook configurations yet." in html
     response, _ = await page(console, path)
     assert response.status_code == 404

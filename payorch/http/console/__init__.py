@@ -1,10 +1,11 @@
 """The merchant console: server-rendered pages for a merchant's admin.
 
 `kit.py` holds what every page shares (the blueprint, the session, CSRF, error pages, security
-headers); each area has its own module, which registers its pages on the blueprint when imported.
+headers), `display.py` how values are written (times, labels); each area has its own module, which
+registers its pages on the blueprint when imported.
 """
 
-from payorch.http.console import applications, providers, routing, sessions, sign_in, webhooks
+from payorch.http.console import applications, display, providers, routing, sessions, sign_in, webhooks
 from payorch.http.console.kit import blueprint
 
-__all__ = ["applications", "blueprint", "providers", "routing", "sessions", "sign_in", "webhooks"]
+__all__ = ["applications", "blueprint", "display", "providers", "routing", "sessions", "sign_in", "webhooks"]

@@ -1,13 +1,17 @@
 """The merchant's applications and their API keys.
 
     GET  /console/applications                      the merchant's applications; POST creates one
-    GET  /console/applications/<id>                 one application and its API keys by prefix
-    POST /console/applications/<id>/status          enable or disable (field `enabled`)
+    GET  /console/applications/<id>                 one application: its first steps (`guide.py`), its
+                                                    API keys by prefix, a test payment
+    POST /console/applications/<id>/status          enable, or disable (field `enabled`): disabling
+                                                    asks first, and is done with `confirm=yes`
     POST /console/applications/<id>/api-keys        a new key, shown on the answer only
     POST /console/applications/<id>/api-keys/<key>/revoke
+    POST /console/applications/<id>/test-payment    a session of 10.00 PLN, then 303 to its checkout
 
-Every action calls the operation the API's route calls (`routes/applications.py`), so ownership,
-validation and rate limits are the API's.
+Every action calls the operation the API's route calls (`routes/applications.py`; the test payment
+the session create's, `guide.create_test_session`), so ownership, validation and rate limits are the
+API's. The description is written as text (`descriptions.py`).
 """
 
 from __future__ import annotations
@@ -15,11 +19,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from quart import Response, url_for
+from quart import Response, request, url_for
 from werkzeug.datastructures import MultiDict
 
 from payorch.http.auth import application_for
 from payorch.http.console.activity import activity_of
+from payorch.http.console.descriptions import description_of, shown
+from payorch.http.console.guide import (
+    TEST_PRICE,
+    TestPaymentRefused,
+    create_test_session,
+    here,
+    new_test_key,
+    progress_of,
+)
 from payorch.http.console.kit import (
     Session,
     action,
@@ -34,7 +47,6 @@ from payorch.http.console.kit import (
     true_or_false,
     validated,
 )
-from payorch.http.jsonio import loads_request_json
 from payorch.http.models import ApiKeyCreateRequest, ApplicationCreateRequest, ApplicationStatusRequest
 from payorch.http.routes.applications import (
     api_keys_of,
@@ -44,10 +56,21 @@ from payorch.http.routes.applications import (
     revoke_api_key_of,
     set_status_of,
 )
-from payorch.jsonexact import dumps_exact
 from payorch.values import errors as domain
 
 application_section("Overview", "application")
+
+# What the form posted just before did, said after its redirect (`?done=...`): payorch's own words,
+# never taken from the address.
+DONE = {
+    "created": "The application is created.",
+    "enabled": "The application is enabled: its API keys work again.",
+    "disabled": "The application is disabled: its API keys are refused until it is enabled again.",
+}
+
+
+def _done_notice() -> str | None:
+    return DONE.get(request.args.get("done", ""))
 
 
 # --- Applications ------------------------------------------------------------------------------
@@ -69,6 +92,7 @@ async def _applications_page(
         form={"name": "", "description": "", **(form or {})},
         errors=errors or {},
         activity=await activity_of(session.principal),
+        notice=_done_notice() if status == 200 else None,
     )
 
 
@@ -82,37 +106,42 @@ async def applications(session: Session) -> tuple[str, int]:
 @action
 async def create_application(session: Session, form: MultiDict[str, str]) -> Any:
     """Create an application with the API's validation (`ApplicationCreateRequest`); the description
-    is a JSON object written in a text area, parsed as the API parses its bodies."""
-    shown = {"name": form.get("name", ""), "description": form.get("description", "")}
+    is the text area's text as `descriptions.description_of` reads it. Then its overview, which
+    says what comes next."""
+    sent = {"name": form.get("name", ""), "description": form.get("description", "")}
     try:
         fields = text_fields(form, ("name", "description"))
-        description = None
-        if fields["description"].strip():
-            try:
-                description = loads_request_json(fields["description"])
-            except domain.InvalidInput as error:
-                problem = error.details[0].message if error.details else error.message
-                raise domain.InvalidInput(
-                    "validation failed",
-                    [domain.FieldProblem("description", f"must be a JSON object: {problem}")],
-                ) from None
+        description = description_of(fields["description"])
         data = validated(ApplicationCreateRequest, {"name": fields["name"], "description": description})
     except domain.InvalidInput as error:
-        return await _applications_page(session, 400, form=shown, errors=field_errors(error))
+        return await _applications_page(session, 400, form=sent, errors=field_errors(error))
     created = await create_application_of(session.principal, data)
-    return see_other(url_for("console.application", application_id=created.id))
+    return see_other(url_for("console.application", application_id=created.id, done="created"))
 
 
 @blueprint.post("/applications/<application_id>/status")
 @action
-async def application_status(application_id: str, session: Session, form: MultiDict[str, str]) -> Response:
+async def application_status(application_id: str, session: Session, form: MultiDict[str, str]) -> Any:
+    """Enable at once; disable only with `confirm=yes`, else the page asking to confirm (nothing
+    changed), as deleting a webhook configuration asks. Then the page the form was on (`back`)."""
     enabled = true_or_false(form, "enabled")
+    back = "application" if form.get("back") == "application" else "applications"
+    if not enabled and form.get("confirm") != "yes":
+        application = await application_for(session.principal, application_id)
+        return await render_page(
+            "console/application_disable.html",
+            session,
+            title=f"Disable {application.name}?",
+            application=application,
+            back=back,
+        )
     updated = await set_status_of(
         session.principal, application_id, ApplicationStatusRequest(isEnabled=enabled)
     )
-    if form.get("back") == "application":
-        return see_other(url_for("console.application", application_id=updated.id))
-    return see_other(url_for("console.applications"))
+    done = "enabled" if enabled else "disabled"
+    if back == "application":
+        return see_other(url_for("console.application", application_id=updated.id, done=done))
+    return see_other(url_for("console.applications", done=done))
 
 
 async def _application_page(
@@ -122,6 +151,7 @@ async def _application_page(
     *,
     form: Mapping[str, str] | None = None,
     errors: dict[str, str] | None = None,
+    test_refused: TestPaymentRefused | None = None,
 ) -> tuple[str, int]:
     application = await application_for(session.principal, application_id)
     return await render_page(
@@ -130,10 +160,16 @@ async def _application_page(
         status,
         title=application.name,
         application=application,
-        description=dumps_exact(application.description) if application.description else None,
+        description=shown(application.description),
         listing=await listing(lambda page: api_keys_of(session.principal, application_id, page)),
         form={"description": "", **(form or {})},
         errors=errors or {},
+        notice=_done_notice() if status == 200 else None,
+        progress=await progress_of(session.principal, application_id),
+        # A new key each time the page is rendered: its test payment form sent again is one payment.
+        test_key=new_test_key(),
+        test_price=TEST_PRICE,
+        test_refused=test_refused,
     )
 
 
@@ -162,6 +198,7 @@ async def create_api_key(application_id: str, session: Session, form: MultiDict[
         application=application,
         key=created,
         secret=key,
+        progress=await progress_of(session.principal, application_id),
     )
 
 
@@ -172,3 +209,15 @@ async def revoke_api_key(
 ) -> Response:
     await revoke_api_key_of(session.principal, application_id, key_id)
     return see_other(url_for("console.application", application_id=application_id))
+
+
+@blueprint.post("/applications/<application_id>/test-payment")
+@action
+async def test_payment(application_id: str, session: Session, form: MultiDict[str, str]) -> Any:
+    """Create a test payment's session (`guide.create_test_session`) and open its checkout page
+    (303). Refused: the overview again, with the API's status and why, next to the button."""
+    try:
+        checkout_url = await create_test_session(session.principal, application_id, form)
+    except TestPaymentRefused as refused:
+        return await _application_page(session, application_id, refused.status, test_refused=refused)
+    return see_other(here(checkout_url))

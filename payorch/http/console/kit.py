@@ -15,7 +15,6 @@ import hmac
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -35,7 +34,6 @@ from payorch.values import errors as domain
 from payorch.values.html import see_other as see_other  # 303, for the pages to import from here
 from payorch.values.pagination import PageRequest
 from payorch.values.statuses import DeliveryStatus, RefundStatus, SessionStatus
-from payorch.values.timefmt import iso
 
 blueprint = Blueprint(
     "console",
@@ -272,11 +270,6 @@ def signed_out(next_page: str | None = None) -> Response:
 
 
 # --- Answers for every page --------------------------------------------------------------------
-
-
-@blueprint.app_template_filter("console_time")
-def console_time(value: datetime) -> str:
-    return iso(value)
 
 
 async def message_page(title: str, message: str, status: int) -> Response:

@@ -23,6 +23,7 @@ from quart import request, url_for
 from werkzeug.datastructures import MultiDict
 
 from payorch.http.auth import application_for
+from payorch.http.console.guide import progress_of
 from payorch.http.console.kit import (
     Session,
     action,
@@ -165,6 +166,10 @@ async def _providers_page(
         unlinked=unlinked,
         event_delivery=EVENT_DELIVERY,
         notice=_done_notice(linked) if refused is None else None,
+        # After a link, the step that follows it (`guide.py`).
+        progress=await progress_of(session.principal, application_id)
+        if refused is None and request.args.get("done") == "linked"
+        else None,
         page_alert=page_alert,
         refused_form=refused.form if refused else None,
         refused_ticked=refused.ticked if refused else [],

@@ -27,6 +27,7 @@ from werkzeug.datastructures import MultiDict
 
 from payorch.engine.body_types import DEFAULT_EVENT_TYPES, EVENT_TYPES
 from payorch.http.auth import application_for
+from payorch.http.console.guide import progress_of
 from payorch.http.console.kit import (
     Session,
     action,
@@ -140,6 +141,8 @@ async def _secret_page(
         fingerprint=fingerprint,
         created=status == 201,
         previous_expires_at=previous_expires_at,
+        # After a creation, the step that follows it (`guide.py`).
+        progress=await progress_of(session.principal, application_id) if status == 201 else None,
     )
 
 

@@ -111,6 +111,7 @@ class MollieProvider:
     name = "mollie"
     display_name = "Mollie"
     event_delivery: EventDelivery = "per_payment_url"
+    key_format = "An API key from Mollie's dashboard: test_... in test mode (live_... takes real payments)."
     payment_methods = PAYMENT_METHODS
 
     def __init__(

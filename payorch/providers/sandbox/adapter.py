@@ -107,6 +107,11 @@ class SandboxProvider:
     name = "sandbox"
     display_name = "Sandbox (test mode)"
     event_delivery: EventDelivery = "registered_endpoint"
+    key_format = (
+        "sk_sandbox_ followed by 8 or more letters, digits or _, such as sk_sandbox_webshop1. Any such "
+        "key works, there is nothing to sign up for; applications linked with the same key share one "
+        "sandbox account."
+    )
     payment_methods = frozenset({"card", "blik", "apple_pay"})
 
     def __init__(

@@ -110,6 +110,10 @@ class StripeProvider:
     name = "stripe"
     display_name = "Stripe"
     event_delivery: EventDelivery = "registered_endpoint"
+    key_format = (
+        "A secret key from Stripe's dashboard: sk_test_... in test mode (sk_live_... takes real "
+        "payments; a restricted key, rk_..., works too)."
+    )
     payment_methods = PAYMENT_METHODS
 
     def __init__(
