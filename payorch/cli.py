@@ -28,15 +28,11 @@ from payorch.config import (
     workers_setting,
 )
 from payorch.config_checks import check_database_settings, check_settings, load_checked_settings
-from payorch.engine.invites import issue_invite, signup_link_base
-from payorch.engine.key_rotation import rotate_sealed_secrets
 from payorch.logs import configure_logging, set_log_level
-from payorch.service import database_url, serve_until_signalled
-from payorch.storage.database import open_database
-from payorch.storage.migrations import migrate
-from payorch.values.secretbox import SecretBox
-from payorch.values.timefmt import iso
-from payorch.workers import serve_as_worker, serve_workers, worker_assignment, worker_count
+
+# The service, the database and the engine are imported by the commands that use them, when they
+# run: `--version`, `--help`, `check-config` and a configuration refused at the start then take a
+# fraction of a second instead of the seconds importing the whole service takes.
 
 _CONFIG_HELP = "configuration file (default: $PAYORCH_CONFIG or ./config.toml)"
 # Each command's --help: its description and examples as written (line breaks kept).
@@ -202,12 +198,20 @@ def _workers(value: str) -> int | Literal["auto"]:
 
 
 async def _migrate(settings: Settings) -> None:
+    from payorch.storage.database import database_url, open_database
+    from payorch.storage.migrations import migrate
+
     async with open_database(await database_url(settings), min_size=1, max_size=1) as db:
         applied = await migrate(db)
     print("applied: " + ", ".join(applied) if applied else "database is up to date")
 
 
 async def _invite(settings: Settings, email: str, as_json: bool) -> None:
+    from payorch.engine.invites import issue_invite, signup_link_base
+    from payorch.storage.database import database_url, open_database
+    from payorch.storage.migrations import migrate
+    from payorch.values.timefmt import iso
+
     async with open_database(await database_url(settings), min_size=1, max_size=1) as db:
         await migrate(db)
         # The running server's address, which this shell's settings may not know (invites.py).
@@ -257,6 +261,11 @@ def _toml_value(value: Any) -> str:
 
 
 async def _rotate_credentials(settings: Settings) -> int:
+    from payorch.engine.key_rotation import rotate_sealed_secrets
+    from payorch.storage.database import database_url, open_database
+    from payorch.storage.migrations import migrate
+    from payorch.values.secretbox import SecretBox
+
     secrets = SecretBox(settings.security.keys)
     async with open_database(await database_url(settings), min_size=1, max_size=1) as db:
         await migrate(db)
@@ -305,6 +314,24 @@ def _warn_if_links_point_at_this_host(settings: Settings) -> None:
         )
 
 
+def _serve(settings: Settings, path: Path, workers_option: int | Literal["auto"] | None) -> int:
+    from payorch.service import serve_until_signalled
+    from payorch.workers import serve_as_worker, serve_workers, worker_assignment, worker_count
+
+    # SIGHUP reads the same file and the same environment again, and checks them as here.
+    reload_settings = partial(load_checked_settings, path)
+    assignment = worker_assignment()
+    if assignment is not None:  # one of the processes of `payorch serve --workers N`
+        trio.run(serve_as_worker, settings, reload_settings, assignment)
+        return 0
+    _warn_if_links_point_at_this_host(settings)
+    workers = worker_count(workers_option or settings.server.workers)
+    if workers > 1:
+        return trio.run(serve_workers, settings, path, workers)
+    trio.run(serve_until_signalled, settings, reload_settings)
+    return 0
+
+
 def _refused(problems: list[ConfigError], *, every: bool) -> int:
     """Exit status 2 after one line on stderr for the first of `problems`, or for `every` one."""
     shown = problems if every else problems[:1]
@@ -339,17 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if args.command == "serve":
-            # SIGHUP reads the same file and the same environment again, and checks them as here.
-            reload_settings = partial(load_checked_settings, path)
-            assignment = worker_assignment()
-            if assignment is not None:  # one of the processes of `payorch serve --workers N`
-                trio.run(serve_as_worker, settings, reload_settings, assignment)
-                return 0
-            _warn_if_links_point_at_this_host(settings)
-            workers = worker_count(args.workers or settings.server.workers)
-            if workers > 1:
-                return trio.run(serve_workers, settings, path, workers)
-            trio.run(serve_until_signalled, settings, reload_settings)
+            return _serve(settings, path, args.workers)
         elif args.command == "migrate":
             trio.run(_migrate, settings)
         elif args.command == "check-config":

@@ -30,18 +30,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
-from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
 from payorch.config import Settings
 from payorch.development_ca import development_ca_certificate, loopback_server_certificate
 from payorch.engine.webhook_signing import MalformedSigningSecret, check_secret_form, key_fingerprint
+
+if TYPE_CHECKING:
+    from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
 
 DEFAULT_PORT = 8787
 HOST = "127.0.0.1"
@@ -189,6 +190,10 @@ async def serve_dev_receiver(
     """Serve `receiver` over HTTPS on 127.0.0.1:`port` (0: any free port) until cancelled; reports
     the port it listens on once it does. The certificate comes from `state_dir`
     (`development_ca.loopback_server_certificate`: the CA and the certificate are made if missing)."""
+    # Imported here, not with the module: every command of the CLI imports this one.
+    from hypercorn.config import Config as HypercornConfig
+    from hypercorn.trio import serve as hypercorn_serve
+
     certificate = loopback_server_certificate(state_dir)
     config = HypercornConfig()
     config.bind = [f"{HOST}:{port}"]

@@ -21,7 +21,6 @@ import logging
 import math
 import signal
 import socket
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -34,7 +33,7 @@ from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallabl
 from payorch.config import ConfigError, Settings
 from payorch.http import server as http_server
 from payorch.runtime import Runtime, open_runtime
-from payorch.storage.database import Database, open_database
+from payorch.storage.database import Database, database_url, open_database
 from payorch.storage.migrations import migrate
 
 log = logging.getLogger("payorch.service")
@@ -46,20 +45,6 @@ class RunningService:
 
     addresses: list[str]
     db: Database
-
-
-async def database_url(settings: Settings) -> str:
-    """`database.url`, or the URL of the embedded PostgreSQL under `database.data_dir`."""
-    if settings.database.url:
-        return settings.database.url
-    # Imported only when needed: pgserver warns at import time when XDG_RUNTIME_DIR is unset
-    # (harmless, see storage/embedded.py), and that plain-text warning would break the one-JSON-
-    # object-per-line log of every command, even those given a database URL.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from payorch.storage.embedded import start_embedded_postgres
-    log.info("starting embedded PostgreSQL", extra={"dataDir": str(settings.database.data_dir)})
-    return await start_embedded_postgres(settings.database.data_dir)
 
 
 def _hypercorn_config(settings: Settings) -> HypercornConfig:

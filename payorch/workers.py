@@ -51,8 +51,8 @@ from hypercorn.utils import repr_socket_addr
 from payorch.config import MAX_WORKERS, Settings
 from payorch.http import server as http_server
 from payorch.logs import tag_worker
-from payorch.service import RunningService, database_url, serve_until_signalled
-from payorch.storage.database import open_database
+from payorch.service import RunningService, serve_until_signalled
+from payorch.storage.database import database_url, open_database
 from payorch.storage.migrations import migrate
 from payorch.storage.server_limits import connection_slots
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import unicodedata
+from functools import cache
 
 import trio
 from passlib.hash import argon2
 
 _hasher = argon2.using(type="ID")
-# Verified when the e-mail is unknown, so a login takes as long whether or not the account exists.
-_DUMMY_HASH = _hasher.hash("payorch-no-such-account-password")
 
 PASSWORD_MIN_LENGTH = 16
 PASSWORD_MAX_LENGTH = 32
@@ -38,8 +37,16 @@ async def hash_password(password: str) -> str:
     return str(await trio.to_thread.run_sync(_hasher.hash, password))
 
 
+@cache
+def _dummy_hash() -> str:
+    """Verified when the e-mail is unknown, so a login takes as long whether or not the account
+    exists. Made at the first such login (in its thread), not when the module is imported: every
+    command of the CLI imports this module, and most never verify a password."""
+    return str(_hasher.hash("payorch-no-such-account-password"))
+
+
 async def verify_password(password: str, stored_hash: str | None) -> bool:
     """Whether `password` matches `stored_hash`; with no hash, spend the same time and say no."""
-    candidate = stored_hash if stored_hash is not None else _DUMMY_HASH
+    candidate = stored_hash if stored_hash is not None else await trio.to_thread.run_sync(_dummy_hash)
     matches = bool(await trio.to_thread.run_sync(_hasher.verify, password, candidate))
     return matches and stored_hash is not None

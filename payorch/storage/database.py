@@ -22,6 +22,8 @@ requests answer 503 and a retry resolves (Idempotency-Keys make the retried writ
 from __future__ import annotations
 
 import contextlib
+import logging
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Concatenate, ParamSpec, TypeVar
@@ -30,6 +32,7 @@ import asyncpg
 import trio
 from asyncpg import Connection
 
+from payorch.config import Settings
 from payorch.jsonexact import dumps_exact, loads_exact
 from payorch.storage.dedicated import CONNECT_TIMEOUT_S, DedicatedConnection, open_dedicated_connection
 from payorch.storage.failures import server_lost, storage_failure
@@ -193,3 +196,19 @@ async def open_database(
                 # A loop that stopped before its time took the pool's connections with it.
                 with contextlib.suppress(DatabaseLoopStopped):
                     await loop.run(pool.close)
+
+
+async def database_url(settings: Settings) -> str:
+    """`database.url`, or the URL of the embedded PostgreSQL under `database.data_dir`."""
+    if settings.database.url:
+        return settings.database.url
+    # Imported only when needed: pgserver warns at import time when XDG_RUNTIME_DIR is unset
+    # (harmless, see storage/embedded.py), and that plain-text warning would break the one-JSON-
+    # object-per-line log of every command, even those given a database URL.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from payorch.storage.embedded import start_embedded_postgres
+    data_dir = settings.database.data_dir
+    log = logging.getLogger("payorch.service")
+    log.info("starting embedded PostgreSQL", extra={"dataDir": str(data_dir)})
+    return await start_embedded_postgres(data_dir)
