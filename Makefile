@@ -48,8 +48,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Bytecode written and kept (PYTHONDONTWRITEBYTECODE emptied, should the environment set it): each
+# test worker and each process a test starts would otherwise compile payorch and the tests again.
 unit: $(STAMP)
-	$(BIN)/pytest
+	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest
 
 test: lint typecheck unit
 

@@ -34,7 +34,7 @@ from payorch.http.services import PayorchApp
 from payorch.runtime import Runtime, open_runtime
 from payorch.storage.database import Database, open_database
 from payorch.storage.migrations import migrate
-from tests import argon2_memo
+from tests import argon2_memo, route_memo
 from tests.clock import ShiftedClock
 from tests.helpers import Client, Merchant, new_merchant
 
@@ -55,6 +55,8 @@ TEST_ENCRYPTION_KEY = "S2vYjcy6bBtRN0mTGqkLVxr40z2HDG5cf7rjzmoAPpM="
 def pytest_configure(config: pytest.Config) -> None:
     # Each password's argon2 computed once per test process, not in every test (tests/argon2_memo.py).
     argon2_memo.install()
+    # Each URL rule's builder compiled once per test process, not in every test's app (route_memo.py).
+    route_memo.install()
 
 
 @pytest.hookimpl(optionalhook=True)

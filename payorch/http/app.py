@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope
+from jinja2 import BytecodeCache
+from jinja2.bccache import Bucket
 from quart import Response, request
 
 from payorch.http import console, openapi
@@ -50,8 +53,29 @@ async def _never_stored(response: Response) -> Response:
     return response
 
 
+class _CompiledTemplates(BytecodeCache):
+    """The console's templates compiled once per process, not once per app: each app (a runtime, a
+    test) has its own Jinja environment, and compiling the templates is most of a console page's
+    first view. Jinja keys each entry by the template's name and a checksum of its source, so a
+    changed template is compiled again."""
+
+    def __init__(self) -> None:
+        self._compiled: dict[str, bytes] = {}
+
+    def load_bytecode(self, bucket: Bucket) -> None:
+        if (code := self._compiled.get(bucket.key)) is not None:
+            bucket.bytecode_from_string(code)
+
+    def dump_bytecode(self, bucket: Bucket) -> None:
+        self._compiled[bucket.key] = bucket.bytecode_to_string()
+
+
+_COMPILED_TEMPLATES = _CompiledTemplates()
+
+
 class _App(PayorchApp):
     json_provider_class = ExactJsonProvider
+    jinja_options: dict[str, Any] = {"bytecode_cache": _COMPILED_TEMPLATES}
     request_class = LimitedRequest  # a route may lower its body limit below MAX_CONTENT_LENGTH
 
     async def asgi_app(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
