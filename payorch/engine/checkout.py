@@ -27,10 +27,13 @@ from payorch.engine.routing_decision import Decision
 from payorch.engine.session_routing import RoutingInputs, plan_session, routing_inputs
 from payorch.providers.base import (
     CheckoutCreated,
+    CheckoutInDatabase,
     CheckoutRequest,
+    Credentials,
     ProviderError,
 )
 from payorch.storage import idempotency_keys, sessions
+from payorch.storage.database import Connection
 from payorch.storage.failures import StorageFailure, storage_failure
 from payorch.storage.idempotency_keys import Claimed
 from payorch.storage.provider_configs import ProviderConfig
@@ -75,6 +78,92 @@ class _Explanation:
 
 
 @dataclass(frozen=True)
+class _Planned:
+    """A session routed and ready to ask its providers for a checkout."""
+
+    command: CreateSession
+    reply: Reply[Answer]
+    session_id: uuid.UUID
+    expires_at: datetime
+    decision: Decision
+    version: int
+    ranked: list[tuple[str, float]]
+    configs: Mapping[str, ProviderConfig]
+    request: CheckoutRequest
+
+    def spawn(self, actor: ApplicationActor[Context]) -> None:
+        """Ask the providers in a child, cascading down the route; the result comes back as a
+        `_StoreSession`."""
+        context, command = actor.context, self.command
+        actor.in_flight[f"{SESSION_CREATE_SCOPE}:{command.idempotency_key}"] = self.reply
+
+        async def create() -> tuple[_Routed, _Explanation]:
+            routed = await _create_with_cascade(context, self.ranked, self.configs, self.request)
+            return routed, _Explanation.of(self.decision, self.version, routed.provider)
+
+        session_id, expires_at = self.session_id, self.expires_at
+        actor.spawn_command(
+            create, lambda routed: _StoreSession(command, session_id, expires_at, routed), self.reply
+        )
+
+
+async def _create_in_database(actor: ApplicationActor[Context], batch: Sequence[_Planned]) -> None:
+    """The sessions of `batch`, whose first provider keeps its checkouts in payorch's database (the
+    sandbox: `CheckoutInDatabase`), created in one transaction with their checkouts and their keys'
+    answers: one round trip for the lot, and none of it stored unless all of it is. Should that
+    transaction fail, each session goes the way of any other (`_Planned.spawn`): its providers asked
+    in turn, then stored, so a provider's refusal cascades and a session the database refuses fails
+    alone, exactly as there."""
+    context = actor.context
+    asked: list[tuple[_Planned, str, CheckoutInDatabase, Credentials]] = []
+    created_at = context.clock.now()
+
+    async def create_and_store(conn: Connection) -> list[sessions.AnsweredSession]:
+        answered = []
+        for planned, name, provider, credentials in asked:
+            request = planned.request
+            created = await provider.create_checkout_in(
+                conn, credentials, request, idempotency_key=_provider_key(request)
+            )
+            explanation = _Explanation.of(planned.decision, planned.version, name)
+            routed = _Routed(provider=name, score=planned.ranked[0][1], created=created)
+            answered.append(
+                _answered(
+                    planned.command, planned.session_id, planned.expires_at, routed, explanation, created_at
+                )
+            )
+        await sessions.insert_answered_sessions(conn, answered)
+        return answered
+
+    started = trio.current_time()
+    try:
+        for planned in batch:
+            name = planned.ranked[0][0]
+            provider = context.providers.get(name)
+            assert isinstance(provider, CheckoutInDatabase)
+            asked.append((planned, name, provider, context.credentials(planned.configs[name])))
+        stored = await context.db.transaction(create_and_store)
+    except Exception:
+        log.warning(
+            "creating sandbox checkouts with their sessions in one transaction failed; asking each "
+            "session's providers in turn",
+            exc_info=True,
+        )
+        for planned in batch:
+            planned.spawn(actor)
+        return
+    elapsed = trio.current_time() - started
+    for (planned, name, _, _), answered in zip(asked, stored, strict=True):
+        context.provider_answered(planned.configs[name], "create_checkout", elapsed)
+        _created(context, answered, planned.reply)
+
+
+def _provider_key(request: CheckoutRequest) -> str:
+    """The idempotency key a session's checkout is created with, at every provider it is asked of."""
+    return f"payorch-session-{request.session_id}"
+
+
+@dataclass(frozen=True)
 class CreateSession(BatchCommand[Context, Answer]):
     """Create a checkout session. Runs in batches: the commands that waited together in the mailbox
     claim their Idempotency-Keys in one statement, route on the provider configurations the actor
@@ -108,13 +197,19 @@ class CreateSession(BatchCommand[Context, Answer]):
             {key: (command.fingerprint, reply) for key, (command, reply) in waiting.items()},
         )
         unclaimed: list[str] = []
+        in_database: list[_Planned] = []
         for key, claim in claimed.items():
             command, reply = waiting[key]
             try:
-                command._start(actor, reply, claim, inputs)
+                planned = command._plan(actor, reply, claim, inputs)
             except (NoProviderAvailable, ProviderUnavailable) as error:
                 unclaimed.append(key)
                 reply.fail(error)
+                continue
+            if isinstance(context.providers.get(planned.ranked[0][0]), CheckoutInDatabase):
+                in_database.append(planned)
+            else:
+                planned.spawn(actor)
         if unclaimed:
             await context.db.autocommit(
                 idempotency_keys.release_idempotency_keys,
@@ -122,16 +217,18 @@ class CreateSession(BatchCommand[Context, Answer]):
                 scope=SESSION_CREATE_SCOPE,
                 keys=unclaimed,
             )
+        if in_database:
+            await _create_in_database(actor, in_database)
 
-    def _start(
+    def _plan(
         self,
         actor: ApplicationActor[Context],
         reply: Reply[Answer],
         claim: Claimed,
         inputs: RoutingInputs,
-    ) -> None:
-        """Route the session and ask its providers in a child; the result comes back as a
-        `_StoreSession`. `NoProviderAvailable` or `ProviderUnavailable` when no route exists.
+    ) -> _Planned:
+        """Route the session: the providers to ask in turn, and what to ask them.
+        `NoProviderAvailable` or `ProviderUnavailable` when no route exists.
 
         The session was requested when its Idempotency-Key was first claimed, and expires a TTL
         after that: a retry that takes over a dead node's claim asks the provider again with the
@@ -157,13 +254,9 @@ class CreateSession(BatchCommand[Context, Answer]):
             failure_url=(draft.redirect_urls or {}).get("failure"),
             order_items=draft.order_items or [],
         )
-        actor.in_flight[f"{SESSION_CREATE_SCOPE}:{self.idempotency_key}"] = reply
-
-        async def create() -> tuple[_Routed, _Explanation]:
-            routed = await _create_with_cascade(context, ranked, inputs.configs, request)
-            return routed, _Explanation.of(decision, version, routed.provider)
-
-        actor.spawn_command(create, lambda routed: _StoreSession(self, session_id, expires_at, routed), reply)
+        return _Planned(
+            self, reply, session_id, expires_at, decision, version, ranked, inputs.configs, request
+        )
 
     def new_session(
         self, session_id: uuid.UUID, expires_at: datetime, routed: _Routed, explanation: _Explanation
@@ -237,29 +330,41 @@ class _StoreSession(BatchCommand[Context, Answer]):
     def _answered(
         self, routed: _Routed, explanation: _Explanation, created_at: datetime
     ) -> sessions.AnsweredSession:
-        new = self.command.new_session(self.session_id, self.expires_at, routed, explanation)
-        body: SessionCreated = {
-            "sessionId": str(new.id),
-            "checkoutUrl": new.checkout_url,
-            "status": SessionStatus.PENDING,
-            "routing": {
-                "selectedProvider": routed.provider,
-                "score": new.routing_score,
-                "rule": explanation.rule,
-                "reason": explanation.reason,
-                "version": explanation.version,
-            },
-            "expiresAt": iso(new.expires_at),
-            "createdAt": iso(created_at),
-        }
-        return sessions.AnsweredSession(
-            session=new,
-            created_at=created_at,
-            scope=SESSION_CREATE_SCOPE,
-            key=self.command.idempotency_key,
-            status=201,
-            body=body,
-        )
+        return _answered(self.command, self.session_id, self.expires_at, routed, explanation, created_at)
+
+
+def _answered(
+    command: CreateSession,
+    session_id: uuid.UUID,
+    expires_at: datetime,
+    routed: _Routed,
+    explanation: _Explanation,
+    created_at: datetime,
+) -> sessions.AnsweredSession:
+    """The session to store and the answer its Idempotency-Key replays, built together."""
+    new = command.new_session(session_id, expires_at, routed, explanation)
+    body: SessionCreated = {
+        "sessionId": str(new.id),
+        "checkoutUrl": new.checkout_url,
+        "status": SessionStatus.PENDING,
+        "routing": {
+            "selectedProvider": routed.provider,
+            "score": new.routing_score,
+            "rule": explanation.rule,
+            "reason": explanation.reason,
+            "version": explanation.version,
+        },
+        "expiresAt": iso(new.expires_at),
+        "createdAt": iso(created_at),
+    }
+    return sessions.AnsweredSession(
+        session=new,
+        created_at=created_at,
+        scope=SESSION_CREATE_SCOPE,
+        key=command.idempotency_key,
+        status=201,
+        body=body,
+    )
 
 
 def _created(context: Context, answered: sessions.AnsweredSession, reply: Reply[Answer]) -> None:
@@ -297,7 +402,7 @@ async def _create_with_cascade(
                 created = await provider.create_checkout(
                     context.credentials(configs[name]),
                     request,
-                    idempotency_key=f"payorch-session-{request.session_id}",
+                    idempotency_key=_provider_key(request),
                 )
         except (ProviderError, trio.TooSlowError) as error:
             log.warning(

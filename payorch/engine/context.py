@@ -73,9 +73,14 @@ class Context:
             failure = "timeout" if isinstance(error, trio.TooSlowError) else "error"
             self.metrics.provider_call(provider, operation, failure, elapsed)
             raise
-        elapsed = trio.current_time() - started
-        self.health.record_success(account, elapsed, trio.current_time())
-        self.metrics.provider_call(provider, operation, "ok", elapsed)
+        self.provider_answered(config, operation, trio.current_time() - started)
+
+    def provider_answered(self, config: ProviderConfig, operation: str, elapsed_s: float) -> None:
+        """A call to `config`'s provider that succeeded after `elapsed_s`, counted as `provider_call`
+        counts one: for a call made apart from it (a checkout created in payorch's own transaction,
+        `providers.base.CheckoutInDatabase`)."""
+        self.health.record_success(account_of(config), elapsed_s, trio.current_time())
+        self.metrics.provider_call(config.provider, operation, "ok", elapsed_s)
 
 
 def account_of(config: ProviderConfig) -> ProviderAccount:

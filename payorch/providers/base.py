@@ -11,10 +11,13 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from payorch.values.money import Money
 from payorch.values.statuses import FailureReason
+
+if TYPE_CHECKING:
+    from payorch.storage.database import Connection
 
 
 class ProviderError(Exception):
@@ -218,4 +221,19 @@ class Provider(Protocol):
         objects (looked up with a call to the provider): `[event]` when nothing needs looking up,
         several when it reports on several objects (each with an id of its own), none when they
         are nothing of payorch's."""
+        ...
+
+
+@runtime_checkable
+class CheckoutInDatabase(Protocol):
+    """A provider whose checkouts live in payorch's own database (the sandbox): it can create one on
+    the connection of a transaction payorch has open, so that the checkout, the session routed to
+    it and its Idempotency-Key's answer commit together, or not at all, in one round trip
+    (`engine.checkout`). A retry after a failure finds nothing half done."""
+
+    async def create_checkout_in(
+        self, conn: Connection, credentials: Credentials, request: CheckoutRequest, *, idempotency_key: str
+    ) -> CheckoutCreated:
+        """`create_checkout`, as statements on `conn` (run on the database's event loop: no Trio, no
+        I/O but `conn`); `ProviderError` as `create_checkout` raises it."""
         ...

@@ -46,7 +46,7 @@ from payorch.providers.base import (
 from payorch.providers.sandbox import simulator
 from payorch.providers.sandbox.signing import SignatureInvalid, new_signing_secret, verify_signature
 from payorch.storage import sandbox as store
-from payorch.storage.database import Database
+from payorch.storage.database import Connection, Database
 from payorch.storage.failures import StorageFailure, storage_failure
 from payorch.values.clock import SYSTEM_CLOCK, Clock
 from payorch.values.money import UnknownCurrency, currency_exponent
@@ -170,11 +170,29 @@ class SandboxProvider:
     ) -> CheckoutCreated:
         """Open a hosted checkout; the same key gives back the same checkout (`ProviderError` if the
         key was used for another session or amount)."""
+        new = self._new_checkout(credentials, request, idempotency_key)
+        with _unavailable_as_provider_error():
+            checkout, _ = await self._db.autocommit(
+                store.insert_checkout, new, now=self.clock.now()
+            )  # one statement
+        return self._created(new, checkout)
+
+    async def create_checkout_in(
+        self, conn: Connection, credentials: Credentials, request: CheckoutRequest, *, idempotency_key: str
+    ) -> CheckoutCreated:
+        """`create_checkout` within the caller's transaction on `conn` (`CheckoutInDatabase`)."""
+        new = self._new_checkout(credentials, request, idempotency_key)
+        checkout, _ = await store.insert_checkout(conn, new, now=self.clock.now())
+        return self._created(new, checkout)
+
+    def _new_checkout(
+        self, credentials: Credentials, request: CheckoutRequest, idempotency_key: str
+    ) -> store.NewCheckout:
         account = sandbox_account(credentials)
         refuse_outside_limits(
             "sandbox", self.limits(request.amount.currency, request.payment_method), request
         )
-        new = store.NewCheckout(
+        return store.NewCheckout(
             id=simulator.new_id("cs_sbx_"),
             account=account,
             idempotency_key=idempotency_key,
@@ -189,10 +207,8 @@ class SandboxProvider:
             failure_url=request.failure_url,
             expires_at=request.expires_at,
         )
-        with _unavailable_as_provider_error():
-            checkout, _ = await self._db.autocommit(
-                store.insert_checkout, new, now=self.clock.now()
-            )  # one statement
+
+    def _created(self, new: store.NewCheckout, checkout: store.SandboxCheckout) -> CheckoutCreated:
         if (checkout.client_reference, checkout.amount_minor, checkout.currency) != (
             new.client_reference,
             new.amount_minor,

@@ -1,0 +1,103 @@
+"""A session routed to the sandbox, whose checkouts live in payorch's own database, is created with its
+checkout and its Idempotency-Key's answer in one transaction (`engine.checkout._create_in_database`);
+should that transaction fail, the session is created the way any other is, and nothing of the failed
+attempt remains."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from payorch.providers.base import CheckoutInDatabase, ProviderError
+from payorch.providers.sandbox.adapter import SandboxProvider
+from payorch.runtime import Runtime
+from payorch.storage import sessions
+from payorch.storage.database import Connection, Database
+from payorch.storage.sessions import AnsweredSession
+from payorch.values.statuses import RoutingReason
+from tests.helpers import Client, Shop, create_session, new_shop
+
+
+@pytest.fixture
+async def shop(client: Client, db: Database, runtime: Runtime) -> Shop:
+    return await new_shop(client, db, runtime.services.context.settings)
+
+
+def _sandbox(runtime: Runtime) -> SandboxProvider:
+    sandbox = runtime.services.context.providers.get("sandbox")
+    assert isinstance(sandbox, SandboxProvider)
+    return sandbox
+
+
+async def _checkouts_of(db: Database, session_id: str) -> list[dict[str, Any]]:
+    async def read(conn: Connection) -> list[dict[str, Any]]:
+        rows = await conn.fetch(
+            "SELECT id FROM sandbox_checkouts WHERE client_reference = $1 ORDER BY created_at", session_id
+        )
+        return [dict(row) for row in rows]
+
+    return await db.autocommit(read)
+
+
+async def test_the_sandbox_is_a_provider_whose_checkouts_live_in_payorchs_database(runtime: Runtime) -> None:
+    assert isinstance(_sandbox(runtime), CheckoutInDatabase)
+
+
+async def test_a_sandbox_session_is_created_with_its_checkout_without_a_call_of_its_own(
+    client: Client, db: Database, runtime: Runtime, shop: Shop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+
+    async def create_checkout(*args: Any, **kwargs: Any) -> Any:
+        calls.append("create_checkout")
+        raise AssertionError("the sandbox's own round trip was taken")
+
+    monkeypatch.setattr(_sandbox(runtime), "create_checkout", create_checkout)
+    response = await create_session(client, shop, "one-transaction")
+    assert response.status_code == 201
+    body = await response.get_json()
+    assert calls == []
+    checkouts = await _checkouts_of(db, body["sessionId"])
+    assert len(checkouts) == 1
+    assert f"/sandbox/checkout/{checkouts[0]['id']}" in body["checkoutUrl"]
+    assert body["routing"]["reason"] != RoutingReason.CASCADE
+    replayed = await create_session(client, shop, "one-transaction")
+    assert replayed.status_code == 201
+    assert await replayed.get_json() == body
+
+
+async def test_a_sandbox_refusal_in_the_transaction_creates_the_session_the_usual_way(
+    client: Client, db: Database, runtime: Runtime, shop: Shop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise ProviderError("sandbox: refused inside the transaction")
+
+    monkeypatch.setattr(_sandbox(runtime), "create_checkout_in", refuse)
+    response = await create_session(client, shop, "refused-inside")
+    assert response.status_code == 201
+    body = await response.get_json()
+    assert len(await _checkouts_of(db, body["sessionId"])) == 1
+
+
+async def test_a_session_the_transaction_fails_to_store_leaves_no_checkout_behind(
+    client: Client, db: Database, shop: Shop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = sessions.insert_answered_sessions
+    failed: list[int] = []
+
+    async def fail_once(conn: Connection, answered: Sequence[AnsweredSession]) -> None:
+        if not failed:
+            failed.append(len(answered))
+            await conn.execute("SELECT 1/0")  # the database refuses: the whole transaction is undone
+        await real(conn, answered)
+
+    monkeypatch.setattr(sessions, "insert_answered_sessions", fail_once)
+    response = await create_session(client, shop, "undone")
+    assert response.status_code == 201
+    assert failed == [1]
+    body = await response.get_json()
+    checkouts = await _checkouts_of(db, body["sessionId"])
+    assert len(checkouts) == 1
+    assert f"/sandbox/checkout/{checkouts[0]['id']}" in body["checkoutUrl"]
