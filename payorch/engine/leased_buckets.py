@@ -20,9 +20,9 @@ about one every `BATCH_S`, and a quiet one one per lease's worth of requests wit
 the processes hold unspent is at most about one lease each: a client can get that much more than
 the bucket in a burst, and loses it when it stops using a process.
 
-Memory stays bounded as in `token_buckets.RateLimiter`: a key with nothing leased and nothing known
-is dropped (least recently used first), and at most `max_keys` are held; dropping a key loses its
-leased tokens (stricter) or what it knew (one more take), nothing else.
+Memory stays bounded: a key with nothing leased and nothing known is dropped (least recently used
+first), and at most `max_keys` are held; dropping a key loses its leased tokens (stricter) or what it
+knew (one more take), nothing else.
 """
 
 from __future__ import annotations

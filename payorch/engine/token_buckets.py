@@ -2,31 +2,20 @@
 
 A bucket holds up to `burst` tokens and refills continuously at `rate` tokens per second; each
 request takes one token, and a request finding less than one token is refused with the time until
-one is there. `RateLimiter` keeps one bucket per opaque key (`apikey:<id>`, `ip:<address>`).
-
-Memory stays bounded two ways:
-
-- A bucket not touched for `burst / rate` seconds is full again, and a full bucket is exactly what
-  a new key gets, so forgetting it changes no answer. Buckets are kept in least-recently-used order
-  and every `take` drops such idle buckets from the old end (amortised O(1)). The map therefore
-  holds only the keys seen in the last `burst / rate` seconds.
-- A hard cap, `max_keys`: past it the least recently used bucket is dropped even if not yet full.
-  That key then starts again with a full bucket, so a flood of distinct keys can make the limiter
-  more lenient for the keys it pushes out, never stricter and never larger than the cap.
+one is there.
 
 This is the arithmetic of one bucket. The service's rate limits keep their buckets in PostgreSQL,
 shared by every process (`storage.rate_buckets` refills and takes by this same arithmetic in SQL),
-and each process leases tokens of them (`engine.leased_buckets`); a `RateLimiter` alone holds for
-one process only: N processes with one each allow up to N times the rate.
+and each process leases tokens of them (`engine.leased_buckets`), holding at most `DEFAULT_MAX_KEYS`
+keys' leases. `InFlightLimit` bounds what one key has in flight at once.
 """
 
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from dataclasses import dataclass
 
-DEFAULT_MAX_KEYS = 100_000
+DEFAULT_MAX_KEYS = 100_000  # keys a process holds leases of (`engine.leased_buckets`)
 
 
 @dataclass
@@ -80,75 +69,6 @@ class TokenBucket:
     def is_full(self, now: float) -> bool:
         """Whether the bucket has refilled to `burst` by `now`: it then equals a fresh one."""
         return self.tokens + max(0.0, now - self.updated_at) * self.rate >= self.burst
-
-
-class RateLimiter:
-    """One token bucket per key, all with the same `rate` (tokens per second) and `burst`."""
-
-    def __init__(self, rate: float, burst: int, *, max_keys: int = DEFAULT_MAX_KEYS) -> None:
-        if rate <= 0 or burst < 1 or max_keys < 1:
-            raise ValueError("a rate limiter needs rate > 0, burst >= 1 and max_keys >= 1")
-        self.rate = rate
-        self.burst = burst
-        self.max_keys = max_keys
-        self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()  # least recently used first
-
-    def reconfigure(self, rate: float, burst: int) -> None:
-        """Refill at `rate` and hold at most `burst` from now on, every bucket included: a bucket
-        keeps its tokens, down to the new `burst` if it held more."""
-        if rate <= 0 or burst < 1:
-            raise ValueError("a rate limiter needs rate > 0 and burst >= 1")
-        self.rate = rate
-        self.burst = burst
-        for bucket in self._buckets.values():
-            bucket.rate = rate
-            bucket.burst = burst
-            bucket.tokens = min(bucket.tokens, float(burst))
-
-    def __len__(self) -> int:
-        """How many buckets are held (idle ones may not have been dropped yet)."""
-        return len(self._buckets)
-
-    def take(self, key: str, now: float) -> float | None:
-        """Take one token from `key`'s bucket: None when allowed, else the seconds until a token
-        is available."""
-        self.forget_idle(now)
-        return self._bucket(key, now).take(now)
-
-    def _bucket(self, key: str, now: float) -> TokenBucket:
-        """`key`'s bucket, made full when there is none, as the most recently used."""
-        bucket = self._buckets.get(key)
-        if bucket is None:
-            bucket = TokenBucket.full(self.rate, self.burst, now)
-            self._buckets[key] = bucket
-            while len(self._buckets) > self.max_keys:
-                self._buckets.popitem(last=False)
-        else:
-            self._buckets.move_to_end(key)
-        return bucket
-
-    def reserve(self, key: str, now: float, max_wait: float) -> tuple[float, float | None]:
-        """`TokenBucket.reserve` on `key`'s bucket: `(seconds to wait, None)` when its next token is
-        at most `max_wait` away (then taken), else `(0, seconds until it is)`."""
-        self.forget_idle(now)
-        bucket = self._bucket(key, now)
-        return bucket.reserve(now, max_wait)
-
-    def wait(self, key: str, now: float) -> float | None:
-        """What `take` would answer for `key` at `now`, without taking a token: None when a
-        request would be allowed, else the seconds until it would be."""
-        bucket = self._buckets.get(key)
-        return bucket.wait(now) if bucket is not None else None
-
-    def forget_idle(self, now: float) -> None:
-        """Drop the buckets that refilled: a full bucket is what a new key would get anyway."""
-        # The least recently used bucket has been idle longest; any bucket idle for `burst / rate`
-        # seconds is full. Stop at the first one that is not: the rest were used more recently.
-        while self._buckets:
-            oldest = next(iter(self._buckets.values()))
-            if not oldest.is_full(now):
-                return
-            self._buckets.popitem(last=False)
 
 
 def whole_seconds(wait: float) -> int:
