@@ -51,6 +51,7 @@ from bench.payorch_target import (
 )
 from bench.shop import MERCHANT_EMAIL, PASSWORD, expect, sandbox_link, signed_up_merchant
 from payorch.config import Settings
+from payorch.dev_receiver import answer_lifespan
 from payorch.storage.database import Connection
 
 EVENT_TYPE = "session.completed"
@@ -115,13 +116,8 @@ def _receiving_app(receiver: _Receiver) -> Callable[..., Awaitable[None]]:
 
     async def app(scope: MutableMapping[str, Any], receive: ASGIReceive, send: ASGISend) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await answer_lifespan(receive, send)
+            return
         more = True
         while more:
             message = await receive()

@@ -25,12 +25,12 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import trio
@@ -137,6 +137,19 @@ def _indented(body: bytes) -> str:
     return "\n".join("    " + line for line in text.splitlines())
 
 
+async def answer_lifespan(
+    receive: Callable[[], Awaitable[Mapping[str, Any]]], send: Callable[[Any], Awaitable[None]]
+) -> None:
+    """An ASGI lifespan that has nothing to start or stop: says so to each message, until shutdown."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
 class ReceiverApp:
     """The receiver as an ASGI application: every request judged, its line handed to `show`."""
 
@@ -146,13 +159,8 @@ class ReceiverApp:
 
     async def __call__(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await answer_lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
         body = bytearray()

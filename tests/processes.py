@@ -8,13 +8,17 @@ import os
 import socket
 import subprocess
 import sys
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import trio
 
+from payorch.engine.checkout import SESSION_CREATE_SCOPE
+from payorch.storage.database import Connection
 from tests.helpers import eventually
 
 GRACEFUL_TIMEOUT_S = 3
@@ -138,3 +142,29 @@ async def serving(
                 with trio.CancelScope(shield=True):
                     await process.wait()
     raise AssertionError("unreachable")
+
+
+def logged_records(stderr_path: Path) -> list[dict[str, Any]]:
+    """The JSON log records a process wrote to `stderr_path`, in order; other lines are skipped."""
+    records = []
+    for line in stderr_path.read_text(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+async def keys_and_sessions(
+    conn: Connection, application_id: uuid.UUID
+) -> tuple[dict[str, uuid.UUID], list[uuid.UUID]]:
+    """The application's create keys with the session each names, and every session it has."""
+    keys = await conn.fetch(
+        "SELECT key, resource_id FROM idempotency_keys WHERE application_id = $1 AND scope = $2",
+        application_id,
+        SESSION_CREATE_SCOPE,
+    )
+    stored = await conn.fetch("SELECT id FROM checkout_sessions WHERE application_id = $1", application_id)
+    return {row["key"]: row["resource_id"] for row in keys}, [row["id"] for row in stored]

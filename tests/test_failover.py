@@ -28,7 +28,7 @@ from tests import webhook_receiver as receiving
 from tests.conftest import TEST_ENCRYPTION_KEY, TEST_JWT_SECRET
 from tests.fake_stripe import FakeStripe, ScriptedFailure
 from tests.helpers import PASSWORD, SANDBOX_KEY, eventually, session_body, signup_body
-from tests.processes import serving
+from tests.processes import keys_and_sessions, serving
 from tests.webhook_receiver import ScriptedResponse, WebhookReceiver
 
 fake_stripe = stripe_fake.fake_stripe
@@ -38,7 +38,6 @@ FAILOVER_S = 15  # against leases of 80 s (Idempotency-Key) and 35 s (webhook de
 CREATES = 8  # session creates in flight at the killed node, each waiting on a slow Stripe
 DELIVERIES = 4  # webhook deliveries in flight at the killed node (4 = the in-flight limit per endpoint)
 STRIPE_KEY = "sk_test_51FailoverKey0123456789"
-SESSION_CREATE_SCOPE = "POST /api/v1/sessions"
 
 
 def _environment(receiver: WebhookReceiver, stripe: FakeStripe) -> dict[str, str]:
@@ -224,25 +223,12 @@ async def _taken_over(
             f"not taken over within {FAILOVER_S} s: creates of keys still answered {waiting}; "
             f"deliveries arrived again for {len(held.paid & delivered())} of {len(held.paid)} sessions"
         )
-    keys, stored = await db.autocommit(_keys_and_sessions, scene.stripe_application_id)
+    keys, stored = await db.autocommit(keys_and_sessions, scene.stripe_application_id)
     assert keys == {key: uuid.UUID(session) for key, session in sessions.items()}
     assert sorted(stored) == sorted(keys.values())  # one session per key, none besides
     # The retry asked Stripe under the dead node's Idempotency-Key: one Checkout Session per key there too.
     sent = stripe.requests_to("POST", "/v1/checkout/sessions")
     assert len({request.headers["idempotency-key"] for request in sent}) == len(held.keys)
-
-
-async def _keys_and_sessions(
-    conn: Connection, application_id: uuid.UUID
-) -> tuple[dict[str, uuid.UUID], list[uuid.UUID]]:
-    """The application's create keys with the session each names, and every session it has."""
-    keys = await conn.fetch(
-        "SELECT key, resource_id FROM idempotency_keys WHERE application_id = $1 AND scope = $2",
-        application_id,
-        SESSION_CREATE_SCOPE,
-    )
-    stored = await conn.fetch("SELECT id FROM checkout_sessions WHERE application_id = $1", application_id)
-    return {row["key"]: row["resource_id"] for row in keys}, [row["id"] for row in stored]
 
 
 async def _all_delivered(db: Database) -> bool:

@@ -5,7 +5,6 @@ changes nothing."""
 
 from __future__ import annotations
 
-import json
 import signal
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from payorch.config import ServerSettings, Settings
 from payorch.engine.invites import issue_invite
 from payorch.storage.database import open_database
 from tests.helpers import PASSWORD, eventually, signup_body
-from tests.processes import GRACEFUL_TIMEOUT_S, config_text, serving
+from tests.processes import GRACEFUL_TIMEOUT_S, config_text, logged_records, serving
 
 UNKNOWN_SESSION = "/api/v1/sessions/00000000-0000-4000-8000-000000000000"
 STARTING_LIMITS = "[limits]\nrequests_per_second = 1000\nburst = 1000\n"
@@ -51,20 +50,8 @@ async def _api_keys(database_dsn: str, base_url: str, count: int) -> list[str]:
         return keys
 
 
-def _log(stderr_path: Path) -> list[dict[str, Any]]:
-    lines = []
-    for line in stderr_path.read_text(errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            lines.append(record)
-    return lines
-
-
 def _logged(stderr_path: Path, message: str) -> list[dict[str, Any]]:
-    return [record for record in _log(stderr_path) if record.get("msg") == message]
+    return [record for record in logged_records(stderr_path) if record.get("msg") == message]
 
 
 async def _generation(http: httpx.AsyncClient) -> int:
@@ -129,7 +116,7 @@ async def test_sighup_reloads_under_a_stream_of_requests_without_a_failed_one(
             (done,) = _logged(stderr_path, "configuration reloaded")
             assert done["generation"] == 2
             assert "limits.burst" in done["changed"]
-            (kept,) = [record for record in _log(stderr_path) if "restartOnly" in record]
+            (kept,) = [record for record in logged_records(stderr_path) if "restartOnly" in record]
             assert kept["restartOnly"] == ["database.pool_max"]
 
             # A file that does not validate changes nothing: one line names the key.

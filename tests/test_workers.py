@@ -33,7 +33,7 @@ from payorch.storage.nodes import LIVE_NODES
 from payorch.workers import worker_count
 from tests import webhook_receiver as receiving
 from tests.helpers import PASSWORD, SANDBOX_KEY, eventually, session_body, signup_body
-from tests.processes import config_text, serve_environment, serving
+from tests.processes import config_text, keys_and_sessions, logged_records, serve_environment, serving
 from tests.webhook_receiver import ScriptedResponse, WebhookReceiver
 
 webhook_receiver = receiving.webhook_receiver
@@ -53,19 +53,6 @@ UNLIMITED = {
 NEW_CONNECTION_EACH = httpx.Limits(max_keepalive_connections=0)
 CLIENTS = 3
 IN_FLIGHT = 2  # webhook test sends held at the receiver when SIGTERM comes (2: a merchant's limit per node)
-SESSION_CREATE_SCOPE = "POST /api/v1/sessions"
-
-
-def _log(stderr_path: Path) -> list[dict[str, Any]]:
-    records = []
-    for line in stderr_path.read_text(errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
 
 
 def _matching(records: list[dict[str, Any]], message: str, **fields: Any) -> list[int]:
@@ -78,7 +65,7 @@ def _matching(records: list[dict[str, Any]], message: str, **fields: Any) -> lis
 
 
 def _logged(stderr_path: Path, message: str, **fields: Any) -> list[dict[str, Any]]:
-    records = _log(stderr_path)
+    records = logged_records(stderr_path)
     return [records[index] for index in _matching(records, message, **fields)]
 
 
@@ -129,19 +116,6 @@ async def _live_nodes(conn: Connection) -> int:
     return int(await conn.fetchval(f"SELECT cardinality({LIVE_NODES})"))
 
 
-async def _keys_and_sessions(
-    conn: Connection, application_id: uuid.UUID
-) -> tuple[dict[str, uuid.UUID], list[uuid.UUID]]:
-    """The application's create keys with the session each names, and every session it has."""
-    keys = await conn.fetch(
-        "SELECT key, resource_id FROM idempotency_keys WHERE application_id = $1 AND scope = $2",
-        application_id,
-        SESSION_CREATE_SCOPE,
-    )
-    stored = await conn.fetch("SELECT id FROM checkout_sessions WHERE application_id = $1", application_id)
-    return {row["key"]: row["resource_id"] for row in keys}, [row["id"] for row in stored]
-
-
 async def test_workers_drain_and_exit_when_their_parent_is_killed(database_dsn: str, tmp_path: Path) -> None:
     async with serving(database_dsn, tmp_path, arguments=TWO_WORKERS, deadline_s=START_S) as (
         parent,
@@ -189,7 +163,7 @@ async def test_one_worker_is_one_process_with_no_parent(database_dsn: str, tmp_p
     ):
         (serving_line,) = _logged(stderr_path, "serving")
         assert "worker" not in serving_line
-        assert not [record for record in _log(stderr_path) if record["logger"] == "payorch.workers"]
+        assert not [record for record in logged_records(stderr_path) if record["logger"] == "payorch.workers"]
         assert await _stopped(process) == 0
 
 
@@ -252,7 +226,7 @@ async def test_a_worker_killed_under_load_is_started_again_and_each_retried_key_
                     number += 1
 
         def logged_after(index: int, message: str, **fields: Any) -> list[int] | None:
-            found = _matching(_log(stderr_path), message, **fields)
+            found = _matching(logged_records(stderr_path), message, **fields)
             return [at for at in found if at > index] or None
 
         def create_answered(worker: int) -> dict[str, Any]:
@@ -276,7 +250,7 @@ async def test_a_worker_killed_under_load_is_started_again_and_each_retried_key_
                 return logged_after(exit_index, "worker serving", worker=1)
 
             (back_index,) = await eventually(back, START_S)
-            assert _log(stderr_path)[back_index]["pid"] != first["pid"]
+            assert logged_records(stderr_path)[back_index]["pid"] != first["pid"]
 
             async def other_kept_answering() -> list[int] | None:
                 return logged_after(exit_index, "request", **create_answered(2))
@@ -294,7 +268,7 @@ async def test_a_worker_killed_under_load_is_started_again_and_each_retried_key_
                     nursery.start_soon(trickle, client)
                 nursery.start_soon(kill_worker_1_and_see_it_answer_again)
         assert _logged(stderr_path, "worker exited; starting it again", worker=2) == []
-        keys, stored = await db.autocommit(_keys_and_sessions, uuid.UUID(application_id))
+        keys, stored = await db.autocommit(keys_and_sessions, uuid.UUID(application_id))
         assert keys == {key: uuid.UUID(session_id) for key, session_id in sessions.items()}
         assert sorted(stored) == sorted(keys.values())  # one session per key, none besides
         assert await _stopped(parent) == 0
