@@ -38,6 +38,7 @@ from payorch.storage.dedicated import CONNECT_TIMEOUT_S, DedicatedConnection, op
 from payorch.storage.failures import server_lost, storage_failure
 from payorch.storage.loop_thread import (
     DatabaseLoopStopped,
+    LoopBoundConnection,
     LoopFactory,
     LoopThread,
     default_loop_factory,
@@ -186,6 +187,7 @@ async def open_database(
                 timeout=CONNECT_TIMEOUT_S,
                 init=_exact_json_codecs,
                 reset=_keep_session_state,
+                connection_class=LoopBoundConnection,
             )
         )
         try:

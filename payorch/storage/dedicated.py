@@ -19,7 +19,7 @@ import asyncpg
 import trio
 from asyncpg import Connection
 
-from payorch.storage.loop_thread import LoopThread
+from payorch.storage.loop_thread import LoopBoundConnection, LoopThread
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -92,7 +92,10 @@ async def open_dedicated_connection(
 
     async def connect() -> Connection:
         conn: Connection = await asyncpg.connect(
-            dsn, server_settings={"application_name": f"payorch {purpose}"}, timeout=CONNECT_TIMEOUT_S
+            dsn,
+            server_settings={"application_name": f"payorch {purpose}"},
+            timeout=CONNECT_TIMEOUT_S,
+            connection_class=LoopBoundConnection,
         )
         conn.add_termination_listener(on_termination)
         return conn

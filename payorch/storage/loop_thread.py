@@ -39,6 +39,27 @@ class DatabaseLoopStopped(asyncpg.InterfaceError):  # type: ignore[misc]  # asyn
     until the process restarts. Also what a closed `Database` raises."""
 
 
+class LoopBoundConnection(asyncpg.Connection):  # type: ignore[misc]  # asyncpg is untyped
+    """An asyncpg connection whose finalisation runs on its event loop's thread, as every other use
+    of it does. asyncpg's own `__del__` terminates a connection left open (one whose loop stopped
+    under it) in whatever thread the garbage collector runs: a Trio thread aborting a uvloop
+    transport while that loop still runs its last tasks crashes the process. The pool's connections
+    and the dedicated ones are made of this class."""
+
+    def __del__(self) -> None:
+        loop = self._loop
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop or loop.is_closed():
+            super().__del__()
+            return
+        # On the loop's thread: the connection lives until then (finalised once only, PEP 442).
+        with contextlib.suppress(RuntimeError):  # closed meanwhile: nothing is left to terminate
+            loop.call_soon_threadsafe(super().__del__)
+
+
 def _raise_loop_stopped() -> None:
     raise DatabaseLoopStopped("the database is closed: its event loop does not run")
 

@@ -5,7 +5,9 @@ stops before its time fails its callers at once."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import warnings
 from collections.abc import Awaitable, Callable
 
 import asyncpg
@@ -15,7 +17,14 @@ import trio
 from payorch.config import Settings
 from payorch.storage.database import Connection, Database, open_database
 from payorch.storage.failures import StorageFailure, storage_failure
-from payorch.storage.loop_thread import DatabaseLoopStopped
+from payorch.storage.loop_thread import (
+    THREAD_NAME,
+    DatabaseLoopStopped,
+    LoopBoundConnection,
+    default_loop_factory,
+    loop_thread,
+)
+from tests.helpers import eventually
 
 
 class UnitFailed(Exception):
@@ -171,3 +180,33 @@ async def test_an_exception_that_escapes_the_loop_fails_its_callers_and_is_raise
                 await db.autocommit(kill_then_wait)
             assert await db.ping() is False
     assert _loop_threads() == []
+
+
+class _RecordedConnection(LoopBoundConnection):
+    """Says in which thread it was terminated."""
+
+    terminated_in: list[str]
+
+    def terminate(self) -> None:
+        type(self).terminated_in.append(threading.current_thread().name)
+        super().terminate()
+
+
+async def test_a_connection_left_open_and_collected_in_the_trio_thread_is_terminated_on_the_loops(
+    database_dsn: str,
+) -> None:
+    """asyncpg terminates an unclosed connection from `__del__`, wherever the collector runs; a uvloop
+    transport aborted from another thread while its loop runs crashed the process."""
+    _RecordedConnection.terminated_in = []
+    async with loop_thread(default_loop_factory()) as loop:
+        conn = await loop.run(lambda: asyncpg.connect(database_dsn, connection_class=_RecordedConnection))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            del conn
+            gc.collect()
+
+        async def terminated() -> list[str] | None:
+            return _RecordedConnection.terminated_in or None
+
+        await eventually(terminated)
+    assert _RecordedConnection.terminated_in == [THREAD_NAME]
