@@ -10,11 +10,15 @@ memory instead of a wait for the disk.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import gc
 import os
 import tempfile
+import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -48,15 +52,35 @@ TEMPLATE = f"payorch_test_template_{WORKER}"
 # What durability costs and a throwaway test server does not need; none changes what a query sees.
 _EMBEDDED_SETTINGS = {"fsync": "off", "full_page_writes": "off"}
 _SHARED_MEMORY = "/dev/shm"  # noqa: S108 - the server's directory in it is made by mkdtemp
+T = TypeVar("T")
 TEST_JWT_SECRET = "test-jwt-secret-0123456789abcdefghijklmnop"
 TEST_ENCRYPTION_KEY = "S2vYjcy6bBtRN0mTGqkLVxr40z2HDG5cf7rjzmoAPpM="
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "long: runs for seconds (whole payorch processes, servers, the fuzzer): run first"
+    )
     # Each password's argon2 computed once per test process, not in every test (tests/argon2_memo.py).
     argon2_memo.install()
     # Each URL rule's builder compiled once per test process, not in every test's app (route_memo.py).
     route_memo.install()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What the imports and the collection made lives as long as the test process: frozen out of the
+    garbage collector's sight (`gc.freeze`), each full collection walks the tests' own objects only,
+    not some 150,000 more. Such collections were half of what building each test's app cost."""
+    gc.collect()
+    gc.freeze()
+
+
+@pytest.hookimpl(trylast=True)  # after the browser plugin has marked its tests
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long tests (marked `long` or `browser`) first, each file's in its order: pytest-xdist hands
+    the tests out one at a time (`--maxschedchunk 1`, pyproject.toml), so every worker starts on a
+    long one and the short ones fill in after, instead of a worker left alone with one at the end."""
+    items.sort(key=lambda item: not any(item.iter_markers("long")) and not any(item.iter_markers("browser")))
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -148,15 +172,79 @@ def clone_strategy(postgres_server: str) -> str:
     return "STRATEGY FILE_COPY" if asyncio.run(version()) >= 150000 else ""
 
 
+class TestDatabases:
+    """Fresh databases cloned from the template, by one connection to the server on a thread of its
+    own: the next test's database is cloned while this one runs, and each is dropped after its test
+    without the test waiting. A test then spends no time on either, nor on connecting to do them."""
+
+    def __init__(self, server_url: str, template: str, strategy: str) -> None:
+        self._template, self._strategy = template, strategy
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="test databases", daemon=True)
+        self._thread.start()
+        self._conn: asyncpg.Connection = self._submit(self._connect(server_url)).result()
+        self._statements = asyncio.run_coroutine_threadsafe(self._lock(), self._loop).result()
+        self._drops: list[concurrent.futures.Future[None]] = []
+        self._next = self._submit(self._clone())
+
+    @staticmethod
+    async def _connect(server_url: str) -> asyncpg.Connection:
+        return await asyncpg.connect(database_url(server_url, "postgres"))
+
+    @staticmethod
+    async def _lock() -> asyncio.Lock:
+        return asyncio.Lock()  # made on the thread's loop: one statement at a time on the connection
+
+    def _submit(self, work: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(work, self._loop)
+
+    async def _execute(self, sql: str) -> None:
+        async with self._statements:
+            await self._conn.execute(sql)
+
+    async def _clone(self) -> str:
+        name = f"payorch_test_{uuid.uuid4().hex[:12]}"
+        await self._execute(f"CREATE DATABASE {name} TEMPLATE {self._template} {self._strategy}")
+        return name
+
+    def take(self) -> str:
+        """The name of a fresh database, a copy of the template, for the caller alone."""
+        name = self._next.result()
+        self._next = self._submit(self._clone())
+        return name
+
+    def drop(self, name: str) -> None:
+        """Drop `name` soon (its connections ended by force); `close` raises if that failed."""
+        self._drops = [drop for drop in self._drops if not drop.done() or drop.exception()]
+        self._drops.append(self._submit(self._execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
+
+    def close(self) -> None:
+        self.drop(self._next.result())
+        try:
+            for drop in self._drops:
+                drop.result()
+        finally:
+            self._submit(self._conn.close()).result()
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+            self._loop.close()
+
+
+@pytest.fixture(scope="session")
+def test_databases(
+    postgres_server: str, template_database: str, clone_strategy: str
+) -> Iterator[TestDatabases]:
+    databases = TestDatabases(postgres_server, template_database, clone_strategy)
+    yield databases
+    databases.close()
+
+
 @pytest.fixture
-def database_dsn(postgres_server: str, template_database: str, clone_strategy: str) -> Iterator[str]:
+def database_dsn(postgres_server: str, test_databases: TestDatabases) -> Iterator[str]:
     """A fresh, migrated database for one test, dropped afterwards."""
-    name = f"payorch_test_{uuid.uuid4().hex[:12]}"
-    asyncio.run(
-        _admin(postgres_server, f"CREATE DATABASE {name} TEMPLATE {template_database} {clone_strategy}")
-    )
+    name = test_databases.take()
     yield database_url(postgres_server, name)
-    asyncio.run(_admin(postgres_server, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    test_databases.drop(name)
 
 
 @pytest.fixture

@@ -32,6 +32,8 @@ from tests.conftest import _admin, database_url
 from tests.helpers import PASSWORD, Client, signup_body
 from tests.processes import free_port, serve_environment, serving
 
+pytestmark = pytest.mark.long  # runs for seconds: handed to the test workers first (tests/conftest.py)
+
 PUBLIC_BASE_URL = "https://pay.example.com"
 INVITE_TTL_S = 600
 # Nothing listens here: a command that got past its configuration would fail differently.

@@ -47,6 +47,8 @@ from tests.processes import serving
 from tests.replicated_postgres import ReplicatedPair, start_replicated_pair
 from tests.webhook_receiver import WebhookReceiver
 
+pytestmark = pytest.mark.long  # runs for seconds: handed to the test workers first (tests/conftest.py)
+
 webhook_receiver = receiving.webhook_receiver
 
 CLIENTS = 4

@@ -24,6 +24,8 @@ from payorch.storage.database import Database
 from tests.helpers import Client, Shop, new_shop
 from tests.test_webhook_delivery import pay
 
+pytestmark = pytest.mark.long  # runs for seconds: handed to the test workers first (tests/conftest.py)
+
 BODY = (
     b'{"id":"evt_1","type":"session.completed","createdAt":"2026-01-01T00:00:00Z",'
     b'"applicationId":"a","data":{"id":"s","orderReference":"order-1001","status":"SUCCEEDED"}}'

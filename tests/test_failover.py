@@ -31,6 +31,8 @@ from tests.helpers import PASSWORD, SANDBOX_KEY, eventually, session_body, signu
 from tests.processes import keys_and_sessions, serving
 from tests.webhook_receiver import ScriptedResponse, WebhookReceiver
 
+pytestmark = pytest.mark.long  # runs for seconds: handed to the test workers first (tests/conftest.py)
+
 fake_stripe = stripe_fake.fake_stripe
 webhook_receiver = receiving.webhook_receiver
 

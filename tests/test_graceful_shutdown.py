@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import trio
 
 from payorch.config import Settings
@@ -18,6 +19,8 @@ from payorch.service import RunningService, run
 from tests import webhook_receiver as receiving
 from tests.helpers import PASSWORD, eventually, signup_body
 from tests.webhook_receiver import ScriptedResponse, WebhookReceiver
+
+pytestmark = pytest.mark.long  # runs for seconds: handed to the test workers first (tests/conftest.py)
 
 webhook_receiver = receiving.webhook_receiver
 

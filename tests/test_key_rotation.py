@@ -31,6 +31,8 @@ from tests.helpers import Client, Shop, create_session, eventually, new_shop, po
 from tests.test_cli import cli_environment, payorch_async
 from tests.webhook_receiver import ReceivedRequest, WebhookReceiver, assert_signed_during_overlap
 
+pytestmark = pytest.mark.long  # runs for seconds: handed to the test workers first (tests/conftest.py)
+
 webhook_receiver = receiving.webhook_receiver
 
 OLD_KEY = TEST_ENCRYPTION_KEY  # what the `settings` fixture seals with

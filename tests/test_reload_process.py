@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import trio
 
 from payorch.config import ServerSettings, Settings
@@ -17,6 +18,8 @@ from payorch.engine.invites import issue_invite
 from payorch.storage.database import open_database
 from tests.helpers import PASSWORD, eventually, signup_body
 from tests.processes import GRACEFUL_TIMEOUT_S, config_text, logged_records, serving
+
+pytestmark = pytest.mark.long  # runs for seconds: handed to the test workers first (tests/conftest.py)
 
 UNKNOWN_SESSION = "/api/v1/sessions/00000000-0000-4000-8000-000000000000"
 STARTING_LIMITS = "[limits]\nrequests_per_second = 1000\nburst = 1000\n"

@@ -47,6 +47,8 @@ from payorch.service import run
 from payorch.storage.database import open_database
 from tests.helpers import PASSWORD, SANDBOX_KEY, eventually_blocking, signup_body
 
+pytestmark = pytest.mark.long  # runs for seconds: handed to the test workers first (tests/conftest.py)
+
 # Examples per operation, credential and kind of request (see strategies_for); about 20 s in all.
 # PAYORCH_SCHEMATHESIS_EXAMPLES=100 for a deeper run by hand (a few minutes).
 MAX_EXAMPLES = int(os.environ.get("PAYORCH_SCHEMATHESIS_EXAMPLES", "5"))

@@ -22,6 +22,8 @@ from payorch.config import Settings
 from payorch.service import RunningService, run
 from tests.processes import GRACEFUL_TIMEOUT_S, serving
 
+pytestmark = pytest.mark.long  # runs for seconds: handed to the test workers first (tests/conftest.py)
+
 # Seconds `payorch serve` is given to stop after a signal, on top of its graceful timeout.
 SHUTDOWN_MARGIN_S = 5.0
 

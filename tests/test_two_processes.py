@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import pytest
 import trio
 
 from payorch.config import Settings
@@ -30,6 +31,8 @@ from tests.helpers import (
     signup_body,
 )
 from tests.processes import serving
+
+pytestmark = pytest.mark.long  # runs for seconds: handed to the test workers first (tests/conftest.py)
 
 fake_stripe = stripe_fake.fake_stripe
 STRIPE_KEY = "sk_test_51ShopKey0123456789abcdef"

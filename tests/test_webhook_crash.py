@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import pytest
 import trio
 
 from payorch.config import Settings
@@ -21,6 +22,8 @@ from tests.conftest import TEST_ENCRYPTION_KEY, TEST_JWT_SECRET
 from tests.helpers import PASSWORD, SANDBOX_KEY, eventually, session_body, signup_body
 from tests.processes import serving
 from tests.webhook_receiver import WebhookReceiver
+
+pytestmark = pytest.mark.long  # runs for seconds: handed to the test workers first (tests/conftest.py)
 
 webhook_receiver = receiving.webhook_receiver
 SESSIONS = 5

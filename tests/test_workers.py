@@ -36,6 +36,8 @@ from tests.helpers import PASSWORD, SANDBOX_KEY, eventually, session_body, signu
 from tests.processes import config_text, keys_and_sessions, logged_records, serve_environment, serving
 from tests.webhook_receiver import ScriptedResponse, WebhookReceiver
 
+pytestmark = pytest.mark.long  # runs for seconds: handed to the test workers first (tests/conftest.py)
+
 webhook_receiver = receiving.webhook_receiver
 
 TWO_WORKERS = ["--workers", "2"]

@@ -27,6 +27,8 @@ from payorch.storage.database import Database
 from tests.browser.plugin import LiveService
 from tests.helpers import PASSWORD, eventually, signup_body
 
+pytestmark = pytest.mark.long  # runs for seconds: handed to the test workers first (tests/conftest.py)
+
 GENERATOR = "openapi-python-client"
 PACKAGE = "payorch_client"
 EMAIL = "owner@acme.example"

@@ -76,8 +76,17 @@ async def _events(db: Database, application_id: uuid.UUID, count: int) -> None:
 
 
 @pytest.fixture
-async def endpoints(db: Database, settings: Settings) -> dict[str, uuid.UUID]:
-    """Endpoints `slow` and `quick` of one application; 5 events due, each to both."""
+async def other_application(db: Database, settings: Settings) -> uuid.UUID:
+    """Another merchant's application, made before any delivery is due: the runtime that makes it
+    would otherwise attempt (and reschedule) the deliveries these tests claim."""
+    return await _application(db, settings)
+
+
+@pytest.fixture
+async def endpoints(db: Database, settings: Settings, other_application: uuid.UUID) -> dict[str, uuid.UUID]:
+    """Endpoints `slow` and `quick` of one application; 5 events due, each to both. Made once
+    `other_application` is (pytest-trio sets up fixtures concurrently): its runtime, still running,
+    would attempt them."""
     application_id = await _application(db, settings)
     found = {name: await _endpoint(db, application_id, name) for name in ("slow", "quick")}
     await _events(db, application_id, 5)
@@ -111,13 +120,6 @@ async def test_every_endpoints_first_delivery_is_claimed_before_any_second(
     db: Database, endpoints: dict[str, uuid.UUID]
 ) -> None:
     assert per_endpoint(await claim(db, limit=2), endpoints) == {"slow": 1, "quick": 1}
-
-
-@pytest.fixture
-async def other_application(db: Database, settings: Settings) -> uuid.UUID:
-    """Another merchant's application, made before any delivery is due: the runtime that makes it
-    would otherwise attempt (and reschedule) the deliveries these tests claim."""
-    return await _application(db, settings)
 
 
 async def test_no_merchant_gets_more_than_its_share_however_many_endpoints_it_registers(
