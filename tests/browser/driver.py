@@ -110,10 +110,10 @@ class LazyChromium:
 
 @dataclass
 class Browser:
-    """The worker's Chromium, for one test: screenshots go to `artifacts`."""
+    """The worker's Chromium, for one test: screenshots go to `artifacts` (none are taken without)."""
 
     driver: WebDriver
-    artifacts: Path
+    artifacts: Path | None
 
     async def run(self, script: Callable[[WebDriver], T]) -> T:
         """`script(driver)` in a worker thread: anything selenium can do."""
@@ -138,8 +138,10 @@ class Browser:
         """What `condition(driver)` returns once it is truthy; fails after `timeout_s`."""
         return await self.run(lambda driver: WebDriverWait(driver, timeout_s).until(condition))
 
-    async def screenshot(self, name: str) -> Path:
-        """A PNG of the whole page as it is now, as `artifacts/<name>.png`."""
+    async def screenshot(self, name: str) -> Path | None:
+        """A PNG of the whole page as it is now, as `artifacts/<name>.png`; None without `artifacts`."""
+        if self.artifacts is None:
+            return None
         path = self.artifacts / f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', name)}.png"
         path.parent.mkdir(parents=True, exist_ok=True)
 

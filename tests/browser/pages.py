@@ -1,6 +1,6 @@
-"""What every browser test checks on each page it visits, beyond its own behaviour: a screenshot for
-people to look at, a label on every form field, nothing running past the page's column, and a
-console without errors."""
+"""What every browser test checks on each page it visits, beyond its own behaviour: a label on every
+form field, nothing running past the page's column, and a console without errors; and, when the run
+asks for them (`--browser-artifacts DIR`), a screenshot for people to look at."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from tests.browser.driver import Browser
 
 
 async def check_page(browser: Browser, name: str, *, status: int | None = None) -> None:
-    """Screenshot the page as `name`, then: every form field is labelled, nothing runs past the
+    """Screenshot the page as `name` (with `--browser-artifacts`), then: every form field is labelled, nothing runs past the
     page's column (a wide table scrolls inside it), the console has no error.
     A page answered with an error `status` (a refused form, a 404) has the one line Chromium logs
     for it, and nothing else."""

@@ -5,8 +5,8 @@ Chromium or were skipped, and why.
     live_service   payorch's app (the test's `runtime`) served by hypercorn on 127.0.0.1 over real HTTP
     browser        the test process's headless Chromium (started at first use, quit at the end),
                    as a `tests.browser.driver.Browser` writing screenshots to `browser_artifacts`
-    browser_artifacts   the test's folder for screenshots: `<tmp_path>/browser`, or
-                   `<--browser-artifacts DIR>/<test name>` when the option is given
+    browser_artifacts   the test's folder for screenshots, `<--browser-artifacts DIR>/<test name>`,
+                   or None (no screenshots) without the option
 
 A test that uses `browser` is marked `browser` (`-m "not browser"` leaves them out) and is skipped,
 with one reason, where Debian's Chromium or ChromeDriver is not installed.
@@ -48,7 +48,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--browser-artifacts",
         metavar="DIR",
         default=None,
-        help="write the browser tests' screenshots under DIR/<test name>/ (default: <tmp_path>/browser)",
+        help="take the browser tests' screenshots, under DIR/<test name>/ (default: none taken)",
     )
 
 
@@ -78,11 +78,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if reason:
         terminalreporter.write_line(reason, yellow=True, bold=True)
         return
-    folder = terminalreporter.config.getoption("--browser-artifacts") or "<tmp_path>/browser of each test"
+    folder = terminalreporter.config.getoption("--browser-artifacts")
+    shots = f"screenshots in {folder}" if folder else "no screenshots (--browser-artifacts DIR takes them)"
     passed = sum(1 for report in reports if report.when == "call" and report.passed)
-    terminalreporter.write_line(
-        f"browser tests: {passed} passed in headless {CHROMIUM}; screenshots in {folder}", green=True
-    )
+    terminalreporter.write_line(f"browser tests: {passed} passed in headless {CHROMIUM}; {shots}", green=True)
 
 
 @dataclass(frozen=True)
@@ -130,15 +129,18 @@ def chromium() -> Iterator[LazyChromium]:
 
 
 @pytest.fixture
-def browser_artifacts(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+def browser_artifacts(request: pytest.FixtureRequest) -> Path | None:
+    """Where the test's screenshots go: `<--browser-artifacts DIR>/<test name>`. Without the option
+    no screenshot is taken: each is a full-page render and PNG, most of what Chromium spent in a run,
+    for pictures nobody would look at under a temporary directory."""
     chosen = request.config.getoption("--browser-artifacts")
     if chosen is None:
-        return tmp_path / "browser"
+        return None
     return Path(chosen) / re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.nodeid).strip("-")
 
 
 @pytest.fixture
-async def browser(chromium: LazyChromium, browser_artifacts: Path) -> AsyncIterator[Browser]:
+async def browser(chromium: LazyChromium, browser_artifacts: Path | None) -> AsyncIterator[Browser]:
     """The process's Chromium for this test, on a blank page with no cookies and an empty console."""
     from tests.browser.driver import Browser, forget_everything
 
