@@ -8,10 +8,10 @@ from tests.browser.driver import Browser
 
 
 async def check_page(browser: Browser, name: str, *, status: int | None = None) -> None:
-    """Screenshot the page as `name` (with `--browser-artifacts`), then: every form field is labelled, nothing runs past the
-    page's column (a wide table scrolls inside it), the console has no error.
-    A page answered with an error `status` (a refused form, a 404) has the one line Chromium logs
-    for it, and nothing else."""
+    """Screenshot the page as `name` (with `--browser-artifacts`), then: every form field is
+    labelled, nothing runs past the page's column (a wide table scrolls inside it), the console has
+    no error. A page answered with an error `status` (a refused form, a 404) has the one line
+    Chromium logs for it, and nothing else."""
     await browser.screenshot(name)
     unlabelled = await browser.unlabelled_fields()
     assert unlabelled == [], f"{name}: form fields without a label: {unlabelled}"
