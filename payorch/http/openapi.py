@@ -12,7 +12,7 @@ completes what quart-schema generates, and the extension that serves the documen
 
 The document depends on the app's routes and models only, never on a setting, and building it takes
 a few hundred milliseconds of the event loop: `PayorchQuartSchema` builds and encodes it once per
-app, at its first request, and answers every request with those bytes.
+process (for each set of routes), at its first request, and answers every request with those bytes.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from http import HTTPStatus
 from typing import Annotated, Any, NotRequired, TypeVar, get_args, get_origin
 
 from pydantic import Field, StringConstraints, with_config
-from quart import Response, current_app
+from quart import Quart, Response, current_app
 from quart_schema import (
     APIKeySecurityScheme,
     HttpSecurityScheme,
@@ -355,17 +355,32 @@ class PayorchOpenAPIProvider(OpenAPIProvider):
         return model_schema(model, preference=self._app.config["QUART_SCHEMA_CONVERSION_PREFERENCE"])
 
 
-class PayorchQuartSchema(QuartSchema):
-    """quart-schema, serving the OpenAPI document built and encoded once, at its first request:
-    quart-schema's own view builds it again for every request."""
+RouteKey = tuple[tuple[str, str, tuple[str, ...]], ...]
+# The documents built in this process, by the routes they describe (each route's rule, endpoint and
+# methods): in one process the same routes have the same views and models, so the same document.
+_DOCUMENTS: dict[RouteKey, bytes] = {}
 
-    _encoded: bytes | None = None
+
+def _routes(app: Quart) -> RouteKey:
+    return tuple(
+        sorted(
+            (rule.rule, rule.endpoint, tuple(sorted(rule.methods or ()))) for rule in app.url_map.iter_rules()
+        )
+    )
+
+
+class PayorchQuartSchema(QuartSchema):
+    """quart-schema, serving the OpenAPI document built and encoded once per process and set of
+    routes, at the first request for it: quart-schema's own view builds it again for every request,
+    and a process that builds several apps (the tests build one per test) would build it for each."""
 
     @hide
     async def openapi(self) -> Response:
-        if self._encoded is None:  # built without awaiting: two first requests cannot both build it
-            self._encoded = current_app.json.dumps(self.openapi_provider.schema()).encode()
-        return Response(self._encoded, content_type="application/json")
+        routes = _routes(current_app)
+        encoded = _DOCUMENTS.get(routes)
+        if encoded is None:  # built without awaiting: two first requests cannot both build it
+            encoded = _DOCUMENTS[routes] = current_app.json.dumps(self.openapi_provider.schema()).encode()
+        return Response(encoded, content_type="application/json")
 
 
 def _describe(operation: dict[str, Any], doc: str | None) -> None:

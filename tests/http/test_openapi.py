@@ -14,7 +14,13 @@ import pytest
 
 from payorch.engine.body_types import EVENT_TYPES, MONEY_DESCRIPTION
 from payorch.engine.refund_rules import REFUND_REASONS
+from payorch.http import openapi
+from payorch.http.app import create_app
+from payorch.http.openapi import PayorchOpenAPIProvider
 from payorch.http.services import PayorchApp
+from payorch.providers.sandbox import SandboxProvider
+from payorch.providers.sandbox.pages import serve_checkout_pages
+from payorch.runtime import Runtime
 from payorch.values.errors import ErrorCode
 from payorch.values.money import known_currencies
 from payorch.values.pagination import MAX_PAGE
@@ -90,6 +96,7 @@ async def test_the_document_is_openapi_3_1(document: dict[str, Any]) -> None:
 async def test_the_document_is_built_once_and_then_served_as_built(
     app: PayorchApp, client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(openapi, "_DOCUMENTS", {})  # as if no app of this process had built it yet
     provider = app.extensions["QUART_SCHEMA"].openapi_provider
     builds = 0
     build = provider.schema
@@ -357,3 +364,21 @@ async def test_the_reference_in_the_repository_is_the_document_served(document: 
         "docs/openapi.json is not the document payorch serves: run "
         f"{UPDATE_REFERENCE}=1 .venv/bin/pytest tests/http/test_openapi.py"
     )
+
+
+async def test_another_app_with_the_same_routes_answers_the_document_already_built(
+    client: Client, runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = await (await client.get(OPENAPI_PATH)).get_data()
+
+    def build_again(self: PayorchOpenAPIProvider) -> dict[str, Any]:
+        raise AssertionError("the document was built again")
+
+    monkeypatch.setattr(PayorchOpenAPIProvider, "schema", build_again)
+    other = create_app(runtime.services)  # and the sandbox's pages, as the runtime's app has them
+    sandbox = runtime.services.context.providers.get("sandbox")
+    assert isinstance(sandbox, SandboxProvider)
+    serve_checkout_pages(other, sandbox)
+    response = await other.test_client().get(OPENAPI_PATH)
+    assert response.status_code == 200
+    assert await response.get_data() == first
