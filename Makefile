@@ -23,7 +23,8 @@ STAMP   := $(VENV)/.installed-stamp
 # test worker compiles the same modules at once as it starts): about 30 s on a fresh clone where pip
 # alone takes about a minute. Should uv not install or not succeed, pip installs the same.
 define install
-	$(BIN)/python -m pip install --quiet uv && $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python $(1) \
+	{ test -x $(BIN)/uv || $(BIN)/python -m pip install --quiet uv; } \
+		&& $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python $(1) \
 		|| $(BIN)/python -m pip install --quiet $(1)
 endef
 

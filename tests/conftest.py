@@ -63,7 +63,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     # Each password's argon2 computed once per test process, not in every test (tests/argon2_memo.py).
     argon2_memo.install()
-    # Each URL rule's builder compiled once per test process, not in every test's app (route_memo.py).
+    # Each URL rule compiled once per test process, not in every test's app (tests/route_memo.py).
     route_memo.install()
 
 
@@ -184,7 +184,7 @@ class TestDatabases:
         self._thread = threading.Thread(target=self._loop.run_forever, name="test databases", daemon=True)
         self._thread.start()
         self._conn: asyncpg.Connection = self._submit(self._connect(server_url)).result()
-        self._statements = asyncio.run_coroutine_threadsafe(self._lock(), self._loop).result()
+        self._statements = self._submit(self._lock()).result()
         self._drops: list[concurrent.futures.Future[None]] = []
         self._next = self._submit(self._clone())
 

@@ -34,14 +34,13 @@ _compiled: dict[tuple[Any, ...], tuple[list[RulePart], list[tuple[bool, str]], d
 def _compile_key(rule: Rule) -> tuple[Any, ...]:
     """Everything `Rule.compile` reads: the rule's text and where it applies, and its map's settings."""
     assert rule.map is not None
-    found = rule.map
     return (
         rule.rule,
         rule.merge_slashes,
         rule.subdomain,
         rule.host,
-        found.host_matching,
-        frozenset(found.converters.items()),
+        rule.map.host_matching,
+        frozenset(rule.map.converters.items()),
     )
 
 
