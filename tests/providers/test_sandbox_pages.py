@@ -273,4 +273,6 @@ async def test_an_event_is_queued_for_every_endpoint_of_the_account(
     (event,) = await events_of(db, _checkout_id(path))
     deliveries = await deliveries_of(db, event.id)
     assert {delivery.endpoint_id for delivery in deliveries} == {first.reference, second.reference}
-    assert all(delivery.delivered_at is None and delivery.attempts == 0 for delivery in deliveries)
+    # Still queued: the runtime's sandbox loop may already have made an attempt (the event is due at
+    # once), but none of these addresses answers, so none is delivered, and none is given up so soon.
+    assert all(delivery.delivered_at is None and delivery.given_up_at is None for delivery in deliveries)
