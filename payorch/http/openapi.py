@@ -24,6 +24,7 @@ from decimal import Decimal
 from http import HTTPStatus
 from typing import Annotated, Any, NotRequired, TypeVar, get_args, get_origin
 
+import trio
 from pydantic import Field, StringConstraints, with_config
 from quart import Quart, Response, current_app
 from quart_schema import (
@@ -372,15 +373,32 @@ def _routes(app: Quart) -> RouteKey:
 class PayorchQuartSchema(QuartSchema):
     """quart-schema, serving the OpenAPI document built and encoded once per process and set of
     routes, at the first request for it: quart-schema's own view builds it again for every request,
-    and a process that builds several apps (the tests build one per test) would build it for each."""
+    and a process that builds several apps (the tests build one per test) would build it for each.
+
+    Building takes about half a second of CPU, so it runs in a worker thread: the event loop goes on
+    serving every other request meanwhile, and a stranger's first request for the document cannot
+    stall it. The lock makes concurrent first requests wait for one build."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._building = trio.Lock()
 
     @hide
     async def openapi(self) -> Response:
         routes = _routes(current_app)
         encoded = _DOCUMENTS.get(routes)
-        if encoded is None:  # built without awaiting: two first requests cannot both build it
-            encoded = _DOCUMENTS[routes] = current_app.json.dumps(self.openapi_provider.schema()).encode()
+        if encoded is None:
+            async with self._building:
+                encoded = _DOCUMENTS.get(routes)
+                if encoded is None:
+                    app = current_app._get_current_object()  # type: ignore[attr-defined]
+                    encoded = await trio.to_thread.run_sync(self._encoded_document, app)
+                    _DOCUMENTS[routes] = encoded
         return Response(encoded, content_type="application/json")
+
+    def _encoded_document(self, app: Quart) -> bytes:
+        encoded: bytes = app.json.dumps(self.openapi_provider.schema()).encode()
+        return encoded
 
 
 def _describe(operation: dict[str, Any], doc: str | None) -> None:

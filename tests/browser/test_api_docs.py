@@ -26,7 +26,9 @@ OPERATION_BUTTON = ".opblock-summary-control"
 
 
 async def _documented_operations(live_service: LiveService) -> list[tuple[str, str]]:
-    async with httpx.AsyncClient(base_url=live_service.base_url) as http:
+    # The first request builds the document: on a machine busy with other tests that can take longer
+    # than httpx's default five seconds.
+    async with httpx.AsyncClient(base_url=live_service.base_url, timeout=60) as http:
         document: dict[str, Any] = (await http.get(OPENAPI_PATH)).json()
         # The page runs under this policy; a refused script, style or image would be a console error.
         page = await http.get("/docs")

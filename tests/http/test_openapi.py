@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from pathlib import Path
 from typing import Any, get_args
 from urllib.parse import urlsplit
 
 import jsonschema_rs
 import pytest
+import trio
 
 from payorch.engine.body_types import EVENT_TYPES, MONEY_DESCRIPTION
 from payorch.engine.refund_rules import REFUND_REASONS
@@ -115,6 +117,32 @@ async def test_the_document_is_built_once_and_then_served_as_built(
         bodies.append(await response.get_data())
     assert builds == 1
     assert bodies[0] == bodies[1] == bodies[2]
+
+
+async def test_the_document_is_built_off_the_event_loop_once_for_concurrent_first_requests(
+    app: PayorchApp, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(openapi, "_DOCUMENTS", {})
+    provider = app.extensions["QUART_SCHEMA"].openapi_provider
+    threads = []
+    build = provider.schema
+
+    def recorded() -> dict[str, Any]:
+        threads.append(threading.current_thread())
+        return build()
+
+    monkeypatch.setattr(provider, "schema", recorded)
+    statuses = []
+
+    async def fetch() -> None:
+        statuses.append((await client.get(OPENAPI_PATH)).status_code)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(3):
+            nursery.start_soon(fetch)
+    assert statuses == [200, 200, 200]
+    assert len(threads) == 1
+    assert threads[0] is not threading.main_thread()
 
 
 async def test_the_document_validates_against_the_openapi_3_1_schema(document: dict[str, Any]) -> None:
