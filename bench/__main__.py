@@ -18,8 +18,8 @@
   of its 100,000 sessions at its limits, then while a stranger floods a provider-event route, on a
   payorch with its default rate limits: their p99 must stay within 20% (`bench/floods.py`);
 - steady: creates for one application due at a steady 50, 100 and 200/s for 20 s each (open loop,
-  latency from each request's due time): p50, p99, p99.9, errors and server CPU per create
-  (`bench/steady.py`);
+  latency from each request's due time): p50, p99, p99.9, errors and server CPU per create, and the
+  bare Quart-Trio POST at the same rates for its CPU per request (`bench/steady.py`);
 - routing: a simulation of routing quality driving payorch's real routing code (approvals against
   an oracle's, recovery after an outage, exploration's cost), and microseconds per routing
   decision with 20 rules and 3 providers (`bench/routing.py`); no payorch is started.
@@ -239,6 +239,15 @@ async def _bare_scenarios(work_dir: Path, args: argparse.Namespace, results: Res
         if "read" in args.scenarios:
             target = read_target(base_url, "00000000-0000-0000-0000-000000000000", headers)
             results.bare_read = await measure(BARE_READ_LABEL, target, _shape(args))
+        if "steady" in args.scenarios:
+            steady_rates = tuple(float(rate) for rate in args.steady_rates.split(","))
+            results.bare_steady = await measure_steady(
+                create_target(base_url, ["sk_bench_unused"]),
+                steady_rates,
+                args.steady_seconds,
+                args.warmup,
+                label="bare Quart-Trio POST",
+            )
 
 
 async def _webhooks(work_dir: Path, results: Results) -> None:
@@ -275,7 +284,7 @@ async def main(args: argparse.Namespace) -> None:
                         progress("stopping payorch")
             finally:
                 results.problems += problems_logged(work_dir / "main" / "payorch.log")
-        if wanted & {"create", "read"}:
+        if wanted & {"create", "read", "steady"}:
             await _bare_scenarios(work_dir, args, results)
         if "workers" in wanted:
             for count in args.worker_counts:

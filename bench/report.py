@@ -84,6 +84,7 @@ class Results:
     routing: RoutingQuality | None = None
     decision_cost: DecisionCost | None = None
     steady: list[SteadyRun] = field(default_factory=list)
+    bare_steady: list[SteadyRun] = field(default_factory=list)  # the bare POST at the same rates
     workers: list[WorkersRun] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # warnings and errors payorch logged
 
@@ -102,7 +103,7 @@ class Results:
             found.append(self.isolation.beside)
         if self.floods:
             found += [self.floods.alone, self.floods.beside_pages, self.floods.beside_events]
-        found += [run.measurement for run in self.steady]
+        found += [run.measurement for run in self.steady + self.bare_steady]
         return [m for m in found if m is not None]
 
     def workers_measurements(self) -> list[Measurement]:
@@ -449,28 +450,30 @@ def _goals(results: Results) -> Iterator[str]:
             latency.p99_ms <= WEBHOOK_P99_GOAL_MS,
         )
         yield goal_line("webhooks: events not delivered", f"{latency.missing}", "0", latency.missing == 0)
-    yield from _steady_goals(results.steady)
+    yield from _steady_goals(results.steady, results.bare_steady)
     yield from _workers_goals(results.workers)
     yield from _routing_goals(results.routing, results.decision_cost)
     yield from _routing_share(results.create_one, results.decision_cost)
 
 
-def _steady(runs: list[SteadyRun]) -> Iterator[str]:
+def _steady(runs: list[SteadyRun], bare: list[SteadyRun]) -> Iterator[str]:
     yield (
         f"{'steady creates, 1 application (open loop)':<{LABEL_WIDTH}}{'req/s':>11}{'p50 ms':>9}"
-        f"{'p99 ms':>9}{'p99.9 ms':>10}{'errors':>8}{'cores':>7}{'CPU/create':>12}"
+        f"{'p99 ms':>9}{'p99.9 ms':>10}{'errors':>8}{'cores':>7}{'CPU/req':>12}"
     )
-    for run in runs:
-        r = run.measurement.result
-        yield (
-            f"{f'due at {run.rate_per_s:g}/s':<{LABEL_WIDTH}}{r.requests_per_s:>11.1f}{r.p50_ms:>9.1f}"
-            f"{r.p99_ms:>9.1f}{r.p999_ms:>10.1f}{sum(r.errors.values()):>8}"
-            f"{run.measurement.cores.server:>7.2f}{run.cpu_per_create_ms:>9.2f} ms"
-        )
+    for name, measured in (("", runs), ("bare Quart-Trio POST, ", bare)):
+        for run in measured:
+            r = run.measurement.result
+            yield (
+                f"{f'{name}due at {run.rate_per_s:g}/s':<{LABEL_WIDTH}}{r.requests_per_s:>11.1f}"
+                f"{r.p50_ms:>9.1f}{r.p99_ms:>9.1f}{r.p999_ms:>10.1f}{sum(r.errors.values()):>8}"
+                f"{run.measurement.cores.server:>7.2f}{run.cpu_per_create_ms:>9.2f} ms"
+            )
     yield ""
 
 
-def _steady_goals(runs: list[SteadyRun]) -> Iterator[str]:
+def _steady_goals(runs: list[SteadyRun], bare: list[SteadyRun]) -> Iterator[str]:
+    bare_cpu = {run.rate_per_s: run.cpu_per_create_ms for run in bare}
     for run in runs:
         goal = P99_GOALS_MS.get(run.rate_per_s)
         if goal is None:
@@ -486,9 +489,10 @@ def _steady_goals(runs: list[SteadyRun]) -> Iterator[str]:
         )
         if run.rate_per_s == CPU_GOAL_RATE:
             cpu = run.cpu_per_create_ms
+            beside = f" (bare POST: {bare_cpu[run.rate_per_s]:.2f})" if run.rate_per_s in bare_cpu else ""
             yield goal_line(
                 f"server CPU per create at {CPU_GOAL_RATE:g}/s",
-                f"{cpu:.2f} ms",
+                f"{cpu:.2f} ms{beside}",
                 f"<= {CPU_PER_CREATE_GOAL_MS:g} ms",
                 cpu <= CPU_PER_CREATE_GOAL_MS,
             )
@@ -530,7 +534,7 @@ def report(results: Results, background: float | None) -> Iterator[str]:
     if results.floods is not None:
         yield from _floods(results.floods)
     if results.steady:
-        yield from _steady(results.steady)
+        yield from _steady(results.steady, results.bare_steady)
     if results.routing is not None or results.decision_cost is not None:
         yield from _routing(results.routing, results.decision_cost)
     yield from _cores(results.measurements())

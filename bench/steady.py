@@ -36,12 +36,17 @@ class SteadyRun:
 
 
 async def measure_steady(
-    target: Target, rates: tuple[float, ...], seconds: float, warmup_s: float
+    target: Target,
+    rates: tuple[float, ...],
+    seconds: float,
+    warmup_s: float,
+    label: str = "POST /api/v1/sessions, 1 app",
 ) -> list[SteadyRun]:
-    """`target` loaded at each rate in turn, lowest first."""
+    """`target` loaded at each rate in turn, lowest first. The bare Quart-Trio POST is measured the
+    same way (`label` names it), so a create's CPU at a rate stands beside what the web stack alone
+    costs at that rate: at a low rate each request pays for its own wake-ups, which a peak shares."""
     runs = []
     for rate in sorted(rates):
         shape = Shape(connections=CONNECTIONS, warmup_s=warmup_s, measured_s=seconds, rate_per_s=rate)
-        label = f"POST /api/v1/sessions, 1 app, steady {rate:g}/s"
-        runs.append(SteadyRun(rate, await measure(label, target, shape)))
+        runs.append(SteadyRun(rate, await measure(f"{label}, steady {rate:g}/s", target, shape)))
     return runs
