@@ -48,7 +48,7 @@ from payorch.providers.stripe import StripeProvider
 from payorch.restarts import SupervisorBoard, supervised
 from payorch.storage.application_changes import keep_fresh
 from payorch.storage.database import Database
-from payorch.storage.nodes import NodeIdentity, hold_node_identity
+from payorch.storage.nodes import NodeChannels, NodeIdentity, hold_node_identity
 from payorch.supervisors.delivery_loop import run_webhook_supervisor
 from payorch.supervisors.expiry_loop import run_expiry_supervisor
 from payorch.supervisors.housekeeping import delete_full_buckets, forget_idle_state
@@ -255,6 +255,7 @@ async def open_runtime(
     health = ProviderHealth(RoutingPolicy(max_accounts=settings.limits.provider_health_accounts))
     metrics = Metrics()
     node = NodeIdentity()
+    channels = NodeChannels()
     context = Context(
         live=live,
         db=db,
@@ -263,14 +264,22 @@ async def open_runtime(
         health=health,
         metrics=metrics,
         node=node,
+        channels=channels,
         clock=clock,
     )
     test_sends = CurrentClient(webhook_client(settings), settings.webhooks)
     try:
         async with trio.open_nursery() as nursery:
-            # Held before anything is claimed, so every claim names a live node (`storage.nodes`).
+            # Held before anything is claimed, so every claim names a live node (`storage.nodes`);
+            # its connection listens for what the loops below read.
             await nursery.start(
-                partial(hold_node_identity, public_base_url=settings.server.public_base_url), db, node
+                partial(
+                    hold_node_identity,
+                    public_base_url=settings.server.public_base_url,
+                    channels=channels.by_channel(),
+                ),
+                db,
+                node,
             )
             actors = PaymentActors(
                 nursery,
@@ -302,7 +311,7 @@ async def open_runtime(
                 board,
                 "application changes",
                 keep_fresh,
-                db,
+                channels.applications,
                 [services.api_keys, actors],
             )
             await nursery.start(

@@ -1,7 +1,7 @@
 """run(): the whole service as one Trio nursery tree.
 
     database                   asyncpg on an event loop in a thread of its own (storage/loop_thread.py):
-    │                          the pool, and the node lock's and LISTEN's dedicated connections;
+    │                          the pool, and the node's dedicated connection (its lock, LISTEN);
     │                          embedded PostgreSQL when database.url is empty
     ├── runtime                actors and supervisors (runtime.py)
     └── HTTP server            hypercorn's HTTP/1.1 on trio (http/server.py), started with nursery.start

@@ -69,9 +69,9 @@ STOP_MARGIN_S = 30.0
 # How a worker that stopped as it was told exits: 0, or ended by SIGTERM (or, from a terminal, SIGINT)
 # before it could handle it, as it was still starting.
 CLEAN_STOPS = (0, -signal.SIGTERM, -signal.SIGINT)
-# The connections a node opens beside its pool: its node identity's lock, and LISTEN for
-# application changes and for the outbox.
-CONNECTIONS_BESIDE_POOL = 3
+# The connections a node opens beside its pool: one, which holds its node identity's lock and
+# LISTENs for application changes and for the outbox (`storage.nodes`).
+CONNECTIONS_BESIDE_POOL = 1
 
 
 def worker_count(workers: int | Literal["auto"]) -> int:

@@ -332,7 +332,7 @@ async def _holds_its_node_identity(conn: Connection) -> bool:
 
 
 async def _back_by_itself(url: str, pair: ReplicatedPair, shop: Shop, session_id: str) -> None:
-    """The node lock and the LISTEN connections are on the promoted primary: /readyz answers 200,
+    """The node's connection (its lock, LISTEN) is on the promoted primary: /readyz answers 200,
     the node's lock is held there, and an API key revoked there (notified on commit, as every
     revocation is) is refused at once, though the process caches keys for an hour."""
     async with (

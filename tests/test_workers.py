@@ -408,5 +408,5 @@ async def test_workers_whose_pools_exceed_max_connections_are_refused_with_exit_
     assert status == 2
     (refusal,) = [line for line in lines if line["level"] == "error"]
     assert refusal["key"] == "server.workers"
-    assert refusal["connectionsNeeded"] == 2 * (5000 + 3)
+    assert refusal["connectionsNeeded"] == 2 * (5000 + 1)
     assert not [line for line in lines if line["msg"] == "worker started"]

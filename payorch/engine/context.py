@@ -1,9 +1,10 @@
 """The service's one context: built once by the runtime (the composition root) and passed down the
 way hypercorn passes its `Config`. It holds what every floor above shares: the settings, the
 database, the sealed-secret box, the providers and their health, the metrics, this node's identity
-and the clock; and it times every provider call the same way. The actors' commands receive it as
-`actor.context`, the HTTP app as `Services.context` (beside what only HTTP uses), every background
-loop as its first argument (beside the actors or the supervisor board, when it uses them)."""
+and what its connection hears, and the clock; and it times every provider call the same way. The
+actors' commands receive it as `actor.context`, the HTTP app as `Services.context` (beside what only
+HTTP uses), every background loop as its first argument (beside the actors or the supervisor board,
+when it uses them)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from payorch.metrics import Metrics
 from payorch.providers.base import Credentials, CredentialsRejected, ProviderError, RefundRefused
 from payorch.providers.catalogue import ProviderCatalogue
 from payorch.storage.database import Database
-from payorch.storage.nodes import NodeIdentity
+from payorch.storage.nodes import NodeChannels, NodeIdentity
 from payorch.storage.provider_configs import ProviderConfig
 from payorch.values.clock import Clock
 from payorch.values.secretbox import SecretBox
@@ -37,6 +38,7 @@ class Context:
     health: ProviderHealth
     metrics: Metrics
     node: NodeIdentity  # what this process's claims are named by
+    channels: NodeChannels  # what the node's connection hears (`storage.nodes`)
     clock: Clock  # wall time for everything stored or compared (`values.clock`)
 
     @property

@@ -1,7 +1,7 @@
 """Changes of an application that processes keep state about: its API keys, its status, its
 provider configurations. Each change notifies `APPLICATIONS_CHANNEL` (payload: the application id)
-on commit; `keep_fresh` listens (`storage.notifications`), and tells every cache of this process
-what to forget.
+on commit; the node's connection listens (`storage.nodes`, `storage.notifications`), and
+`keep_fresh` tells every cache of this process what to forget.
 
 API-key and status changes notify from their storage functions; every write of `provider_configs`
 notifies from a trigger (migration 0008), so no way of changing a configuration can forget to.
@@ -15,8 +15,8 @@ from typing import Protocol
 
 import trio
 
-from payorch.storage.database import Connection, Database
-from payorch.storage.notifications import MISSED, Missed, Notifications, listen
+from payorch.storage.database import Connection
+from payorch.storage.notifications import MISSED, Missed, Notifications
 
 APPLICATIONS_CHANNEL = "payorch_applications"
 # Changes heard and not yet applied to the caches; more at once make the caches forget everything.
@@ -39,31 +39,29 @@ async def notify_application_changed(conn: Connection, application_id: uuid.UUID
 
 
 async def keep_fresh(
-    db: Database,
+    notes: Notifications,
     caches: Sequence[ForgetsApplications],
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Listen for changes of applications made by any process and make `caches` forget what they
-    touch; the caches keep state only while this listens. Started once it listens; runs until
-    cancelled. While the listening connection is lost (it is reopened by itself), the caches keep
-    nothing; once it is back they forget everything, since changes were missed meanwhile."""
-    notes = Notifications(CHANGES_BUFFER)
+    """Make `caches` forget what each change of an application heard on `notes` (the node's
+    `APPLICATIONS_CHANNEL`) touches; the caches keep state only while the channel is listened to.
+    Started at once; runs until cancelled. While the listening connection is lost (it is reopened
+    by itself), the caches keep nothing; once it is back they forget everything, since changes were
+    missed meanwhile."""
     try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(listen, db, APPLICATIONS_CHANNEL, notes)
+        for cache in caches:
+            cache.forget_all()  # whatever happened while nobody read
+            cache.listening = notes.listening
+        task_status.started()
+        async for note in notes:
+            application_id = _changed_application(note)
             for cache in caches:
-                cache.forget_all()  # whatever happened while nobody listened
-                cache.listening = True
-            task_status.started()
-            async for note in notes:
-                application_id = _changed_application(note)
-                for cache in caches:
-                    if application_id is None:
-                        cache.listening = notes.listening
-                        cache.forget_all()
-                    else:
-                        cache.forget_application(application_id)
+                if application_id is None:
+                    cache.listening = notes.listening
+                    cache.forget_all()
+                else:
+                    cache.forget_application(application_id)
     finally:
         for cache in caches:
             cache.listening = False

@@ -2,7 +2,10 @@
 
 A process draws a node id from the `payorch_nodes` sequence as it starts and holds a session-level
 advisory lock on it (`pg_try_advisory_lock(NODE_LOCK_CLASS, id)`) on a connection of its own (a
-dedicated connection on the database's loop thread, `storage.dedicated`) for as long as it runs.
+dedicated connection on the database's loop thread, `storage.dedicated`, named `payorch node`) for
+as long as it runs. The same connection LISTENs to every channel the process hears
+(`storage.notifications`: application changes, the outbox), so a process keeps one connection beside
+its pool, and a connection lost takes its id and its listening together, to come back together.
 Every claim it makes records that id beside its lease (migration 0009). When the process dies,
 however it dies, PostgreSQL closes its connection and drops the lock with it, so `LIVE_NODES`, read
 in the same statement as a claim, tells at once whether the claim's owner is still there.
@@ -17,12 +20,16 @@ nobody (`NodeIdentity.id` is None), and those claims end only with their leases.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import trio
 
+from payorch.storage.application_changes import APPLICATIONS_CHANNEL, CHANGES_BUFFER
 from payorch.storage.database import Connection, Database
 from payorch.storage.dedicated import LOST
+from payorch.storage.notifications import Notifications, add_listeners, listeners
+from payorch.storage.outbox import OUTBOX_CHANNEL
 
 log = logging.getLogger("payorch.nodes")
 
@@ -45,6 +52,7 @@ _RECORD_PUBLIC_BASE_URL = f"""WITH gone AS (
 
 RECONNECT_INITIAL_S = 0.5
 RECONNECT_MAX_S = 10.0
+NODE_CONNECTION = "node"  # its purpose: `payorch node` in pg_stat_activity
 
 
 @dataclass
@@ -52,6 +60,19 @@ class NodeIdentity:
     """This process's node id while it holds the lock on it; None while it does not."""
 
     id: int | None = None
+
+
+@dataclass(frozen=True)
+class NodeChannels:
+    """What the node's connection hears, one reader for each channel: application changes (read by
+    `application_changes.keep_fresh`) and new outbox events of other processes (read by the webhook
+    delivery loop, which needs one waiting: a wake-up, however many came)."""
+
+    applications: Notifications = field(default_factory=lambda: Notifications(CHANGES_BUFFER))
+    outbox: Notifications = field(default_factory=lambda: Notifications(buffer=1))
+
+    def by_channel(self) -> dict[str, Notifications]:
+        return {APPLICATIONS_CHANNEL: self.applications, OUTBOX_CHANNEL: self.outbox}
 
 
 async def _take_node_id(conn: Connection, public_base_url: str | None) -> int:
@@ -72,22 +93,30 @@ async def hold_node_identity(
     identity: NodeIdentity,
     *,
     public_base_url: str | None = None,
+    channels: Mapping[str, Notifications] | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Take a node id and hold its lock until cancelled; `identity.id` says which. Started once the
-    first id is held (a failure before that propagates: the service cannot name its claims). Once
-    the lock's connection is lost, `identity.id` is None until a new connection holds a new id,
-    after a pause that grows. With `public_base_url`, each id taken records it
-    (`live_public_base_urls` reads it)."""
+    """Take a node id and hold its lock until cancelled; `identity.id` says which. The same
+    connection LISTENs to each of `channels` and hands what it hears to that channel's
+    `Notifications`. Started once the first id is held and every channel listened to (a failure
+    before that propagates: the service cannot name its claims). Once the connection is lost,
+    `identity.id` is None and every channel's reader is told (`Notifications.lost`) until a new
+    connection holds a new id and listens again (`Notifications.resumed`), after a pause that grows.
+    With `public_base_url`, each id taken records it (`live_public_base_urls` reads it)."""
+    heard = dict(channels or {})
+    listening = listeners(heard)
     started = False
     pause = RECONNECT_INITIAL_S
     while True:
         node: int | None = None  # the id this connection holds, once it holds one
         try:
-            async with db.dedicated_connection("node lock") as conn:
+            async with db.dedicated_connection(NODE_CONNECTION) as conn:
                 node = await conn.run(_take_node_id, public_base_url)
+                await conn.run(add_listeners, listening)
                 identity.id = node
-                log.info("holding the node identity", extra={"node": node})
+                for notes in heard.values():
+                    notes.resumed()  # what was notified while nobody listened counts as missed
+                log.info("holding the node identity", extra={"node": node, "listening": sorted(heard)})
                 if not started:
                     started = True
                     task_status.started()
@@ -95,14 +124,18 @@ async def hold_node_identity(
                 try:
                     await conn.wait_lost()
                 finally:
-                    identity.id = None  # at once: closing a connection that no longer answers takes a while
+                    # At once: closing a connection that no longer answers takes a while.
+                    identity.id = None
+                    for notes in heard.values():
+                        notes.lost()
         except LOST as error:
             if not started:
                 log.error("no node identity: the service does not start", extra={"error": repr(error)})
                 raise
             log.warning(
-                "lost the node identity's connection; other nodes take over this node's claims, and "
-                "claims made until it is back end only with their leases",
+                "lost the node's connection; other nodes take over this node's claims, claims made "
+                "until it is back end only with their leases, and notifications sent meanwhile count "
+                "as missed",
                 extra={"node": node, "error": repr(error), "retryInS": pause},
             )
         finally:

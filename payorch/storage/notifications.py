@@ -1,5 +1,7 @@
-"""LISTEN: PostgreSQL's notifications of one channel, heard on a dedicated connection on the database's
-loop thread and handed to Trio.
+"""LISTEN: PostgreSQL's notifications, heard on the node's dedicated connection on the database's
+loop thread (`storage.nodes`: the connection that holds the node lock listens to every channel
+too, so a process keeps one connection beside its pool) and handed to Trio, one `Notifications`
+for each channel.
 
 asyncpg calls the listener on the loop thread, for each notification. It must never block that
 thread (every unit of work of the process runs there), so it only asks Trio to take the payload
@@ -10,29 +12,24 @@ anything may have changed (the application-change listener forgets everything, t
 looks for work). So a burst never grows memory nor waits on a slow reader.
 
 The connection is kept: when it is lost (the server or the network closed it, or it stopped
-answering), `listen` opens another after a pause that grows, to whichever server the database's
-address then leads (after a failover, the new primary). Notifications sent meanwhile are lost, so the
-reader is told `MISSED` when the connection is lost (`Notifications.listening` is then False) and again
-once it listens anew (True).
+answering), `storage.nodes` opens another after a pause that grows, to whichever server the
+database's address then leads (after a failover, the new primary). Notifications sent meanwhile are
+lost, so the reader is told `MISSED` when the connection is lost (`Notifications.listening` is then
+False) and again once it listens anew (True).
 """
 
 from __future__ import annotations
 
 import enum
-import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import trio
 from asyncpg import Connection
 
-from payorch.storage.database import Database
-from payorch.storage.dedicated import LOST
-
-log = logging.getLogger("payorch.storage")
-
-RECONNECT_INITIAL_S = 0.5
-RECONNECT_MAX_S = 10.0
+# What asyncpg calls on the loop thread for each notification: the connection, the sender's backend
+# pid, the channel and the payload.
+Listener = Callable[[Connection, int, str, object], None]
 
 
 class Missed(enum.Enum):
@@ -93,59 +90,21 @@ class Notifications:
         return self._payloads.popleft()
 
 
-async def listen(
-    db: Database,
-    channel: str,
-    notes: Notifications,
-    *,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Listen to `channel` and hand what it hears to `notes` until cancelled. Started once it first
-    listens (a failure before that propagates); a connection lost later is reopened after a pause
-    that grows, `notes` told of both."""
-    started = False
-    pause = RECONNECT_INITIAL_S
-    while True:
-        try:
-            async with db.dedicated_connection(f"listen {channel}") as conn:
-                await conn.run(_add_listener, channel, _handing_to(notes))
-                notes.resumed()
-                if not started:
-                    started = True
-                    task_status.started()
-                else:
-                    log.info(
-                        "listening again: what was notified meanwhile counts as missed",
-                        extra={"channel": channel},
-                    )
-                pause = RECONNECT_INITIAL_S
-                try:
-                    await conn.wait_lost()
-                finally:
-                    notes.lost()  # at once: closing a connection that no longer answers takes a while
-        except LOST as error:
-            if not started:
-                raise
-            log.warning(
-                "lost the connection that listens for notifications; opening another",
-                extra={"channel": channel, "error": repr(error), "retryInS": pause},
-            )
-        await trio.sleep(pause)
-        pause = min(pause * 2, RECONNECT_MAX_S)
-
-
-def _handing_to(notes: Notifications) -> Callable[[Connection, int, str, object], None]:
-    """The asyncpg listener that hands each payload to `notes`: run on the loop thread, it only
-    queues a call for Trio and returns."""
+def listeners(channels: Mapping[str, Notifications]) -> dict[str, Listener]:
+    """For each channel, the asyncpg listener that hands its payloads to the channel's `Notifications`:
+    run on the loop thread, it only queues a call for Trio and returns. Called from Trio."""
     token = trio.lowlevel.current_trio_token()
 
-    def on_notification(_conn: Connection, _pid: int, _channel: str, payload: object) -> None:
-        token.run_sync_soon(notes.heard, str(payload))
+    def handing_to(notes: Notifications) -> Listener:
+        def on_notification(_conn: Connection, _pid: int, _channel: str, payload: object) -> None:
+            token.run_sync_soon(notes.heard, str(payload))
 
-    return on_notification
+        return on_notification
+
+    return {channel: handing_to(notes) for channel, notes in channels.items()}
 
 
-async def _add_listener(
-    conn: Connection, channel: str, callback: Callable[[Connection, int, str, object], None]
-) -> None:
-    await conn.add_listener(channel, callback)
+async def add_listeners(conn: Connection, listening: Mapping[str, Listener]) -> None:
+    """LISTEN on each channel of `listening` on `conn` (run on the loop thread, `DedicatedConnection.run`)."""
+    for channel, listener in listening.items():
+        await conn.add_listener(channel, listener)

@@ -40,7 +40,7 @@ from payorch.outbound.client import CurrentClient, close_after, webhook_client
 from payorch.restarts import SupervisorBoard, supervised
 from payorch.storage import webhook_deliveries
 from payorch.storage.database import Database
-from payorch.storage.notifications import Notifications, listen
+from payorch.storage.notifications import Notifications
 from payorch.storage.outbox import OUTBOX_CHANNEL
 from payorch.supervisors.slots import WorkSlots
 from payorch.supervisors.webhook_attempts import attempt_delivery
@@ -91,25 +91,15 @@ async def _round(context: Context, client: httpx.AsyncClient, slots: WorkSlots, 
     return done.fanned_out
 
 
-async def _listen(
-    db: Database,
-    own_origin: str,
-    slots: WorkSlots,
-    *,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Forward PostgreSQL notifications of new outbox events as wake-ups, but for those of this
-    process's own database, whose wake-up has rung for them already. One notification waiting is
-    enough: the loop looks for every new event in each round, and more that arrive meanwhile are
-    one `MISSED`, a wake-up too. So is the listening connection lost and reopened: events committed
-    while it was lost are found by the round that follows. Started once it listens."""
-    notes = Notifications(buffer=1)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(listen, db, OUTBOX_CHANNEL, notes)
-        task_status.started()
-        async for origin in notes:
-            if origin != own_origin:
-                slots.wake()
+async def _listen(notes: Notifications, own_origin: str, slots: WorkSlots) -> None:
+    """Forward the node's notifications of new outbox events (`NodeChannels.outbox`) as wake-ups, but
+    for those of this process's own database, whose wake-up has rung for them already. One
+    notification waiting is enough: the loop looks for every new event in each round, and more that
+    arrive meanwhile are one `MISSED`, a wake-up too. So is the node's connection lost and reopened:
+    events committed while it was lost are found by the round that follows."""
+    async for origin in notes:
+        if origin != own_origin:
+            slots.wake()
 
 
 def _is_cancellation(error: BaseException) -> bool:
@@ -141,7 +131,7 @@ async def _delivery_loop(
         current = CurrentClient(webhook_client(settings, 2 * DELIVERY_SLOTS), settings.webhooks)
         try:
             async with trio.open_nursery() as nursery:
-                await nursery.start(_listen, context.db, wakeup.origin, slots)
+                nursery.start_soon(_listen, context.channels.outbox, wakeup.origin, slots)
                 while True:
                     client = _current_client(context, current, nursery)
                     fanned_out = await _round(context, client, slots, nursery)

@@ -1,13 +1,16 @@
-"""LISTEN on the database's loop thread: a notification reaches Trio, a burst too large for the buffer
-becomes one MISSED, and a listening connection that is cut is opened again, the reader told that
-notifications were missed meanwhile."""
+"""LISTEN on the node's connection, on the database's loop thread: a notification reaches Trio, a
+burst too large for the buffer becomes one MISSED, and a connection that is cut is opened again,
+listening again, the reader told that notifications were missed meanwhile."""
 
 from __future__ import annotations
+
+from functools import partial
 
 import trio
 
 from payorch.storage.database import Connection, Database
-from payorch.storage.notifications import MISSED, Missed, Notifications, listen
+from payorch.storage.nodes import NodeIdentity, hold_node_identity
+from payorch.storage.notifications import MISSED, Missed, Notifications
 from tests.helpers import eventually
 
 CHANNEL = "payorch_test_channel"
@@ -21,7 +24,7 @@ async def _listening_backends(conn: Connection) -> list[int]:
     rows = await conn.fetch(
         """SELECT pid FROM pg_stat_activity
            WHERE application_name = $1 AND datname = current_database()""",
-        f"payorch listen {CHANNEL}",
+        "payorch node",
     )
     return [row["pid"] for row in rows]
 
@@ -31,10 +34,14 @@ async def _terminate(conn: Connection, pid: int) -> None:
     assert await conn.fetchval("SELECT pg_terminate_backend($1, 10000)", pid)
 
 
+def _listening(notes: Notifications) -> partial[object]:
+    return partial(hold_node_identity, channels={CHANNEL: notes})
+
+
 async def test_a_notification_reaches_trio_through_the_loop_threads_listener(db: Database) -> None:
     notes = Notifications(buffer=10)
     async with trio.open_nursery() as nursery:
-        await nursery.start(listen, db, CHANNEL, notes)
+        await nursery.start(_listening(notes), db, NodeIdentity())
         assert notes.listening
         assert await anext(notes) is MISSED  # whatever was notified before it listened
         await db.autocommit(_notify, "hello")
@@ -59,10 +66,12 @@ async def test_a_cut_listening_connection_is_opened_again_and_the_reader_told_wh
     db: Database,
 ) -> None:
     notes = Notifications(buffer=10)
+    identity = NodeIdentity()
     async with trio.open_nursery() as nursery:
-        await nursery.start(listen, db, CHANNEL, notes)
+        await nursery.start(_listening(notes), db, identity)
         assert await anext(notes) is MISSED
         (first,) = await db.autocommit(_listening_backends)
+        held = identity.id
         await db.autocommit(_terminate, first)
 
         # Told as soon as it is lost (listening False), and again once it listens anew (True).
@@ -76,6 +85,7 @@ async def test_a_cut_listening_connection_is_opened_again_and_the_reader_told_wh
 
         (second,) = await eventually(listening_again)
         assert second != first
+        assert identity.id is not None and identity.id != held  # the node's id came back with it
         await db.autocommit(_notify, "after")
         assert await anext(notes) == "after"
         nursery.cancel_scope.cancel()

@@ -42,22 +42,24 @@ async def test_every_supervised_loop_is_running_when_open_runtime_returns(
         assert runtime.services.supervisors.running == dict.fromkeys(SUPERVISED, True)
 
 
-async def _listening(conn: Connection) -> set[str]:
-    """The names of the connections to this database that listen (`storage.notifications`)."""
+async def _dedicated(conn: Connection) -> list[str]:
+    """The names of the connections to this database outside the pool (`storage.dedicated`)."""
     rows = await conn.fetch(
         """SELECT application_name FROM pg_stat_activity
-           WHERE datname = current_database() AND application_name LIKE 'payorch listen %'"""
+           WHERE datname = current_database() AND application_name LIKE 'payorch %'"""
     )
-    return {row["application_name"] for row in rows}
+    return [row["application_name"] for row in rows]
 
 
-async def test_the_outbox_and_application_listeners_listen_when_open_runtime_returns(
+async def test_one_connection_beside_the_pool_holds_the_node_and_listens_when_open_runtime_returns(
     db: Database, settings: Settings
 ) -> None:
-    assert await db.autocommit(_listening) == set()
-    async with open_runtime(settings, db):
-        listening = await db.autocommit(_listening)
-        assert listening == {"payorch listen payorch_outbox", "payorch listen payorch_applications"}
+    assert await db.autocommit(_dedicated) == []
+    async with open_runtime(settings, db) as runtime:
+        assert await db.autocommit(_dedicated) == ["payorch node"]
+        channels = runtime.services.context.channels
+        assert runtime.services.context.node.id is not None
+        assert channels.applications.listening and channels.outbox.listening
 
 
 async def test_the_claims_of_a_gone_node_are_released_when_open_runtime_returns(

@@ -18,7 +18,6 @@ from payorch.config import Settings
 from payorch.runtime import open_runtime
 from payorch.storage import outbox
 from payorch.storage.database import Connection, Database, open_database
-from payorch.storage.outbox import OUTBOX_CHANNEL
 from payorch.supervisors import delivery_loop as supervisor
 from tests import webhook_receiver as receiving
 from tests.helpers import Client, Shop, create_session, eventually, new_shop
@@ -54,8 +53,7 @@ async def subscribe(client: Client, shop: Shop, receiver: WebhookReceiver) -> No
 async def test_an_event_committed_here_is_delivered_by_the_wakeup_alone(
     db: Database, settings: Settings, webhook_receiver: WebhookReceiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def deaf(*_: Any, task_status: trio.TaskStatus[None]) -> None:
-        task_status.started()
+    async def deaf(*_: Any) -> None:
         await trio.sleep_forever()
 
     monkeypatch.setattr(supervisor, "_listen", deaf)  # no notification reaches the loop
@@ -116,10 +114,11 @@ def _allowing_connections(database: str, allowed: bool) -> Callable[[Connection]
 
 
 async def _cut_outbox_listener(conn: Connection) -> int:
-    """Terminate the connection that listens for outbox notifications; returns once it is gone."""
+    """Terminate the connection that listens for outbox notifications (the node's); returns once it
+    is gone."""
     pid: int = await conn.fetchval(
         """SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()""",
-        f"payorch listen {OUTBOX_CHANNEL}",
+        "payorch node",
     )
     assert await conn.fetchval("SELECT pg_terminate_backend($1, 10000)", pid)
     return pid
@@ -128,7 +127,7 @@ async def _cut_outbox_listener(conn: Connection) -> int:
 async def _outbox_listener(conn: Connection) -> int | None:
     pid: int | None = await conn.fetchval(
         """SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()""",
-        f"payorch listen {OUTBOX_CHANNEL}",
+        "payorch node",
     )
     return pid
 
