@@ -287,11 +287,15 @@ async def main(args: argparse.Namespace) -> None:
         if wanted & {"create", "read", "steady"}:
             await _bare_scenarios(work_dir, args, results)
         if "workers" in wanted:
+            steady_rates = tuple(float(rate) for rate in args.steady_rates.split(","))
             for count in args.worker_counts:
                 run_dir = work_dir / f"workers-{count}"
                 run_dir.mkdir()
                 try:
-                    results.workers.append(await measure_workers(run_dir, count, _shape(args)))
+                    run = await measure_workers(
+                        run_dir, count, _shape(args), steady_rates, args.steady_seconds
+                    )
+                    results.workers.append(run)
                 finally:
                     results.problems += problems_logged(run_dir / "payorch.log")
         if "idle" in wanted:

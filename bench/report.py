@@ -108,7 +108,11 @@ class Results:
 
     def workers_measurements(self) -> list[Measurement]:
         """The workers scenario's, whose cores are those of process trees (its own table shows them)."""
-        return [m for run in self.workers for m in (run.create, run.bare_create, run.read, run.bare_read)]
+        found = []
+        for run in self.workers:
+            found += [run.create, run.bare_create, run.read, run.bare_read]
+            found += [steady.measurement for steady in run.steady]
+        return found
 
 
 def _row(label: str, r: LoadResult) -> str:
@@ -181,6 +185,14 @@ def _workers(runs: list[WorkersRun]) -> Iterator[str]:
             cores = m.cores
             database = "" if cores.database is None else f"{cores.database:.2f}"
             yield f"{_row(m.label, m.result)}{of_bare:>9}{cores.server:>7.2f}{database:>6}{cores.load:>6.2f}"
+        for steady in run.steady:
+            m = steady.measurement
+            database = "" if m.cores.database is None else f"{m.cores.database:.2f}"
+            yield (
+                f"{_row(f'{workers_label(run.workers)}, due at {steady.rate_per_s:g}/s', m.result)}"
+                f"{'':>9}{m.cores.server:>7.2f}{database:>6}{m.cores.load:>6.2f}"
+                f"  CPU/create {steady.cpu_per_create_ms:.2f} ms, p99.9 {m.result.p999_ms:.1f} ms"
+            )
         payorch_rss = ", ".join(_mib(rss) for rss in run.rss_per_worker) or "n/a"
         bare_rss = ", ".join(_mib(rss) for rss in run.bare_rss_per_worker) or "n/a"
         yield f"RSS per worker after the runs, MiB: payorch {payorch_rss}; bare {bare_rss}"
@@ -195,6 +207,17 @@ def _workers_goals(runs: list[WorkersRun]) -> Iterator[str]:
             ("read", run.read_ratio, WORKERS_READ_RATIO_GOAL),
         ):
             yield goal_line(f"{kind}, {name}: payorch / bare", _ratio(ratio), f">= {goal:g}x", ratio >= goal)
+        for steady in run.steady:
+            p99_goal = P99_GOALS_MS.get(steady.rate_per_s)
+            if p99_goal is not None:
+                r = steady.measurement.result
+                errors = sum(r.errors.values())
+                yield goal_line(
+                    f"create at a steady {steady.rate_per_s:g}/s, {name}: p99, errors",
+                    f"{r.p99_ms:.1f} ms, {errors}",
+                    f"<= {p99_goal:g} ms, 0",
+                    r.p99_ms <= p99_goal and errors == 0,
+                )
     by_count = {run.workers: run.create.result.requests_per_s for run in runs}
     if 1 in by_count and 2 in by_count:
         scaling = by_count[2] / by_count[1] if by_count[1] else 0.0

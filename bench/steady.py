@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.measure import Measurement, Shape, measure
+from bench.measure import CpuClock, Measurement, Shape, measure, own_cpu_s
 from bench.payorch_target import Target
 
 RATES_PER_S = (50.0, 100.0, 200.0)
@@ -41,12 +41,18 @@ async def measure_steady(
     seconds: float,
     warmup_s: float,
     label: str = "POST /api/v1/sessions, 1 app",
+    server_cpu: CpuClock = own_cpu_s,
+    database_cpu: CpuClock | None = None,
 ) -> list[SteadyRun]:
     """`target` loaded at each rate in turn, lowest first. The bare Quart-Trio POST is measured the
     same way (`label` names it), so a create's CPU at a rate stands beside what the web stack alone
-    costs at that rate: at a low rate each request pays for its own wake-ups, which a peak shares."""
+    costs at that rate: at a low rate each request pays for its own wake-ups, which a peak shares.
+    The server's CPU is this process's unless `server_cpu` reads another's (workers: a process tree)."""
     runs = []
     for rate in sorted(rates):
         shape = Shape(connections=CONNECTIONS, warmup_s=warmup_s, measured_s=seconds, rate_per_s=rate)
-        runs.append(SteadyRun(rate, await measure(f"{label}, steady {rate:g}/s", target, shape)))
+        measured = await measure(
+            f"{label}, steady {rate:g}/s", target, shape, server_cpu=server_cpu, database_cpu=database_cpu
+        )
+        runs.append(SteadyRun(rate, measured))
     return runs

@@ -9,8 +9,8 @@ parent joins it), so that its processes are counted apart and it is gone after t
 happens. Once /readyz answers and (with two or more) the parent has logged that every worker serves,
 a merchant invited with `payorch invite` signs up and makes one application linked to the sandbox:
 creates for it, then reads of one session, each with the create scenario's connections and time.
-Then the bare app (`bench/bare_server.py`) on N hypercorn trio workers, its POST and its GET the same
-way.
+Then creates for it due at the steady scenario's rates (`bench/steady.py`), and the bare app
+(`bench/bare_server.py`) on N hypercorn trio workers, its POST and its GET as payorch's.
 
 Server CPU is that of the whole process tree (parent and workers: `bench/processes.py`), PostgreSQL's
 processes apart; RSS is each serving process's, after its runs.
@@ -52,6 +52,7 @@ from bench.processes import (
     wait_until_serving,
 )
 from bench.shop import MERCHANT_EMAIL, invited_merchant, new_session, sandbox_link
+from bench.steady import SteadyRun, measure_steady
 from payorch.config import Settings
 
 WORKER_COUNTS = (1, 2)
@@ -72,6 +73,7 @@ class WorkersRun:
     bare_read: Measurement
     rss_per_worker: list[int]  # bytes, each payorch worker's after its runs
     bare_rss_per_worker: list[int]
+    steady: list[SteadyRun]  # payorch's creates at the steady scenario's rates
 
     @property
     def create_ratio(self) -> float:
@@ -91,19 +93,22 @@ def workers_label(count: int) -> str:
     return f"{count} worker" if count == 1 else f"{count} workers"
 
 
-async def measure_workers(run_dir: Path, count: int, shape: Shape) -> WorkersRun:
-    """payorch on `count` workers, then the bare app on as many, each loaded with `shape`; every
-    file of the run under `run_dir` (payorch's log: `payorch.log`)."""
+async def measure_workers(
+    run_dir: Path, count: int, shape: Shape, steady_rates: tuple[float, ...], steady_seconds: float
+) -> WorkersRun:
+    """payorch on `count` workers, then the bare app on as many, each loaded with `shape`, and
+    payorch's creates at each of `steady_rates` too; every file of the run under `run_dir`
+    (payorch's log: `payorch.log`)."""
     progress(f"workers: starting payorch serve --workers {count} on a fresh embedded PostgreSQL")
-    create, read, rss = await _measure_payorch(run_dir, count, shape)
+    create, read, rss, steady = await _measure_payorch(run_dir, count, shape, steady_rates, steady_seconds)
     progress(f"workers: starting the bare Quart-Trio app on {workers_label(count)} of hypercorn")
     bare_create, bare_read, bare_rss = await _measure_bare(run_dir, count, shape)
-    return WorkersRun(count, create, read, bare_create, bare_read, rss, bare_rss)
+    return WorkersRun(count, create, read, bare_create, bare_read, rss, bare_rss, steady)
 
 
 async def _measure_payorch(
-    run_dir: Path, count: int, shape: Shape
-) -> tuple[Measurement, Measurement, list[int]]:
+    run_dir: Path, count: int, shape: Shape, steady_rates: tuple[float, ...], steady_seconds: float
+) -> tuple[Measurement, Measurement, list[int], list[SteadyRun]]:
     port = free_loopback_port()
     base_url = f"http://127.0.0.1:{port}"
     settings = bench_settings(run_dir, bind=f"127.0.0.1:{port}")
@@ -126,9 +131,18 @@ async def _measure_payorch(
         session_id = await new_session(base_url, application.api_key)
         target = read_target(base_url, session_id, {API_KEY_HEADER: application.api_key})
         read = await measured(f"GET /api/v1/sessions/{{id}}, {workers_label(count)}", target)
+        steady = await measure_steady(
+            create_target(base_url, [application.api_key]),
+            steady_rates,
+            steady_seconds,
+            shape.warmup_s,
+            label=f"POST /api/v1/sessions, 1 app, {workers_label(count)}",
+            server_cpu=tree.cpu_s,
+            database_cpu=postgres.cpu_s,
+        )
         rss = [rss_bytes_of(worker) for worker in tree.serving(port)]
         progress("workers: stopping payorch")
-    return create, read, rss
+    return create, read, rss, steady
 
 
 async def _measure_bare(
