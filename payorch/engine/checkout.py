@@ -29,11 +29,10 @@ from payorch.providers.base import (
     CheckoutCreated,
     CheckoutInDatabase,
     CheckoutRequest,
-    Credentials,
+    CheckoutToStore,
     ProviderError,
 )
 from payorch.storage import idempotency_keys, sessions
-from payorch.storage.database import Connection
 from payorch.storage.failures import StorageFailure, storage_failure
 from payorch.storage.idempotency_keys import Claimed
 from payorch.storage.provider_configs import ProviderConfig
@@ -109,53 +108,62 @@ class _Planned:
 
 async def _create_in_database(actor: ApplicationActor[Context], batch: Sequence[_Planned]) -> None:
     """The sessions of `batch`, whose first provider keeps its checkouts in payorch's database (the
-    sandbox: `CheckoutInDatabase`), created in one transaction with their checkouts and their keys'
-    answers: one round trip for the lot, and none of it stored unless all of it is. Should that
-    transaction fail, each session goes the way of any other (`_Planned.spawn`): its providers asked
-    in turn, then stored, so a provider's refusal cascades and a session the database refuses fails
-    alone, exactly as there."""
+    sandbox: `CheckoutInDatabase`), each stored with its checkout and its key's answer in one
+    statement: one round trip for the lot, and none of it stored unless all of it is. A session that
+    provider refuses (outside its limits), and every session of a batch that fails to store (the
+    database refused it, or a checkout's key was used by an attempt that died before storing its
+    session), goes the way of any other (`_Planned.spawn`): its providers asked in turn, then stored,
+    so a provider's refusal cascades and a session the database refuses fails alone, exactly as
+    there."""
     context = actor.context
-    asked: list[tuple[_Planned, str, CheckoutInDatabase, Credentials]] = []
     created_at = context.clock.now()
-
-    async def create_and_store(conn: Connection) -> list[sessions.AnsweredSession]:
-        answered = []
-        for planned, name, provider, credentials in asked:
-            request = planned.request
-            created = await provider.create_checkout_in(
-                conn, credentials, request, idempotency_key=_provider_key(request)
+    # Each provider's sessions, with the checkout and the answer stored for each.
+    by_provider: dict[str, tuple[CheckoutInDatabase, list[_InDatabase]]] = {}
+    for planned in batch:
+        name = planned.ranked[0][0]
+        provider = context.providers.get(name)
+        assert isinstance(provider, CheckoutInDatabase)
+        request = planned.request
+        try:
+            checkout = provider.checkout_to_store(
+                context.credentials(planned.configs[name]), request, idempotency_key=_provider_key(request)
             )
-            explanation = _Explanation.of(planned.decision, planned.version, name)
-            routed = _Routed(provider=name, score=planned.ranked[0][1], created=created)
-            answered.append(
-                _answered(
-                    planned.command, planned.session_id, planned.expires_at, routed, explanation, created_at
+        except Exception as error:
+            if not isinstance(error, ProviderError):
+                log.warning(
+                    "preparing a sandbox checkout failed; asking the session's providers in turn",
+                    exc_info=True,
                 )
-            )
-        await sessions.insert_answered_sessions(conn, answered)
-        return answered
-
-    started = trio.current_time()
-    try:
-        for planned in batch:
-            name = planned.ranked[0][0]
-            provider = context.providers.get(name)
-            assert isinstance(provider, CheckoutInDatabase)
-            asked.append((planned, name, provider, context.credentials(planned.configs[name])))
-        stored = await context.db.transaction(create_and_store)
-    except Exception:
-        log.warning(
-            "creating sandbox checkouts with their sessions in one transaction failed; asking each "
-            "session's providers in turn",
-            exc_info=True,
-        )
-        for planned in batch:
             planned.spawn(actor)
-        return
-    elapsed = trio.current_time() - started
-    for (planned, name, _, _), answered in zip(asked, stored, strict=True):
-        context.provider_answered(planned.configs[name], "create_checkout", elapsed)
-        _created(context, answered, planned.reply)
+            continue
+        explanation = _Explanation.of(planned.decision, planned.version, name)
+        routed = _Routed(provider=name, score=planned.ranked[0][1], created=checkout.created)
+        answered = _answered(
+            planned.command, planned.session_id, planned.expires_at, routed, explanation, created_at
+        )
+        by_provider.setdefault(name, (provider, []))[1].append((planned, checkout, answered))
+    for name, (keeper, stored) in by_provider.items():
+        started = trio.current_time()
+        try:
+            await context.db.autocommit(
+                keeper.store_with_sessions, [(checkout, answered) for _, checkout, answered in stored]
+            )
+        except Exception:
+            log.warning(
+                "storing sandbox checkouts with their sessions failed; asking each session's providers "
+                "in turn",
+                exc_info=True,
+            )
+            for planned, _, _ in stored:
+                planned.spawn(actor)
+            continue
+        elapsed = trio.current_time() - started
+        for planned, _, answered in stored:
+            context.provider_answered(planned.configs[name], "create_checkout", elapsed)
+            _created(context, answered, planned.reply)
+
+
+_InDatabase = tuple["_Planned", CheckoutToStore, sessions.AnsweredSession]
 
 
 def _provider_key(request: CheckoutRequest) -> str:

@@ -17,7 +17,10 @@ from payorch.values.money import Money
 from payorch.values.statuses import FailureReason
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from payorch.storage.database import Connection
+    from payorch.storage.sessions import AnsweredSession
 
 
 class ProviderError(Exception):
@@ -224,16 +227,34 @@ class Provider(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class CheckoutToStore:
+    """A checkout a `CheckoutInDatabase` provider would create, not stored yet."""
+
+    created: CheckoutCreated  # what `create_checkout` answers for it
+    row: Any  # the provider's own record of it, for its `store_with_sessions`
+
+
 @runtime_checkable
 class CheckoutInDatabase(Protocol):
-    """A provider whose checkouts live in payorch's own database (the sandbox): it can create one on
-    the connection of a transaction payorch has open, so that the checkout, the session routed to
-    it and its Idempotency-Key's answer commit together, or not at all, in one round trip
-    (`engine.checkout`). A retry after a failure finds nothing half done."""
+    """A provider whose checkouts live in payorch's own database (the sandbox): payorch stores each
+    checkout with the session routed to it and its Idempotency-Key's answer in one statement, the
+    sessions of a batch in one round trip, all or none (`engine.checkout`). A retry after a
+    failure finds nothing half done."""
 
-    async def create_checkout_in(
-        self, conn: Connection, credentials: Credentials, request: CheckoutRequest, *, idempotency_key: str
-    ) -> CheckoutCreated:
-        """`create_checkout`, as statements on `conn` (run on the database's event loop: no Trio, no
-        I/O but `conn`); `ProviderError` as `create_checkout` raises it."""
+    def checkout_to_store(
+        self, credentials: Credentials, request: CheckoutRequest, *, idempotency_key: str
+    ) -> CheckoutToStore:
+        """The checkout `create_checkout` would create, and what it would answer, without storing
+        anything; `ProviderError` as `create_checkout` raises it before it stores (a request
+        outside the provider's limits)."""
+        ...
+
+    async def store_with_sessions(
+        self, conn: Connection, stored: Sequence[tuple[CheckoutToStore, AnsweredSession]]
+    ) -> None:
+        """Store each checkout with its session and the session's key's answer (run on the
+        database's event loop: no Trio, no I/O but `conn`): one round trip, all or none. Fails,
+        storing nothing, when a checkout's idempotency key was used before; `create_checkout` then
+        answers with the checkout made with it."""
         ...

@@ -8,12 +8,14 @@ clock, as a provider's clock agrees with its merchants'.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 import asyncpg
 
 from payorch.storage.database import Connection
+from payorch.storage.sessions import AnsweredSession, answered_statement, answered_values
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,13 @@ class ClaimedDelivery:
     body: str
 
 
+_NEW_CHECKOUT_COLUMNS = [*NewCheckout.__dataclass_fields__, "created_at"]
+# A new checkout, its session and its session's Idempotency-Key answer, in one statement: with no
+# ON CONFLICT, a checkout key used before fails it, and the whole batch with it.
+_INSERT_WITH_SESSION = f"""WITH checkout AS (
+        INSERT INTO sandbox_checkouts ({", ".join(_NEW_CHECKOUT_COLUMNS)})
+        VALUES ({", ".join(f"${index}" for index in range(1, len(_NEW_CHECKOUT_COLUMNS) + 1))})
+    ), {answered_statement(len(_NEW_CHECKOUT_COLUMNS) + 1)}"""
 _CHECKOUT_COLUMNS = """id, account, amount_minor, currency, payment_method, order_reference, customer_email,
     client_reference, application_id, success_url, failure_url, expires_at, status, paid_at,
     refund_failure_code, created_at"""
@@ -149,6 +158,28 @@ async def save_webhook_endpoint(
 
 
 # Checkouts
+
+
+async def insert_checkouts_with_sessions(
+    conn: Connection, stored: Sequence[tuple[NewCheckout, AnsweredSession]], *, now: datetime
+) -> None:
+    """Store each new checkout with the session routed to it and that session's Idempotency-Key
+    answer: one statement each, the lot in one round trip, all or none (asyncpg runs the batch as
+    one implicit transaction; PostgreSQL runs every statement of a WITH whether read or not).
+    `asyncpg.UniqueViolationError` when a checkout's key was used before (a retry of a session whose
+    first attempt made its checkout and died before storing it): then nothing is stored, and
+    `insert_checkout` finds the checkout made before."""
+    await conn.executemany(
+        _INSERT_WITH_SESSION,
+        [
+            (
+                *(getattr(new, name) for name in NewCheckout.__dataclass_fields__),
+                now,
+                *answered_values(answered),
+            )
+            for new, answered in stored
+        ],
+    )
 
 
 async def insert_checkout(

@@ -122,35 +122,33 @@ class AnsweredSession:
     body: Mapping[str, object]
 
 
-_CREATED, _SCOPE, _KEY, _STATUS, _BODY = range(len(_NEW_COLUMNS) + 1, len(_NEW_COLUMNS) + 6)
-_INSERT_ANSWERED = f"""
-    WITH stored AS (
+def answered_statement(first: int) -> str:
+    """The end of one statement that stores an `AnsweredSession` (its session, and its key's answer),
+    its parameters numbered from `first` in the order `answered_values` gives them: a CTE and the
+    final UPDATE, to follow `WITH` (and the caller's own CTEs)."""
+    created, scope, key, status, body = range(first + len(_NEW_COLUMNS), first + len(_NEW_COLUMNS) + 5)
+    return f"""stored AS (
         INSERT INTO checkout_sessions ({", ".join(_NEW_COLUMNS)}, status, created_at, updated_at)
-        VALUES ({", ".join(f"${index}" for index in range(1, len(_NEW_COLUMNS) + 1))},
-                '{SessionStatus.PENDING}', ${_CREATED}, ${_CREATED})
+        VALUES ({", ".join(f"${index}" for index in range(first, first + len(_NEW_COLUMNS)))},
+                '{SessionStatus.PENDING}', ${created}, ${created})
     )
-    UPDATE idempotency_keys SET response_status = ${_STATUS}, response_body = ${_BODY}
-    WHERE application_id = ${_NEW_COLUMNS.index("application_id") + 1}
-      AND scope = ${_SCOPE} AND key = ${_KEY}"""
+    UPDATE idempotency_keys SET response_status = ${status}, response_body = ${body}
+    WHERE application_id = ${first + _NEW_COLUMNS.index("application_id")}
+      AND scope = ${scope} AND key = ${key}"""
+
+
+def answered_values(item: AnsweredSession) -> tuple[object, ...]:
+    """The parameters of `answered_statement` for `item`."""
+    return (*_new_session_values(item.session), item.created_at, item.scope, item.key, item.status, item.body)
+
+
+_INSERT_ANSWERED = f"WITH {answered_statement(1)}"
 
 
 async def insert_answered_sessions(conn: Connection, answered: Sequence[AnsweredSession]) -> None:
     """Store new PENDING sessions, each with the answer of the Idempotency-Key that created it: one
     round trip for them all, and all or none (asyncpg runs the batch as one implicit transaction)."""
-    await conn.executemany(
-        _INSERT_ANSWERED,
-        [
-            (
-                *_new_session_values(item.session),
-                item.created_at,
-                item.scope,
-                item.key,
-                item.status,
-                item.body,
-            )
-            for item in answered
-        ],
-    )
+    await conn.executemany(_INSERT_ANSWERED, [answered_values(item) for item in answered])
 
 
 async def get_session(conn: Connection, session_id: uuid.UUID) -> CheckoutSession | None:

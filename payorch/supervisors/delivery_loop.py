@@ -39,9 +39,7 @@ from payorch.engine.context import Context
 from payorch.outbound.client import CurrentClient, close_after, webhook_client
 from payorch.restarts import SupervisorBoard, supervised
 from payorch.storage import webhook_deliveries
-from payorch.storage.database import Database
 from payorch.storage.notifications import Notifications
-from payorch.storage.outbox import OUTBOX_CHANNEL
 from payorch.supervisors.slots import WorkSlots
 from payorch.supervisors.webhook_attempts import attempt_delivery
 

@@ -1,7 +1,7 @@
-"""A session routed to the sandbox, whose checkouts live in payorch's own database, is created with its
-checkout and its Idempotency-Key's answer in one transaction (`engine.checkout._create_in_database`);
-should that transaction fail, the session is created the way any other is, and nothing of the failed
-attempt remains."""
+"""A session routed to the sandbox, whose checkouts live in payorch's own database, is stored with its
+checkout and its Idempotency-Key's answer in one statement (`engine.checkout._create_in_database`);
+should that fail, the session is created the way any other is, and nothing of the failed attempt
+remains."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import pytest
 from payorch.providers.base import CheckoutInDatabase, ProviderError
 from payorch.providers.sandbox.adapter import SandboxProvider
 from payorch.runtime import Runtime
-from payorch.storage import sessions
+from payorch.storage import sandbox as sandbox_store
 from payorch.storage.database import Connection, Database
+from payorch.storage.sandbox import NewCheckout
 from payorch.storage.sessions import AnsweredSession
 from payorch.values.statuses import RoutingReason
 from tests.helpers import Client, Shop, create_session, new_shop
@@ -68,34 +69,38 @@ async def test_a_sandbox_session_is_created_with_its_checkout_without_a_call_of_
     assert await replayed.get_json() == body
 
 
-async def test_a_sandbox_refusal_in_the_transaction_creates_the_session_the_usual_way(
+async def test_a_sandbox_refusal_before_the_statement_creates_the_session_the_usual_way(
     client: Client, db: Database, runtime: Runtime, shop: Shop, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise ProviderError("sandbox: refused inside the transaction")
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise ProviderError("sandbox: refused before anything is stored")
 
-    monkeypatch.setattr(_sandbox(runtime), "create_checkout_in", refuse)
-    response = await create_session(client, shop, "refused-inside")
+    monkeypatch.setattr(_sandbox(runtime), "checkout_to_store", refuse)
+    response = await create_session(client, shop, "refused-before")
     assert response.status_code == 201
     body = await response.get_json()
     assert len(await _checkouts_of(db, body["sessionId"])) == 1
 
 
-async def test_a_session_the_transaction_fails_to_store_leaves_no_checkout_behind(
+async def test_a_session_the_statement_fails_to_store_leaves_no_checkout_behind(
     client: Client, db: Database, shop: Shop, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = sessions.insert_answered_sessions
+    real = sandbox_store.insert_checkouts_with_sessions
     failed: list[int] = []
 
-    async def fail_once(conn: Connection, answered: Sequence[AnsweredSession]) -> None:
+    async def fail_once(
+        conn: Connection, stored: Sequence[tuple[NewCheckout, AnsweredSession]], **kw: Any
+    ) -> None:
         if not failed:
-            failed.append(len(answered))
-            await conn.execute("SELECT 1/0")  # the database refuses: the whole transaction is undone
-        await real(conn, answered)
+            failed.append(len(stored))
+            # The first statement stores the checkout and its session; the second, the same again,
+            # finds the checkout's key taken: the database refuses it, and the batch is undone.
+            await real(conn, [*stored, stored[0]], **kw)
+        await real(conn, stored, **kw)
 
-    monkeypatch.setattr(sessions, "insert_answered_sessions", fail_once)
+    monkeypatch.setattr(sandbox_store, "insert_checkouts_with_sessions", fail_once)
     response = await create_session(client, shop, "undone")
-    assert response.status_code == 201
+    assert response.status_code == 201, await response.get_data(as_text=True)
     assert failed == [1]
     body = await response.get_json()
     checkouts = await _checkouts_of(db, body["sessionId"])

@@ -19,7 +19,7 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -29,6 +29,7 @@ from payorch.providers.base import (
     CheckoutClosed,
     CheckoutCreated,
     CheckoutRequest,
+    CheckoutToStore,
     Credentials,
     CredentialsRejected,
     EventDelivery,
@@ -48,6 +49,7 @@ from payorch.providers.sandbox.signing import SignatureInvalid, new_signing_secr
 from payorch.storage import sandbox as store
 from payorch.storage.database import Connection, Database
 from payorch.storage.failures import StorageFailure, storage_failure
+from payorch.storage.sessions import AnsweredSession
 from payorch.values.clock import SYSTEM_CLOCK, Clock
 from payorch.values.money import UnknownCurrency, currency_exponent
 from payorch.values.secretbox import SecretBox
@@ -177,13 +179,19 @@ class SandboxProvider:
             )  # one statement
         return self._created(new, checkout)
 
-    async def create_checkout_in(
-        self, conn: Connection, credentials: Credentials, request: CheckoutRequest, *, idempotency_key: str
-    ) -> CheckoutCreated:
-        """`create_checkout` within the caller's transaction on `conn` (`CheckoutInDatabase`)."""
+    def checkout_to_store(
+        self, credentials: Credentials, request: CheckoutRequest, *, idempotency_key: str
+    ) -> CheckoutToStore:
+        """The checkout `create_checkout` would make, not stored (`CheckoutInDatabase`)."""
         new = self._new_checkout(credentials, request, idempotency_key)
-        checkout, _ = await store.insert_checkout(conn, new, now=self.clock.now())
-        return self._created(new, checkout)
+        return CheckoutToStore(CheckoutCreated(reference=new.id, url=self.checkout_url(new.id)), new)
+
+    async def store_with_sessions(
+        self, conn: Connection, stored: Sequence[tuple[CheckoutToStore, AnsweredSession]]
+    ) -> None:
+        """Store the checkouts with their sessions in one round trip (`CheckoutInDatabase`)."""
+        rows = [(checkout.row, answered) for checkout, answered in stored]
+        await store.insert_checkouts_with_sessions(conn, rows, now=self.clock.now())
 
     def _new_checkout(
         self, credentials: Credentials, request: CheckoutRequest, idempotency_key: str
