@@ -1,9 +1,11 @@
 """Webhook latency: from the commit of a state change to the moment a real HTTPS receiver has the
 webhook it emits.
 
-payorch runs in this process (`payorch.service.run` on port 0, on a fresh embedded PostgreSQL, as in
-`bench/payorch_target.py`), beside an HTTPS receiver on loopback whose certificate comes from a
-throwaway CA that payorch trusts through `webhooks.ca_bundle`. One merchant subscribes the receiver
+payorch runs as a process of its own (`payorch serve`, on a fresh embedded PostgreSQL started here
+first, as the workers scenario runs it: `bench/workers.py`), and this process holds an HTTPS
+receiver on loopback whose certificate comes from a throwaway CA that payorch trusts through
+`webhooks.ca_bundle`, and the clients that pay: so the figure is payorch's path, not a process
+that also terminates the receiver's TLS and drives the payments. One merchant subscribes the receiver
 to `session.completed`, then creates sessions and pays them through the sandbox at a steady, modest
 rate (the figure is latency, not throughput).
 
@@ -47,12 +49,14 @@ from bench.payorch_target import (
     SESSION_BODY,
     SESSIONS_PATH,
     bench_settings,
-    running_payorch,
+    temporary_postgres,
 )
-from bench.shop import MERCHANT_EMAIL, PASSWORD, expect, sandbox_link, signed_up_merchant
+from bench.processes import free_loopback_port, running_process, wait_until_serving
+from bench.shop import MERCHANT_EMAIL, PASSWORD, expect, invited_merchant, sandbox_link
+from bench.workers import config_toml, invite_token, payorch_environment
 from payorch.config import Settings
 from payorch.dev_receiver import answer_lifespan
-from payorch.storage.database import Connection
+from payorch.storage.database import Connection, database_url, open_database
 
 EVENT_TYPE = "session.completed"
 DEFAULT_EVENTS = 300
@@ -173,9 +177,9 @@ async def _https_receiver(directory: Path) -> AsyncIterator[_Receiver]:
         nursery.cancel_scope.cancel()
 
 
-def _settings(work_dir: Path, ca_path: Path) -> Settings:
+def _settings(work_dir: Path, ca_path: Path, bind: str) -> Settings:
     """`bench_settings`, with the receiver's CA trusted and loopback receivers allowed."""
-    settings = bench_settings(work_dir)
+    settings = bench_settings(work_dir, bind=bind)
     webhooks = settings.webhooks.model_copy(update={"ca_bundle": ca_path, "allow_private_networks": True})
     return settings.model_copy(update={"webhooks": webhooks})
 
@@ -271,21 +275,35 @@ async def measure_webhook_latency(
     work_dir: Path, *, events: int = DEFAULT_EVENTS, rate_per_s: float = DEFAULT_RATE
 ) -> WebhookLatency:
     """Pay `events` sandbox sessions at `rate_per_s` and measure commit-to-receiver latency of their
-    `session.completed` webhooks (the first `WARMUP_EVENTS` not counted). Everything runs under
-    `work_dir` and on loopback, and is stopped and deleted when it returns."""
+    `session.completed` webhooks (the first `WARMUP_EVENTS` not counted). payorch runs as a process
+    of its own (`payorch serve`), so the receiver's TLS and the payments' clients, here, do not
+    share its interpreter. Everything runs under `work_dir` and on loopback, and is stopped and
+    deleted when it returns."""
     total = events + WARMUP_EVENTS
     async with _https_receiver(work_dir / "receiver") as receiver:
         receiver.expected = total
-        settings = _settings(work_dir, receiver.ca_path)
-        async with running_payorch(settings, work_dir / "payorch.log") as payorch:
-            async with signed_up_merchant(payorch) as merchant:
-                application = await merchant.new_application("Bench webhooks", sandbox_link())
-            await payorch.service.db.autocommit(_install_commit_clock)
-            await _subscribe(payorch.base_url, application.id, receiver.url)
-            await _pay_steadily(payorch.base_url, application.api_key, total, rate_per_s)
-            with trio.move_on_after(DRAIN_TIMEOUT_S):
-                await receiver.arrived.wait()
-            committed = await payorch.service.db.autocommit(_commit_times)
+        port = free_loopback_port()
+        base_url = f"http://127.0.0.1:{port}"
+        settings = _settings(work_dir, receiver.ca_path, bind=f"127.0.0.1:{port}")
+        config_path, log_path = work_dir / "config.toml", work_dir / "payorch.log"
+        config_path.write_text(config_toml(settings))
+        env = payorch_environment()
+        command = [sys.executable, "-m", "payorch", "serve", f"--config={config_path}"]
+        async with (
+            temporary_postgres(settings.database.data_dir),
+            running_process(command, log_path, env, apart=("postgres",)) as (process, _),
+        ):
+            await wait_until_serving(f"{base_url}/readyz", process, log_path)
+            async with open_database(await database_url(settings), min_size=1, max_size=1) as db:
+                token = await invite_token(config_path, env)
+                async with invited_merchant(base_url, token) as merchant:
+                    application = await merchant.new_application("Bench webhooks", sandbox_link())
+                await db.autocommit(_install_commit_clock)
+                await _subscribe(base_url, application.id, receiver.url)
+                await _pay_steadily(base_url, application.api_key, total, rate_per_s)
+                with trio.move_on_after(DRAIN_TIMEOUT_S):
+                    await receiver.arrived.wait()
+                committed = await db.autocommit(_commit_times)
     return _figures(committed, receiver.received_at, rate_per_s, WARMUP_EVENTS, len(receiver.clients))
 
 

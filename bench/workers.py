@@ -114,7 +114,7 @@ async def _measure_payorch(
     settings = bench_settings(run_dir, bind=f"127.0.0.1:{port}")
     config_path, log_path = run_dir / "config.toml", run_dir / "payorch.log"
     config_path.write_text(config_toml(settings))
-    env = _environment()
+    env = payorch_environment()
     command = [sys.executable, "-m", "payorch", "serve", f"--workers={count}", f"--config={config_path}"]
     ready = partial(_all_serve, log_path, count)
     async with (
@@ -122,7 +122,7 @@ async def _measure_payorch(
         running_process(command, log_path, env, apart=("postgres",)) as (process, tree),
     ):
         await wait_until_serving(f"{base_url}/readyz", process, log_path, ready)
-        token = await _invite_token(config_path, env)
+        token = await invite_token(config_path, env)
         async with invited_merchant(base_url, token) as merchant:
             application = await merchant.new_application("Bench", sandbox_link())
         measured = partial(measure, shape=shape, server_cpu=tree.cpu_s, database_cpu=postgres.cpu_s)
@@ -154,7 +154,7 @@ async def _measure_bare(
     ready_dir.mkdir()
     command = [sys.executable, "-m", "bench.bare_server", "--workers", str(count)]
     command += ["--bind", f"127.0.0.1:{port}", "--ready-dir", str(ready_dir)]
-    async with running_process(command, log_path, _environment()) as (process, tree):
+    async with running_process(command, log_path, payorch_environment()) as (process, tree):
         url = f"{base_url}{SESSIONS_PATH}/{ANY_SESSION_ID}"
         await wait_until_serving(url, process, log_path, lambda: len(list(ready_dir.iterdir())) >= count)
         measured = partial(measure, shape=shape, server_cpu=tree.cpu_s)
@@ -183,7 +183,7 @@ def _toml_lines(table: dict[str, Any], name: str = "") -> list[str]:
     return lines
 
 
-def _environment() -> dict[str, str]:
+def payorch_environment() -> dict[str, str]:
     """This process's environment without PAYORCH_* variables: the config file alone applies."""
     return {key: value for key, value in os.environ.items() if not key.startswith("PAYORCH_")}
 
@@ -201,7 +201,7 @@ def _all_serve(log_path: Path, count: int) -> bool:
     return False
 
 
-async def _invite_token(config_path: Path, env: dict[str, str]) -> str:
+async def invite_token(config_path: Path, env: dict[str, str]) -> str:
     """A signup token for the benchmark's merchant, from `payorch invite` on the same configuration."""
     command = [sys.executable, "-m", "payorch", "invite", "--email", MERCHANT_EMAIL, "--json"]
     command += ["--config", str(config_path)]
