@@ -11,7 +11,8 @@
   loopback) answers each checkout after 1 s; their creates/s must stay within 10% of the run without;
 - idle: 10,000 applications, one create each, then idle: every actor must stop and this process's
   memory come back to within 10% of what it was before (`bench/idle.py`);
-- webhooks: delivery latency to a real HTTPS receiver on loopback (`bench/webhooks.py`);
+- webhooks: delivery latency to a real HTTPS receiver on loopback, payorch serving as a process of its
+  own (`bench/webhooks.py`);
 - lists: a session list's first page and a page past its end, one request at a time, with a
   million sessions in the application: p50 under 10 ms and 5 ms (`bench/lists.py`);
 - floods: other merchants' creates at a steady rate, alone, then while one merchant floods deep pages
@@ -25,7 +26,8 @@
   decision with 20 rules and 3 providers (`bench/routing.py`); no payorch is started.
 
 payorch runs in this process (`payorch.service.run`) on a fresh embedded PostgreSQL; the bare app
-(`bench/bare.py`) after it, the same way; but for workers, where both run as processes of their own.
+(`bench/bare.py`) after it, the same way; but for workers, where both run as processes of their own,
+and webhooks, where payorch does (its receiver and the paying clients stay in this process).
 The load comes from a separate process (`bench/load.py`).
 Everything goes to loopback, and every run is bounded in time and in request count. The figures go to
 stdout; what the benchmark is doing goes to stderr. `--only` picks scenarios.
