@@ -4,6 +4,7 @@ payorch dev-receiver: a webhook receiver for local development (`dev_receiver`).
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.metadata
 import json
 import logging
@@ -315,6 +316,13 @@ def _warn_if_links_point_at_this_host(settings: Settings) -> None:
 
 
 def _serve(settings: Settings, path: Path, workers_option: int | Literal["auto"] | None) -> int:
+    try:
+        return _serve_until_stopped(settings, path, workers_option)
+    finally:
+        _skip_the_last_collection()
+
+
+def _serve_until_stopped(settings: Settings, path: Path, workers_option: int | Literal["auto"] | None) -> int:
     from payorch.service import serve_until_signalled
     from payorch.workers import serve_as_worker, serve_workers, worker_assignment, worker_count
 
@@ -330,6 +338,15 @@ def _serve(settings: Settings, path: Path, workers_option: int | Literal["auto"]
         return trio.run(serve_workers, settings, path, workers)
     trio.run(serve_until_signalled, settings, reload_settings)
     return 0
+
+
+def _skip_the_last_collection() -> None:
+    """The service has stopped and the process is about to exit: Python's last garbage collection at
+    exit would walk the whole heap the service built, about half a second of CPU between the
+    "stopped" log line and the exit. Frozen, the heap is left to the operating system; atexit
+    handlers (the embedded PostgreSQL's stop, logging's flush) still run."""
+    gc.disable()
+    gc.freeze()
 
 
 def _refused(problems: list[ConfigError], *, every: bool) -> int:
