@@ -128,12 +128,13 @@ async def _create_in_database(actor: ApplicationActor[Context], batch: Sequence[
             checkout = provider.checkout_to_store(
                 context.credentials(planned.configs[name]), request, idempotency_key=_provider_key(request)
             )
-        except Exception as error:
-            if not isinstance(error, ProviderError):
-                log.warning(
-                    "preparing a sandbox checkout failed; asking the session's providers in turn",
-                    exc_info=True,
-                )
+        except ProviderError:  # refused (its limits): the usual way cascades to the next provider
+            planned.spawn(actor)
+            continue
+        except Exception:
+            log.warning(
+                "preparing a sandbox checkout failed; asking the session's providers in turn", exc_info=True
+            )
             planned.spawn(actor)
             continue
         explanation = _Explanation.of(planned.decision, planned.version, name)

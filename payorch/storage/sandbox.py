@@ -113,13 +113,16 @@ class ClaimedDelivery:
     body: str
 
 
+# A new checkout's columns, and the values `_new_checkout_values` gives them, as $1, $2, ...
 _NEW_CHECKOUT_COLUMNS = [*NewCheckout.__dataclass_fields__, "created_at"]
+_INSERT_NEW_CHECKOUT = f"""INSERT INTO sandbox_checkouts ({", ".join(_NEW_CHECKOUT_COLUMNS)})
+        VALUES ({", ".join(f"${index}" for index in range(1, len(_NEW_CHECKOUT_COLUMNS) + 1))})"""
 # A new checkout, its session and its session's Idempotency-Key answer, in one statement: with no
 # ON CONFLICT, a checkout key used before fails it, and the whole batch with it.
-_INSERT_WITH_SESSION = f"""WITH checkout AS (
-        INSERT INTO sandbox_checkouts ({", ".join(_NEW_CHECKOUT_COLUMNS)})
-        VALUES ({", ".join(f"${index}" for index in range(1, len(_NEW_CHECKOUT_COLUMNS) + 1))})
-    ), {answered_statement(len(_NEW_CHECKOUT_COLUMNS) + 1)}"""
+_INSERT_WITH_SESSION = f"""WITH checkout AS ({_INSERT_NEW_CHECKOUT}),
+    {answered_statement(len(_NEW_CHECKOUT_COLUMNS) + 1)}"""
+_ACCOUNT = _NEW_CHECKOUT_COLUMNS.index("account") + 1
+_IDEMPOTENCY_KEY = _NEW_CHECKOUT_COLUMNS.index("idempotency_key") + 1
 _CHECKOUT_COLUMNS = """id, account, amount_minor, currency, payment_method, order_reference, customer_email,
     client_reference, application_id, success_url, failure_url, expires_at, status, paid_at,
     refund_failure_code, created_at"""
@@ -171,15 +174,12 @@ async def insert_checkouts_with_sessions(
     `insert_checkout` finds the checkout made before."""
     await conn.executemany(
         _INSERT_WITH_SESSION,
-        [
-            (
-                *(getattr(new, name) for name in NewCheckout.__dataclass_fields__),
-                now,
-                *answered_values(answered),
-            )
-            for new, answered in stored
-        ],
+        [(*_new_checkout_values(new, now), *answered_values(answered)) for new, answered in stored],
     )
+
+
+def _new_checkout_values(new: NewCheckout, now: datetime) -> tuple[object, ...]:
+    return (*(getattr(new, name) for name in NewCheckout.__dataclass_fields__), now)
 
 
 async def insert_checkout(
@@ -189,30 +189,15 @@ async def insert_checkout(
     that key. The flag says whether this call created it."""
     row = await conn.fetchrow(
         f"""WITH created AS (
-                INSERT INTO sandbox_checkouts (id, account, idempotency_key, amount_minor, currency,
-                    payment_method, order_reference, customer_email, client_reference, application_id,
-                    success_url, failure_url, expires_at, created_at)
-                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+                {_INSERT_NEW_CHECKOUT}
                 ON CONFLICT (account, idempotency_key) DO NOTHING
                 RETURNING {_CHECKOUT_COLUMNS})
             SELECT {_CHECKOUT_COLUMNS}, TRUE AS created FROM created
             UNION ALL
             SELECT {_CHECKOUT_COLUMNS}, FALSE FROM sandbox_checkouts
-            WHERE account = $2 AND idempotency_key = $3 AND NOT EXISTS (SELECT FROM created)""",
-        new.id,
-        new.account,
-        new.idempotency_key,
-        new.amount_minor,
-        new.currency,
-        new.payment_method,
-        new.order_reference,
-        new.customer_email,
-        new.client_reference,
-        new.application_id,
-        new.success_url,
-        new.failure_url,
-        new.expires_at,
-        now,
+            WHERE account = ${_ACCOUNT} AND idempotency_key = ${_IDEMPOTENCY_KEY}
+              AND NOT EXISTS (SELECT FROM created)""",
+        *_new_checkout_values(new, now),
     )
     if row is not None:
         values = dict(row.items())

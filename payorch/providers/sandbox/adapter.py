@@ -184,7 +184,7 @@ class SandboxProvider:
     ) -> CheckoutToStore:
         """The checkout `create_checkout` would make, not stored (`CheckoutInDatabase`)."""
         new = self._new_checkout(credentials, request, idempotency_key)
-        return CheckoutToStore(CheckoutCreated(reference=new.id, url=self.checkout_url(new.id)), new)
+        return CheckoutToStore(self._answer(new.id), new)
 
     async def store_with_sessions(
         self, conn: Connection, stored: Sequence[tuple[CheckoutToStore, AnsweredSession]]
@@ -223,7 +223,10 @@ class SandboxProvider:
             new.currency,
         ):
             raise ProviderError("sandbox: idempotency key already used for another checkout")
-        return CheckoutCreated(reference=checkout.id, url=self.checkout_url(checkout.id))
+        return self._answer(checkout.id)
+
+    def _answer(self, checkout_id: str) -> CheckoutCreated:
+        return CheckoutCreated(reference=checkout_id, url=self.checkout_url(checkout_id))
 
     async def submit_refund(
         self, credentials: Credentials, request: RefundRequest, *, idempotency_key: str
