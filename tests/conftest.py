@@ -50,7 +50,7 @@ pytest_plugins = ("tests.browser.plugin",)
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
 TEMPLATE = f"payorch_test_template_{WORKER}"
 # What durability costs and a throwaway test server does not need; none changes what a query sees.
-_EMBEDDED_SETTINGS = {"fsync": "off", "full_page_writes": "off"}
+_EMBEDDED_SETTINGS = {"fsync": "off", "full_page_writes": "off", "autovacuum": "off"}
 _SHARED_MEMORY = "/dev/shm"  # noqa: S108 - the server's directory in it is made by mkdtemp
 T = TypeVar("T")
 TEST_JWT_SECRET = "test-jwt-secret-0123456789abcdefghijklmnop"
@@ -248,17 +248,29 @@ def database_dsn(postgres_server: str, test_databases: TestDatabases) -> Iterato
     test_databases.drop(name)
 
 
-@pytest.fixture
-def settings(database_dsn: str, tmp_path: Path) -> Settings:
+@pytest.fixture(scope="session")
+def base_settings() -> Settings:
+    """What every test's settings share, read once per test process: building `Settings` reads the
+    environment and `.env` files (pydantic-settings), about 10 ms that each test would spend again."""
     return Settings(
-        server=ServerSettings(bind="127.0.0.1:0", state_dir=tmp_path / "var"),
-        database=DatabaseSettings(url=database_dsn, pool_min=1, pool_max=4),
         auth=AuthSettings(jwt_secret=TEST_JWT_SECRET),
         security=SecuritySettings(encryption_key=TEST_ENCRYPTION_KEY),
         webhooks=WebhookSettings(allow_private_networks=True),
         # No exploration share: a session's provider would otherwise depend on its random id. The
         # tests of exploration ask for one.
         routing=RoutingSettings(exploration=0.0),
+    )
+
+
+@pytest.fixture
+def settings(base_settings: Settings, database_dsn: str, tmp_path: Path) -> Settings:
+    """`base_settings` with the test's own database and state directory (each section validated as
+    it is built; `Settings` has no check across sections that the copy would skip)."""
+    return base_settings.model_copy(
+        update={
+            "server": ServerSettings(bind="127.0.0.1:0", state_dir=tmp_path / "var"),
+            "database": DatabaseSettings(url=database_dsn, pool_min=1, pool_max=4),
+        }
     )
 
 

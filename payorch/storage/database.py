@@ -34,6 +34,7 @@ from asyncpg import Connection
 
 from payorch.config import Settings
 from payorch.jsonexact import dumps_exact, loads_exact
+from payorch.storage.array_types import know_array_types
 from payorch.storage.dedicated import CONNECT_TIMEOUT_S, DedicatedConnection, open_dedicated_connection
 from payorch.storage.failures import server_lost, storage_failure
 from payorch.storage.loop_thread import (
@@ -145,12 +146,14 @@ class Database:
         return False
 
 
-async def _exact_json_codecs(conn: Connection) -> None:
-    """json and jsonb columns take and give Python values, with fractions as exact `Decimal`."""
+async def _prepare_connection(conn: Connection) -> None:
+    """json and jsonb columns take and give Python values, with fractions as exact `Decimal`; the
+    array types payorch uses are known without a catalog lookup (`storage.array_types`)."""
     for type_name in ("json", "jsonb"):
         await conn.set_type_codec(
             type_name, encoder=dumps_exact, decoder=loads_exact, schema="pg_catalog", format="text"
         )
+    await know_array_types(conn)
 
 
 async def _keep_session_state(conn: Connection) -> None:
@@ -185,7 +188,7 @@ async def open_database(
                 max_size=max_size,
                 command_timeout=60,
                 timeout=CONNECT_TIMEOUT_S,
-                init=_exact_json_codecs,
+                init=_prepare_connection,
                 reset=_keep_session_state,
                 connection_class=LoopBoundConnection,
             )
