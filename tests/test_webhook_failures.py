@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,9 +23,9 @@ SELF_SIGNED = "TLS: certificate verify failed: self-signed certificate"
 
 
 @pytest.fixture
-async def self_signed_receiver(tmp_path: Path) -> AsyncIterator[WebhookReceiver]:
+async def self_signed_receiver() -> AsyncIterator[WebhookReceiver]:
     """A receiver whose certificate no CA vouches for: payorch must refuse it."""
-    async with open_webhook_receiver(tmp_path / "receiver", self_signed=True) as receiver:
+    async with open_webhook_receiver(self_signed=True) as receiver:
         yield receiver
 
 

@@ -1,9 +1,9 @@
 """A real HTTPS webhook receiver on loopback, for tests of outgoing webhooks.
 
 A QuartTrio app served by hypercorn's trio worker with a certificate from a throwaway trustme CA (for
-`localhost` and `127.0.0.1`). The CA is written to `ca_path`, for payorch's `webhooks.ca_bundle`. The
-receiver records every POST, checks its Standard Webhooks signature against the secrets the test
-accepted, and answers from a script the test sets (default 200).
+`localhost` and `127.0.0.1`), one per test process. The CA is written to `ca_path`, for payorch's
+`webhooks.ca_bundle`. The receiver records every POST, checks its Standard Webhooks signature against
+the secrets the test accepted, and answers from a script the test sets (default 200).
 
     async def test_...(webhook_receiver: WebhookReceiver) -> None:
         webhook_receiver.accept_secret(secret)
@@ -22,6 +22,7 @@ carry any status, header value or body bytes.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
@@ -215,18 +216,30 @@ def _write_self_signed_certificate(directory: Path) -> tuple[Path, Path, Path]:
     return cert_path, cert_path, key_path
 
 
+# The certificates of this test process's receivers, written once into a folder that lasts as long
+# as the process: a CA made for each receiver cost its test about 20 ms, and a new CA file each time
+# kept payorch from reusing the TLS settings it builds once per set of CA files (about 50 ms more).
+_FOLDER = tempfile.TemporaryDirectory(prefix="payorch-test-receiver-")
+_written: dict[bool, tuple[Path, Path, Path]] = {}
+
+
+def _certificates(*, self_signed: bool) -> tuple[Path, Path, Path]:
+    if self_signed not in _written:
+        folder = Path(_FOLDER.name)
+        write = _write_self_signed_certificate if self_signed else _write_certificates
+        _written[self_signed] = write(folder / ("self-signed" if self_signed else "ca"))
+    return _written[self_signed]
+
+
 @asynccontextmanager
-async def open_webhook_receiver(
-    directory: Path, *, self_signed: bool = False
-) -> AsyncIterator[WebhookReceiver]:
+async def open_webhook_receiver(*, self_signed: bool = False) -> AsyncIterator[WebhookReceiver]:
     """A receiver listening on https://localhost:<free port>/hooks until the block exits.
 
-    Certificates are written under `directory`: from a throwaway CA (`ca_path`), or, `self_signed`,
-    one signed by its own key (`ca_path` is then that certificate). Leaving the block cancels the
+    The certificate is from the test process's throwaway CA (`ca_path`), or, `self_signed`, one
+    signed by its own key (`ca_path` is then that certificate). Leaving the block cancels the
     server, and with it any request still being answered.
     """
-    write = _write_self_signed_certificate if self_signed else _write_certificates
-    ca_path, cert_path, key_path = write(directory)
+    ca_path, cert_path, key_path = _certificates(self_signed=self_signed)
     receiver = WebhookReceiver(ca_path)
     app = _receiving_app(receiver)
     async with serving_on_loopback(
@@ -237,9 +250,9 @@ async def open_webhook_receiver(
 
 
 @pytest.fixture
-async def webhook_receiver(tmp_path: Path) -> AsyncIterator[WebhookReceiver]:
+async def webhook_receiver() -> AsyncIterator[WebhookReceiver]:
     """A running HTTPS receiver for this test; its CA is at `webhook_receiver.ca_path`."""
-    async with open_webhook_receiver(tmp_path / "webhook-receiver") as receiver:
+    async with open_webhook_receiver() as receiver:
         yield receiver
 
 

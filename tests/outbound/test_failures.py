@@ -7,7 +7,6 @@ from __future__ import annotations
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from functools import partial
-from pathlib import Path
 
 import httpx
 import pytest
@@ -58,8 +57,8 @@ async def mocked_attempt(handler: Callable[[httpx.Request], Awaitable[httpx.Resp
 
 
 @pytest.fixture
-async def self_signed_receiver(tmp_path: Path) -> AsyncIterator[WebhookReceiver]:
-    async with open_webhook_receiver(tmp_path / "receiver", self_signed=True) as receiver:
+async def self_signed_receiver() -> AsyncIterator[WebhookReceiver]:
+    async with open_webhook_receiver(self_signed=True) as receiver:
         yield receiver
 
 
@@ -113,11 +112,11 @@ async def test_a_self_signed_certificate_fails_naming_tls_and_the_verification_f
     assert self_signed_receiver.requests == []
 
 
-async def test_a_certificate_for_another_name_fails_naming_the_mismatch(tmp_path: Path) -> None:
+async def test_a_certificate_for_another_name_fails_naming_the_mismatch() -> None:
     async def to_loopback(host: str, port: int) -> list[str]:
         return ["127.0.0.1"]  # shop.example, as DNS might answer it
 
-    async with open_webhook_receiver(tmp_path / "receiver") as receiver:
+    async with open_webhook_receiver() as receiver:
         transport = GuardedTransport(
             ssl_context=tls_context(receiver.ca_path), limits=httpx.Limits(), resolve=to_loopback
         )
