@@ -70,13 +70,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """What the imports and the collection made lives as long as the test process: frozen out of the
     garbage collector's sight (`gc.freeze`), each full collection walks the tests' own objects only,
-    not some 150,000 more. Such collections were half of what building each test's app cost. And the
-    collector runs after 20,000 allocations instead of Python's 700, its older generations less often
-    too: a test process's CPU fell by about a tenth (tests/http's sessions, providers and refunds, in
-    one process: 20 to 22 s against 22 to 25 s), for a few megabytes more of it alive at a time."""
+    not some 150,000 more. Such collections were half of what building each test's app cost."""
     gc.collect()
     gc.freeze()
-    gc.set_threshold(20_000, 50, 50)
 
 
 @pytest.hookimpl(trylast=True)  # after the browser plugin has marked its tests
