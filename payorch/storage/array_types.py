@@ -16,7 +16,6 @@ later asyncpg lack either, nothing is registered and asyncpg looks the types up 
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from asyncpg import Connection
@@ -25,8 +24,9 @@ from asyncpg import Connection
 ARRAY_TYPE_OIDS = (1007, 2951)
 LOOKUP_TIMEOUT_S = 10.0
 
-_lock = threading.Lock()
-_known: list[Any] | None = None  # the catalog's rows for ARRAY_TYPE_OIDS, once looked up
+# The catalog's rows for ARRAY_TYPE_OIDS, once looked up. Two first connections at once (two pools'
+# threads) may both look them up: the same rows, set twice.
+_known: list[Any] | None = None
 
 
 async def know_array_types(conn: Connection) -> None:
@@ -38,11 +38,7 @@ async def know_array_types(conn: Connection) -> None:
     register = getattr(settings, "register_data_types", None)
     if introspect is None or register is None:
         return  # an asyncpg without these internals looks the types up itself
-    with _lock:
-        known = _known
-    if known is None:
+    if _known is None:
         rows, _statement = await introspect(ARRAY_TYPE_OIDS, LOOKUP_TIMEOUT_S)
-        known = list(rows)
-        with _lock:
-            _known = known
-    register(known)
+        _known = list(rows)
+    register(_known)
