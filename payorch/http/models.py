@@ -102,7 +102,9 @@ FreeFormObject = Annotated[dict[str, Any], BeforeValidator(_bounded_free_form)]
 
 # Every model's validator is built when it is first used (`defer_build`), not at import: building all
 # of them took a quarter of `payorch serve`'s start (0.3 to 0.5 s of CPU in each process, worker, and
-# command the tests start); a request of each kind pays its model's few milliseconds once per process.
+# command the tests start); a request of each kind pays its model's few milliseconds once per process,
+# as long as its route validates through `http/validation.py`'s decorators (quart-schema's own would
+# build the model again at every request).
 
 
 class Body(BaseModel):

@@ -1,4 +1,12 @@
-"""Request validation helpers beyond quart-schema's: bodies that may be absent, and per-route body limits.
+"""Request validation on quart-schema's decorators: each request model built at its route's first
+request, bodies that may be absent, and per-route body limits.
+
+quart-schema validates each request through a new `TypeAdapter` of the route's model. The models
+build their validators at first use (`defer_build`, `http/models.py`), and a `TypeAdapter` of a model
+not yet built builds one of its own, every time: each request would build its model's whole schema
+again, a millisecond or more. `validate_request` and `validate_querystring` here build the model
+itself at the first request, so every `TypeAdapter` after takes the model's validator as it is. The
+routes use these two, never quart-schema's (ruff's banned-api, pyproject.toml, says so).
 
 Quart bounds every request body by the app's `MAX_CONTENT_LENGTH` (`server.max_body_bytes`), fixed
 when the request object is made: `Request.max_content_length`, though settable, only bounds form
@@ -14,14 +22,46 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import quart_schema
 from pydantic import BaseModel
 from quart import request
-from quart_schema import validate_request
 from quart_trio.wrappers.request import TrioBody, TrioRequest
 from werkzeug.exceptions import RequestEntityTooLarge
 
 R = TypeVar("R")
 View = Callable[..., Awaitable[R]]
+
+
+def _built_at_first_request(model: type[BaseModel], view: View[R]) -> View[R]:
+    """`view`, first building `model`'s validator if it is not built yet (once per process)."""
+
+    @functools.wraps(view)
+    async def wrapper(*args: Any, **kwargs: Any) -> R:
+        if not model.__pydantic_complete__:
+            model.model_rebuild()
+        return await view(*args, **kwargs)
+
+    return wrapper
+
+
+def validate_request(model: type[BaseModel]) -> Callable[[View[R]], View[R]]:
+    """quart-schema's `validate_request` (the body as `data`, 400 in shape A when it does not
+    validate), on `model` built once per process."""
+
+    def decorator(view: View[R]) -> View[R]:
+        return _built_at_first_request(model, quart_schema.validate_request(model)(view))
+
+    return decorator
+
+
+def validate_querystring(model: type[BaseModel]) -> Callable[[View[R]], View[R]]:
+    """quart-schema's `validate_querystring` (the query as `query_args`), on `model` built once per
+    process."""
+
+    def decorator(view: View[R]) -> View[R]:
+        return _built_at_first_request(model, quart_schema.validate_querystring(model)(view))
+
+    return decorator
 
 
 class LimitedBody(TrioBody):

@@ -7,13 +7,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 from quart import Blueprint, request
-from quart_schema import (
-    document_response,
-    security_scheme,
-    tag_blueprint,
-    validate_querystring,
-    validate_request,
-)
+from quart_schema import document_response, security_scheme, tag_blueprint
 
 from payorch.engine.access_tokens import AccessClaims, issue_access_token
 from payorch.engine.passwords import hash_password, verify_password
@@ -21,7 +15,7 @@ from payorch.http import openapi as api
 from payorch.http import representations as bodies
 from payorch.http.models import LoginRequest, SignupQuery, SignupRequest
 from payorch.http.services import services
-from payorch.http.validation import View, body_limit
+from payorch.http.validation import View, body_limit, validate_querystring, validate_request
 from payorch.storage import accounts as accounts_store
 from payorch.values.errors import InvalidLogin, InviteInvalid
 from payorch.values.secrets import token_hash

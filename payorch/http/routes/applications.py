@@ -3,13 +3,7 @@
 from __future__ import annotations
 
 from quart import Blueprint
-from quart_schema import (
-    document_response,
-    security_scheme,
-    tag_blueprint,
-    validate_querystring,
-    validate_request,
-)
+from quart_schema import document_response, security_scheme, tag_blueprint
 
 from payorch.http import openapi as api
 from payorch.http import representations as bodies
@@ -23,7 +17,12 @@ from payorch.http.models import (
     PageQuery,
 )
 from payorch.http.services import services
-from payorch.http.validation import body_limit, validate_optional_request
+from payorch.http.validation import (
+    body_limit,
+    validate_optional_request,
+    validate_querystring,
+    validate_request,
+)
 from payorch.storage import applications as applications_store
 from payorch.storage.applications import ApiKey, Application
 from payorch.values.pagination import Page, PageRequest, envelope

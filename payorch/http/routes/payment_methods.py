@@ -5,7 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from quart import Blueprint
-from quart_schema import document_response, security_scheme, tag_blueprint, validate_querystring
+from quart_schema import document_response, security_scheme, tag_blueprint
 
 from payorch.http import openapi as api
 from payorch.http import representations as bodies
@@ -13,6 +13,7 @@ from payorch.http.auth import Accept, Principal, application_for, authenticated
 from payorch.http.models import PaymentMethodsQuery
 from payorch.http.routes.sessions import money_of
 from payorch.http.services import services
+from payorch.http.validation import validate_querystring
 from payorch.storage import provider_configs
 from payorch.values.errors import FieldProblem, InvalidInput, NotPermitted
 

@@ -6,13 +6,7 @@ import uuid
 
 import trio
 from quart import Blueprint
-from quart_schema import (
-    document_response,
-    security_scheme,
-    tag_blueprint,
-    validate_querystring,
-    validate_request,
-)
+from quart_schema import document_response, security_scheme, tag_blueprint
 
 from payorch.http import openapi as api
 from payorch.http import representations as bodies
@@ -24,6 +18,7 @@ from payorch.http.models import (
     ProviderPaymentMethodsRequest,
 )
 from payorch.http.services import services
+from payorch.http.validation import validate_querystring, validate_request
 from payorch.providers.base import (
     Credentials,
     CredentialsRejected,

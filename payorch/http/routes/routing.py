@@ -10,13 +10,7 @@ from fractions import Fraction
 from typing import Any
 
 from quart import Blueprint, request
-from quart_schema import (
-    document_request,
-    document_response,
-    security_scheme,
-    tag_blueprint,
-    validate_request,
-)
+from quart_schema import document_request, document_response, security_scheme, tag_blueprint
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from payorch.engine.commands import EvaluateRouting
@@ -36,7 +30,7 @@ from payorch.http.jsonio import loads_request_json
 from payorch.http.models import RoutingBacktestRequest, RoutingDocumentUpdate, RoutingEvaluateRequest
 from payorch.http.routes.sessions import session_draft
 from payorch.http.services import services
-from payorch.http.validation import limit_request_body
+from payorch.http.validation import limit_request_body, validate_request
 from payorch.storage import routing_documents as routing_store
 from payorch.storage import routing_outcomes
 from payorch.storage.routing_documents import StoredRoutingDocument

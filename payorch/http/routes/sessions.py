@@ -6,14 +6,7 @@ import uuid
 from typing import Any
 
 from quart import Blueprint, Response, jsonify, request
-from quart_schema import (
-    document_headers,
-    document_response,
-    security_scheme,
-    tag_blueprint,
-    validate_querystring,
-    validate_request,
-)
+from quart_schema import document_headers, document_response, security_scheme, tag_blueprint
 
 from payorch.engine.checkout import CreateSession
 from payorch.engine.idempotency import MAX_KEY_LENGTH, Answer, request_fingerprint
@@ -25,6 +18,7 @@ from payorch.http.models import PageQuery, SessionCreateRequest
 from payorch.http.openapi import IDEMPOTENCY_HEADER
 from payorch.http.requestlog import note_application
 from payorch.http.services import services
+from payorch.http.validation import validate_querystring, validate_request
 from payorch.storage.sessions import ALL_SESSIONS, CheckoutSession, SessionDraft, SessionFilter
 from payorch.values.errors import FieldProblem, InvalidInput, NotFound, NotPermitted
 from payorch.values.money import Money, TooManyDecimals, UnknownCurrency

@@ -10,13 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from quart import Blueprint
-from quart_schema import (
-    document_response,
-    security_scheme,
-    tag_blueprint,
-    validate_querystring,
-    validate_request,
-)
+from quart_schema import document_response, security_scheme, tag_blueprint
 
 from payorch.engine.body_types import (
     DEFAULT_EVENT_TYPES,
@@ -31,6 +25,7 @@ from payorch.http import representations as bodies
 from payorch.http.auth import Accept, Principal, application_for, authenticated, parse_id
 from payorch.http.models import PageQuery, WebhookCreateRequest, WebhookUpdateRequest
 from payorch.http.services import services
+from payorch.http.validation import validate_querystring, validate_request
 from payorch.jsonexact import dumps_exact
 from payorch.outbound.attempt import AttemptResult, send_signed
 from payorch.outbound.signing_secrets import signing_secrets
