@@ -1,4 +1,8 @@
-"""The operator's commands, run as `python -m payorch ...` in a subprocess.
+"""The operator's commands. A command that stops at its configuration (exit 2, `check-config`, a
+command's --help) runs in this test process (`payorch_here`: the same `main` as `python -m payorch`,
+with the run's environment and its output captured), about half a second of CPU less than a process
+importing payorch; one that goes on to a database or serves runs as `python -m payorch ...` in a
+subprocess, as do the tests of `python -m payorch` itself.
 
 Every run gets its own config file, state directory and database (through PAYORCH_* variables), so
 nothing touches the repository's var/.
@@ -8,9 +12,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import importlib.metadata
+import io
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -20,11 +27,13 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from unittest import mock
 from urllib.parse import urlsplit
 
 import pytest
 import trio
 
+from payorch import cli
 from payorch.cli import _parser
 from payorch.storage.database import Connection, Database
 from payorch.storage.migrations import available_migrations
@@ -68,6 +77,50 @@ def payorch(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
         timeout=60,
         check=False,
     )
+
+
+class _WentOn(BaseException):
+    """A command run by `payorch_here` went past its configuration, to serve or reach a database (a
+    BaseException: `main` logs and answers 1 for any Exception a command raises)."""
+
+
+def _refuse_to_go_on(*args: object, **kwargs: object) -> int:
+    raise _WentOn("the command went past its configuration: run it with `payorch` (a subprocess)")
+
+
+def payorch_here(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`payorch *args` run by `payorch.cli.main` in this process, with `env` as the whole environment:
+    its exit status, stdout and stderr as `payorch` (a subprocess) gives them. Only for commands that
+    stop at their configuration: one that would serve or run a command raises `_WentOn`. The logging
+    that `main` configures is put back afterwards."""
+    root = logging.getLogger()
+    kept_handlers, kept_level = root.handlers[:], root.level
+    quieted = {name: logging.getLogger(name).level for name in ("pgserver", "stripe")}
+    access_log = logging.getLogger("hypercorn.access")
+    access_log_disabled = access_log.disabled
+    stdout, stderr = io.StringIO(), io.StringIO()
+    try:
+        with (
+            pytest.MonkeyPatch.context() as patch,
+            mock.patch.dict(os.environ, env, clear=True),
+            contextlib.redirect_stdout(stdout),
+            contextlib.redirect_stderr(stderr),
+        ):
+            patch.setattr(cli, "_serve", _refuse_to_go_on)
+            patch.setattr(cli.trio, "run", _refuse_to_go_on)
+            patch.setattr(cli.dev_receiver, "run", _refuse_to_go_on)
+            try:
+                status: int | str | None = cli.main(list(args))
+            except SystemExit as exit_:  # argparse: --help, --version, a malformed argument
+                status = exit_.code
+    finally:
+        root.handlers[:] = kept_handlers
+        root.setLevel(kept_level)
+        for name, level in quieted.items():
+            logging.getLogger(name).setLevel(level)
+        access_log.disabled = access_log_disabled
+    assert isinstance(status, int | None), status
+    return subprocess.CompletedProcess(["payorch", *args], status or 0, stdout.getvalue(), stderr.getvalue())
 
 
 async def payorch_async(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
@@ -120,14 +173,8 @@ def test_every_command_has_a_description_and_an_example(command: str) -> None:
     assert "Example:" in shown
 
 
-def test_a_commands_help_shows_its_example_as_written() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "payorch", "serve", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+def test_a_commands_help_shows_its_example_as_written(tmp_path: Path) -> None:
+    result = payorch_here("serve", "--help", env=cli_environment(tmp_path, UNREACHABLE_DATABASE))
     assert result.returncode == 0
     assert "\nExample:\n  payorch serve --config /etc/payorch/config.toml\n" in result.stdout
 
@@ -171,7 +218,7 @@ def test_bad_config_exits_2_with_one_line_naming_it(
     tmp_path: Path, config_text: str, extra_env: dict[str, str], named: str
 ) -> None:
     env = cli_environment(tmp_path, UNREACHABLE_DATABASE, config_text) | extra_env
-    result = payorch("migrate", env=env)
+    result = payorch_here("migrate", env=env)
     assert result.returncode == 2
     assert result.stdout == ""
     assert len(result.stderr.splitlines()) == 1, result.stderr
@@ -187,7 +234,7 @@ def test_serve_with_a_secret_file_others_may_read_exits_2_with_one_line_saying_h
     secret = state / "encryption_key"
     secret.write_text("kept\n")
     secret.chmod(0o644)
-    result = payorch("serve", env=env)
+    result = payorch_here("serve", env=env)
     assert result.returncode == 2
     assert result.stderr == (
         f"payorch: invalid setting security.encryption_key: other users may read or write "
@@ -209,7 +256,7 @@ def test_serve_with_a_bad_ca_bundle_exits_2_with_one_line_before_starting_postgr
     )
     if bundle is not None:
         (tmp_path / "ca.pem").write_text(bundle)
-    result = payorch("serve", env=env)
+    result = payorch_here("serve", env=env)
     assert result.returncode == 2
     assert result.stdout == ""
     (line,) = result.stderr.splitlines()
@@ -221,7 +268,7 @@ def test_serve_names_the_first_problem_and_counts_the_others(tmp_path: Path) -> 
     config = '[database]\nurl = "mysql://db.internal"\n[webhooks]\nca_bundle = "absent.pem"\n'
     env = cli_environment(tmp_path, UNREACHABLE_DATABASE, config)
     del env["PAYORCH_DATABASE__URL"]
-    result = payorch("serve", env=env)
+    result = payorch_here("serve", env=env)
     assert result.returncode == 2
     (line,) = result.stderr.splitlines()
     assert line.startswith("payorch: invalid setting database.url: ")
@@ -241,7 +288,7 @@ def test_serve_with_loopback_webhooks_and_a_public_address_exits_2_with_one_line
     tmp_path: Path,
 ) -> None:
     env = cli_environment(tmp_path, UNREACHABLE_DATABASE) | {"PAYORCH_WEBHOOKS__ALLOW_LOOPBACK": "true"}
-    result = payorch("serve", env=env)
+    result = payorch_here("serve", env=env)
     assert result.returncode == 2
     assert result.stderr == (
         "payorch: invalid setting webhooks.allow_loopback: it is for development on one machine, and "
@@ -254,7 +301,7 @@ def test_serve_with_loopback_webhooks_and_a_public_address_exits_2_with_one_line
 def test_missing_config_option_file_exits_2_naming_it(tmp_path: Path) -> None:
     env = cli_environment(tmp_path, UNREACHABLE_DATABASE)
     missing = tmp_path / "absent.toml"
-    result = payorch("--config", str(missing), "migrate", env=env)
+    result = payorch_here("--config", str(missing), "migrate", env=env)
     assert result.returncode == 2
     assert result.stderr.splitlines() == [f"payorch: {missing}: configuration file not found"]
 
@@ -262,7 +309,7 @@ def test_missing_config_option_file_exits_2_naming_it(tmp_path: Path) -> None:
 def test_missing_config_environment_file_exits_2_naming_it(tmp_path: Path) -> None:
     missing = tmp_path / "absent.toml"
     env = cli_environment(tmp_path, UNREACHABLE_DATABASE) | {"PAYORCH_CONFIG": str(missing)}
-    result = payorch("migrate", env=env)
+    result = payorch_here("migrate", env=env)
     assert result.returncode == 2
     assert result.stderr.splitlines() == [f"payorch: {missing}: configuration file not found"]
 
@@ -271,7 +318,7 @@ def test_config_option_beats_config_environment_variable(tmp_path: Path) -> None
     good = tmp_path / "good"
     good.mkdir()
     env = cli_environment(good, UNREACHABLE_DATABASE, "[server]\nmax_body_bytes = -1\n")
-    result = payorch("--config", str(tmp_path / "absent.toml"), "migrate", env=env)
+    result = payorch_here("--config", str(tmp_path / "absent.toml"), "migrate", env=env)
     assert "absent.toml" in result.stderr
     assert "max_body_bytes" not in result.stderr
 
@@ -280,14 +327,14 @@ def test_config_option_beats_config_environment_variable(tmp_path: Path) -> None
 def test_config_option_is_taken_after_the_command_too(tmp_path: Path, command: list[str]) -> None:
     env = cli_environment(tmp_path, UNREACHABLE_DATABASE)
     missing = tmp_path / "absent.toml"
-    result = payorch(*command, "--config", str(missing), env=env)
+    result = payorch_here(*command, "--config", str(missing), env=env)
     assert result.returncode == 2
     assert result.stderr.splitlines() == [f"payorch: {missing}: configuration file not found"]
 
 
 def test_config_option_after_the_command_beats_the_one_before(tmp_path: Path) -> None:
     env = cli_environment(tmp_path, UNREACHABLE_DATABASE)
-    result = payorch(
+    result = payorch_here(
         "--config",
         str(tmp_path / "first.toml"),
         "migrate",
@@ -355,7 +402,7 @@ def test_check_config_prints_the_effective_configuration_as_toml_without_secrets
     config = env.pop("PAYORCH_CONFIG")
     env["PAYORCH_LIMITS__BURST"] = "7"
     args = ("--config", config, "check-config") if config_first else ("check-config", "--config", config)
-    result = payorch(*args, env=env)
+    result = payorch_here(*args, env=env)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     for secret in (JWT_SECRET, CHECKED_KEY, DATABASE_PASSWORD):
@@ -372,7 +419,7 @@ def test_check_config_prints_the_effective_configuration_as_toml_without_secrets
 
 
 def test_check_config_json(tmp_path: Path) -> None:
-    result = payorch(
+    result = payorch_here(
         "check-config", "--json", env=cli_environment(tmp_path, UNREACHABLE_DATABASE, CHECKED_CONFIG)
     )
     assert result.returncode == 0, result.stderr
@@ -383,7 +430,7 @@ def test_check_config_json(tmp_path: Path) -> None:
 
 
 def test_check_config_of_a_file_with_no_secrets_generates_none(tmp_path: Path) -> None:
-    result = payorch("check-config", env=cli_environment(tmp_path, UNREACHABLE_DATABASE, ""))
+    result = payorch_here("check-config", env=cli_environment(tmp_path, UNREACHABLE_DATABASE, ""))
     assert result.returncode == 0, result.stderr
     assert "generated at the first start" in result.stdout
     assert tomllib.loads(result.stdout)["security"] == {"encryption_key": "", "encryption_keys": []}
@@ -396,7 +443,7 @@ def test_check_config_of_a_file_with_no_secrets_generates_none(tmp_path: Path) -
 def test_check_config_of_a_bad_config_exits_2_naming_the_key(
     tmp_path: Path, config_text: str, extra_env: dict[str, str], named: str
 ) -> None:
-    result = payorch(
+    result = payorch_here(
         "check-config", env=cli_environment(tmp_path, UNREACHABLE_DATABASE, config_text) | extra_env
     )
     assert result.returncode == 2
@@ -409,7 +456,7 @@ def test_check_config_lists_every_problem_one_line_each(tmp_path: Path) -> None:
     config = '[database]\nurl = "mysql://db.internal"\n[webhooks]\nca_bundle = "absent.pem"\n'
     env = cli_environment(tmp_path, UNREACHABLE_DATABASE, config)
     del env["PAYORCH_DATABASE__URL"]
-    result = payorch("check-config", env=env)
+    result = payorch_here("check-config", env=env)
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr.splitlines() == [
@@ -421,7 +468,7 @@ def test_check_config_lists_every_problem_one_line_each(tmp_path: Path) -> None:
 
 def test_check_config_values_only_leaves_the_files_of_this_host_alone(tmp_path: Path) -> None:
     config = '[webhooks]\nca_bundle = "absent.pem"\n'
-    result = payorch(
+    result = payorch_here(
         "check-config", "--values-only", env=cli_environment(tmp_path, UNREACHABLE_DATABASE, config)
     )
     assert result.returncode == 0, result.stderr
@@ -430,7 +477,7 @@ def test_check_config_values_only_leaves_the_files_of_this_host_alone(tmp_path: 
 
 def test_check_config_names_a_bad_encryption_key_by_its_place_without_echoing_it(tmp_path: Path) -> None:
     config = f'[security]\nencryption_keys = ["{CHECKED_KEY}", "bm90LWEta2V5"]\n'
-    result = payorch("check-config", env=cli_environment(tmp_path, UNREACHABLE_DATABASE, config))
+    result = payorch_here("check-config", env=cli_environment(tmp_path, UNREACHABLE_DATABASE, config))
     assert result.returncode == 2
     (line,) = result.stderr.splitlines()
     assert line.startswith("payorch: invalid setting security.encryption_keys: ")
@@ -576,6 +623,6 @@ def test_invite_with_an_address_that_is_not_an_email_exits_2(tmp_path: Path) -> 
 def test_serve_with_workers_not_1_to_64_or_auto_exits_2_naming_the_option(
     tmp_path: Path, workers: str
 ) -> None:
-    result = payorch("serve", "--workers", workers, env=cli_environment(tmp_path, UNREACHABLE_DATABASE))
+    result = payorch_here("serve", "--workers", workers, env=cli_environment(tmp_path, UNREACHABLE_DATABASE))
     assert result.returncode == 2
     assert "argument --workers: must be a whole number of processes from 1 to 64" in result.stderr
