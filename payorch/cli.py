@@ -323,7 +323,6 @@ def _serve(settings: Settings, path: Path, workers_option: int | Literal["auto"]
 
 
 def _serve_until_stopped(settings: Settings, path: Path, workers_option: int | Literal["auto"] | None) -> int:
-    from payorch.service import serve_until_signalled
     from payorch.workers import serve_as_worker, serve_workers, worker_assignment, worker_count
 
     # SIGHUP reads the same file and the same environment again, and checks them as here.
@@ -334,8 +333,10 @@ def _serve_until_stopped(settings: Settings, path: Path, workers_option: int | L
         return 0
     _warn_if_links_point_at_this_host(settings)
     workers = worker_count(workers_option or settings.server.workers)
-    if workers > 1:
+    if workers > 1:  # the parent: it serves nothing, and leaves the service to its workers
         return trio.run(serve_workers, settings, path, workers)
+    from payorch.service import serve_until_signalled
+
     trio.run(serve_until_signalled, settings, reload_settings)
     return 0
 
