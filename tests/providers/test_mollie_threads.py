@@ -31,9 +31,25 @@ async def test_an_account_using_its_whole_share_leaves_the_other_accounts_their_
 
 async def test_a_thread_abandoned_by_its_caller_keeps_its_places_until_it_ends() -> None:
     threads = AccountThreads(total=2, per_account=1)
-    release = threading.Event()
-    with trio.move_on_after(0.01):
-        await trio.to_thread.run_sync(release.wait, abandon_on_cancel=True, limiter=threads.limiter("test_a"))  # type: ignore[arg-type]
+    running, release = threading.Event(), threading.Event()
+
+    def hanging_call() -> None:
+        running.set()
+        release.wait()
+
+    # The caller gives up once its thread runs (not after a time, which a busy machine may let pass
+    # before the thread starts: that is the case of the test below).
+    with trio.CancelScope() as caller:
+
+        async def give_up_once_running() -> None:
+            await trio.to_thread.run_sync(running.wait)
+            caller.cancel()
+
+        limiter = threads.limiter("test_a")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(give_up_once_running)
+            await trio.to_thread.run_sync(hanging_call, abandon_on_cancel=True, limiter=limiter)  # type: ignore[arg-type]
+    assert caller.cancelled_caught
     assert (threads.whole.borrowed_tokens, threads.accounts()) == (1, 1)
     release.set()
 
