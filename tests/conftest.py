@@ -67,6 +67,17 @@ def pytest_configure(config: pytest.Config) -> None:
     route_memo.install()
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> Iterator[object]:
+    """The collection (every test module imported, every test made) with the garbage collector
+    paused: what it makes lives as long as the test process, and is frozen once it is done."""
+    gc.disable()
+    try:
+        return (yield)
+    finally:
+        gc.enable()
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """What the imports and the collection made lives as long as the test process: frozen out of the
     garbage collector's sight (`gc.freeze`), each full collection walks the tests' own objects only,
