@@ -22,7 +22,7 @@ STAMP   := $(VENV)/.installed-stamp
 # .venv is made without pip (ensurepip alone takes about 6 s): the Python that runs make installs uv
 # into it (pip's --python), and uv installs the rest, compiling its bytecode as pip does (else every
 # test worker compiles the same modules at once as it starts). `make test` installs payorch and the
-# test and lint tools in one step, so the bytecode is compiled once: about 18 s on a fresh clone,
+# test and lint tools in one step, so the bytecode is compiled once: about 22 s on a fresh clone,
 # where pip alone takes about a minute. Should that pip be too old for --python, .venv gets its own
 # pip; should uv not install or not succeed, pip installs the same.
 define install

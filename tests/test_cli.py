@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 from urllib.parse import urlsplit
@@ -107,7 +108,7 @@ def payorch_here(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess
             contextlib.redirect_stderr(stderr),
         ):
             patch.setattr(cli, "_serve", _refuse_to_go_on)
-            patch.setattr(cli.trio, "run", _refuse_to_go_on)
+            patch.setattr(cli, "trio", SimpleNamespace(run=_refuse_to_go_on))  # cli's trio only
             patch.setattr(cli.dev_receiver, "run", _refuse_to_go_on)
             try:
                 status: int | str | None = cli.main(list(args))
