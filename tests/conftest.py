@@ -10,16 +10,12 @@ memory instead of a wait for the disk.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import gc
 import os
 import tempfile
-import threading
-import uuid
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from typing import TypeVar
 
 import asyncpg
 import pytest
@@ -40,6 +36,7 @@ from payorch.storage.database import Database, open_database
 from payorch.storage.migrations import migrate
 from tests import argon2_memo, route_memo
 from tests.clock import ShiftedClock
+from tests.databases import POOL_MAX, POOL_MIN, ReusedDatabase, TestDatabases, database_url
 from tests.helpers import Client, Merchant, new_merchant
 
 # The browser tests' fixtures (live_service, browser) and hooks, for tests of any folder.
@@ -60,6 +57,11 @@ TEST_ENCRYPTION_KEY = "S2vYjcy6bBtRN0mTGqkLVxr40z2HDG5cf7rjzmoAPpM="
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "long: runs for seconds (whole payorch processes, servers, the fuzzer): run first"
+    )
+    config.addinivalue_line(
+        "markers",
+        "fresh_database: runs on a database of its own, never used before, not on the reused one "
+        "(tests/databases.py): for a test of what depends on a table's past, such as the pages read",
     )
     # Each password's argon2 computed once per test process, not in every test (tests/argon2_memo.py).
     argon2_memo.install()
@@ -109,11 +111,6 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     affinity = getattr(os, "sched_getaffinity", None)
     cpus = len(affinity(0)) if affinity else os.cpu_count() or 1
     return cpus + 2
-
-
-def database_url(server_url: str, database: str) -> str:
-    parts = urlsplit(server_url)
-    return urlunsplit(parts._replace(path=f"/{database}"))
 
 
 async def _admin(server_url: str, sql: str) -> None:
@@ -184,64 +181,6 @@ def clone_strategy(postgres_server: str) -> str:
     return "STRATEGY FILE_COPY" if asyncio.run(version()) >= 150000 else ""
 
 
-class TestDatabases:
-    """Fresh databases cloned from the template, by one connection to the server on a thread of its
-    own: the next test's database is cloned while this one runs, and each is dropped after its test
-    without the test waiting. A test then spends no time on either, nor on connecting to do them."""
-
-    def __init__(self, server_url: str, template: str, strategy: str) -> None:
-        self._template, self._strategy = template, strategy
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="test databases", daemon=True)
-        self._thread.start()
-        self._conn: asyncpg.Connection = self._submit(self._connect(server_url)).result()
-        self._statements = self._submit(self._lock()).result()
-        self._drops: list[concurrent.futures.Future[None]] = []
-        self._next = self._submit(self._clone())
-
-    @staticmethod
-    async def _connect(server_url: str) -> asyncpg.Connection:
-        return await asyncpg.connect(database_url(server_url, "postgres"))
-
-    @staticmethod
-    async def _lock() -> asyncio.Lock:
-        return asyncio.Lock()  # made on the thread's loop: one statement at a time on the connection
-
-    def _submit(self, work: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        return asyncio.run_coroutine_threadsafe(work, self._loop)
-
-    async def _execute(self, sql: str) -> None:
-        async with self._statements:
-            await self._conn.execute(sql)
-
-    async def _clone(self) -> str:
-        name = f"payorch_test_{uuid.uuid4().hex[:12]}"
-        await self._execute(f"CREATE DATABASE {name} TEMPLATE {self._template} {self._strategy}")
-        return name
-
-    def take(self) -> str:
-        """The name of a fresh database, a copy of the template, for the caller alone."""
-        name = self._next.result()
-        self._next = self._submit(self._clone())
-        return name
-
-    def drop(self, name: str) -> None:
-        """Drop `name` soon (its connections ended by force); `close` raises if that failed."""
-        self._drops = [drop for drop in self._drops if not drop.done() or drop.exception()]
-        self._drops.append(self._submit(self._execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
-
-    def close(self) -> None:
-        self.drop(self._next.result())
-        try:
-            for drop in self._drops:
-                drop.result()
-        finally:
-            self._submit(self._conn.close()).result()
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join()
-            self._loop.close()
-
-
 @pytest.fixture(scope="session")
 def test_databases(
     postgres_server: str, template_database: str, clone_strategy: str
@@ -251,12 +190,36 @@ def test_databases(
     databases.close()
 
 
+@pytest.fixture(scope="session")
+def reused_database(test_databases: TestDatabases) -> Iterator[ReusedDatabase | None]:
+    """This test process's reused database (tests/databases.py), or None where the tests' role is
+    no superuser: a database's triggers cannot be switched off to empty it."""
+    if not test_databases.superuser():
+        yield None
+        return
+    reused = ReusedDatabase(test_databases)
+    yield reused
+    reused.close()
+
+
 @pytest.fixture
 def database_dsn(postgres_server: str, test_databases: TestDatabases) -> Iterator[str]:
-    """A fresh, migrated database for one test, dropped afterwards."""
+    """A fresh, migrated database for this test alone, dropped afterwards: for a test that hands it
+    to processes or changes the database itself. Other tests' `settings` name the reused one."""
     name = test_databases.take()
     yield database_url(postgres_server, name)
     test_databases.drop(name)
+
+
+@pytest.fixture
+def test_database_url(request: pytest.FixtureRequest, reused_database: ReusedDatabase | None) -> str:
+    """The database of the test's `settings`: its own fresh one when it asks for `database_dsn` or is
+    marked `fresh_database` (or no database can be reused), else the reused one, emptied back to the
+    template."""
+    fresh = "database_dsn" in request.fixturenames or request.node.get_closest_marker("fresh_database")
+    if reused_database is None or fresh:
+        return str(request.getfixturevalue("database_dsn"))
+    return reused_database.url()
 
 
 @pytest.fixture(scope="session")
@@ -274,20 +237,25 @@ def base_settings() -> Settings:
 
 
 @pytest.fixture
-def settings(base_settings: Settings, database_dsn: str, tmp_path: Path) -> Settings:
+def settings(base_settings: Settings, test_database_url: str, tmp_path: Path) -> Settings:
     """`base_settings` with the test's own database and state directory (each section validated as
     it is built; `Settings` has no check across sections that the copy would skip)."""
     return base_settings.model_copy(
         update={
             "server": ServerSettings(bind="127.0.0.1:0", state_dir=tmp_path / "var"),
-            "database": DatabaseSettings(url=database_dsn, pool_min=1, pool_max=4),
+            "database": DatabaseSettings(url=test_database_url, pool_min=POOL_MIN, pool_max=POOL_MAX),
         }
     )
 
 
 @pytest.fixture
-async def db(settings: Settings) -> AsyncIterator[Database]:
-    async with open_database(settings.database.url, min_size=1, max_size=4) as database:
+async def db(settings: Settings, reused_database: ReusedDatabase | None) -> AsyncIterator[Database]:
+    """The test's database: over the reused database's pool, open from test to test, or a pool of its
+    own on the test's fresh database."""
+    if reused_database is not None and reused_database.uses(settings.database.url):
+        yield reused_database.database()
+        return
+    async with open_database(settings.database.url, min_size=POOL_MIN, max_size=POOL_MAX) as database:
         yield database
 
 

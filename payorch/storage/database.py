@@ -50,7 +50,7 @@ from payorch.storage.wakeup import DeliveryWakeup, OutboxWrites
 P = ParamSpec("P")
 T = TypeVar("T")
 
-__all__ = ["Connection", "Database", "LoopFactory", "open_database"]
+__all__ = ["Connection", "Database", "LoopFactory", "create_pool", "open_database"]
 
 Unit = Callable[Concatenate[Connection, P], Awaitable[T]]
 
@@ -171,6 +171,21 @@ async def _takes_writes(conn: Connection) -> bool:
     return True
 
 
+async def create_pool(dsn: str, *, min_size: int, max_size: int) -> asyncpg.Pool:
+    """The pool `open_database` opens, on the running asyncio loop: each connection prepared as
+    payorch reads and writes values (`_prepare_connection`), given back as it is."""
+    return await asyncpg.create_pool(
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        command_timeout=60,
+        timeout=CONNECT_TIMEOUT_S,
+        init=_prepare_connection,
+        reset=_keep_session_state,
+        connection_class=LoopBoundConnection,
+    )
+
+
 @asynccontextmanager
 async def open_database(
     dsn: str, *, min_size: int, max_size: int, loop_factory: LoopFactory | None = None
@@ -181,18 +196,7 @@ async def open_database(
     Should the loop stop before that, every unit of work fails at once (`loop_thread.DatabaseLoopStopped`,
     the database unavailable) until the block ends."""
     async with loop_thread(loop_factory or default_loop_factory()) as loop:
-        pool = await loop.run(
-            lambda: asyncpg.create_pool(
-                dsn,
-                min_size=min_size,
-                max_size=max_size,
-                command_timeout=60,
-                timeout=CONNECT_TIMEOUT_S,
-                init=_prepare_connection,
-                reset=_keep_session_state,
-                connection_class=LoopBoundConnection,
-            )
-        )
+        pool = await loop.run(lambda: create_pool(dsn, min_size=min_size, max_size=max_size))
         try:
             yield Database(pool, dsn, loop)
         finally:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
+import pytest
+
 from payorch.config import Settings
 from payorch.runtime import open_runtime
 from payorch.storage import sessions, webhooks
@@ -18,6 +20,10 @@ from payorch.storage.database import Connection, Database
 from payorch.values.pagination import PageRequest
 from tests.helpers import new_application, new_merchant
 from tests.storage.test_webhook_deliveries import _endpoint, _events
+
+# What a statement reads depends on its table's past (the pages of rows deleted before): each test
+# counts it on a database never used before.
+pytestmark = pytest.mark.fresh_database
 
 SESSIONS = 500
 PAST_THE_END = PageRequest(page=99_999_999_999, limit=100)
