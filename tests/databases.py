@@ -11,9 +11,9 @@ Two kinds:
   Emptying a database costs a millisecond or two.
 
 Before a test, the reused database is emptied, or replaced by a new copy when it cannot be:
-- it is replaced when its catalogs differ from the template's (a fingerprint of `pg_class`,
-  `pg_attribute`, `pg_constraint`, `pg_proc`, `pg_trigger`... rows: a table, column, constraint,
-  function or trigger created, changed or dropped), or the rows the migrations wrote
+- it is replaced when its catalogs differ from the template's (a fingerprint of the `pg_class`,
+  `pg_attribute`, `pg_constraint`, `pg_proc`, `pg_trigger`... rows of its own objects: a table,
+  column, constraint, function or trigger created, changed or dropped), or the rows the migrations wrote
   (`schema_migrations`), or something is set on the database itself (`ALTER DATABASE ... SET`),
   or a session other than the pool's stays on it, or its loop thread stopped;
 - else every table's rows are deleted (triggers off: nothing counts or notifies) and every sequence
@@ -53,19 +53,24 @@ _SESSIONS_LEAVE_S = 1.0
 # How many tests use one copy of the template, at most.
 REUSES = 50
 
+# The rows of the catalogs that describe the database's own objects (16384 is PostgreSQL's first oid
+# for those: the built-in ones are older), by count and row versions: a table, column, default,
+# constraint, index, function, trigger, type, schema, sequence, view rule or policy created, changed
+# or dropped changes it; and the rows the migrations wrote.
 _FINGERPRINT = """
 SELECT string_agg(format('%s:%s:%s', name, rows, versions), ' ' ORDER BY name) FROM (
-    SELECT 'class' AS name, count(*) AS rows, sum(xmin::text::bigint) AS versions FROM pg_class
-    UNION ALL SELECT 'attribute', count(*), sum(xmin::text::bigint) FROM pg_attribute
-    UNION ALL SELECT 'attrdef', count(*), sum(xmin::text::bigint) FROM pg_attrdef
-    UNION ALL SELECT 'constraint', count(*), sum(xmin::text::bigint) FROM pg_constraint
-    UNION ALL SELECT 'index', count(*), sum(xmin::text::bigint) FROM pg_index
-    UNION ALL SELECT 'proc', count(*), sum(xmin::text::bigint) FROM pg_proc
-    UNION ALL SELECT 'trigger', count(*), sum(xmin::text::bigint) FROM pg_trigger
-    UNION ALL SELECT 'type', count(*), sum(xmin::text::bigint) FROM pg_type
-    UNION ALL SELECT 'namespace', count(*), sum(xmin::text::bigint) FROM pg_namespace
-    UNION ALL SELECT 'sequence', count(*), sum(xmin::text::bigint) FROM pg_sequence
-    UNION ALL SELECT 'rewrite', count(*), sum(xmin::text::bigint) FROM pg_rewrite
+    SELECT 'class' AS name, count(*) AS rows, sum(xmin::text::bigint) AS versions
+        FROM pg_class WHERE oid >= 16384
+    UNION ALL SELECT 'attribute', count(*), sum(xmin::text::bigint) FROM pg_attribute WHERE attrelid >= 16384
+    UNION ALL SELECT 'attrdef', count(*), sum(xmin::text::bigint) FROM pg_attrdef WHERE oid >= 16384
+    UNION ALL SELECT 'constraint', count(*), sum(xmin::text::bigint) FROM pg_constraint WHERE oid >= 16384
+    UNION ALL SELECT 'index', count(*), sum(xmin::text::bigint) FROM pg_index WHERE indexrelid >= 16384
+    UNION ALL SELECT 'proc', count(*), sum(xmin::text::bigint) FROM pg_proc WHERE oid >= 16384
+    UNION ALL SELECT 'trigger', count(*), sum(xmin::text::bigint) FROM pg_trigger WHERE oid >= 16384
+    UNION ALL SELECT 'type', count(*), sum(xmin::text::bigint) FROM pg_type WHERE oid >= 16384
+    UNION ALL SELECT 'namespace', count(*), sum(xmin::text::bigint) FROM pg_namespace WHERE oid >= 16384
+    UNION ALL SELECT 'sequence', count(*), sum(xmin::text::bigint) FROM pg_sequence WHERE seqrelid >= 16384
+    UNION ALL SELECT 'rewrite', count(*), sum(xmin::text::bigint) FROM pg_rewrite WHERE oid >= 16384
     UNION ALL SELECT 'policy', count(*), sum(xmin::text::bigint) FROM pg_policy
     UNION ALL SELECT 'event_trigger', count(*), sum(xmin::text::bigint) FROM pg_event_trigger
     UNION ALL SELECT 'extension', count(*), sum(xmin::text::bigint) FROM pg_extension
