@@ -99,9 +99,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """How many pytest-xdist workers `-n auto` (pyproject.toml's default) starts: none (the tests run in
-    pytest's own process, as without xdist) when the command names tests of one file, else two more
-    than the CPUs: a test often waits (on PostgreSQL, a subprocess, a timer) and another then runs.
-    On 2 cores, 4 workers ran the suite in 390 s, 3 in 405 s and 6 in 422 s.
+    pytest's own process, as without xdist) when the command names tests of one file, else one more
+    than the CPUs: a test sometimes waits (on a subprocess, a timer) and another then runs. On 2
+    cores, with each test process reusing one database (tests/databases.py), 3 workers ran the suite
+    in 249, 301 and 291 s where 4 took 253, 329 and 311 s right beside them, and 10% less CPU.
     PYTEST_XDIST_AUTO_NUM_WORKERS, or `-n <count>`, still chooses."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # xdist's own hook reads it
@@ -110,7 +111,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
         return 0
     affinity = getattr(os, "sched_getaffinity", None)
     cpus = len(affinity(0)) if affinity else os.cpu_count() or 1
-    return cpus + 2
+    return cpus + 1
 
 
 async def _admin(server_url: str, sql: str) -> None:
