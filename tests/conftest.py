@@ -1,10 +1,12 @@
-"""Test fixtures: a real PostgreSQL, a migrated template, and a fresh database cloned for each test.
+"""Test fixtures: a real PostgreSQL, a migrated template, and for each test a database as the template
+has it: the test process's reused copy, emptied before the test, or a copy of its own
+(tests/databases.py).
 
 The server is embedded (pgserver) unless PAYORCH_TEST_DATABASE_URL names one to use instead. Under
 pytest-xdist each worker has a server (or, on an external one, a template) of its own, so workers never
 contend for one template. The embedded server keeps its files in memory (/dev/shm) when it can, and
-runs without fsync: it only ever holds test data, and cloning a database for each test is then a copy in
-memory instead of a wait for the disk.
+runs without fsync: it only ever holds test data, and cloning a database is then a copy in memory
+instead of a wait for the disk.
 """
 
 from __future__ import annotations
