@@ -42,7 +42,7 @@ import asyncpg
 import trio
 
 from payorch.storage.database import Database, create_pool
-from payorch.storage.loop_thread import LoopThread, default_loop_factory
+from payorch.storage.loop_thread import LoopThread, default_loop_factory, run_until_stopped
 
 T = TypeVar("T")
 
@@ -75,7 +75,6 @@ SELECT string_agg(format('%s:%s:%s', name, rows, versions), ' ' ORDER BY name) F
     UNION ALL SELECT 'event_trigger', count(*), sum(xmin::text::bigint) FROM pg_event_trigger
     UNION ALL SELECT 'extension', count(*), sum(xmin::text::bigint) FROM pg_extension
     UNION ALL SELECT 'largeobject', count(*), 0 FROM pg_largeobject_metadata
-    UNION ALL SELECT 'migrations', count(*), 0 FROM schema_migrations
     UNION ALL SELECT 'migrations ' || md5(string_agg(m::text, ',' ORDER BY m::text)), 0, 0
         FROM schema_migrations AS m
 ) AS catalogs
@@ -108,29 +107,21 @@ def database_url(server_url: str, database: str) -> str:
 
 class _LoopInThread:
     """An asyncio event loop (payorch's choice: uvloop where installed) running in a thread of its
-    own until `close`; `on_stop` is called in that thread if it stops by itself."""
+    own until `close`, as payorch runs the database's (`loop_thread.run_until_stopped`); `on_stop`
+    is called in that thread, with what escaped the loop if anything did, if it stops by itself."""
 
-    def __init__(self, name: str, on_stop: Callable[[], None] | None = None) -> None:
+    def __init__(self, name: str, on_stop: Callable[[BaseException | None], None] | None = None) -> None:
         self.loop = default_loop_factory()()
         self._on_stop = on_stop
         self.closing = False
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread = threading.Thread(
+            target=run_until_stopped, args=(self.loop, self._stopped), name=name, daemon=True
+        )
         self._thread.start()
 
-    def _run(self) -> None:
-        try:
-            self.loop.run_forever()
-        finally:
-            if not self.closing and self._on_stop is not None:
-                self._on_stop()
-            # As `asyncio.run` ends: what is left on the loop is cancelled and finished, then closed.
-            left = asyncio.all_tasks(self.loop)
-            for task in left:
-                task.cancel()
-            if left:
-                self.loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
-            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
-            self.loop.close()
+    def _stopped(self, escaped: BaseException | None) -> None:
+        if not self.closing and self._on_stop is not None:
+            self._on_stop(escaped)
 
     def submit(self, work: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         return asyncio.run_coroutine_threadsafe(work, self.loop)
@@ -222,7 +213,7 @@ class _Copy:
     """One copy of the template, with its pool and a connection of its own (to check and empty it),
     on an event loop in a thread of its own."""
 
-    def __init__(self, name: str, url: str, on_stop: Callable[[], None]) -> None:
+    def __init__(self, name: str, url: str, on_stop: Callable[[BaseException | None], None]) -> None:
         self.name, self.url = name, url
         self.thread = _LoopInThread(f"reused database {name}", on_stop)
         self.pool: asyncpg.Pool = self.ask(create_pool(url, min_size=POOL_MIN, max_size=POOL_MAX))
@@ -292,11 +283,11 @@ class ReusedDatabase:
             self._template = copy.ask(_describe(copy.conn))
         return copy
 
-    def _loop_stopped(self) -> None:  # in the copy's thread, when its loop stopped by itself
+    def _loop_stopped(self, escaped: BaseException | None) -> None:  # in the copy's thread, by itself
         current = self._current
         if current is not None:
             with contextlib.suppress(trio.RunFinishedError):  # the test's run is over
-                current.token.run_sync_soon(current.loop_stopped, None)
+                current.token.run_sync_soon(current.loop_stopped, escaped)
 
     def _replace(self) -> None:
         assert self._copy is not None

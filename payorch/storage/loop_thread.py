@@ -161,7 +161,7 @@ async def _awaited(make_coroutine: Callable[[], Awaitable[T]]) -> T:
     return await make_coroutine()
 
 
-def _run_until_stopped(
+def run_until_stopped(
     loop: asyncio.AbstractEventLoop, stopped: Callable[[BaseException | None], None]
 ) -> None:
     """Run `loop` until it stops, and call `stopped` at once (before anything left on the loop is
@@ -223,7 +223,7 @@ async def loop_thread(loop_factory: LoopFactory) -> AsyncIterator[LoopThread]:
         how_it_ended.append(result)
         token.run_sync_soon(thread_ended.set)
 
-    trio.lowlevel.start_thread_soon(lambda: _run_until_stopped(loop, stopped), deliver, name=THREAD_NAME)
+    trio.lowlevel.start_thread_soon(lambda: run_until_stopped(loop, stopped), deliver, name=THREAD_NAME)
     try:
         yield running
     finally:
