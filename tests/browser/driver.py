@@ -23,7 +23,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.browser.plugin import CHROMEDRIVER, CHROMIUM
+from tests.browser.plugin import CHROMEDRIVER, HEADLESS_SHELL, chromium_binary
 
 T = TypeVar("T")
 
@@ -76,10 +76,14 @@ return Array.from(main.querySelectorAll("*"))
 
 def start_chromium(user_data_dir: Path) -> WebDriver:
     options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
+    binary = chromium_binary()
+    options.binary_location = str(binary)
     for flag in CHROMIUM_FLAGS:
         options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={user_data_dir}")
+    # The headless shell finds no page to drive in a profile named for it (ChromeDriver then fails to
+    # start a session); it keeps to the temporary profile ChromeDriver makes and removes for it.
+    if binary != HEADLESS_SHELL:
+        options.add_argument(f"--user-data-dir={user_data_dir}")
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(options=options, service=Service(executable_path=str(CHROMEDRIVER)))
     driver.set_page_load_timeout(30)
