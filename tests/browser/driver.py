@@ -179,7 +179,10 @@ class Browser:
         """From nothing focused, press Tab until the element `css` selects has the focus."""
 
         def tab(driver: WebDriver) -> None:
-            target = driver.find_element(By.CSS_SELECTOR, css)
+            found = driver.find_elements(By.CSS_SELECTOR, css)
+            if not found:
+                raise AssertionError(f"no {css} on the page: {page_summary(driver)}")
+            target = found[0]
             driver.execute_script("document.activeElement && document.activeElement.blur()")
             for _ in range(MAX_TABS):
                 ActionChains(driver).send_keys(Keys.TAB).perform()
@@ -197,6 +200,13 @@ class Browser:
         """Tab to the field, type `text`, press Enter: no mouse, no script setting a value."""
         await self.tab_to(css)
         await self.keys(text, Keys.ENTER)
+
+
+def page_summary(driver: WebDriver) -> str:
+    """Where the browser is and what it shows, for a failure's message: the URL, the title and the
+    start of the page's text."""
+    text = " ".join(driver.find_element(By.TAG_NAME, "body").text.split())
+    return f"{driver.current_url} ({driver.title!r}) reads {text[:600]!r}"
 
 
 def forget_everything(driver: WebDriver) -> None:
