@@ -17,7 +17,6 @@ import os
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import asyncpg
 import pytest
@@ -51,7 +50,6 @@ TEMPLATE = f"payorch_test_template_{WORKER}"
 # What durability costs and a throwaway test server does not need; none changes what a query sees.
 _EMBEDDED_SETTINGS = {"fsync": "off", "full_page_writes": "off", "autovacuum": "off"}
 _SHARED_MEMORY = "/dev/shm"  # noqa: S108 - the server's directory in it is made by mkdtemp
-T = TypeVar("T")
 TEST_JWT_SECRET = "test-jwt-secret-0123456789abcdefghijklmnop"
 TEST_ENCRYPTION_KEY = "S2vYjcy6bBtRN0mTGqkLVxr40z2HDG5cf7rjzmoAPpM="
 
