@@ -144,6 +144,30 @@ async def test_an_h2c_upgrade_is_ignored_and_the_request_answered_in_http11(sett
     assert again.startswith(b"HTTP/1.1 200 ")
 
 
+async def test_a_request_with_content_length_and_transfer_encoding_is_400_and_its_connection_closed(
+    settings: Settings,
+) -> None:
+    # Read as chunked, the first request ends at `0\r\n\r\n` and the second would be served next; a
+    # proxy trusting Content-Length would have read the second as the first one's body.
+    both = (
+        b"POST /healthz HTTP/1.1\r\nHost: payorch.test\r\nContent-Length: 5\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+    )
+    async with _running(settings) as address:
+        stream = await _connect(address)
+        async with stream:
+            await stream.send_all(both + HEALTHZ)
+            with trio.fail_after(5):
+                answer = await _until_closed(stream)
+    assert answer.startswith(b"HTTP/1.1 400 "), answer[:40]
+    assert answer.count(b"HTTP/1.1 ") == 1, answer
+    assert _body(answer) == {
+        "error": "Bad Request",
+        "message": "a request may not carry both Content-Length and Transfer-Encoding",
+        "code": 400,
+    }
+
+
 # --- Connections per address and per node -------------------------------------------------------
 
 

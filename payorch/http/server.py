@@ -3,11 +3,13 @@
 payorch speaks plain HTTP/1.1 only. The TLS proxy in front terminates TLS and HTTP/2
 (docs/operations.md, "The proxy in front"); hypercorn's `serve` would also switch a connection to
 HTTP/2 on an `Upgrade: h2c` request or on HTTP/2's prior-knowledge preface, with up to 100
-concurrent streams each. Here `Upgrade: h2c` is ignored (the request is answered in HTTP/1.1) and
-a request of any HTTP version but 1.0 and 1.1, the preface among them, is answered 505 and the
-connection closed. One connection then runs one request at a time (h11 reads no further than the
-request being answered), and a client closing its connection cancels its request: hypercorn tells
-the app `http.disconnect`, and quart-trio cancels the request's nursery.
+concurrent streams each. Here `Upgrade: h2c` is ignored (the request is answered in HTTP/1.1) and a
+request of any HTTP version but 1.0 and 1.1, the preface among them, is answered 505 and the
+connection closed. A request with both `Content-Length` and `Transfer-Encoding` is answered 400 and
+its connection closed, before the app sees it or anything sent after it (RFC 9112, 6.3). One
+connection then runs one request at a time (h11 reads no further than the request being answered),
+and a client closing its connection cancels its request: hypercorn tells the app `http.disconnect`,
+and quart-trio cancels the request's nursery.
 
 What one client can hold is bounded here:
 
@@ -138,6 +140,14 @@ class ConnectionCount:
             del self._per_address[address]
 
 
+def _framed_twice(request: h11.Request) -> bool:
+    """Whether `request` says how long its body is both ways, `Content-Length` and
+    `Transfer-Encoding`: RFC 9112, 6.3 lets a server reject it, and one that reads it must close the
+    connection after answering. payorch rejects it (400) and closes."""
+    names = {name for name, _ in request.headers}  # h11 gives them in lower case
+    return b"content-length" in names and b"transfer-encoding" in names
+
+
 class _Http11Protocol(H11Protocol):
     """hypercorn's HTTP/1.1, which never hands the connection over to HTTP/2."""
 
@@ -148,6 +158,14 @@ class _Http11Protocol(H11Protocol):
     async def _create_stream(self, request: h11.Request) -> None:
         if request.http_version not in (b"1.0", b"1.1"):  # HTTP/2's preface is `PRI * HTTP/2.0`
             await self._send_error(505, "HTTP Version Not Supported", "only HTTP/1.1 is served here")
+            await self.send(Closed())
+            return
+        if _framed_twice(request):
+            # h11 reads such a body as chunked and would keep the connection; a proxy in front that
+            # trusted Content-Length would see another request where the body ends (smuggling).
+            await self._send_error(
+                400, "Bad Request", "a request may not carry both Content-Length and Transfer-Encoding"
+            )
             await self.send(Closed())
             return
         await super()._create_stream(request)
