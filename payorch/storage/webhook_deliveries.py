@@ -3,8 +3,8 @@
 A claim is a lease held in the database, named by its node: `claimed_until` (and `next_attempt_at`)
 move to the end of the lease, `claimed_by` names the node, and the attempt is counted. A process that
 dies mid-attempt loses nothing: another node releases its claims as soon as it sees the node gone
-(`storage.claim_takeover`), and the lease's end releases them in any case. Two rules shape what is
-claimed:
+(`storage.claim_takeover`), and the lease's end releases them in any case. These rules shape what
+is claimed:
 
 - per session, per endpoint, in event order: a delivery is never claimed while an earlier delivery of
   its session to the same configuration is still PENDING;
@@ -13,7 +13,8 @@ claimed:
   endpoint's second one;
 - a fair share per merchant: at most `per_merchant` attempts to all the endpoints of one merchant's
   applications are in flight at once, so a merchant cannot take more slots by registering more
-  endpoints.
+  endpoints; nor more of a round's endpoints than it has room for, so a merchant whose many
+  endpoints have waited longest cannot fill a round and leave another merchant's out of it.
 
 The configuration rows are locked (`FOR NO KEY UPDATE SKIP LOCKED`) for the claim's transaction, so
 two processes never claim for the same endpoint at the same moment and its in-flight count is exact.
@@ -21,6 +22,14 @@ Each merchant claimed for is locked too, by a transaction-level advisory lock ta
 (`MERCHANT_CLAIM_LOCK`): a process that finds a merchant being claimed for by another leaves that
 merchant's endpoints to its next round, so the per-merchant count, made after the lock is held, sees
 every claim made for the merchant and is exact across processes too.
+
+What a claim costs follows what it can claim, never how many deliveries wait (migration 0021): one
+index descent per application with a PENDING delivery, one index step per endpoint of a merchant
+below its share (at most `limits.webhooks_per_application` per application), and a few steps per
+delivery claimed (and per delivery stepped over because an earlier one of its session is still
+PENDING: those of the endpoint's own sessions). A merchant's backlog of a million deliveries leaves
+everyone's claim as quick as it was without it (docs/webhooks.md shows the plans); the backlog
+drains at its merchant's share.
 """
 
 from __future__ import annotations
@@ -72,33 +81,151 @@ class ClaimedDelivery:
     payload: dict[str, Any]
 
 
-# A delivery that may be attempted now: PENDING, due, not claimed by an attempt in flight (a claim
-# by hand, `retry_delivery`, makes a delivery due without ending a lease), and not preceded by a
-# PENDING delivery of its session to the same configuration. `$now` is the statement's parameter
-# holding the time.
-_CLAIMABLE = f"""d.status = '{DeliveryStatus.PENDING}' AND d.next_attempt_at <= $now
-    AND (d.claimed_until IS NULL OR d.claimed_until <= $now)
+# Whether the due delivery `d` may be attempted now: not claimed by an attempt in flight (a claim by
+# hand, `retry_delivery`, makes a delivery due without ending a lease), and not preceded by a PENDING
+# delivery of its session to the same configuration (one descent of
+# `webhook_deliveries_pending_by_session`). `$now` is the statement's parameter holding the time.
+_CLAIMABLE = f"""(d.claimed_until IS NULL OR d.claimed_until <= $now)
     AND NOT EXISTS (
         SELECT 1 FROM webhook_deliveries earlier
         WHERE earlier.config_id = d.config_id AND earlier.session_id = d.session_id
           AND earlier.event_seq < d.event_seq AND earlier.status = '{DeliveryStatus.PENDING}')"""
 
-_IN_FLIGHT = f"status = '{DeliveryStatus.PENDING}' AND claimed_until > $now"
+# Every attempt in flight, with the endpoint and merchant it counts against: read from the small
+# partial index of claimed deliveries (`webhook_deliveries_in_flight`), so its cost follows the
+# attempts in flight (a few slots per process), never the deliveries waiting.
+_IN_FLIGHT = f"""in_flight AS (
+        SELECT f.config_id, fa.merchant_id FROM webhook_deliveries f
+        JOIN applications fa ON fa.id = f.application_id
+        WHERE f.claimed_until IS NOT NULL AND f.claimed_until > $now
+          AND f.status = '{DeliveryStatus.PENDING}'),
+    merchant_in_flight AS (
+        SELECT merchant_id, count(*) AS attempts FROM in_flight GROUP BY merchant_id)"""
+
+
+def _next_due(endpoint: str, after: str = "") -> str:
+    """The due delivery of the endpoint `endpoint` that comes next in its order (oldest due first,
+    then event order), after the one at `after` (its `next_attempt_at, event_seq`) when given: one
+    step of `webhook_deliveries_pending_by_config`, with whether it is claimable."""
+    then = f"AND (d.next_attempt_at, d.event_seq) > ({after})" if after else ""
+    return f"""SELECT d.id, d.next_attempt_at, d.event_seq, {_CLAIMABLE} AS claimable
+        FROM webhook_deliveries d
+        WHERE d.config_id = {endpoint} AND d.status = '{DeliveryStatus.PENDING}'
+          AND d.next_attempt_at <= $now {then}
+        ORDER BY d.next_attempt_at, d.event_seq LIMIT 1"""
+
+
+def _walk(endpoints: str) -> str:
+    """A recursive CTE `walk` that reads each endpoint of `endpoints` (a CTE with `id` and `wanted`)
+    one due delivery at a time in order, until it has found `wanted` claimable ones or has no more
+    due: its rows are what it read, each with `claimable`. One index step per row read, so an
+    endpoint costs what it gives (and the deliveries held back by their session's order that it
+    steps over), never its whole backlog; written as steps rather than one ordered scan with a
+    filter, which PostgreSQL may plan as reading and sorting every PENDING delivery of the
+    endpoint instead (it did, with statistics)."""
+    return f"""walk(config_id, id, next_attempt_at, event_seq, claimable, found, wanted) AS (
+        SELECT e.id, step.id, step.next_attempt_at, step.event_seq, step.claimable,
+               step.claimable::int, e.wanted
+        FROM {endpoints} e CROSS JOIN LATERAL ({_next_due("e.id")}) step
+        WHERE e.wanted > 0
+        UNION ALL
+        SELECT w.config_id, step.id, step.next_attempt_at, step.event_seq, step.claimable,
+               w.found + step.claimable::int, w.wanted
+        FROM walk w CROSS JOIN LATERAL ({_next_due("w.config_id", "w.next_attempt_at, w.event_seq")}) step
+        WHERE w.found < w.wanted)"""
+
 
 # The first key of the advisory lock a claim holds on each merchant it claims for (the second is a
 # hash of the merchant's id: two merchants sharing one only take turns): "payw".
 MERCHANT_CLAIM_LOCK = 0x70617977
 
-# Attempts in flight to every endpoint of the merchant `a.merchant_id` (of the application `a`).
-_MERCHANT_IN_FLIGHT = f"""(SELECT count(*) FROM webhook_deliveries f
-    JOIN applications fa ON fa.id = f.application_id
-    WHERE fa.merchant_id = a.merchant_id AND f.status = '{DeliveryStatus.PENDING}'
-      AND f.claimed_until > $now)"""
-
 
 def _at(statement: str, parameter: int) -> str:
     """`statement` with its fragments' `$now` as the statement's parameter `$<parameter>`."""
     return statement.replace("$now", f"${parameter}")
+
+
+# The endpoints to claim for (parameters: $1 limit, $2 per endpoint, $3 per merchant, $4 now):
+# - the applications with a PENDING delivery, by a loose scan of `webhook_deliveries_pending_by_
+#   application` (one index descent per application, however deep its backlog);
+# - of those, the applications of merchants below their share, and their active endpoints below
+#   theirs; each endpoint's first claimable delivery (`_walk`) says since when it has waited;
+# - per merchant, no more endpoints than it has room for attempts (a merchant with a hundred
+#   endpoints waiting since long ago cannot fill the round and leave another merchant's out);
+# - the endpoints that have waited longest first, locked (none another process is claiming for).
+CLAIM_ENDPOINTS = _at(
+    f"""WITH RECURSIVE pending_applications(id) AS (
+        (SELECT application_id FROM webhook_deliveries
+         WHERE status = '{DeliveryStatus.PENDING}' ORDER BY application_id LIMIT 1)
+        UNION ALL
+        SELECT (SELECT n.application_id FROM webhook_deliveries n
+                WHERE n.status = '{DeliveryStatus.PENDING}' AND n.application_id > p.id
+                ORDER BY n.application_id LIMIT 1)
+        FROM pending_applications p WHERE p.id IS NOT NULL),
+    {_IN_FLIGHT},
+    below_share AS (
+        SELECT a.id AS application_id, a.merchant_id, $3 - coalesce(m.attempts, 0) AS room
+        FROM pending_applications p JOIN applications a ON a.id = p.id
+        LEFT JOIN merchant_in_flight m ON m.merchant_id = a.merchant_id
+        WHERE coalesce(m.attempts, 0) < $3),
+    candidates AS (
+        SELECT e.id, b.merchant_id, b.room, 1 AS wanted
+        FROM below_share b JOIN webhook_configs e ON e.application_id = b.application_id
+        WHERE e.is_active AND e.deleted_at IS NULL
+          AND (SELECT count(*) FROM in_flight f WHERE f.config_id = e.id) < $2),
+    {_walk("candidates")},
+    waiting AS (
+        SELECT e.id, e.merchant_id, e.room, w.next_attempt_at AS waiting_since,
+               row_number() OVER (PARTITION BY e.merchant_id ORDER BY w.next_attempt_at, e.id)
+                   AS merchant_place
+        FROM walk w JOIN candidates e ON e.id = w.config_id
+        WHERE w.claimable)
+    SELECT c.id, w.merchant_id FROM webhook_configs c JOIN waiting w ON w.id = c.id
+    WHERE w.merchant_place <= w.room
+    ORDER BY w.waiting_since, c.id LIMIT $1
+    FOR NO KEY UPDATE OF c SKIP LOCKED""",
+    4,
+)
+
+# The claim itself, for the endpoints locked (parameters: $1 their ids, $2 per endpoint, $3 limit,
+# $4 lease, $5 per merchant, $6 owner, $7 now): each endpoint's oldest claimable deliveries, no
+# more than its room (`_walk`), then every endpoint's first before any endpoint's second, within
+# each merchant's room. Its snapshot is taken once the merchants' locks are held: the counts of
+# what is in flight are exact.
+CLAIM_DELIVERIES = _at(
+    f"""WITH RECURSIVE {_IN_FLIGHT},
+    endpoints AS (
+        SELECT e.id, a.merchant_id,
+               $2 - (SELECT count(*) FROM in_flight f WHERE f.config_id = e.id) AS wanted
+        FROM webhook_configs e JOIN applications a ON a.id = e.application_id
+        WHERE e.id = ANY($1::uuid[])),
+    {_walk("endpoints")},
+    within_endpoint AS (
+        SELECT w.id, w.next_attempt_at, e.merchant_id,
+               row_number() OVER (PARTITION BY w.config_id ORDER BY w.next_attempt_at, w.event_seq)
+                   AS place
+        FROM walk w JOIN endpoints e ON e.id = w.config_id
+        WHERE w.claimable),
+    picked AS (
+        SELECT ranked.id FROM (
+            SELECT w.*, row_number() OVER (
+                PARTITION BY w.merchant_id ORDER BY w.place, w.next_attempt_at, w.id
+            ) AS merchant_place
+            FROM within_endpoint w) ranked
+        LEFT JOIN merchant_in_flight m ON m.merchant_id = ranked.merchant_id
+        WHERE ranked.merchant_place <= $5 - coalesce(m.attempts, 0)
+        ORDER BY ranked.place, ranked.next_attempt_at, ranked.id LIMIT $3)
+    UPDATE webhook_deliveries d
+       SET attempts = d.attempts + 1, last_attempt_at = $now,
+           claimed_until = $now::timestamptz + make_interval(secs => $4),
+           next_attempt_at = $now::timestamptz + make_interval(secs => $4), claimed_by = $6
+      FROM picked, webhook_configs c, outbox_events e
+     WHERE d.id = picked.id AND c.id = d.config_id AND e.seq = d.event_seq
+       AND d.status = '{DeliveryStatus.PENDING}'
+ RETURNING d.id, d.config_id, d.application_id, d.attempts, c.url, c.secret, c.previous_secret,
+           c.previous_secret_expires_at, c.key_fingerprint, e.id AS event_id, e.payload""",
+    7,
+)
 
 
 async def claim_due_deliveries(
@@ -116,29 +243,11 @@ async def claim_due_deliveries(
     more than `per_endpoint` in flight to one configuration nor `per_merchant` to one merchant's;
     the endpoints that have waited longest first, and every endpoint's first delivery before any
     endpoint's second, across every process. Run it in a transaction: the configurations and the
-    merchants it claims for stay locked until the transaction ends."""
-    # First the endpoints: active, with a claimable delivery, below their share and their merchant's,
-    # not being claimed for by another process right now (SKIP LOCKED). Their locks make the
-    # per-endpoint count below exact.
-    endpoints = await conn.fetch(
-        _at(
-            f"""SELECT c.id, a.merchant_id FROM webhook_configs c
-            JOIN applications a ON a.id = c.application_id
-            JOIN (SELECT d.config_id, min(d.next_attempt_at) AS waiting_since
-                  FROM webhook_deliveries d WHERE {_CLAIMABLE} GROUP BY d.config_id) due
-                 ON due.config_id = c.id
-            WHERE c.is_active AND c.deleted_at IS NULL
-              AND (SELECT count(*) FROM webhook_deliveries WHERE config_id = c.id AND {_IN_FLIGHT}) < $2
-              AND {_MERCHANT_IN_FLIGHT} < $3
-            ORDER BY due.waiting_since, c.id LIMIT $1
-            FOR NO KEY UPDATE OF c SKIP LOCKED""",
-            4,
-        ),
-        limit,
-        per_endpoint,
-        per_merchant,
-        now,
-    )
+    merchants it claims for stay locked until the transaction ends. Its cost follows the
+    applications with PENDING deliveries and the endpoints of the merchants below their share, never
+    how many deliveries wait (see `CLAIM_ENDPOINTS`)."""
+    # First the endpoints, locked (SKIP LOCKED): their locks make the per-endpoint count exact.
+    endpoints = await conn.fetch(CLAIM_ENDPOINTS, limit, per_endpoint, per_merchant, now)
     if not endpoints:
         return []
     # Then their merchants, those no other process is claiming for: the per-merchant count below,
@@ -154,42 +263,7 @@ async def claim_due_deliveries(
     if not endpoints:
         return []
     rows = await conn.fetch(
-        _at(
-            f"""WITH claimable AS (
-                SELECT d.id, d.config_id, d.next_attempt_at,
-                       row_number() OVER (PARTITION BY d.config_id ORDER BY d.next_attempt_at, d.event_seq)
-                           AS place
-                FROM webhook_deliveries d
-                WHERE d.config_id = ANY($1::uuid[]) AND {_CLAIMABLE}),
-            in_flight AS (
-                SELECT config_id, count(*) AS attempts FROM webhook_deliveries
-                WHERE config_id = ANY($1::uuid[]) AND {_IN_FLIGHT} GROUP BY config_id),
-            within_endpoint AS (
-                SELECT claimable.id, claimable.place, claimable.next_attempt_at, a.merchant_id,
-                       {_MERCHANT_IN_FLIGHT} AS merchant_attempts
-                FROM claimable LEFT JOIN in_flight USING (config_id)
-                JOIN webhook_configs ec ON ec.id = claimable.config_id
-                JOIN applications a ON a.id = ec.application_id
-                WHERE claimable.place <= $2 - coalesce(in_flight.attempts, 0)),
-            picked AS (
-                SELECT ranked.id FROM (
-                    SELECT w.*, row_number() OVER (
-                        PARTITION BY w.merchant_id ORDER BY w.place, w.next_attempt_at, w.id
-                    ) AS merchant_place
-                    FROM within_endpoint w) ranked
-                WHERE ranked.merchant_place <= $5 - ranked.merchant_attempts
-                ORDER BY ranked.place, ranked.next_attempt_at, ranked.id LIMIT $3)
-            UPDATE webhook_deliveries d
-               SET attempts = d.attempts + 1, last_attempt_at = $now,
-                   claimed_until = $now::timestamptz + make_interval(secs => $4),
-                   next_attempt_at = $now::timestamptz + make_interval(secs => $4), claimed_by = $6
-              FROM picked, webhook_configs c, outbox_events e
-             WHERE d.id = picked.id AND c.id = d.config_id AND e.seq = d.event_seq
-               AND d.status = '{DeliveryStatus.PENDING}'
-         RETURNING d.id, d.config_id, d.application_id, d.attempts, c.url, c.secret, c.previous_secret,
-                   c.previous_secret_expires_at, c.key_fingerprint, e.id AS event_id, e.payload""",
-            7,
-        ),
+        CLAIM_DELIVERIES,
         [row["id"] for row in endpoints],
         per_endpoint,
         limit,

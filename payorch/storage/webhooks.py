@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 
 from payorch.storage.database import Connection
-from payorch.values.errors import NotFound
+from payorch.values.errors import LimitReached, NotFound
 from payorch.values.pagination import PageRequest
 from payorch.values.statuses import DeliveryStatus, WebhookTestStatus
 
@@ -56,8 +56,22 @@ async def create_webhook(
     subscribed_events: list[str],
     secret: bytes,
     key_fingerprint: str,
+    most: int,
     is_active: bool = True,
 ) -> WebhookConfig:
+    """A new configuration of the application; `LimitReached` when it already has `most` (deleted
+    ones do not count, inactive ones do), counted under a lock of the application's row, so two
+    creates at once cannot both pass. Run in a transaction."""
+    await conn.execute("SELECT 1 FROM applications WHERE id = $1 FOR NO KEY UPDATE", application_id)
+    held = await conn.fetchval(
+        "SELECT count(*) FROM webhook_configs WHERE application_id = $1 AND deleted_at IS NULL",
+        application_id,
+    )
+    if held >= most:
+        raise LimitReached(
+            f"this application has {held} webhook configurations, the most it may have ({most}); "
+            "delete one first"
+        )
     row = await conn.fetchrow(
         f"""INSERT INTO webhook_configs
                 (id, application_id, url, subscribed_events, secret, key_fingerprint, is_active)

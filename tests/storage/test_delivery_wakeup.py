@@ -57,6 +57,7 @@ async def _subscribe(db: Database, application_id: uuid.UUID) -> Any:
         subscribed_events=["session.completed"],
         secret=b"sealed",
         key_fingerprint="sha256:0",
+        most=100,
     )
 
 

@@ -4,7 +4,7 @@ leases that end when the attempt is recorded or handed back."""
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 import pytest
@@ -45,6 +45,7 @@ async def _endpoint(db: Database, application_id: uuid.UUID, name: str) -> uuid.
         subscribed_events=["session.completed"],
         secret=b"sealed",
         key_fingerprint="sha256:0",
+        most=100,
     )
     return config.id
 
@@ -230,3 +231,164 @@ async def test_a_claim_handed_back_is_due_again_unattempted(
         (0, None, True)
     }
     assert len(await claim(db)) == len(claimed)
+
+
+# --- One merchant's backlog and endpoints against another merchant's delivery --------------------
+
+BACKLOG = 3000  # deliveries of merchant A, due since before B's
+
+
+async def _backlog(db: Database, config_ids: list[uuid.UUID], count: int) -> None:
+    """`count` deliveries spread over `config_ids` (of one application), each the event of a
+    session of its own, due for an hour already: written straight into the tables (INSERT ...
+    SELECT generate_series)."""
+
+    async def write(conn: Connection) -> None:
+        await conn.execute(
+            """WITH configs AS (
+                    SELECT id, application_id, row_number() OVER (ORDER BY id) - 1 AS place
+                    FROM webhook_configs WHERE id = ANY($1::uuid[])),
+                numbered AS (SELECT n, gen_random_uuid() AS session_id FROM generate_series(1, $2) n),
+                sessions AS (
+                    INSERT INTO checkout_sessions (id, application_id, order_reference, amount_minor,
+                                                   currency, status, payment_method, customer)
+                    SELECT session_id, (SELECT application_id FROM configs LIMIT 1), 'backlog-' || n,
+                           100, 'PLN', 'SUCCEEDED', 'card', '{}'::jsonb
+                    FROM numbered),
+                events AS (
+                    INSERT INTO outbox_events (id, application_id, session_id, type, payload,
+                                               fanned_out_at)
+                    SELECT 'evt_backlog_' || n, (SELECT application_id FROM configs LIMIT 1),
+                           session_id, 'session.completed', '{}'::jsonb, $3
+                    FROM numbered ORDER BY n RETURNING seq, session_id)
+                INSERT INTO webhook_deliveries (id, config_id, application_id, event_seq, session_id,
+                                                status, next_attempt_at)
+                SELECT gen_random_uuid(), c.id, c.application_id, e.seq, e.session_id, $4,
+                       $3::timestamptz - interval '1 hour' + make_interval(secs => e.seq / 1000.0)
+                FROM events e JOIN configs c ON c.place = e.seq % (SELECT count(*) FROM configs)""",
+            config_ids,
+            count,
+            SYSTEM_CLOCK.now(),
+            DeliveryStatus.PENDING,
+        )
+
+    await db.transaction(write)
+
+
+async def _two_merchants_one_deep(
+    db: Database, settings: Settings, other_application: uuid.UUID, endpoints_of_a: int
+) -> tuple[list[uuid.UUID], uuid.UUID]:
+    """Merchant A with `endpoints_of_a` endpoints and `BACKLOG` deliveries due among them for an hour;
+    merchant B (of `other_application`) with one endpoint and one delivery due just now."""
+    application_a = await _application(db, settings)
+    endpoints_a = [await _endpoint(db, application_a, f"a{number}") for number in range(endpoints_of_a)]
+    await _backlog(db, endpoints_a, BACKLOG)
+    endpoint_b = await _endpoint(db, other_application, "b")
+    await _events(db, other_application, 1)
+    return endpoints_a, endpoint_b
+
+
+async def test_a_merchants_many_endpoints_and_deep_backlog_leave_room_for_anothers_delivery(
+    db: Database, settings: Settings, other_application: uuid.UUID
+) -> None:
+    # A's twelve endpoints have waited longest, more of them than the round has room for.
+    endpoints_a, endpoint_b = await _two_merchants_one_deep(db, settings, other_application, 12)
+    claimed = await claim(db, limit=10, per_merchant=MERCHANT_SHARE)
+    assert [item.config_id for item in claimed].count(endpoint_b) == 1
+    assert sum(1 for item in claimed if item.config_id in endpoints_a) == MERCHANT_SHARE
+
+
+async def test_a_merchants_backlog_drains_at_its_share_round_after_round(
+    db: Database, settings: Settings, other_application: uuid.UUID
+) -> None:
+    endpoints_a, _ = await _two_merchants_one_deep(db, settings, other_application, 1)
+    for _ in range(3):
+        claimed = [item for item in await claim(db, limit=10) if item.config_id in endpoints_a]
+        assert len(claimed) == SHARE  # A's endpoint's share, its oldest first
+        for item in claimed:
+            await db.transaction(
+                record_attempt,
+                item.id,
+                status_code=204,
+                error=None,
+                latency_ms=1,
+                response_body="",
+                outcome=DeliveryStatus.DELIVERED,
+                retry_in_s=None,
+                now=SYSTEM_CLOCK.now(),
+            )
+    delivered = await db.autocommit(_delivered_events)
+    assert delivered == [f"evt_backlog_{number}" for number in range(1, 3 * SHARE + 1)]
+
+
+async def _delivered_events(conn: Connection) -> list[str]:
+    rows = await conn.fetch(
+        """SELECT e.id FROM webhook_deliveries d JOIN outbox_events e ON e.seq = d.event_seq
+            WHERE d.status = $1 ORDER BY e.seq""",
+        DeliveryStatus.DELIVERED,
+    )
+    return [row["id"] for row in rows]
+
+
+class _Recording:
+    """A connection that records each statement a claim runs, with its arguments."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.statements: list[tuple[str, tuple[Any, ...]]] = []
+
+    async def fetch(self, statement: str, *args: Any) -> list[asyncpg.Record]:
+        self.statements.append((statement, args))
+        return await self.conn.fetch(statement, *args)
+
+
+class _RolledBack(Exception):
+    def __init__(self, found: Any) -> None:
+        self.found = found
+
+
+async def _rolled_back(db: Database, unit: Any) -> Any:
+    async def run(conn: Connection) -> None:
+        raise _RolledBack(await unit(conn))
+
+    try:
+        await db.transaction(run)
+    except _RolledBack as done:
+        return done.found
+    raise AssertionError("not rolled back")
+
+
+async def test_a_claim_reads_a_few_pages_however_deep_another_merchants_backlog(
+    db: Database, settings: Settings, other_application: uuid.UUID
+) -> None:
+    endpoints_a, endpoint_b = await _two_merchants_one_deep(db, settings, other_application, 1)
+
+    async def statements_of_a_claim(conn: Connection) -> list[tuple[str, tuple[Any, ...]]]:
+        recording = _Recording(conn)
+        claimed = await claim_due_deliveries(
+            cast(Connection, recording),
+            limit=10,
+            per_endpoint=SHARE,
+            per_merchant=MERCHANT_SHARE,
+            lease_s=60,
+            owner=None,
+            now=SYSTEM_CLOCK.now(),
+        )
+        assert {item.config_id for item in claimed} == {*endpoints_a, endpoint_b}
+        return recording.statements
+
+    statements = await _rolled_back(db, statements_of_a_claim)
+
+    async def buffers_of_each(conn: Connection) -> list[int]:
+        # The same statements again, on the same rows (the claim was rolled back), explained.
+        found = []
+        for statement, args in statements:
+            (plan,) = await conn.fetchval(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {statement}", *args)
+            top = plan["Plan"]
+            found.append(top["Shared Hit Blocks"] + top["Shared Read Blocks"])
+        return found
+
+    buffers = await _rolled_back(db, buffers_of_each)
+    # Claiming three deliveries (their rows and index entries updated) reads about 120 pages here;
+    # reading A's backlog would read one per delivery at least (it did: 9,075 for 3,000).
+    assert max(buffers) < BACKLOG // 6, buffers

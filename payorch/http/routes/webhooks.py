@@ -141,7 +141,8 @@ async def create_webhook_of(
     principal: Principal, application_id: str, data: WebhookCreateRequest, *, is_active: bool = True
 ) -> tuple[str, WebhookConfig]:
     """A new configuration of the application: its signing secret (for the caller to show this once)
-    and the configuration as stored (the secret sealed). The API's configurations start active; the
+    and the configuration as stored (the secret sealed); `LimitReached` when the application has
+    `limits.webhooks_per_application` already. The API's configurations start active; the
     console may create one inactive, to test it before it receives events."""
     application = await application_for(principal, application_id)
     events = _events(data.subscribedEvents)
@@ -154,6 +155,7 @@ async def create_webhook_of(
         subscribed_events=events,
         secret=services().context.secrets.seal(secret),
         key_fingerprint=key_fingerprint(secret),
+        most=services().context.settings.limits.webhooks_per_application,
         is_active=is_active,
     )
     return secret, created
@@ -298,7 +300,7 @@ async def retry_delivery_of(
 @blueprint.post("")
 @security_scheme(api.JWT)
 @document_response(bodies.WebhookConfigCreated, 201)
-@api.errors(400, 401, 403, 404, 413, 429, 500)
+@api.errors(400, 401, 403, 404, 409, 413, 429, 500)
 @authenticated(Accept.JWT)
 @validate_request(WebhookCreateRequest)
 async def create_webhook(
