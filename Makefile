@@ -6,8 +6,10 @@
 # --workers` 1 and 2 against the bare endpoint on as many workers, creates due at a steady 50,
 # 100 and 200/s (open loop), creates beside a slow provider,
 # 10,000 applications touched once then idle, webhook latency, a list's pages at a million sessions,
-# other merchants' creates beside floods of deep pages and forged provider events, routing quality in a
-# simulation and the cost of a routing decision; `make soak` loads payorch for 10 minutes.
+# other merchants' creates beside floods of deep pages and forged provider events, other merchants'
+# creates and webhooks beside a login flood from 40 addresses, a webhook backlog, backtest loops and
+# a routing flood (neighbours), routing quality in a simulation and the cost of a routing decision;
+# `make soak` loads payorch for 10 minutes.
 # Each creates .venv and installs what it needs on a machine that has only Python 3.11: `make run` and
 # `make migrate` payorch and its runtime dependencies only, the others the test and lint tools too.
 

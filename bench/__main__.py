@@ -18,6 +18,13 @@
 - floods: other merchants' creates at a steady rate, alone, then while one merchant floods deep pages
   of its 100,000 sessions at its limits, then while a stranger floods a provider-event route, on a
   payorch with its default rate limits: their p99 must stay within 20% (`bench/floods.py`);
+- neighbours: other merchants' creates at a steady rate alone, then beside a routing PUT and
+  evaluate flood from one merchant's JWT, beside two merchants looping backtests over 100,000
+  sessions each, beside a merchant's backlog of 100,000 webhook deliveries draining to a receiver
+  answering 204, and beside 40 client addresses flooding login with unknown e-mails, on a payorch
+  with its default limits: their p99 must stay within 25%, another merchant's webhook p50 beside
+  the backlog within 25% of alone, and payorch's memory under the login flood within +100 MiB of
+  before (`bench/neighbours.py`; its receivers run as processes of their own);
 - steady: creates for one application due at a steady 50, 100 and 200/s for 20 s each (open loop,
   latency from each request's due time): p50, p99, p99.9, errors and server CPU per create, and the
   bare Quart-Trio POST at the same rates for its CPU per request (`bench/steady.py`);
@@ -46,6 +53,7 @@ from bench.floods import FloodShape, measure_floods
 from bench.idle import measure_idle
 from bench.lists import measure_lists
 from bench.measure import Shape, background_cores, measure, measure_beside, progress
+from bench.neighbours import NeighbourShape, measure_neighbours
 from bench.payorch_target import (
     Payorch,
     bench_settings,
@@ -73,6 +81,7 @@ SCENARIOS = (
     "webhooks",
     "lists",
     "floods",
+    "neighbours",
     "routing",
 )
 BARE_CREATE_LABEL, BARE_READ_LABEL = "bare Quart-Trio POST", "bare Quart-Trio GET"
@@ -124,10 +133,28 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--idle-actor-s", type=float, default=2.0, help="engine.actor_idle_s of the idle scenario (default 2)"
     )
     parser.add_argument(
-        "--flood-rate", type=float, default=40.0, help="the others' creates/s in floods (default 40)"
+        "--flood-rate",
+        type=float,
+        default=40.0,
+        help="the others' creates/s in floods and neighbours (default 40)",
     )
     parser.add_argument(
         "--flood-sessions", type=int, default=100_000, help="sessions of the flooder (default 100000)"
+    )
+    parser.add_argument(
+        "--backlog",
+        type=int,
+        default=100_000,
+        help="webhook deliveries pending in neighbours (default 100000)",
+    )
+    parser.add_argument(
+        "--backtest-sessions",
+        type=int,
+        default=100_000,
+        help="sessions of each backtesting merchant in neighbours (default 100000)",
+    )
+    parser.add_argument(
+        "--login-addresses", type=int, default=40, help="client addresses flooding login (default 40)"
     )
     parser.add_argument(
         "--list-sessions",
@@ -159,6 +186,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--steady-rates takes numbers separated by commas")
     if not rates or not all(1 <= rate <= 5000 for rate in rates) or not 0 < args.steady_seconds <= 300:
         parser.error("need each steady rate in 1..5000 and 0 < --steady-seconds <= 300")
+    if (
+        not 1 <= args.backlog <= 10_000_000
+        or not 1 <= args.backtest_sessions <= 10_000_000
+        or not 1 <= args.login_addresses <= 250
+    ):
+        parser.error("need 1 <= --backlog, --backtest-sessions <= 10000000 and 1 <= --login-addresses <= 250")
     if not 1 <= args.list_sessions <= 10_000_000:
         parser.error("need 1 <= --list-sessions <= 10000000")
     try:
@@ -172,6 +205,22 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def _shape(args: argparse.Namespace) -> Shape:
     return Shape(connections=args.connections, warmup_s=args.warmup, measured_s=args.seconds)
+
+
+def _neighbour_shape(args: argparse.Namespace) -> NeighbourShape:
+    return NeighbourShape(
+        applications=10,
+        rate_per_s=args.flood_rate,
+        login_addresses=args.login_addresses,
+        logins_per_address=10,
+        backlog=args.backlog,
+        endpoints=100,
+        backtest_sessions=args.backtest_sessions,
+        routing_connections=4,
+        webhook_rate_per_s=20.0,
+        warmup_s=args.warmup,
+        measured_s=args.seconds,
+    )
 
 
 async def _payorch_scenarios(
@@ -335,6 +384,13 @@ async def main(args: argparse.Namespace) -> None:
                 results.floods = await measure_floods(work_dir / "floods", shape)
             finally:
                 results.problems += problems_logged(work_dir / "floods" / "payorch.log")
+        if "neighbours" in wanted:
+            progress("neighbours: starting payorch, with its default limits, and two webhook receivers")
+            (work_dir / "neighbours").mkdir()
+            try:
+                results.neighbours = await measure_neighbours(work_dir / "neighbours", _neighbour_shape(args))
+            finally:
+                results.problems += problems_logged(work_dir / "neighbours" / "payorch.log")
     for line in report(results, background):
         print(line)
 

@@ -11,9 +11,12 @@ closes it): a full client such as httpx costs several times more CPU per request
 two-core machine the client's cost would show up in the figures of the server it measures.
 
 Every request of the run is the same (method, path, headers, body) except for `unique_header`, which
-gets a value never used before in the run (each session create needs its own Idempotency-Key), and,
+gets a value never used before in the run (each session create needs its own Idempotency-Key), and
+`unique_in_body`, a mark in the body replaced by such a value (a login's e-mail of its own), and,
 when `header_sets` are given, the set of headers it adds: each request takes the next set in turn,
-so N sets share the load evenly (one API key per application, for many applications).
+so N sets share the load evenly (one API key per application, for many applications). With
+`local_addresses`, connection k binds its side to the k-th address in turn (on Linux every
+127.0.0.0/8 address is loopback): the server sees that many clients.
 
 Without `rate_per_s` each connection sends its next request as soon as the last one is answered (the
 most the server can take over that many connections). With it, request k is due `k / rate_per_s`
@@ -22,10 +25,14 @@ once when it is already late (all connections were busy), and its latency is cou
 was due: a server that falls behind shows in the latency, not only in fewer requests.
 
 A request counts when its response ends inside the measured window; a 2xx response is a success, any
-other status or a broken connection an error. The run is bounded in time (warm-up + measured window,
-plus a hard deadline for a server that stops answering) and in count (`max_requests`: the run ends
-early once that many were sent and answered, so `max_requests` = len(`header_sets`) sends one request
-with each set).
+other status or a broken connection an error. A request still unanswered when the window closes
+(and, at a rate, one due in the window that no connection was free to send) is `unanswered`: it
+counts in `p99_with_unanswered_ms` with the time it had waited by then, a lower bound, so a server
+that stops answering shows in that figure and not only in fewer requests. The run is bounded in
+time (warm-up + measured window, plus `STRAGGLER_DEADLINE_S` for the requests in flight, after which
+they are abandoned, counted in `abandoned`) and in count (`max_requests`: the run ends early once
+that many were sent and answered, so `max_requests` = len(`header_sets`) sends one request with
+each set).
 """
 
 from __future__ import annotations
@@ -65,6 +72,8 @@ class LoadSpec:
     max_requests: int = 1_000_000
     header_sets: list[dict[str, str]] = field(default_factory=list)
     rate_per_s: float = 0.0  # 0: as fast as the connections go
+    unique_in_body: str | None = None  # a mark in `body` each request replaces with a value of its own
+    local_addresses: list[str] = field(default_factory=list)  # connection k binds the k-th in turn
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,9 @@ class LoadResult:
     client_cpu_s: float
     capped: bool
     p999_ms: float = float("nan")
+    unanswered: int = 0  # in flight (or due, at a rate, and not sent) when the window closed
+    p99_with_unanswered_ms: float = float("nan")  # the unanswered counted at their wait so far
+    abandoned: int = 0  # still in flight at the straggler deadline, given up
 
 
 def percentile(sorted_samples: list[float], percent: float) -> float:
@@ -97,9 +109,10 @@ class ConnectionBroken(Exception):
 class Http11Connection:
     """One keep-alive HTTP/1.1 connection, reopened on the next request after the server closes it."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, local_address: str | None = None) -> None:
         self._host = host
         self._port = port
+        self._local_address = local_address
         self._stream: trio.SocketStream | None = None
         self._h11 = h11.Connection(h11.CLIENT)
 
@@ -107,7 +120,9 @@ class Http11Connection:
         """Send one request, read the whole response, and return its status."""
         try:
             if self._stream is None:
-                self._stream = await trio.open_tcp_stream(self._host, self._port)
+                self._stream = await trio.open_tcp_stream(
+                    self._host, self._port, local_address=self._local_address
+                )
                 self._h11 = h11.Connection(h11.CLIENT)
             stream, conn = self._stream, self._h11
             out = conn.send(h11.Request(method=method, target=target, headers=headers))
@@ -152,6 +167,7 @@ class _Tally:
     sent: int = 0
     latencies_s: list[float] = field(default_factory=list)
     errors: Counter[str] = field(default_factory=Counter)
+    in_flight: dict[int, float] = field(default_factory=dict)  # request number: when it started
 
     def take(self) -> tuple[int, float] | None:
         """The next request to send: its number in the run and when it is due (0.0: now), or None
@@ -162,6 +178,15 @@ class _Tally:
             return None
         self.sent += 1
         return number, due
+
+    def unanswered_waits(self, at: float) -> list[float]:
+        """How long each request unanswered at `at` had waited by then: those in flight, and at a
+        rate those due before `at` that no connection was free to send."""
+        waits = [at - started for started in self.in_flight.values() if started <= at]
+        if self.interval_s:
+            due_by_then = min(int((at - self.started) / self.interval_s) + 1, self.max_requests)
+            waits += [at - (self.started + k * self.interval_s) for k in range(self.sent, due_by_then)]
+        return waits
 
     def record(self, started: float, ended: float, outcome: str | None) -> None:
         if not self.window_start <= ended <= self.window_end:
@@ -176,33 +201,35 @@ async def _worker(spec: LoadSpec, tally: _Tally, number: int, run_id: str) -> No
     url = urlsplit(spec.url)
     target = url.path + (f"?{url.query}" if url.query else "")
     body = spec.body.encode()
-    fixed = [
-        ("Host", url.netloc),
-        ("Content-Type", "application/json"),
-        ("Content-Length", str(len(body))),
-        *spec.headers.items(),
-    ]
+    fixed = [("Host", url.netloc), ("Content-Type", "application/json"), *spec.headers.items()]
     header_sets = [list(headers.items()) for headers in spec.header_sets]
-    connection = Http11Connection(url.hostname or "127.0.0.1", url.port or 80)
+    local_address = spec.local_addresses[number % len(spec.local_addresses)] if spec.local_addresses else None
+    connection = Http11Connection(url.hostname or "127.0.0.1", url.port or 80, local_address)
     sequence = 0
     try:
         while (taken := tally.take()) is not None:
             request_number, due = taken
             sequence += 1
-            headers = fixed
+            unique = f"bench-{run_id}-{number}-{sequence}"
+            if spec.unique_in_body:
+                body = spec.body.replace(spec.unique_in_body, unique).encode()
+            headers = [*fixed, ("Content-Length", str(len(body)))]
             if header_sets:
                 headers = [*headers, *header_sets[request_number % len(header_sets)]]
             if spec.unique_header:
-                headers = [*headers, (spec.unique_header, f"bench-{run_id}-{number}-{sequence}")]
+                headers = [*headers, (spec.unique_header, unique)]
             if due:
                 await trio.sleep_until(due)
             started = due or trio.current_time()
+            tally.in_flight[request_number] = started
             try:
                 status = await connection.request(spec.method, target, headers, body)
             except ConnectionBroken as error:
+                del tally.in_flight[request_number]
                 tally.record(started, trio.current_time(), f"connection: {error}")
                 await trio.sleep(RECONNECT_PAUSE_S)
                 continue
+            del tally.in_flight[request_number]
             tally.record(started, trio.current_time(), None if 200 <= status < 300 else str(status))
     finally:
         with trio.CancelScope(shield=True):
@@ -234,7 +261,8 @@ async def run_load(spec: LoadSpec, on_measuring: Callable[[], None] | None = Non
                 nursery.start_soon(_worker, spec, tally, number, run_id)
         workers_done.set()
 
-    with trio.fail_after(spec.warmup_s + spec.measured_s + STRAGGLER_DEADLINE_S):
+    window_s, client_cpu_s, unanswered = 0.0, 0.0, []
+    with trio.move_on_at(tally.window_end + STRAGGLER_DEADLINE_S) as deadline:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(workers)
             with trio.move_on_at(tally.window_start):
@@ -244,10 +272,14 @@ async def run_load(spec: LoadSpec, on_measuring: Callable[[], None] | None = Non
                 on_measuring()
             with trio.move_on_at(tally.window_end):
                 await workers_done.wait()
-            window_s = min(trio.current_time(), tally.window_end) - tally.window_start
+            window_ended = min(trio.current_time(), tally.window_end)
+            window_s = window_ended - tally.window_start
             client_cpu_s = _cpu_s() - cpu_at_window_start
+            unanswered = tally.unanswered_waits(window_ended)
             # The workers send nothing more; the nursery waits for their last responses.
+    abandoned = len(tally.in_flight) if deadline.cancelled_caught else 0
     latencies = sorted(tally.latencies_s)
+    with_unanswered = sorted(latencies + unanswered)
     measured_s = window_s if window_s > 0 else spec.measured_s
     return LoadResult(
         successes=len(latencies),
@@ -259,6 +291,9 @@ async def run_load(spec: LoadSpec, on_measuring: Callable[[], None] | None = Non
         p999_ms=percentile(latencies, 99.9) * 1000 if latencies else float("nan"),
         client_cpu_s=client_cpu_s,
         capped=tally.sent >= spec.max_requests,
+        unanswered=len(unanswered),
+        p99_with_unanswered_ms=percentile(with_unanswered, 99) * 1000 if with_unanswered else float("nan"),
+        abandoned=abandoned,
     )
 
 

@@ -13,7 +13,7 @@ import os
 import resource
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -140,8 +140,9 @@ async def probe(target: Target) -> None:
     headers["Content-Type"] = "application/json"
     if target.unique_header:
         headers[target.unique_header] = "bench-probe"
+    body = target.body.replace(target.unique_in_body, "bench-probe") if target.unique_in_body else target.body
     async with httpx.AsyncClient(timeout=30) as http:
-        response = await http.request(target.method, target.url, content=target.body, headers=headers)
+        response = await http.request(target.method, target.url, content=body, headers=headers)
     if not response.is_success:
         raise RuntimeError(f"probe request to {target.url}: {response.status_code} {response.text[:500]}")
 
@@ -159,6 +160,8 @@ def load_spec(target: Target, shape: Shape) -> LoadSpec:
         max_requests=shape.max_requests,
         header_sets=target.header_sets,
         rate_per_s=shape.rate_per_s,
+        unique_in_body=target.unique_in_body,
+        local_addresses=target.local_addresses,
     )
 
 
@@ -225,14 +228,33 @@ async def measure_beside(
     """`target` measured while `other` gets the load of `other_shape` from a load process of its own
     over the same warm-up and measured window; returns both figures. `probed=False` for an `other`
     that payorch is meant to refuse."""
-    if probed:
-        await probe(other)
-    other_result: list[LoadResult] = []
+    beside, (other_result,) = await measure_beside_all(
+        label, target, shape, [(other, other_shape)], probed=probed
+    )
+    return beside, other_result
 
-    async def load_other() -> None:
-        other_result.append(await run_load_process(load_spec(other, other_shape)))
+
+async def measure_beside_all(
+    label: str,
+    target: Target,
+    shape: Shape,
+    others: Sequence[tuple[Target, Shape]],
+    *,
+    probed: bool = True,
+) -> tuple[Measurement, list[LoadResult]]:
+    """`target` measured while each of `others` gets its load from a load process of its own over
+    the same warm-up and measured window; returns the figure and the others' in their order.
+    `probed=False` for others that payorch is meant to refuse."""
+    if probed:
+        for other, _ in others:
+            await probe(other)
+    results: dict[int, LoadResult] = {}
+
+    async def load_other(index: int, other: Target, other_shape: Shape) -> None:
+        results[index] = await run_load_process(load_spec(other, other_shape))
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(load_other)
+        for index, (other, other_shape) in enumerate(others):
+            nursery.start_soon(load_other, index, other, other_shape)
         beside = await measure(label, target, shape)
-    return beside, other_result[0]
+    return beside, [results[index] for index in range(len(others))]

@@ -117,8 +117,10 @@ API_KEY_HEADER = "X-API-Key"
 @dataclass(frozen=True)
 class Target:
     """Where to send the benchmark's requests, how, and the headers they need. Requests with a
-    `unique_header` each get a value of their own (an Idempotency-Key for creates); with
-    `header_sets`, each request adds the next set in turn (one API key per application)."""
+    `unique_header` each get a value of their own (an Idempotency-Key for creates), and so does the
+    mark `unique_in_body` in the body; with `header_sets`, each request adds the next set in turn
+    (one API key per application); with `local_addresses`, the connections come from those
+    addresses in turn (`bench.load`)."""
 
     url: str
     headers: dict[str, str]
@@ -126,6 +128,8 @@ class Target:
     body: str = SESSION_BODY
     unique_header: str | None = IDEMPOTENCY_HEADER
     header_sets: list[dict[str, str]] = field(default_factory=list)
+    unique_in_body: str | None = None
+    local_addresses: list[str] = field(default_factory=list)
 
 
 def create_target(base_url: str, api_keys: list[str]) -> Target:

@@ -11,8 +11,9 @@ from datetime import UTC, datetime
 from bench.floods import Floods
 from bench.idle import IdleResult
 from bench.lists import ListTimes
-from bench.load import LoadResult
+from bench.load import STRAGGLER_DEADLINE_S, LoadResult
 from bench.measure import Measurement, cpu_count
+from bench.neighbours import Neighbours
 from bench.routing import (
     DECISION_US_GOAL,
     EXPLORATION_COST_GOAL,
@@ -32,6 +33,12 @@ BUSY_MACHINE_CORES = 0.2
 CREATE_RATIO_GOAL, CREATE_P99_GOAL_MS, READ_RATIO_GOAL = 0.5, 50.0, 0.8
 ISOLATION_CHANGE_GOAL = 0.10
 FLOOD_P99_CHANGE_GOAL = 0.20
+# Beside a login flood from many addresses, a merchant's webhook backlog, two merchants' backtest
+# loops and a routing flood (issue 41): the others' create p99 and webhook p50 against alone, and
+# payorch's memory under the login flood against before.
+NEIGHBOURS_P99_CHANGE_GOAL = 0.25
+NEIGHBOURS_WEBHOOK_P50_CHANGE_GOAL = 0.25
+LOGIN_FLOOD_RSS_GROWTH_GOAL_MIB = 100
 # A session list at a million sessions: its first page (20, the default size: a counter read and 20
 # rows with their refunds) and a page past its end (the counter read alone), p50.
 LIST_FIRST_PAGE_P50_GOAL_MS, LIST_PAST_THE_END_P50_GOAL_MS = 10.0, 5.0
@@ -80,6 +87,7 @@ class Results:
     idle: IdleResult | None = None
     webhooks: WebhookLatency | None = None
     floods: Floods | None = None
+    neighbours: Neighbours | None = None
     lists: ListTimes | None = None
     routing: RoutingQuality | None = None
     decision_cost: DecisionCost | None = None
@@ -103,6 +111,8 @@ class Results:
             found.append(self.isolation.beside)
         if self.floods:
             found += [self.floods.alone, self.floods.beside_pages, self.floods.beside_events]
+        if self.neighbours:
+            found += self.neighbours.measurements()
         found += [run.measurement for run in self.steady + self.bare_steady]
         return [m for m in found if m is not None]
 
@@ -262,6 +272,108 @@ def _floods(floods: Floods) -> Iterator[str]:
             shown = ", ".join(f"{kind}: {count}" for kind, count in sorted(flood.errors.items()))
             yield f"  answers to the {name} that were not 2xx: {shown}"
     yield ""
+
+
+def _answers(result: LoadResult) -> str:
+    """A flood's answers by status: the 2xx, then each other status or failure."""
+    shown = [f"2xx: {result.successes}"]
+    shown += [f"{kind}: {count}" for kind, count in sorted(result.errors.items())]
+    if result.unanswered:
+        shown.append(f"unanswered at the window's end: {result.unanswered}")
+    if result.abandoned:
+        shown.append(f"given up {STRAGGLER_DEADLINE_S:g} s after it: {result.abandoned}")
+    return ", ".join(shown)
+
+
+def _neighbours(n: Neighbours) -> Iterator[str]:
+    shape = n.shape
+    yield (
+        f"neighbours: the others' creates ({shape.applications} applications, {shape.rate_per_s:g}/s due), "
+        "alone, then beside each party, payorch's default limits"
+    )
+    yield (
+        "(p99+: the p99 with the creates unanswered when the window closed counted at their wait by then, "
+        "as the goals compare)"
+    )
+    yield f"{'':<{LABEL_WIDTH}}{'req/s':>11}{'p50 ms':>9}{'p99 ms':>9}{'p99+ ms':>9}{'errors':>8}"
+    for label, m in (
+        ("others' creates alone", n.alone),
+        ("beside the routing flood", n.beside_routing),
+        ("beside two backtest loops", n.beside_backtests),
+        ("beside the webhook backlog", n.beside_backlog),
+        ("beside the login flood", n.beside_logins),
+    ):
+        r = m.result
+        yield (
+            f"{label:<{LABEL_WIDTH}}{r.requests_per_s:>11.1f}{r.p50_ms:>9.1f}{r.p99_ms:>9.1f}"
+            f"{n.p99(m):>9.1f}{sum(r.errors.values()):>8}"
+        )
+    yield (
+        f"  routing flood, one JWT, {shape.routing_connections} connections each: "
+        f"PUT .../routing {_answers(n.puts)}; POST .../routing/evaluate {_answers(n.evaluations)}"
+    )
+    for name, loop in zip(("X", "Y"), n.backtests, strict=True):
+        yield (
+            f"  {name}'s backtest loop over {shape.backtest_sessions:,} sessions: {_answers(loop)}, "
+            f"{loop.p50_ms:.0f} ms p50"
+        )
+    backlog = n.backlog
+    rate = backlog.delivered / backlog.drained_s if backlog.drained_s else 0.0
+    at_least = "at least " if not backlog.left else ""  # drained before the end: faster than shown
+    yield (
+        f"  Y's backlog of {backlog.deliveries:,} deliveries to {shape.endpoints} endpoints (receiver "
+        f"answering 204): {backlog.delivered:,} delivered in {backlog.drained_s:.1f} s "
+        f"({at_least}{rate:.0f}/s), {backlog.left:,} left pending, then given up"
+    )
+    yield (
+        f"  login flood, {shape.login_addresses} addresses x {shape.logins_per_address} connections, "
+        f"unknown e-mails: {_answers(n.logins)}"
+    )
+    yield (
+        f"  payorch's RSS: {_mib(n.rss_before)} MiB before the login flood, peak {_mib(n.rss_peak)} MiB "
+        f"under it ({n.rss_growth / MIB:+.1f} MiB)"
+    )
+    title = "the others' webhooks, commit to receiver"
+    yield (
+        f"{title:<{LABEL_WIDTH}}{'events':>11}{'p50 ms':>9}"
+        f"{'p95 ms':>9}{'p99 ms':>9}{'max ms':>9}{'missing':>8}"
+    )
+    for label, latency in (("alone", n.webhooks_alone), ("beside the backlog", n.webhooks_beside_backlog)):
+        yield (
+            f"{label:<{LABEL_WIDTH}}{latency.count:>11}{latency.p50_ms:>9.1f}{latency.p95_ms:>9.1f}"
+            f"{latency.p99_ms:>9.1f}{latency.max_ms:>9.1f}{latency.missing:>8}"
+        )
+    yield ""
+
+
+def _neighbours_goals(n: Neighbours) -> Iterator[str]:
+    for name, beside in (
+        ("login flood", n.beside_logins),
+        ("webhook backlog", n.beside_backlog),
+        ("2 backtest loops", n.beside_backtests),
+        ("routing flood", n.beside_routing),
+    ):
+        change = n.p99_change(beside)
+        yield goal_line(
+            f"others' create p99 beside {name}",
+            f"{change:+.1%}",
+            f"within {NEIGHBOURS_P99_CHANGE_GOAL:.0%}",
+            change <= NEIGHBOURS_P99_CHANGE_GOAL,
+        )
+    change, missing = n.webhook_p50_change, n.webhooks_beside_backlog.missing
+    yield goal_line(
+        "others' webhook p50 beside the backlog",
+        f"{change:+.1%}" + (f", {missing} missing" if missing else ""),
+        f"within {NEIGHBOURS_WEBHOOK_P50_CHANGE_GOAL:.0%}, 0",
+        change <= NEIGHBOURS_WEBHOOK_P50_CHANGE_GOAL and missing == 0,
+    )
+    growth = n.rss_growth / MIB
+    yield goal_line(
+        "payorch's RSS under the login flood",
+        f"{growth:+.1f} MiB",
+        f"<= +{LOGIN_FLOOD_RSS_GROWTH_GOAL_MIB} MiB",
+        growth <= LOGIN_FLOOD_RSS_GROWTH_GOAL_MIB,
+    )
 
 
 def _idle(idle: IdleResult) -> Iterator[str]:
@@ -449,6 +561,8 @@ def _goals(results: Results) -> Iterator[str]:
                 f"within {FLOOD_P99_CHANGE_GOAL:.0%}",
                 change <= FLOOD_P99_CHANGE_GOAL,
             )
+    if results.neighbours is not None:
+        yield from _neighbours_goals(results.neighbours)
     if results.idle is not None:
         idle = results.idle
         yield goal_line("idle: actors left after idle", f"{idle.actors_after}", "0", idle.actors_after == 0)
@@ -556,6 +670,8 @@ def report(results: Results, background: float | None) -> Iterator[str]:
         yield from _lists(results.lists)
     if results.floods is not None:
         yield from _floods(results.floods)
+    if results.neighbours is not None:
+        yield from _neighbours(results.neighbours)
     if results.steady:
         yield from _steady(results.steady, results.bare_steady)
     if results.routing is not None or results.decision_cost is not None:

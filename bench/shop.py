@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import trio
 
 from bench.payorch_target import IDEMPOTENCY_HEADER, SESSION_BODY, SESSIONS_PATH, Payorch
 from payorch.engine.invites import issue_invite
@@ -22,6 +23,7 @@ MERCHANT_EMAIL = "bench@merchant.example"
 PASSWORD = "correct-horse-battery"  # noqa: S105
 SANDBOX_API_KEY = "sk_sandbox_bench_0123456789"
 STRIPE_API_KEY = "sk_test_bench_0123456789abcdef"
+RATE_LIMITED_TRIES = 5
 
 
 def sandbox_link() -> dict[str, Any]:
@@ -85,15 +87,38 @@ class Merchant:
         self._http = http
         self._jwt = {"Authorization": f"Bearer {access_token}"}
 
+    async def _post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        """POST `body` to `path` as the merchant; a 429 (the JWT's rate limit, at its defaults: a
+        hundred endpoints made in a row pass its burst) waited out as its Retry-After says, a few
+        times."""
+        for _ in range(RATE_LIMITED_TRIES):
+            response = await self._http.post(path, json=body, headers=self._jwt)
+            if response.status_code != 429:
+                break
+            await trio.sleep(float(response.headers.get("Retry-After", "1")))
+        return response
+
+    @property
+    def authorization(self) -> dict[str, str]:
+        """The header of the merchant's access token (JWT), for load the benchmark sends as it."""
+        return dict(self._jwt)
+
+    async def subscribe(self, application: Application, url: str, events: list[str]) -> str:
+        """A webhook endpoint of `application` at `url` for `events`; its id."""
+        created = await expect(
+            await self._post(
+                f"/api/v1/applications/{application.id}/webhooks", {"url": url, "subscribedEvents": events}
+            ),
+            201,
+        )
+        return str(created["id"])
+
     async def new_application(self, name: str, link: dict[str, Any]) -> Application:
         """An application with the provider of `link` linked, and an API key for it."""
-        http, jwt = self._http, self._jwt
-        created = await expect(await http.post("/api/v1/applications", json={"name": name}, headers=jwt), 201)
+        created = await expect(await self._post("/api/v1/applications", {"name": name}), 201)
         path = f"/api/v1/applications/{created['id']}"
-        await expect(await http.post(f"{path}/providers", json=link, headers=jwt), 201)
-        key = await expect(
-            await http.post(f"{path}/api-keys", json={"description": "bench"}, headers=jwt), 201
-        )
+        await expect(await self._post(f"{path}/providers", link), 201)
+        key = await expect(await self._post(f"{path}/api-keys", {"description": "bench"}), 201)
         return Application(id=str(created["id"]), api_key=str(key["key"]))
 
     async def new_applications(self, count: int, link: dict[str, Any]) -> list[Application]:
@@ -104,9 +129,7 @@ class Merchant:
         path = f"/api/v1/applications/{application.id}/api-keys"
         keys = []
         for _ in range(count):
-            key = await expect(
-                await self._http.post(path, json={"description": "bench"}, headers=self._jwt), 201
-            )
+            key = await expect(await self._post(path, {"description": "bench"}), 201)
             keys.append(str(key["key"]))
         return keys
 

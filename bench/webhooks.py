@@ -144,7 +144,7 @@ def _receiving_app(receiver: _Receiver) -> Callable[..., Awaitable[None]]:
     return app
 
 
-def _write_certificates(directory: Path) -> tuple[Path, Path, Path]:
+def write_certificates(directory: Path) -> tuple[Path, Path, Path]:
     """A fresh CA and a certificate for localhost under `directory`: (CA, chain, key) PEM files."""
     directory.mkdir(parents=True, exist_ok=True)
     ca = trustme.CA()
@@ -160,7 +160,7 @@ def _write_certificates(directory: Path) -> tuple[Path, Path, Path]:
 @asynccontextmanager
 async def _https_receiver(directory: Path) -> AsyncIterator[_Receiver]:
     """The receiver on https://localhost:<free port>/hooks, its CA written under `directory`."""
-    ca_path, cert_path, key_path = await trio.to_thread.run_sync(_write_certificates, directory)
+    ca_path, cert_path, key_path = await trio.to_thread.run_sync(write_certificates, directory)
     config = HypercornConfig()
     config.bind = ["127.0.0.1:0"]
     config.certfile, config.keyfile = str(cert_path), str(key_path)
@@ -184,7 +184,7 @@ def _settings(work_dir: Path, ca_path: Path, bind: str) -> Settings:
     return settings.model_copy(update={"webhooks": webhooks})
 
 
-async def _install_commit_clock(conn: Connection) -> None:
+async def install_commit_clock(conn: Connection) -> None:
     await conn.execute(_COMMIT_CLOCK_SQL)
 
 
@@ -212,7 +212,7 @@ async def _subscribe(base_url: str, application_id: str, receiver_url: str) -> N
         )
 
 
-async def _pay_one(http: httpx.AsyncClient, api_key: str, index: int) -> None:
+async def _pay_one(http: httpx.AsyncClient, api_key: str, key: str) -> None:
     created = await expect(
         await http.post(
             SESSIONS_PATH,
@@ -220,7 +220,7 @@ async def _pay_one(http: httpx.AsyncClient, api_key: str, index: int) -> None:
             headers={
                 API_KEY_HEADER: api_key,
                 "Content-Type": "application/json",
-                IDEMPOTENCY_HEADER: f"bench-webhook-{index}",
+                IDEMPOTENCY_HEADER: key,
             },
         ),
         201,
@@ -232,8 +232,11 @@ async def _pay_one(http: httpx.AsyncClient, api_key: str, index: int) -> None:
         raise RuntimeError(f"paying a sandbox checkout: {response.status_code}: {response.text[:300]}")
 
 
-async def _pay_steadily(base_url: str, api_key: str, events: int, rate_per_s: float) -> None:
-    """Create and pay `events` sessions, one started every 1/`rate_per_s` s (each runs on its own)."""
+async def pay_steadily(
+    base_url: str, api_key: str, events: int, rate_per_s: float, *, key_prefix: str = "bench-webhook"
+) -> None:
+    """Create and pay `events` sessions, one started every 1/`rate_per_s` s (each runs on its own),
+    their Idempotency-Keys `key_prefix`-0, -1 and so on."""
     async with (
         httpx.AsyncClient(base_url=base_url, timeout=30) as http,
         trio.open_nursery() as nursery,
@@ -241,7 +244,7 @@ async def _pay_steadily(base_url: str, api_key: str, events: int, rate_per_s: fl
         start = trio.current_time()
         for index in range(events):
             await trio.sleep_until(start + index / rate_per_s)
-            nursery.start_soon(_pay_one, http, api_key, index)
+            nursery.start_soon(_pay_one, http, api_key, f"{key_prefix}-{index}")
 
 
 def _percentile(sorted_ms: list[float], share: float) -> float:
@@ -250,7 +253,7 @@ def _percentile(sorted_ms: list[float], share: float) -> float:
     return sorted_ms[rank - 1]
 
 
-def _figures(
+def latency_figures(
     committed: dict[str, float], received: dict[str, float], rate_per_s: float, warmup: int, connections: int
 ) -> WebhookLatency:
     in_commit_order = sorted(committed, key=committed.__getitem__)
@@ -298,13 +301,13 @@ async def measure_webhook_latency(
                 token = await invite_token(config_path, env)
                 async with invited_merchant(base_url, token) as merchant:
                     application = await merchant.new_application("Bench webhooks", sandbox_link())
-                await db.autocommit(_install_commit_clock)
+                await db.autocommit(install_commit_clock)
                 await _subscribe(base_url, application.id, receiver.url)
-                await _pay_steadily(base_url, application.api_key, total, rate_per_s)
+                await pay_steadily(base_url, application.api_key, total, rate_per_s)
                 with trio.move_on_after(DRAIN_TIMEOUT_S):
                     await receiver.arrived.wait()
                 committed = await db.autocommit(_commit_times)
-    return _figures(committed, receiver.received_at, rate_per_s, WARMUP_EVENTS, len(receiver.clients))
+    return latency_figures(committed, receiver.received_at, rate_per_s, WARMUP_EVENTS, len(receiver.clients))
 
 
 def main(argv: list[str] | None = None) -> None:
