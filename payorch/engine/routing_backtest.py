@@ -24,6 +24,12 @@ showed fewer than `min_outcomes` outcomes even over all its sessions has no esti
 out of both figures, and counted (`unestimated`).
 
 Counting is all that is kept between batches, so memory follows a batch, not the window.
+
+A `Replayer` runs in a backtest worker process (`engine.backtest_worker`), so everything it is
+given is a plain value that crosses a pipe: the configurations as `LinkedProvider`s, and what the
+catalogue's providers take as `AmountLimits` (the server asks its catalogue, batch by batch, for the
+kinds of session the batch holds: `accepts_within` answers from them as
+`session_routing.accepts_of` answers from the catalogue).
 """
 
 from __future__ import annotations
@@ -43,6 +49,32 @@ from payorch.values.statuses import Outcome
 MAX_DAYS = 30  # how far back a backtest may reach
 MAX_SESSIONS = 100_000  # the most sessions one backtest replays
 CHECKPOINT_EVERY = 1000  # sessions replayed between two calls of the replay's `checkpoint`
+
+
+# By provider, payment method and currency: the amounts the provider takes (minor units, both
+# bounds inclusive), None when it takes none.
+AmountLimits = dict[tuple[str, str, str], tuple[int, int] | None]
+
+
+@dataclass(frozen=True)
+class LinkedProvider:
+    """What routing reads of one of the application's provider configurations
+    (`provider_health.RoutableConfig`), as plain values."""
+
+    provider: str
+    is_active: bool
+    payment_methods: frozenset[str]
+
+
+def accepts_within(limits: AmountLimits) -> Callable[[str, str, Money], bool]:
+    """Whether a provider takes a payment method for an amount, by `limits` (read at each call, so
+    limits added later count): False for a kind of session `limits` does not hold."""
+
+    def accepts(name: str, method: str, amount: Money) -> bool:
+        found = limits.get((name, method, amount.currency))
+        return found is not None and found[0] <= amount.minor <= found[1]
+
+    return accepts
 
 
 @dataclass(frozen=True)
