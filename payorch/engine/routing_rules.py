@@ -34,11 +34,14 @@ from fractions import Fraction
 from typing import Any, ClassVar, Literal, NamedTuple
 
 from payorch.engine.routing_validation import routing_document_problems
-from payorch.values.errors import InvalidInput
+from payorch.values.errors import FieldProblem, InvalidInput
 from payorch.values.money import Money, currency_exponent
 
 MAX_DOCUMENT_BYTES = 64 * 1024  # the HTTP layer refuses a larger body before parsing it
 _CANDIDATE_KEYS = 4096  # kinds of session (method, currency, country) whose candidate rules are kept
+# The largest part of a fee's ratio a float is given: far beyond any ranking's difference, far below
+# float's largest (about 1.8e308), so a stored fee of any size ranks last instead of overflowing.
+_LARGEST_FEE_RATIO = Fraction(10) ** 300
 
 RouteType = Literal["priority", "split", "dynamic"]
 Objective = Literal["approval", "net"]
@@ -169,14 +172,24 @@ class Fee:
 
     def share_left(self, amount: Money) -> float:
         """(amount - fee) / amount, for ranking: a ratio, not money, so a float is precise enough.
-        Below 0 when the fee exceeds the amount; `amount` must be positive."""
+        Below 0 when the fee exceeds the amount; `amount` must be positive. Always a finite float,
+        whatever the fee's numbers (a stored document's were bounded by the rules of its day only):
+        each part is taken at most `_LARGEST_FEE_RATIO`, so a fee beyond that ranks as if it were
+        that large rather than failing the decision."""
         parts = self._ratio_parts.get(amount.currency)
         if parts is None:
             parts = self._ratio_parts[amount.currency] = (
-                float(self.percent) / 100,
-                float(self._fixed_of(amount.currency)),
+                _ranking_float(Fraction(self.percent) / 100),
+                _ranking_float(self._fixed_of(amount.currency)),
             )
+        # At most 1e300 over an amount of at least one minor unit: finite.
         return 1 - parts[0] - parts[1] / amount.minor
+
+
+def _ranking_float(ratio: Fraction) -> float:
+    """`ratio` as a float, at most `_LARGEST_FEE_RATIO` (a `Fraction` beyond float's range would
+    raise `OverflowError`)."""
+    return float(min(ratio, _LARGEST_FEE_RATIO))
 
 
 @dataclass(frozen=True)
@@ -287,12 +300,23 @@ def split_order(route: SplitRoute, eligible: Collection[str], facts: SessionFact
 # Parsing
 
 
-def parse_routing_document(raw: object, known_providers: Collection[str], *, at: str = "") -> RoutingDocument:
+def parse_routing_document(
+    raw: object,
+    known_providers: Collection[str],
+    *,
+    at: str = "",
+    known_methods: Collection[str] | None = None,
+) -> RoutingDocument:
     """The document `raw` (parsed JSON) describes, every provider it names one of `known_providers`
-    (the catalogue). Otherwise `InvalidInput` (400 in shape A) with a `details` entry per problem
-    found (`engine.routing_validation`), each naming its place (`rules.0.route.weights`, under
-    `at.` when given)."""
-    problems = routing_document_problems(raw, known_providers, at)
+    and every payment method one of `known_methods` (the catalogue's; None: any), its currencies
+    and countries ISO codes and its decimals bounded (`engine.routing_validation`). Otherwise
+    `InvalidInput` (400 in shape A) with a `details` entry per problem found, each naming its place
+    (`rules.0.route.weights`, under `at.` when given)."""
+    return _parsed(raw, routing_document_problems(raw, known_providers, at, known_methods=known_methods))
+
+
+def _parsed(raw: object, problems: list[FieldProblem]) -> RoutingDocument:
+    """The document `raw`, whose `problems` were found: `InvalidInput` when there are any."""
     if problems or not isinstance(raw, dict):
         count = len(problems)
         raise InvalidInput(f"invalid routing document: {count} problem{'s' if count != 1 else ''}", problems)
@@ -308,14 +332,17 @@ def parse_routing_document(raw: object, known_providers: Collection[str], *, at:
 
 def stored_routing_document(raw: Mapping[str, Any]) -> RoutingDocument:
     """The document `raw` stored once `parse_routing_document` found it sound (in `document_json`'s
-    form). The providers it names need not be in the catalogue any more: one that left it is never
-    eligible, so routing skips it as any provider not eligible for a session."""
+    form), by the rules of the day it was stored: only its shape is checked again. The providers
+    and payment methods it names need not be in the catalogue any more (one that left it is never
+    eligible, so routing skips it as any provider not eligible for a session; a method no session
+    has matches none), and its numbers are routed by as they are, however large (`Fee.share_left`)."""
     routes = [raw.get("default") or {}, *(rule.get("route") or {} for rule in raw.get("rules") or ())]
     named = set(raw.get("fees") or {})
     for route in routes:
         named.update(route.get("providers") or ())
         named.update(route.get("weights") or {})
-    return parse_routing_document(dict(raw), named)
+    document = dict(raw)
+    return _parsed(document, routing_document_problems(document, named, as_stored=True))
 
 
 def _rule(raw: dict[str, Any]) -> Rule:

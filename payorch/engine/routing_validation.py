@@ -6,6 +6,15 @@ what a valid document means: `engine.routing_rules` builds its values once this 
 
 Places are written as the HTTP layer writes pydantic's: keys and list indexes joined by dots
 (`rules.0.route.weights.stripe`), under a prefix when given (`routing.rules.0.name`).
+
+A document sent now names only the catalogue's providers and payment methods, ISO 4217 currencies
+payorch knows (`values.money.known_currencies`) and ISO 3166-1 alpha-2 countries
+(`values.countries`), and every decimal in it (an amount bound, a fixed fee, a percentage) is
+bounded: finite, not negative, below `MAX_WHOLE` (at most 15 digits before the point; a percentage
+at most 100) and with at most `MAX_DECIMAL_PLACES` after it. A stored document is read back
+`as_stored`: it was checked when it was stored, by the rules of that day, so only its shape is
+checked again, and the engine routes by whatever numbers it holds without failing
+(`engine.routing_rules.Fee`).
 """
 
 from __future__ import annotations
@@ -15,7 +24,9 @@ from collections.abc import Collection
 from decimal import Decimal
 from typing import Any, TypeGuard
 
+from payorch.values.countries import is_country
 from payorch.values.errors import FieldProblem
+from payorch.values.money import known_currencies
 
 MAX_RULES = 100
 MAX_RULE_NAME_LENGTH = 100
@@ -27,14 +38,30 @@ ANSWER_KEYS = frozenset({"version", "updatedAt"})  # what an answer adds: ignore
 CURRENCY = re.compile(r"[A-Z]{3}")
 COUNTRY = re.compile(r"[A-Z]{2}")
 DECIMAL_TEXT = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+# Every decimal of a document sent now: below MAX_WHOLE (as session amounts are), at most
+# MAX_DECIMAL_PLACES after the point, as written; a decimal string longer than MAX_DECIMAL_TEXT is
+# refused before it becomes a number.
+MAX_WHOLE = Decimal(10) ** 15
+MAX_DECIMAL_PLACES = 6
+MAX_DECIMAL_TEXT = 40
+MAX_PERCENT = Decimal(100)
 
 
 def routing_document_problems(
-    raw: object, known_providers: Collection[str], at: str = ""
+    raw: object,
+    known_providers: Collection[str],
+    at: str = "",
+    *,
+    known_methods: Collection[str] | None = None,
+    as_stored: bool = False,
 ) -> list[FieldProblem]:
     """Every problem of the document `raw`, in the document's order; none for a valid document.
-    A provider it names must be one of `known_providers` (the catalogue)."""
-    checker = _Checker(frozenset(known_providers))
+    A provider it names must be one of `known_providers` (the catalogue), a payment method one of
+    `known_methods` (the catalogue's; None: not checked). `as_stored`: a document read back from
+    storage, whose names and numbers were checked when it was stored: only its shape is checked."""
+    checker = _Checker(
+        frozenset(known_providers), None if known_methods is None else frozenset(known_methods), as_stored
+    )
     checker.document(raw, at)
     return checker.problems
 
@@ -62,8 +89,10 @@ class _Checker:
     """Walks one document, noting every problem instead of stopping at the first. Each method
     checks one part at `at` and says whether it was sound."""
 
-    def __init__(self, known: frozenset[str]) -> None:
+    def __init__(self, known: frozenset[str], methods: frozenset[str] | None, as_stored: bool) -> None:
         self.known = known
+        self.methods = None if as_stored else methods
+        self.as_stored = as_stored
         self.problems: list[FieldProblem] = []
 
     def problem(self, where: str, message: str) -> bool:
@@ -137,31 +166,51 @@ class _Checker:
         for key in raw:
             if key not in WHEN_KEYS:
                 self.problem(_inside(at, key), f"unknown condition: use {_listed(WHEN_KEYS)}")
-        self.texts(raw.get("paymentMethods"), _inside(at, "paymentMethods"), None, "")
-        self.texts(
-            raw.get("currencies"), _inside(at, "currencies"), CURRENCY, "three capital letters, such as EUR"
-        )
-        self.texts(
-            raw.get("countries"),
-            _inside(at, "countries"),
-            COUNTRY,
-            "two capital letters (ISO 3166-1 alpha-2), such as PL",
-        )
+        for index, method in self.texts(raw.get("paymentMethods"), _inside(at, "paymentMethods")):
+            if self.methods is not None and method not in self.methods:
+                self.problem(
+                    _inside(_inside(at, "paymentMethods"), index),
+                    f"{_shown(method)} is not a payment method payorch offers: "
+                    f"use {_listed(sorted(self.methods)) or 'none'}",
+                )
+        for index, currency in self.texts(raw.get("currencies"), _inside(at, "currencies")):
+            self.currency(currency, _inside(_inside(at, "currencies"), index))
+        for index, country in self.texts(raw.get("countries"), _inside(at, "countries")):
+            self.country(country, _inside(_inside(at, "countries"), index))
         self.amount(raw.get("amount"), _inside(at, "amount"))
 
-    def texts(self, raw: object, at: str, pattern: re.Pattern[str] | None, shape: str) -> None:
+    def texts(self, raw: object, at: str) -> list[tuple[int, str]]:
+        """The non-empty strings of the list `raw`, each with its index (a problem noted for
+        anything else)."""
         if raw is None:
-            return
+            return []
         if not isinstance(raw, list):
             self.problem(at, "must be a list of strings")
-            return
+            return []
         if not raw:
             self.problem(at, "must list at least one value, or be left out")
+        found = []
         for index, item in enumerate(raw):
             if not isinstance(item, str) or not item:
                 self.problem(_inside(at, index), "must be a non-empty string")
-            elif pattern is not None and not pattern.fullmatch(item):
-                self.problem(_inside(at, index), f"must be {shape}")
+            else:
+                found.append((index, item))
+        return found
+
+    def currency(self, code: str, at: str, subject: str = "") -> bool:
+        """Whether `code` (at `at`, called `subject` in a message when it is a key) is a currency."""
+        if not CURRENCY.fullmatch(code):
+            return self.problem(at, f"{subject}must be three capital letters, such as EUR")
+        if not self.as_stored and code not in known_currencies():
+            return self.problem(at, f"{_shown(code)} is not an ISO 4217 currency payorch knows")
+        return True
+
+    def country(self, code: str, at: str) -> bool:
+        if not COUNTRY.fullmatch(code):
+            return self.problem(at, "must be two capital letters (ISO 3166-1 alpha-2), such as PL")
+        if not self.as_stored and not is_country(code):
+            return self.problem(at, f"{_shown(code)} is not an ISO 3166-1 alpha-2 country code")
+        return True
 
     def amount(self, raw: object, at: str) -> None:
         if raw is None:
@@ -176,8 +225,8 @@ class _Checker:
                 continue
             if not is_number(value) or not Decimal(value).is_finite():
                 sound = self.problem(_inside(at, key), "must be a number (an amount in major units)")
-            elif value < 0:
-                sound = self.problem(_inside(at, key), "must not be negative")
+            elif self.bounded(Decimal(value), _inside(at, key)) is None:
+                sound = False
         low, high = raw.get("min"), raw.get("max")
         if sound and low is not None and high is not None and low > high:
             self.problem(at, f"min ({low}) must not be greater than max ({high})")
@@ -249,9 +298,7 @@ class _Checker:
                 self.problem(where, "must be an object with percent, fixed or both")
                 continue
             self.unknown_keys(item, ("percent", "fixed"), where, "a fee")
-            percent = self.decimal(item.get("percent"), _inside(where, "percent"))
-            if percent is not None and percent > 100:
-                self.problem(_inside(where, "percent"), "must be a percentage from 0 to 100")
+            self.decimal(item.get("percent"), _inside(where, "percent"), percent=True)
             self.fixed(item.get("fixed"), _inside(where, "fixed"))
 
     def fixed(self, raw: object, at: str) -> None:
@@ -262,25 +309,48 @@ class _Checker:
             return
         for currency, value in raw.items():
             where = _inside(at, currency)
-            if not CURRENCY.fullmatch(currency):
-                self.problem(where, "the currency must be three capital letters, such as EUR")
-            else:
+            if self.currency(currency, where, "the currency "):
                 self.decimal(value, where)
 
-    def decimal(self, raw: object, at: str) -> Decimal | None:
-        """A non-negative decimal written as a string ("1.40") or a number: its value, or None when
-        left out or refused."""
+    def decimal(self, raw: object, at: str, *, percent: bool = False) -> Decimal | None:
+        """A decimal written as a string ("1.40") or a number, within `bounded`: its value, or None
+        when left out or refused."""
         if raw is None:
             return None
         value: Decimal | None = None
         if isinstance(raw, str):
-            value = Decimal(raw) if DECIMAL_TEXT.fullmatch(raw) else None
+            sound = DECIMAL_TEXT.fullmatch(raw) and (self.as_stored or len(raw) <= MAX_DECIMAL_TEXT)
+            value = Decimal(raw) if sound else None
         elif is_number(raw):
             value = Decimal(raw)
         if value is None or not value.is_finite():
             self.problem(at, 'must be a decimal number, such as "1.40"')
             return None
+        return self.bounded(value, at, percent=percent)
+
+    def bounded(self, value: Decimal, at: str, *, percent: bool = False) -> Decimal | None:
+        """`value` (finite) when it is not negative, at most 100 for a `percent`, and (unless
+        `as_stored`) below `MAX_WHOLE` with at most `MAX_DECIMAL_PLACES` places; else None, the
+        problem noted."""
         if value < 0:
             self.problem(at, "must not be negative")
             return None
+        if percent and value > MAX_PERCENT:
+            self.problem(at, "must be a percentage from 0 to 100")
+            return None
+        if self.as_stored:
+            return value
+        exponent = value.as_tuple().exponent
+        assert isinstance(exponent, int)  # a finite number's is
+        if value >= MAX_WHOLE or -exponent > MAX_DECIMAL_PLACES:
+            self.problem(at, f"must be {_range(percent)}")
+            return None
         return value
+
+
+def _range(percent: bool) -> str:
+    """The range a document's decimal must be in, as a problem's message says it."""
+    places = f"with at most {MAX_DECIMAL_PLACES} decimal places"
+    if percent:
+        return f"from 0 to 100 {places}"
+    return f"from 0 to less than {MAX_WHOLE:,.0f} {places}"

@@ -1,6 +1,7 @@
 """Routing documents: every version of each application's document, the newest in force
 (docs/routing.md). Storing one notifies every process on commit (the trigger of migration 0015),
-so application actors forget the document they hold."""
+so application actors forget the document they hold. A document the same as the one in force is
+not stored again."""
 
 from __future__ import annotations
 
@@ -36,9 +37,12 @@ async def current_routing_document(
 
 async def store_routing_document(
     conn: Connection, application_id: uuid.UUID, document: Mapping[str, Any], *, now: datetime
-) -> StoredRoutingDocument:
+) -> tuple[StoredRoutingDocument, bool]:
     """Store `document` as the application's next version (the previous one plus 1, or 1), created
-    at `now`; the versions before it stay. Run it in a transaction.
+    at `now`; the versions before it stay. Run it in a transaction. The answer is the version in
+    force and whether it is new: when `document` equals the one in force (the same JSON values:
+    the same keys, lists and numbers, `1.0` equal to `1`), nothing is stored and that one is
+    answered, so sending a document again changes nothing.
 
     Two PUTs of one application take turns: each first locks the application's row until it
     commits, so the second reads the first's version once it may go on, and stores the next. A
@@ -46,6 +50,9 @@ async def store_routing_document(
     to be tried again. The lock is FOR NO KEY UPDATE, which the foreign-key checks of rows that
     name the application (a session being stored takes FOR KEY SHARE) never wait for."""
     await conn.execute("SELECT 1 FROM applications WHERE id = $1 FOR NO KEY UPDATE", application_id)
+    current = await current_routing_document(conn, application_id)
+    if current is not None and current.document == document:
+        return current, False
     row = await conn.fetchrow(
         """INSERT INTO routing_documents (application_id, version, document, created_at)
            SELECT $1, coalesce(max(version), 0) + 1, $2, $3
@@ -56,4 +63,4 @@ async def store_routing_document(
         now,
     )
     assert row is not None
-    return StoredRoutingDocument(**dict(row.items()))
+    return StoredRoutingDocument(**dict(row.items())), True

@@ -453,6 +453,13 @@ def test_fee_is_the_percent_of_the_amount_plus_the_fixed_part_of_its_currency() 
     assert fee.share_left(Money(10_000, "EUR")) == pytest.approx(1 - 165 / 10_000)
 
 
+def test_a_fee_beyond_a_floats_range_leaves_a_finite_share_instead_of_failing() -> None:
+    # A fee an earlier payorch stored (1e400 EUR): its share is the least there is, not OverflowError.
+    fee = Fee(Decimal(0), {"EUR": Decimal("1e400")})
+    assert fee.share_left(Money(1, "EUR")) == 1 - 1e300  # the part taken at most 10**300
+    assert Fee(Decimal(0), {"EUR": Decimal("1e-400")}).share_left(Money(1, "EUR")) == 1.0
+
+
 # Matching
 
 

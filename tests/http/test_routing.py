@@ -147,24 +147,66 @@ async def test_puts_sent_at_once_each_store_a_version_of_their_own(
 ) -> None:
     statuses: list[int] = []
 
-    async def put() -> None:
-        statuses.append((await _put(client, shop, DOCUMENT)).status_code)
+    async def put(name: str) -> None:
+        document = {"rules": [{"name": name, "route": {"type": "dynamic"}}]}
+        statuses.append((await _put(client, shop, document)).status_code)
 
     async with trio.open_nursery() as nursery:
-        for _ in range(5):
-            nursery.start_soon(put)
+        for n in range(5):
+            nursery.start_soon(put, f"rule-{n}")
     assert statuses == [200] * 5
     assert [version for version, _ in await _versions(db, shop.application_id)] == [1, 2, 3, 4, 5]
 
 
-async def test_a_document_read_can_be_sent_back_as_it_is(client: Client, shop: Shop) -> None:
+async def test_the_same_document_sent_at_once_is_stored_once(
+    client: Client, shop: Shop, db: Database
+) -> None:
+    answers: list[tuple[int, int]] = []
+
+    async def put() -> None:
+        response = await _put(client, shop, DOCUMENT)
+        answers.append((response.status_code, (await response.get_json())["version"]))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(5):
+            nursery.start_soon(put)
+    assert answers == [(200, 1)] * 5
+    assert [version for version, _ in await _versions(db, shop.application_id)] == [1]
+
+
+async def test_a_document_read_and_sent_back_as_it_is_stores_nothing_and_answers_its_version(
+    client: Client, shop: Shop, db: Database
+) -> None:
     first = await (await _put(client, shop, DOCUMENT)).get_json()
     again = await _put(client, shop, first)
     assert again.status_code == 200
     second = await again.get_json()
-    assert second["version"] == 2
-    assert {key: second[key] for key in DOCUMENT} == {key: first[key] for key in DOCUMENT}
+    assert second == first
     assert second["rules"][0]["when"]["amount"] == {"min": Decimal(0), "max": Decimal(5000)}
+    assert [version for version, _ in await _versions(db, shop.application_id)] == [1]
+
+
+async def test_the_same_document_written_differently_stores_nothing(
+    client: Client, shop: Shop, db: Database
+) -> None:
+    await _put(client, shop, DOCUMENT)
+    rule = DOCUMENT["rules"][0]
+    rewritten = {  # keys in another order, amounts with decimals, defaults spelled out
+        "objective": "approval",
+        "fees": DOCUMENT["fees"],
+        "default": {"type": "dynamic"},
+        "rules": [
+            {
+                "route": rule["route"],
+                "when": {**rule["when"], "amount": {"max": Decimal("5000.00"), "min": Decimal("0.0")}},
+                "name": rule["name"],
+            },
+            DOCUMENT["rules"][1],
+        ],
+    }
+    response = await _put(client, shop, rewritten)
+    assert (await response.get_json())["version"] == 1
+    assert [version for version, _ in await _versions(db, shop.application_id)] == [1]
 
 
 async def test_a_document_with_several_problems_is_400_naming_each_and_nothing_is_stored(

@@ -30,7 +30,7 @@ from quart import request, url_for
 from werkzeug.datastructures import MultiDict
 
 from payorch.engine.routing_backtest import MAX_DAYS
-from payorch.engine.routing_rules import MAX_DOCUMENT_BYTES, parse_routing_document
+from payorch.engine.routing_rules import MAX_DOCUMENT_BYTES
 from payorch.http import representations as bodies
 from payorch.http.auth import application_for
 from payorch.http.console.kit import (
@@ -53,6 +53,8 @@ from payorch.http.routes.routing import (
     LearnedRate,
     backtest_body,
     backtest_routing_of,
+    charge_routing_evaluation,
+    checked_routing_document,
     evaluate_routing_of,
     evaluation_body,
     learned_rates_of,
@@ -299,7 +301,7 @@ def backtest_request(raw: Any, days: str) -> RoutingBacktestRequest:
     the newest `limit` of them (the API's default). `InvalidInput` naming the days' problem under
     `days` and the document's by their place in it, as the save names them (`body` for the whole).
 
-    The document is checked first as the save checks it (`parse_routing_document`, which the
+    The document is checked first as the save checks it (`checked_routing_document`, which the
     backtest runs again), so that its problems read the same: the API's backtest names them under
     `routing.`, in their places and in their messages alike."""
     days = days.strip()
@@ -308,7 +310,7 @@ def backtest_request(raw: Any, days: str) -> RoutingBacktestRequest:
             "validation failed",
             [domain.FieldProblem("days", f"must be a whole number of days from 1 to {MAX_DAYS}")],
         )
-    parse_routing_document(raw, [provider.name for provider in services().context.providers])
+    checked_routing_document(raw)
     try:
         return RoutingBacktestRequest.model_validate({"routing": raw} | ({"days": int(days)} if days else {}))
     except ValidationError as error:
@@ -414,6 +416,7 @@ async def evaluate_routing(application_id: str, session: Session, form: MultiDic
     """How a session of the form's payment method, amount, currency and billing country would be
     routed now by the document in force: the API's evaluation, shown on the page. Creates nothing."""
     await application_for(session.principal, application_id)  # another merchant's: 404 before anything
+    await charge_routing_evaluation(session.principal)  # the API's rate: 429 beyond it
     values = {name: form.get(name, "") for name in EVALUATE_FIELDS}
     try:
         data = evaluate_request(text_fields(form, EVALUATE_FIELDS))
