@@ -128,7 +128,9 @@ def _parser() -> argparse.ArgumentParser:
         ),
         formatter_class=_HELP_FORMAT,
     )
-    invite.add_argument("--email", required=True, help="the merchant contact the link is for")
+    invite.add_argument(
+        "--email", required=True, help="the merchant admin's e-mail: the link signs up this address only"
+    )
     invite.add_argument("--json", action="store_true", help='print {"token", "signupUrl", "expiresAt"}')
     check = commands.add_parser(
         "check-config",

@@ -562,7 +562,7 @@ async def test_invite_from_the_cli_signs_a_merchant_up(
 ) -> None:
     invite = await _invite_json(tmp_path, database_dsn)
     link = urlsplit(invite["signupUrl"])
-    email = "admin@cli-invited.example"
+    email = "ops@merchant.example"  # the address it was made for (`_invite_json`)
     response = await client.post(f"{link.path}?{link.query}", json=signup_body(email, "REG-CLI-0001"))
     assert response.status_code == 201, await response.get_data()
     response = await client.post("/api/v1/auth/login", json={"email": email, "password": PASSWORD})

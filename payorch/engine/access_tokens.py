@@ -1,4 +1,5 @@
-"""Merchant access tokens: HS256 JWTs with claims sub (user), mid (merchant), iat, exp, jti."""
+"""Merchant access tokens: HS256 JWTs with claims sub (user), mid (merchant), iat, exp, jti, and sv
+(the user's session version at login: a sign-out moves it on, which ends every earlier token)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ _REQUIRED_CLAIMS = ["sub", "mid", "iat", "exp", "jti"]
 class AccessClaims:
     user_id: uuid.UUID
     merchant_id: uuid.UUID
+    # The user's `session_version` when the token was issued; a token without `sv` (issued before
+    # sign-out existed) counts as version 0.
+    session_version: int = 0
 
 
 def issue_access_token(claims: AccessClaims, *, secret: str, ttl_s: int, now: datetime) -> str:
@@ -27,6 +31,7 @@ def issue_access_token(claims: AccessClaims, *, secret: str, ttl_s: int, now: da
         "iat": int(now.timestamp()),
         "exp": int((now + timedelta(seconds=ttl_s)).timestamp()),
         "jti": uuid.uuid4().hex,
+        "sv": claims.session_version,
     }
     return jwt.encode(payload, secret, algorithm=ALGORITHM)
 
@@ -56,6 +61,13 @@ def verify_access_token(token: str, *, secret: str, now: datetime) -> AccessClai
             raise AuthenticationRequired("access token expired: log in again")
         if issued_at > now.timestamp():
             raise AuthenticationRequired("invalid access token")
-        return AccessClaims(user_id=uuid.UUID(payload["sub"]), merchant_id=uuid.UUID(payload["mid"]))
+        session_version = payload.get("sv", 0)
+        if not isinstance(session_version, int) or isinstance(session_version, bool):
+            raise AuthenticationRequired("invalid access token")
+        return AccessClaims(
+            user_id=uuid.UUID(payload["sub"]),
+            merchant_id=uuid.UUID(payload["mid"]),
+            session_version=session_version,
+        )
     except (jwt.PyJWTError, ValueError, TypeError, AttributeError):
         raise AuthenticationRequired("invalid access token") from None

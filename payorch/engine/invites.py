@@ -1,11 +1,16 @@
-"""Invite tokens, made by operators (`payorch invite`): a one-time signup link for one merchant."""
+"""Invite tokens, made by operators (`payorch invite`): a one-time signup link for one merchant,
+bound to the e-mail address it was made for (only that address may sign up with it)."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from pydantic import EmailStr, TypeAdapter
+
 from payorch.config import ServerSettings, Settings
+from payorch.engine.identifiers import canonical_identifier
 from payorch.storage import accounts, nodes
 from payorch.storage.database import Database
 from payorch.values.clock import SYSTEM_CLOCK, Clock
@@ -17,6 +22,18 @@ class Invite:
     token: str
     signup_url: str
     expires_at: datetime
+
+
+@functools.cache
+def _email_address() -> TypeAdapter[str]:
+    """E-mail validation, built at the first invite: its imports take tens of milliseconds."""
+    return TypeAdapter(EmailStr)
+
+
+def invited_email(email: str) -> str:
+    """`email` as a signup's admin e-mail is stored (canonical form, the domain in lower case), so
+    that the signup of that address matches it; `ValueError` for a string that is not an address."""
+    return _email_address().validate_python(canonical_identifier(email))
 
 
 async def signup_link_base(db: Database, server: ServerSettings) -> str:
@@ -38,12 +55,16 @@ async def issue_invite(
     public_base_url: str | None = None,
     clock: Clock = SYSTEM_CLOCK,
 ) -> Invite:
-    """Store the hash of a new token valid for `signup.invite_ttl_s` from `clock`'s now; the token is
-    returned once, in a link under `public_base_url` (default: `server.public_base_url`)."""
+    """Store the hash of a new token valid for `signup.invite_ttl_s` from `clock`'s now, for a signup
+    of `email` only; the token is returned once, in a link under `public_base_url` (default:
+    `server.public_base_url`)."""
     token = new_invite_token()
     expires_at = clock.now() + timedelta(seconds=settings.signup.invite_ttl_s)
     await db.transaction(
-        accounts.create_invite, token_hash=token_hash(token), email=email, expires_at=expires_at
+        accounts.create_invite,
+        token_hash=token_hash(token),
+        email=invited_email(email),
+        expires_at=expires_at,
     )
     base = settings.server.public_base_url if public_base_url is None else public_base_url
     signup_url = f"{base}/api/v1/merchants/signup?token={token}"

@@ -20,6 +20,7 @@ from quart import g, request
 from payorch.engine.access_tokens import verify_access_token
 from payorch.http.requestlog import note_application
 from payorch.http.services import services
+from payorch.storage import accounts as accounts_store
 from payorch.storage import applications as applications_store
 from payorch.storage.applications import Application
 from payorch.values.errors import (
@@ -85,12 +86,20 @@ async def authenticate(accept: Accept) -> Principal:
 
 async def principal_of_access_token(token: str) -> Principal:
     """The admin an access token (JWT) names, charged one token of the merchant's bucket:
-    `AuthenticationRequired` for a forged or expired token, `RateLimited` for an empty bucket. The
-    API's `Authorization: Bearer` and the console's session cookie both come here."""
-    claims = verify_access_token(
-        token, secret=services().context.settings.auth.jwt_secret, now=services().context.clock.now()
-    )
+    `AuthenticationRequired` for a forged or expired token or one a sign-out ended, `RateLimited` for
+    an empty bucket. The API's `Authorization: Bearer` and the console's session cookie both come
+    here.
+
+    Whether a sign-out ended the token is read from the database, one primary-key read per request:
+    its user's `session_version` against the token's (`sv`). So a sign-out holds at once on every
+    process and node. Only admin calls carry a JWT; merchants' servers use API keys, which are read
+    from `api_key_cache` (docs/api.md, "Signing out")."""
+    context = services().context
+    claims = verify_access_token(token, secret=context.settings.auth.jwt_secret, now=context.clock.now())
     await services().limits.charge_credential(f"merchant:{claims.merchant_id}")
+    current = await context.db.autocommit(accounts_store.session_version, claims.user_id)
+    if current != claims.session_version:
+        raise AuthenticationRequired("access token ended by a sign-out: log in again")
     return Principal(merchant_id=claims.merchant_id, user_id=claims.user_id)
 
 

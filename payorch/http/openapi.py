@@ -104,6 +104,10 @@ class ErrorB(TypedDict):
     retryAfter: NotRequired[int]
 
 
+class NoContent:
+    """Done: no body. `document_response(NoContent, 204)` documents an answer without one."""
+
+
 # --- Request headers ----------------------------------------------------------------------------
 
 IdempotencyKeyHeader = TypedDict(
@@ -300,6 +304,8 @@ class PayorchOpenAPIProvider(OpenAPIProvider):
     def build_response_object(
         self, model: type[Any], headers_model: type[Any] | None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
+        if model is NoContent:
+            return {"description": "Done: no body."}, {}
         response, components = super().build_response_object(model, headers_model)
         if get_origin(model) is Page:  # every Page[...] is titled `Page`: name it after its items
             (item,) = get_args(model)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
@@ -114,23 +115,32 @@ async def test_sign_in_shares_the_login_bucket_of_the_address_with_the_api(
     assert "too many login and signup attempts" in await refused.get_data(as_text=True)
 
 
-async def test_failed_console_sign_ins_lock_the_account_for_the_api_too(
-    limited_app: PayorchApp, merchant: Merchant
+@pytest.fixture
+async def account_limited_app(settings: Settings, db: Database) -> AsyncIterator[PayorchApp]:
+    """An app allowing 3 failed logins per account an hour and many logins per address."""
+    limits = LimitSettings(login_per_minute=100, failed_logins_per_account_per_hour=3)
+    async with open_runtime(settings.model_copy(update={"limits": limits}), db) as runtime:
+        yield runtime.app
+
+
+async def test_failed_console_sign_ins_count_against_the_account_for_the_api_too(
+    account_limited_app: PayorchApp, merchant: Merchant
 ) -> None:
-    for number in range(3):
-        response = await sign_in(
-            limited_app.test_client(),
-            merchant.email,
-            PASSWORD + "x",
-            scope_base={"client": (f"192.0.2.{number}", 40000)},
+    def api_login(address: str) -> Any:
+        return account_limited_app.test_client().post(
+            "/api/v1/auth/login",
+            json={"email": merchant.email, "password": PASSWORD},
+            scope_base={"client": (address, 40000)},
         )
+
+    # The account's 3 failed logins spent from three addresses, then the 3 more one address gets
+    # while they are spent: that address's API login is refused, another address's is not.
+    for address in ("192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.1", "192.0.2.1", "192.0.2.1"):
+        client, scope = account_limited_app.test_client(), {"client": (address, 40000)}
+        response = await sign_in(client, merchant.email, PASSWORD + "x", scope_base=scope)
         assert response.status_code == 401
-    api = await limited_app.test_client().post(
-        "/api/v1/auth/login",
-        json={"email": merchant.email, "password": PASSWORD},
-        scope_base={"client": ("198.51.100.7", 40000)},
-    )
-    assert api.status_code == 429
+    assert (await api_login("192.0.2.1")).status_code == 429
+    assert (await api_login("198.51.100.7")).status_code == 200
 
 
 @pytest.mark.parametrize(
@@ -238,6 +248,29 @@ async def test_sign_out_ends_the_session(app: PayorchApp, merchant: Merchant) ->
     cleared = session_cookie(response)
     assert cleared is not None and "Max-Age=0" in cleared
     assert (await client.get("/console/applications")).status_code == 303
+
+
+def _session_token(response: Any) -> str:
+    cookie = session_cookie(response)
+    assert cookie is not None
+    return cookie.split(";")[0].partition("=")[2]
+
+
+async def test_after_sign_out_the_old_cookie_and_its_token_as_bearer_are_refused(
+    app: PayorchApp, merchant: Merchant
+) -> None:
+    client = app.test_client()
+    token = _session_token(await sign_in(client, merchant.email))
+    _, html = await page(client, "/console/applications")
+    await client.post("/console/sign-out", form={"csrf_token": csrf_of(html)})
+    # A copy of the cookie kept from before (the browser deleted its own).
+    copy = app.test_client()
+    copy.set_cookie("localhost", "payorch_console", token, path="/console")
+    response = await copy.get("/console/applications")
+    assert response.status_code == 303
+    assert sign_in_then(response.headers["Location"]) == "/console/applications"
+    bearer = await copy.get("/api/v1/applications", headers={"Authorization": f"Bearer {token}"})
+    assert bearer.status_code == 401
 
 
 async def test_sign_out_without_the_csrf_token_is_403_and_keeps_the_session(

@@ -78,3 +78,25 @@ def test_a_token_whose_times_are_not_whole_seconds_is_refused(bad: dict[str, obj
     token = jwt.encode({**claims, **bad}, SECRET, algorithm="HS256")
     with pytest.raises(AuthenticationRequired):
         verify_access_token(token, secret=SECRET, now=SYSTEM_CLOCK.now())
+
+
+def test_a_token_carries_its_session_version() -> None:
+    claims = AccessClaims(user_id=uuid.uuid4(), merchant_id=uuid.uuid4(), session_version=3)
+    token = issue_access_token(claims, secret=SECRET, ttl_s=60, now=SYSTEM_CLOCK.now())
+    assert verify_access_token(token, secret=SECRET, now=SYSTEM_CLOCK.now()).session_version == 3
+
+
+def test_a_token_issued_before_session_versions_counts_as_version_0() -> None:
+    now = int(SYSTEM_CLOCK.now().timestamp())
+    claims = {"sub": str(uuid.uuid4()), "mid": str(uuid.uuid4()), "iat": now, "exp": now + 60, "jti": "x"}
+    token = jwt.encode(claims, SECRET, algorithm="HS256")
+    assert verify_access_token(token, secret=SECRET, now=SYSTEM_CLOCK.now()).session_version == 0
+
+
+@pytest.mark.parametrize("version", ["1", 1.0, True, None])
+def test_a_session_version_that_is_not_an_integer_is_refused(version: object) -> None:
+    now = int(SYSTEM_CLOCK.now().timestamp())
+    claims = {"sub": str(uuid.uuid4()), "mid": str(uuid.uuid4()), "iat": now, "exp": now + 60, "jti": "x"}
+    token = jwt.encode({**claims, "sv": version}, SECRET, algorithm="HS256")
+    with pytest.raises(AuthenticationRequired):
+        verify_access_token(token, secret=SECRET, now=SYSTEM_CLOCK.now())

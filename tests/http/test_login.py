@@ -18,8 +18,10 @@ async def test_login_returns_hs256_jwt_with_documented_claims(
     assert body["expiresIn"] == 3600
     assert jwt.get_unverified_header(body["accessToken"])["alg"] == "HS256"
     claims = jwt.decode(body["accessToken"], settings.auth.jwt_secret, algorithms=["HS256"])
-    assert set(claims) == {"sub", "mid", "iat", "exp", "jti"}
+    # The contract's claims, and `sv`: the session version a sign-out moves on (docs/api.md).
+    assert set(claims) == {"sub", "mid", "iat", "exp", "jti", "sv"}
     assert claims["exp"] - claims["iat"] == 3600
+    assert claims["sv"] == 0
 
 
 async def test_login_email_is_case_insensitive(client: Client, merchant: Merchant) -> None:

@@ -116,6 +116,7 @@ async def quick_merchant(db: Database, settings: Settings) -> Merchant:
         ),
         now=datetime.now(UTC),
     )
+    assert account is not None
     token = issue_access_token(
         AccessClaims(user_id=account.user_id, merchant_id=account.merchant_id),
         secret=settings.auth.jwt_secret,

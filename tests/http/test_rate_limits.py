@@ -18,6 +18,7 @@ from quart import Response
 
 from payorch.config import LimitSettings, Settings
 from payorch.engine.invites import issue_invite
+from payorch.http.request_limits import LOGINS_PER_ADDRESS_WHILE_ACCOUNT_SPENT
 from payorch.runtime import open_runtime
 from payorch.storage.database import Connection, Database
 from tests.helpers import (
@@ -181,6 +182,27 @@ async def test_another_address_has_its_own_login_bucket(
     assert (await log_in(limited, merchant.email, PASSWORD, address="192.0.2.2")).status_code == 200
 
 
+async def test_addresses_in_one_ipv6_64_share_a_login_bucket_and_another_64_has_its_own(
+    limited: Client, client: Client, db: Database, settings: Settings
+) -> None:
+    merchant = await new_merchant(client, db, settings)
+    for address in ("2001:db8:1:2::1", "2001:db8:1:2:ffff:ffff:ffff:fffe"):
+        assert (await log_in(limited, merchant.email, PASSWORD, address=address)).status_code == 200
+    await too_many_requests(await log_in(limited, merchant.email, PASSWORD, address="2001:db8:1:2:abcd::9"))
+    assert (await log_in(limited, merchant.email, PASSWORD, address="2001:db8:1:3::1")).status_code == 200
+
+
+async def test_an_ipv4_mapped_ipv6_address_shares_the_bucket_of_its_ipv4_address(
+    limited: Client, client: Client, db: Database, settings: Settings
+) -> None:
+    merchant = await new_merchant(client, db, settings)
+    for _ in range(LOGINS):
+        assert (await log_in(limited, merchant.email, PASSWORD, address="192.0.2.10")).status_code == 200
+    await too_many_requests(await log_in(limited, merchant.email, PASSWORD, address="::ffff:192.0.2.10"))
+    # IPv4 addresses are counted one by one: the next address has its own bucket.
+    assert (await log_in(limited, merchant.email, PASSWORD, address="192.0.2.11")).status_code == 200
+
+
 async def test_signup_shares_the_login_bucket_and_a_refused_signup_creates_nothing(
     limited: Client, client: Client, db: Database, settings: Settings
 ) -> None:
@@ -217,19 +239,50 @@ async def account_limited(settings: Settings, db: Database) -> AsyncIterator[Cli
         yield runtime.app.test_client()
 
 
-async def test_failed_logins_from_many_addresses_lock_the_account_even_for_the_right_password(
+async def test_twenty_failed_logins_from_three_addresses_leave_the_right_password_from_a_fourth_working(
+    client: Client, db: Database, settings: Settings
+) -> None:
+    # The default limits: 20 failed logins an account, 10 attempts an address a minute.
+    merchant = await new_merchant(client, db, settings)
+    for number in range(20):
+        response = await log_in(client, merchant.email, PASSWORD + "x", address=f"192.0.2.{number % 3 + 1}")
+        assert response.status_code == 401
+    assert (await log_in(client, merchant.email, PASSWORD, address="198.51.100.7")).status_code == 200
+
+
+async def test_once_an_accounts_failed_logins_are_spent_an_address_that_keeps_failing_is_refused(
     account_limited: Client, client: Client, db: Database, settings: Settings
 ) -> None:
     merchant = await new_merchant(client, db, settings)
-    for number in range(FAILED_LOGINS):
-        response = await log_in(account_limited, merchant.email, PASSWORD + "x", address=f"192.0.2.{number}")
+    stranger = "192.0.2.1"
+    for _ in range(FAILED_LOGINS + LOGINS_PER_ADDRESS_WHILE_ACCOUNT_SPENT):
+        response = await log_in(account_limited, merchant.email, PASSWORD + "x", address=stranger)
         assert response.status_code == 401
-    body = await too_many_requests(
-        await log_in(account_limited, merchant.email, PASSWORD, address="198.51.100.7")
-    )
-    assert body["retryAfter"] <= 3600 // FAILED_LOGINS  # one failure is forgotten every 20 minutes
+    body = await too_many_requests(await log_in(account_limited, merchant.email, PASSWORD, address=stranger))
+    assert body["retryAfter"] <= 3600 // FAILED_LOGINS  # the account forgets a failure every 20 minutes
     # The same e-mail written in other case is the same account.
-    await too_many_requests(await log_in(account_limited, merchant.email.upper(), PASSWORD))
+    await too_many_requests(await log_in(account_limited, merchant.email.upper(), PASSWORD, address=stranger))
+    # The owner, from an address that has not failed on the account, still gets in.
+    assert (
+        await log_in(account_limited, merchant.email, PASSWORD, address="198.51.100.7")
+    ).status_code == 200
+
+
+async def test_addresses_in_one_ipv6_64_share_their_logins_while_the_accounts_failures_are_spent(
+    account_limited: Client, client: Client, db: Database, settings: Settings
+) -> None:
+    merchant = await new_merchant(client, db, settings)
+    for number in range(FAILED_LOGINS + LOGINS_PER_ADDRESS_WHILE_ACCOUNT_SPENT):
+        address = f"2001:db8:7:7::{number + 1:x}"
+        assert (
+            await log_in(account_limited, merchant.email, PASSWORD + "x", address=address)
+        ).status_code == 401
+    await too_many_requests(
+        await log_in(account_limited, merchant.email, PASSWORD, address="2001:db8:7:7::99")
+    )
+    assert (
+        await log_in(account_limited, merchant.email, PASSWORD, address="2001:db8:7:8::1")
+    ).status_code == 200
 
 
 async def test_failed_logins_of_one_account_leave_another_account_alone(
@@ -251,6 +304,6 @@ async def test_successful_logins_do_not_spend_the_accounts_failure_budget(
 
 
 async def test_an_unknown_email_is_limited_like_a_registered_one(account_limited: Client) -> None:
-    for _ in range(FAILED_LOGINS):
+    for _ in range(FAILED_LOGINS + LOGINS_PER_ADDRESS_WHILE_ACCOUNT_SPENT):
         assert (await log_in(account_limited, "nobody@merchant.example", PASSWORD)).status_code == 401
     await too_many_requests(await log_in(account_limited, "nobody@merchant.example", PASSWORD))

@@ -81,7 +81,7 @@ async def test_used_token_is_410(client: Client, db: Database, settings: Setting
     invite = await issue_invite(db, settings, "owner@acme.example")
     first = await _signup(client, invite.token, signup_body("owner@acme.example", "REG-1"))
     assert first.status_code == 201
-    again = await _signup(client, invite.token, signup_body("other@acme.example", "REG-2"))
+    again = await _signup(client, invite.token, signup_body("owner@acme.example", "REG-2"))
     assert again.status_code == 410
     assert await db.autocommit(_count, "merchants") == 1
 
@@ -106,28 +106,58 @@ async def test_invite_lifetime_comes_from_settings(db: Database, settings: Setti
     assert before + ttl <= invite.expires_at <= after + ttl
 
 
-async def test_duplicate_admin_email_is_409_and_keeps_the_invite_usable(
+async def test_duplicate_admin_email_is_409_naming_neither_field(
     client: Client, db: Database, settings: Settings
 ) -> None:
-    first = await issue_invite(db, settings, "a@acme.example")
+    first = await issue_invite(db, settings, "owner@acme.example")
     await _signup(client, first.token, signup_body("owner@acme.example", "REG-1"))
-    second = await issue_invite(db, settings, "b@acme.example")
+    second = await issue_invite(db, settings, "OWNER@acme.example")
     duplicate = await _signup(client, second.token, signup_body("OWNER@acme.example", "REG-2"))
     assert duplicate.status_code == 409
+    assert (await duplicate.get_json())["message"] == accounts.ACCOUNT_EXISTS
     assert await db.autocommit(_count, "merchants") == 1
-    retry = await _signup(client, second.token, signup_body("someone-else@acme.example", "REG-2"))
-    assert retry.status_code == 201
 
 
-async def test_duplicate_company_registration_number_is_409(
+async def test_duplicate_company_registration_number_is_409_naming_neither_field(
     client: Client, db: Database, settings: Settings
 ) -> None:
-    first = await issue_invite(db, settings, "a@acme.example")
+    first = await issue_invite(db, settings, "one@acme.example")
     await _signup(client, first.token, signup_body("one@acme.example", "REG-1"))
-    second = await issue_invite(db, settings, "b@acme.example")
+    second = await issue_invite(db, settings, "two@acme.example")
     duplicate = await _signup(client, second.token, signup_body("two@acme.example", "reg-1"))
     assert duplicate.status_code == 409
+    assert (await duplicate.get_json())["message"] == accounts.ACCOUNT_EXISTS
     assert await db.autocommit(_count, "users") == 1
+
+
+async def test_a_409_spends_the_invite_so_it_cannot_probe_again(
+    client: Client, db: Database, settings: Settings
+) -> None:
+    first = await issue_invite(db, settings, "one@acme.example")
+    await _signup(client, first.token, signup_body("one@acme.example", "REG-1"))
+    probe = await issue_invite(db, settings, "two@acme.example")
+    taken = await _signup(client, probe.token, signup_body("two@acme.example", "REG-1"))
+    assert taken.status_code == 409
+    # Neither another registration number nor a free one learns anything more with this invite.
+    again = await _signup(client, probe.token, signup_body("two@acme.example", "REG-2"))
+    assert again.status_code == 410
+    assert await db.autocommit(_count, "merchants") == 1
+
+
+async def test_signup_with_another_email_than_the_invite_is_400_whether_or_not_it_exists(
+    client: Client, db: Database, settings: Settings
+) -> None:
+    first = await issue_invite(db, settings, "taken@acme.example")
+    await _signup(client, first.token, signup_body("taken@acme.example", "REG-1"))
+    invite = await issue_invite(db, settings, "invited@acme.example")
+    registered = await _signup(client, invite.token, signup_body("taken@acme.example", "REG-2"))
+    unknown = await _signup(client, invite.token, signup_body("nobody@acme.example", "REG-3"))
+    assert registered.status_code == unknown.status_code == 400
+    assert await registered.get_json() == await unknown.get_json()
+    assert await _fields(registered) == ["admin.email"]
+    # Nothing was used up: the invited address still signs up with it.
+    own = await _signup(client, invite.token, signup_body("Invited@ACME.example", "REG-2"))
+    assert own.status_code == 201
 
 
 async def test_password_shorter_than_16_is_400(client: Client, db: Database, settings: Settings) -> None:
@@ -147,7 +177,7 @@ async def test_password_of_16_and_32_characters_is_accepted(
     client: Client, db: Database, settings: Settings
 ) -> None:
     for number, length in enumerate((16, 32)):
-        invite = await issue_invite(db, settings, "a@acme.example")
+        invite = await issue_invite(db, settings, f"a{number}@acme.example")
         password = ("pass-word" * 4)[:length]
         body = signup_body(f"a{number}@acme.example", f"REG-{number}", password=password)
         assert (await _signup(client, invite.token, body)).status_code == 201
@@ -214,9 +244,9 @@ async def _stored(conn: Connection) -> tuple[str, str]:
 async def test_registration_number_differing_by_invisible_or_full_width_characters_is_409(
     client: Client, db: Database, settings: Settings, spelling: str
 ) -> None:
-    first = await issue_invite(db, settings, "a@acme.example")
+    first = await issue_invite(db, settings, "one@acme.example")
     assert (await _signup(client, first.token, signup_body("one@acme.example", "REG-1"))).status_code == 201
-    second = await issue_invite(db, settings, "b@acme.example")
+    second = await issue_invite(db, settings, "two@acme.example")
     duplicate = await _signup(client, second.token, signup_body("two@acme.example", spelling))
     assert duplicate.status_code == 409
     assert await db.autocommit(_count, "merchants") == 1
@@ -229,9 +259,9 @@ async def test_registration_number_differing_by_invisible_or_full_width_characte
 async def test_admin_email_differing_by_invisible_or_full_width_characters_is_409(
     client: Client, db: Database, settings: Settings, spelling: str
 ) -> None:
-    first = await issue_invite(db, settings, "a@acme.example")
+    first = await issue_invite(db, settings, "owner@acme.example")
     assert (await _signup(client, first.token, signup_body("owner@acme.example", "REG-1"))).status_code == 201
-    second = await issue_invite(db, settings, "b@acme.example")
+    second = await issue_invite(db, settings, spelling)  # the invite's address is compared as stored
     duplicate = await _signup(client, second.token, signup_body(spelling, "REG-2"))
     assert duplicate.status_code == 409
     assert await db.autocommit(_count, "users") == 1
@@ -240,7 +270,7 @@ async def test_admin_email_differing_by_invisible_or_full_width_characters_is_40
 async def test_registration_number_and_email_are_stored_and_echoed_in_canonical_form(
     client: Client, db: Database, settings: Settings
 ) -> None:
-    invite = await issue_invite(db, settings, "a@acme.example")
+    invite = await issue_invite(db, settings, "owner@acme.example")
     body = signup_body("own\u200ber@acme.example", "\uff32\uff25\uff27\u200b-1")
     response = await _signup(client, invite.token, body)
     assert response.status_code == 201

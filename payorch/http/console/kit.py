@@ -2,9 +2,9 @@
 answers to errors and the security headers.
 
 The session is the access token the API's login issues, in a `Secure`, `HttpOnly`, `SameSite=Strict`
-cookie on `/console`: it ends when the token expires. Every form carries a CSRF token (an HMAC of the
-session's token; before sign-in, a random value also set as a cookie), checked on every POST before
-anything else is done. See `docs/console.md`.
+cookie on `/console`: it ends when the token expires, or when its admin signs out (`sign_in.py`).
+Every form carries a CSRF token (an HMAC of the session's token; before sign-in, a random value also
+set as a cookie), checked on every POST before anything else is done. See `docs/console.md`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
 """Signing in and out of the console.
 
     GET  /console/sign-in, POST /console/sign-in    e-mail and password, as `POST /api/v1/auth/login`
-    POST /console/sign-out
+    POST /console/sign-out                          as `POST /api/v1/auth/logout`
 
 Sign-in runs the checks of the API's login (`routes/accounts.py`); its form's CSRF token is a random
 value also set as a cookie (double submit), since there is no session yet to derive it from.
+Sign-out ends the session's access token, and every other of its admin (`storage.accounts.end_sessions`),
+so a copy of the cookie, or its token used as a Bearer token, answers 401 from then on.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from payorch.http.console.kit import (
 from payorch.http.models import LoginRequest
 from payorch.http.routes.accounts import admin_access_token, charge_login_attempt
 from payorch.http.services import services
+from payorch.storage import accounts as accounts_store
 from payorch.values import errors as domain
 
 SIGN_IN_COOKIE = "payorch_console_sign_in"  # the CSRF token of the sign-in form (double submit)
@@ -124,4 +127,6 @@ async def sign_in_submitted() -> Response:
 @blueprint.post("/sign-out")
 @action
 async def sign_out(session: Session, form: MultiDict[str, str]) -> Response:
+    if session.principal.user_id is not None:  # always, for a session (a JWT)
+        await services().context.db.autocommit(accounts_store.end_sessions, session.principal.user_id)
     return signed_out()
