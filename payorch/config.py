@@ -195,6 +195,8 @@ class AuthSettings(_Section):
     jwt_ttl_s: PositiveInt = 3600
     api_key_cache_s: NonNegativeFloat = 5.0
     api_key_miss_cache_s: NonNegativeFloat = 5.0
+    # Password hashes running at once per process (payorch/engine/passwords.py); "auto": half the cores.
+    password_hashes_at_once: int | Literal["auto"] = "auto"  # noqa: S105  # a count, not a password
 
     @field_validator("jwt_secret")
     @classmethod
@@ -202,6 +204,17 @@ class AuthSettings(_Section):
         if value and len(value) < 32:
             raise ValueError("must be at least 32 characters (or empty to generate one)")
         return value
+
+    @field_validator("password_hashes_at_once", mode="before")
+    @classmethod
+    def _hashes_count_or_auto(cls, value: Any) -> int | str:
+        if value == "auto":
+            return "auto"
+        if isinstance(value, str) and value.isdigit():
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1024:
+            return value
+        raise ValueError('must be a whole number of hashes from 1 to 1024, or "auto"')
 
 
 class SecuritySettings(_Section):
@@ -342,11 +355,16 @@ class LimitSettings(_Section):
     background_per_merchant: PositiveInt = 8
     merchant_requests_per_second: PositiveFloat = 150.0
     merchant_burst: PositiveInt = 300
+    routing_changes_per_hour: PositiveFloat = 20.0
+    routing_changes_burst: PositiveInt = 10
+    routing_evaluations_per_second: PositiveFloat = 5.0
+    routing_evaluations_burst: PositiveInt = 20
     failed_api_keys_per_address_per_minute: PositiveInt = 60
     merchant_list_reads: PositiveInt = 2
     merchant_list_read_wait_s: NonNegativeFloat = 2.0
     applications_per_merchant: PositiveInt = 100
     active_api_keys_per_application: PositiveInt = 20
+    webhooks_per_application: PositiveInt = 100
 
 
 class RoutingSettings(_Section):
@@ -412,6 +430,7 @@ RESTART_ONLY = frozenset(
         "server.workers",
         "database",
         "auth.jwt_secret",
+        "auth.password_hashes_at_once",
         "security",
         "engine.actor_idle_s",
         "engine.mailbox_size",

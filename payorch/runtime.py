@@ -27,8 +27,10 @@ from payorch.config import (
     check_loopback_webhooks,
     keep_restart_only,
 )
+from payorch.engine.backtest_processes import BacktestProcesses
 from payorch.engine.commands import PaymentActors
 from payorch.engine.context import Context
+from payorch.engine.passwords import PasswordHasher, hashes_at_once
 from payorch.engine.provider_health import ProviderHealth, RoutingPolicy
 from payorch.http.api_key_cache import ApiKeyCache
 from payorch.http.app import create_app
@@ -295,6 +297,10 @@ async def open_runtime(
                 idle_s=settings.engine.actor_idle_s,
             )
             board = SupervisorBoard()
+            # Routing backtests are decided in worker processes of their own, never in this
+            # interpreter; started at their first use, killed and waited for when the runtime stops.
+            backtests = BacktestProcesses()
+            await nursery.start(backtests.run)
             services = Services(
                 context=context,
                 actors=actors,
@@ -304,6 +310,8 @@ async def open_runtime(
                 api_keys=ApiKeyCache(
                     settings.auth.api_key_cache_s, miss_ttl_s=settings.auth.api_key_miss_cache_s
                 ),
+                backtests=backtests,
+                passwords=PasswordHasher(hashes_at_once(settings.auth.password_hashes_at_once)),
             )
             app = create_app(services)
             runtime = Runtime(services, app, nursery, db, clock)

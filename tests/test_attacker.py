@@ -16,7 +16,12 @@ from payorch.storage.database import Connection, Database
 from tests.helpers import Client, Shop, create_session, new_shop, session_body
 
 # Routes about the caller's own merchant account rather than one application: checked for leaks only.
-OWN_SCOPE = {("GET", "/api/v1/applications"), ("POST", "/api/v1/applications"), ("GET", "/api/v1/providers")}
+OWN_SCOPE = {
+    ("GET", "/api/v1/applications"),
+    ("POST", "/api/v1/applications"),
+    ("GET", "/api/v1/providers"),
+    ("POST", "/api/v1/auth/logout"),  # ends the caller's own tokens (tests/http/test_logout.py)
+}
 # A valid body for each route that needs one: only authorization may refuse the request.
 VALID_BODIES: dict[tuple[str, str], Any] = {
     ("PATCH", "/api/v1/applications/<application_id>/status"): {"isEnabled": False},

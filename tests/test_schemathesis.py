@@ -226,7 +226,10 @@ def build_world(base_url: str, token: str) -> World:
 
 
 def run_order(operation: Any) -> tuple[int, str]:
-    """Destructive operations last, so that the others meet live resources."""
+    """Destructive operations last, so that the others meet live resources; logout last of all, since
+    it ends the merchant's access token (every later JWT call would be 401)."""
+    if operation.path.endswith("/auth/logout"):
+        return (2, operation.label)
     destructive = operation.method.upper() == "DELETE" or operation.path.endswith("/status")
     return (1 if destructive else 0, operation.label)
 
@@ -288,8 +291,17 @@ def exercise(operation: Any, world: World, session: requests.Session) -> None:
 
 @pytest.fixture
 def fuzz_settings(settings: Settings) -> Settings:
-    # Generous limits: schemathesis is one client with one token, and signs in again and again.
-    limits = LimitSettings(requests_per_second=10_000, burst=10_000, login_per_minute=100_000)
+    # Generous limits: schemathesis is one client with one token, signs in again and again, and
+    # changes and evaluates routing documents as fast as it sends.
+    limits = LimitSettings(
+        requests_per_second=10_000,
+        burst=10_000,
+        login_per_minute=100_000,
+        routing_changes_per_hour=10_000_000,
+        routing_changes_burst=10_000,
+        routing_evaluations_per_second=10_000,
+        routing_evaluations_burst=10_000,
+    )
     return settings.model_copy(update={"limits": limits})
 
 

@@ -22,17 +22,22 @@ List reads per merchant (`limits.merchant_list_reads`): at most that many of one
 reads hold a database connection at once; more wait up to `limits.merchant_list_read_wait_s`.
 
 Per client address (`limits.login_per_minute`, a burst of the same size): charged by login and
-signup before any work, keyed `ip:<remote address>`; the two share one bucket. The address is the
+signup before any work, keyed `ip:<address group>`; the two share one bucket. The address is the
 TCP peer's, or behind `server.trusted_proxy_hops` reverse proxies the one they report (never an
-entry a client could have written itself).
+entry a client could have written itself); its group (`address_group`) is an IPv4 address itself
+(an IPv4-mapped IPv6 one too), an IPv6 address its /64.
 
 Per account (`limits.failed_logins_per_account_per_hour`, a burst of the same size): each login
 takes a token from the bucket of the e-mail it tried, keyed `account:<canonical e-mail>`, before its
 password is checked, and one that succeeds gives it back: so failed logins are what is counted, and
 attempts running at once cannot pass the limit together. Whether or not such an account exists (a
-429 must not tell which e-mails are registered). An empty bucket refuses every login of that e-mail,
-right password or not, so guessing spread over many addresses is slowed as much as guessing from
-one.
+429 must not tell which e-mails are registered). An empty bucket does not lock the account: a login
+then takes a token of the bucket of the account and its address group instead,
+`ip:<address group>/account:<canonical e-mail>`, `LOGINS_PER_ADDRESS_WHILE_ACCOUNT_SPENT` an hour,
+and only that one empty refuses it (OWASP's advice on lockout: strangers failing elsewhere must not
+keep the owner out). So the right password from an address group that has not failed on the account
+passes, and guessing spread over many addresses gets the account's budget plus that many an hour per
+address group, each group also held to its `login_per_minute`.
 
 Per client address for inbound provider events (`limits.provider_events_per_address_per_second`,
 `limits.provider_events_per_address_burst`): charged before the route reads anything, keyed
@@ -48,11 +53,23 @@ out of the account's share of calls. At most this many such reads run at once pe
 more is answered 503 with `Retry-After` (Mollie calls again), so unauthenticated calls never take
 the capacity the merchant's own creates and refunds need.
 
-Routing backtests in flight (`POST .../routing/backtest`): one per merchant at a time
-(`BACKTESTS_PER_MERCHANT`), a second answered 429; at most `BACKTESTS_AT_ONCE` in the process, one
-more answered 503. Each holds a worker thread deciding up to 100,000 sessions for a few seconds:
-the first bound keeps one merchant from taking them all, the second keeps the process's CPU for
-its requests. Both with `Retry-After` (`BACKTEST_RETRY_AFTER_S`).
+Routing changes per application (`limits.routing_changes_per_hour`, `limits.routing_changes_burst`):
+a routing document found sound takes a token of `application:<application id>` before it is
+stored, and gives it back when it was the one in force already (nothing stored); once this process
+knows the bucket is empty, a PUT is refused before its body is read. Every version being kept, this
+bounds the versions an application stores (docs/routing.md, "Versions kept").
+
+Routing evaluations per merchant (`limits.routing_evaluations_per_second`,
+`limits.routing_evaluations_burst`): each `POST .../routing/evaluate` (and the console's) takes a
+token of `merchant:<merchant id>` (in a limiter of its own) before its body is read.
+
+Routing backtests in flight (`POST .../routing/backtest`), running or waiting their turn at the
+backtest worker processes (`engine.backtest_processes`, which serve them in the order they came):
+one per merchant (`BACKTESTS_PER_MERCHANT`), a second answered 429; at most `BACKTESTS_AT_ONCE` in
+the process, one more answered 503. The first keeps one merchant from taking every turn (two
+merchants looping take two places of the queue, and a third merchant's backtest waits behind one
+of each, never refused for them); the second bounds how long a backtest may wait (each takes up to
+a few seconds in the worker). Both with `Retry-After` (`BACKTEST_RETRY_AFTER_S`).
 
 The rate limits hold for every process on the database: their buckets are kept in PostgreSQL, and
 each process leases batches of tokens (`http.shared_limits`; docs/rate-limits.md says how precise
@@ -63,9 +80,11 @@ connections, its client's, its threads, its CPU).
 
 from __future__ import annotations
 
+import ipaddress
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 
 import trio
 
@@ -84,11 +103,41 @@ TEST_SENDS_PER_MERCHANT = 2
 # client sending faster than its rate is slowed to it, so a flood costs no more than the rate, and a
 # burst a little over the limit is served late rather than refused.
 PACE_S = 1.0
-# Routing backtests in flight at once, per merchant and in the process, and when to come back: about
-# the time a backtest of the most sessions takes.
+# Routing backtests in flight at once (running in a worker process or waiting their turn), per
+# merchant and in the process, and when to come back: about the time a backtest of the most sessions
+# takes. With one worker process, the last of `BACKTESTS_AT_ONCE` waits for the three before it.
 BACKTESTS_PER_MERCHANT = 1
-BACKTESTS_AT_ONCE = 2
+BACKTESTS_AT_ONCE = 4
 BACKTEST_RETRY_AFTER_S = 5
+# Logins of one account from one address group an hour (also the burst) while the account's failed
+# logins are used up: the owner's typos from its own address, never a stranger's failures elsewhere.
+LOGINS_PER_ADDRESS_WHILE_ACCOUNT_SPENT = 3
+
+
+def address_group(remote_address: str | None) -> str:
+    """The client address as the login budgets count it: an IPv4 address by itself (an IPv4-mapped
+    IPv6 address as that IPv4 address), an IPv6 address by its /64, the network one host or one
+    customer line is given (holding one /64, a client holds 2**64 addresses); anything else (no
+    address, a Unix socket's name) as written."""
+    if not remote_address:
+        return "unknown"
+    try:
+        address = ipaddress.ip_address(remote_address)
+    except ValueError:
+        return remote_address
+    if isinstance(address, ipaddress.IPv4Address):
+        return str(address)
+    if address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(ipaddress.IPv6Network((int(address) >> 64 << 64, 64)))
+
+
+@dataclass(frozen=True)
+class LoginCount:
+    """Where `RequestLimits.count_login_attempt` counted a login: the bucket `key` of `limiter`."""
+
+    limiter: SharedLimiter
+    key: str
 
 
 def _address_key(remote_address: str | None) -> str:
@@ -127,6 +176,12 @@ class RequestLimits:
             rate=settings.failed_logins_per_account_per_hour / 3600.0,
             burst=settings.failed_logins_per_account_per_hour,
         )
+        self.logins_while_account_spent = SharedLimiter(
+            "logins-while-account-spent",
+            store,
+            rate=LOGINS_PER_ADDRESS_WHILE_ACCOUNT_SPENT / 3600.0,
+            burst=LOGINS_PER_ADDRESS_WHILE_ACCOUNT_SPENT,
+        )
         self.per_merchant_keys = SharedLimiter(
             "merchant-keys", store, rate=settings.merchant_requests_per_second, burst=settings.merchant_burst
         )
@@ -144,6 +199,18 @@ class RequestLimits:
             burst=settings.provider_events_per_address_burst,
         )
         self.provider_event_lookups = InFlightLimit(settings.provider_event_lookups_per_application)
+        self.routing_changes = SharedLimiter(
+            "routing-changes",
+            store,
+            rate=settings.routing_changes_per_hour / 3600.0,
+            burst=settings.routing_changes_burst,
+        )
+        self.routing_evaluations = SharedLimiter(
+            "routing-evaluations",
+            store,
+            rate=settings.routing_evaluations_per_second,
+            burst=settings.routing_evaluations_burst,
+        )
         self.list_reads = KeyedConcurrencyLimit(settings.merchant_list_reads)
         self.backtests = InFlightLimit(BACKTESTS_PER_MERCHANT)
         self.all_backtests = InFlightLimit(BACKTESTS_AT_ONCE)  # one key: the process
@@ -154,9 +221,12 @@ class RequestLimits:
             self.per_credential,
             self.per_client_address,
             self.failed_logins_per_account,
+            self.logins_while_account_spent,
             self.per_merchant_keys,
             self.failed_api_keys_per_address,
             self.provider_events_per_address,
+            self.routing_changes,
+            self.routing_evaluations,
         )
 
     def reconfigure(self, settings: LimitSettings) -> None:
@@ -173,6 +243,12 @@ class RequestLimits:
             settings.provider_events_per_address_per_second, settings.provider_events_per_address_burst
         )
         self.provider_event_lookups.per_key = settings.provider_event_lookups_per_application
+        self.routing_changes.reconfigure(
+            settings.routing_changes_per_hour / 3600.0, settings.routing_changes_burst
+        )
+        self.routing_evaluations.reconfigure(
+            settings.routing_evaluations_per_second, settings.routing_evaluations_burst
+        )
         self.per_merchant_keys.reconfigure(settings.merchant_requests_per_second, settings.merchant_burst)
         self.failed_api_keys_per_address.reconfigure(
             settings.failed_api_keys_per_address_per_minute / 60.0,
@@ -236,25 +312,32 @@ class RequestLimits:
             yield
 
     async def charge_login(self, remote_address: str | None) -> None:
-        """Count one login or signup attempt from `remote_address`; `RateLimited` when its bucket
-        is empty."""
+        """Count one login or signup attempt from `remote_address`'s group (`address_group`);
+        `RateLimited` when its bucket is empty."""
         _refuse_while_waiting(
-            await self.per_client_address.take(_address_key(remote_address)),
+            await self.per_client_address.take(f"ip:{address_group(remote_address)}"),
             "login and signup attempts from this address",
         )
 
-    async def count_login_attempt(self, email: str) -> None:
-        """Count a login attempt of the account `email` as failed before it is checked, so that
-        attempts running at once, on any process, never pass the limit together; `RateLimited`
-        when the account has used up its failed logins. A login that succeeds is forgiven
-        (`forgive_login_attempt`)."""
-        _refuse_while_waiting(
-            await self.failed_logins_per_account.take(f"account:{email}"), "failed logins for this account"
-        )
+    async def count_login_attempt(self, email: str, remote_address: str | None) -> LoginCount:
+        """Count a login attempt of the account `email` from `remote_address` as failed before it
+        is checked, so that attempts running at once, on any process, never pass the limit
+        together: in the account's bucket, or once that is empty in the bucket of the account and
+        the address's group. `RateLimited` when both are empty. A login that succeeds is forgiven
+        (`forgive_login_attempt`, given what this answered)."""
+        account_key = f"account:{email}"
+        account_wait = await self.failed_logins_per_account.take(account_key)
+        if account_wait is None:
+            return LoginCount(self.failed_logins_per_account, account_key)
+        group_key = f"ip:{address_group(remote_address)}/{account_key}"
+        group_wait = await self.logins_while_account_spent.take(group_key)
+        if group_wait is None:
+            return LoginCount(self.logins_while_account_spent, group_key)
+        raise _rate_limited(min(account_wait, group_wait), "failed logins for this account from this address")
 
-    async def forgive_login_attempt(self, email: str) -> None:
-        """Give back what `count_login_attempt` counted for a login of `email` that succeeded."""
-        await self.failed_logins_per_account.give_back(f"account:{email}")
+    async def forgive_login_attempt(self, counted: LoginCount) -> None:
+        """Give back what `count_login_attempt` counted for a login that succeeded."""
+        await counted.limiter.give_back(counted.key)
 
     @contextmanager
     def test_send(self, merchant_id: uuid.UUID, *, retry_after: int) -> Iterator[None]:
@@ -300,12 +383,39 @@ class RequestLimits:
         finally:
             self.provider_event_lookups.leave(key)
 
+    def check_routing_changes(self, application_id: uuid.UUID) -> None:
+        """`RateLimited` when this process knows the application's routing changes are used up
+        (its last take found the shared bucket empty); takes nothing and asks nothing."""
+        _refuse_while_waiting(
+            self.routing_changes.known_refusal(f"application:{application_id}"),
+            "routing document changes for this application",
+        )
+
+    async def charge_routing_change(self, application_id: uuid.UUID) -> None:
+        """Count one change of the application's routing document; `RateLimited` when its bucket
+        is empty."""
+        _refuse_while_waiting(
+            await self.routing_changes.take(f"application:{application_id}"),
+            "routing document changes for this application",
+        )
+
+    async def forgive_routing_change(self, application_id: uuid.UUID) -> None:
+        """Give back what `charge_routing_change` took for a document that changed nothing."""
+        await self.routing_changes.give_back(f"application:{application_id}")
+
+    async def charge_routing_evaluation(self, merchant_id: uuid.UUID) -> None:
+        """Count one routing evaluation of the merchant; `RateLimited` when its bucket is empty."""
+        _refuse_while_waiting(
+            await self.routing_evaluations.take(f"merchant:{merchant_id}"),
+            "routing evaluations for this merchant",
+        )
+
     @contextmanager
     def backtest(self, merchant_id: uuid.UUID) -> Iterator[None]:
-        """Hold one of the merchant's routing backtests and one of the process's for the block:
-        `RateLimited` (429) while the merchant has `BACKTESTS_PER_MERCHANT` in flight, `ServiceBusy`
-        (503) while the process has `BACKTESTS_AT_ONCE`, both to retry after
-        `BACKTEST_RETRY_AFTER_S`."""
+        """Hold one of the merchant's routing backtests and one of the process's for the block
+        (running or waiting its turn): `RateLimited` (429) while the merchant has
+        `BACKTESTS_PER_MERCHANT` in flight, `ServiceBusy` (503) while the process has
+        `BACKTESTS_AT_ONCE`, both to retry after `BACKTEST_RETRY_AFTER_S`."""
         key = str(merchant_id)
         if not self.backtests.try_enter(key):
             raise RateLimited(

@@ -11,8 +11,10 @@ import httpx
 from quart import current_app
 from quart_trio import QuartTrio
 
+from payorch.engine.backtest_processes import BacktestProcesses
 from payorch.engine.commands import PaymentActors
 from payorch.engine.context import Context
+from payorch.engine.passwords import PasswordHasher
 from payorch.http.api_key_cache import ApiKeyCache
 from payorch.http.request_limits import RequestLimits
 from payorch.outbound.client import CurrentClient
@@ -27,6 +29,8 @@ class Services:
     test_send_client: CurrentClient  # for webhook test sends (deliveries have a client of their own)
     limits: RequestLimits  # rate limits shared with every process on the database; caps in flight
     api_keys: ApiKeyCache  # active API keys recently seen, forgotten on revocation
+    passwords: PasswordHasher  # the process's turns at hashing passwords (login, signup)
+    backtests: BacktestProcesses  # the worker processes routing backtests are decided in
 
     @property
     def webhooks(self) -> httpx.AsyncClient:

@@ -42,13 +42,16 @@ NUL = "\u0000"
 
 @pytest.fixture
 def settings(settings: Settings) -> Settings:
-    # One client sends a few hundred requests in a few seconds, signup and login among them.
+    # One client sends a few hundred requests in a few seconds, signup, login and routing
+    # evaluations among them.
     limits = LimitSettings(
         requests_per_second=10_000,
         burst=10_000,
         login_per_minute=100_000,
         merchant_requests_per_second=10_000,
         merchant_burst=10_000,
+        routing_evaluations_per_second=10_000,
+        routing_evaluations_burst=10_000,
     )
     return settings.model_copy(update={"limits": limits})
 

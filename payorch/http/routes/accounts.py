@@ -1,4 +1,4 @@
-"""Merchant signup by invitation, and login."""
+"""Merchant signup by invitation, login and logout."""
 
 from __future__ import annotations
 
@@ -6,18 +6,18 @@ import functools
 from typing import Any
 
 from pydantic import TypeAdapter
-from quart import Blueprint, request
+from quart import Blueprint, Response, request
 from quart_schema import document_response, security_scheme, tag_blueprint
 
 from payorch.engine.access_tokens import AccessClaims, issue_access_token
-from payorch.engine.passwords import hash_password, verify_password
 from payorch.http import openapi as api
 from payorch.http import representations as bodies
+from payorch.http.auth import Accept, Principal, authenticated
 from payorch.http.models import LoginRequest, SignupQuery, SignupRequest
 from payorch.http.services import services
 from payorch.http.validation import View, body_limit, validate_querystring, validate_request
 from payorch.storage import accounts as accounts_store
-from payorch.values.errors import InvalidLogin, InviteInvalid
+from payorch.values.errors import AccountExists, InvalidLogin, InviteInvalid
 from payorch.values.secrets import token_hash
 
 blueprint = Blueprint("accounts", __name__, url_prefix="/api/v1")
@@ -55,22 +55,27 @@ async def charge_login_attempt() -> None:
 
 
 async def admin_access_token(data: LoginRequest) -> str:
-    """The access token (JWT) of the admin whose e-mail and password `data` holds: `RateLimited` when
-    the account has used up its failed logins, `InvalidLogin` (counted against the account) when the
-    e-mail or the password is wrong. The one check behind the API's login and the console's sign-in;
-    the caller charges the client address first (`charge_login_attempt`). The attempt is counted as
-    a failure before the password is checked and forgiven once it is right, so attempts at once
-    cannot pass the account's limit together."""
+    """The access token (JWT) of the admin whose e-mail and password `data` holds: `ServiceBusy`
+    (503) when every password hashing turn is taken, before anything else; `RateLimited` when the
+    account has used up its failed logins and this address group its own while they are
+    (`RequestLimits.count_login_attempt`); `InvalidLogin` (counted) when the e-mail or the password
+    is wrong. The one check behind the API's login and the console's sign-in; the caller charges the
+    client address first (`charge_login_attempt`). The attempt is counted as a failure before the
+    password is checked and forgiven once it is right, so attempts at once cannot pass the
+    account's limit together."""
     account = data.email.lower()  # logins compare e-mails without regard to case
     limits = services().limits
-    await limits.count_login_attempt(account)
+    with services().passwords.turn() as turn:
+        counted = await limits.count_login_attempt(account, request.remote_addr)
+        found = await services().context.db.autocommit(accounts_store.find_login, data.email)
+        if not await turn.verify(data.password, found.password_hash if found else None) or found is None:
+            raise InvalidLogin("e-mail or password is incorrect")
+    await limits.forgive_login_attempt(counted)
     settings = services().context.settings
-    found = await services().context.db.autocommit(accounts_store.find_login, data.email)
-    if not await verify_password(data.password, found.password_hash if found else None) or found is None:
-        raise InvalidLogin("e-mail or password is incorrect")
-    await limits.forgive_login_attempt(account)
     return issue_access_token(
-        AccessClaims(user_id=found.user_id, merchant_id=found.merchant_id),
+        AccessClaims(
+            user_id=found.user_id, merchant_id=found.merchant_id, session_version=found.session_version
+        ),
         secret=settings.auth.jwt_secret,
         ttl_s=settings.auth.jwt_ttl_s,
         now=services().context.clock.now(),
@@ -80,28 +85,45 @@ async def admin_access_token(data: LoginRequest) -> str:
 @blueprint.post("/merchants/signup")
 @security_scheme(api.NO_CREDENTIALS)
 @document_response(bodies.SignupResponse, 201)
-@api.errors(400, 409, 410, 413, 429, 500)
+@api.errors(400, 409, 410, 413, 429, 500, 503)
 @_charged_per_address  # signup and login share one bucket per address
 @body_limit(SIGNUP_MAX_BODY_BYTES)
 @validate_querystring(SignupQuery)
 @validate_request(SignupRequest)
 async def sign_up(data: SignupRequest, query_args: SignupQuery) -> tuple[dict[str, Any], int]:
-    """Create a merchant and its admin user with a one-time invite token."""
+    """Create a merchant and its admin user with a one-time invite token.
+
+    The invite is bound to the e-mail it was made for: a signup for another admin e-mail is 400
+    (`admin.email`), whether or not that address is registered, and leaves the invite usable. A 409
+    (the admin e-mail or the company registration number is registered already; it does not say
+    which) spends the invite as a 201 does."""
     if not query_args.token:
         raise InviteInvalid("query parameter 'token' (the invite token of the signup link) is required")
+    db, clock = services().context.db, services().context.clock
+    # A bad token is answered before the password is hashed; `sign_up` checks it again under its lock.
+    await db.autocommit(
+        accounts_store.check_invite,
+        token_hash=token_hash(query_args.token),
+        now=clock.now(),
+        admin_email=str(data.admin.email),
+    )
+    with services().passwords.turn() as turn:
+        password_hash = await turn.hash(data.admin.password)
     account = accounts_store.NewAccount(
         organization=data.organization.model_dump(mode="json"),
         admin_email=str(data.admin.email),
-        admin_password_hash=await hash_password(data.admin.password),
+        admin_password_hash=password_hash,
         admin_first_name=data.admin.firstName,
         admin_last_name=data.admin.lastName,
     )
-    await services().context.db.transaction(
+    signed_up = await db.transaction(
         accounts_store.sign_up,
         token_hash=token_hash(query_args.token),
         account=account,
-        now=services().context.clock.now(),
+        now=clock.now(),
     )
+    if signed_up is None:  # the invite is spent all the same (`sign_up`)
+        raise AccountExists(accounts_store.ACCOUNT_EXISTS)
     body: bodies.SignupResponse = {
         "organization": data.organization,
         "admin": {
@@ -116,7 +138,7 @@ async def sign_up(data: SignupRequest, query_args: SignupQuery) -> tuple[dict[st
 @blueprint.post("/auth/login")
 @security_scheme(api.NO_CREDENTIALS)
 @document_response(bodies.LoginResponse, 200)
-@api.errors(400, 401, 413, 429, 500)
+@api.errors(400, 401, 413, 429, 500, 503)
 @_charged_per_address  # before the password check too, so guessing is limited, right or wrong
 @body_limit(LOGIN_MAX_BODY_BYTES)
 @validate_request(LoginRequest)
@@ -128,3 +150,20 @@ async def log_in(data: LoginRequest) -> bodies.LoginResponse:
         "tokenType": "Bearer",
         "expiresIn": services().context.settings.auth.jwt_ttl_s,
     }
+
+
+@blueprint.post("/auth/logout")
+@security_scheme(api.JWT)
+@document_response(api.NoContent, 204)
+@api.errors(401, 429, 500)
+@authenticated(Accept.JWT)
+async def log_out(principal: Principal) -> Response:
+    """End the access token: sign its admin out everywhere.
+
+    Every access token issued to the admin until now answers 401 from then on: this one, those of
+    their other logins, and the console's session. Log in again for a new one."""
+    if principal.user_id is not None:  # always, for a JWT (`Accept.JWT`)
+        await services().context.db.autocommit(accounts_store.end_sessions, principal.user_id)
+    done = Response(b"", status=204)
+    del done.headers["Content-Length"], done.headers["Content-Type"]  # a 204 has neither (RFC 9110, 8.6)
+    return done

@@ -4,10 +4,12 @@ without creating it, and a candidate document replayed over the application's la
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeVar
 
 from quart import Blueprint, request
 from quart_schema import document_request, document_response, security_scheme, tag_blueprint
@@ -43,6 +45,10 @@ tag_blueprint(blueprint, ["Routing"])
 
 # What an application answers before it stores a document: every session routed dynamically.
 DEFAULT_DOCUMENT = document_json(RoutingDocument())
+# The most an evaluate body holds: a document as large as a PUT's, and the session beside it.
+MAX_EVALUATE_BYTES = MAX_DOCUMENT_BYTES + 16 * 1024
+
+R = TypeVar("R")
 
 
 def routing_body(stored: StoredRoutingDocument | None) -> bodies.RoutingDocument:
@@ -77,6 +83,19 @@ async def _document_sent() -> Any:
 # with the same ownership checks (`application_for`) and the same effect on the routing actors.
 
 
+def checked_routing_document(raw: Any, *, at: str = "") -> RoutingDocument:
+    """The document `raw` (parsed JSON) describes, naming only the catalogue's providers and
+    payment methods: `InvalidInput` (400) naming every problem (under `at.` when given) otherwise
+    (`parse_routing_document`)."""
+    providers = services().context.providers
+    return parse_routing_document(
+        raw,
+        [provider.name for provider in providers],
+        at=at,
+        known_methods=providers.all_payment_methods(),
+    )
+
+
 async def routing_document_of(principal: Principal, application_id: str) -> StoredRoutingDocument | None:
     """The application's routing document in force; None when it never stored one."""
     application = await application_for(principal, application_id)
@@ -87,18 +106,24 @@ async def replace_routing_document_of(
     principal: Principal, application_id: str, raw: Any
 ) -> StoredRoutingDocument:
     """Store `raw` (parsed JSON) as the application's next routing document, in force from its
-    application actors' next session on. `InvalidInput` (400), every problem listed, when it is not
-    a sound document; nothing is stored then."""
+    application actors' next session on; the same document as the one in force stores nothing and
+    answers that one. `InvalidInput` (400), every problem listed, when it is not a sound document;
+    `RateLimited` (429) when the application's changes are used up (`limits.routing_changes_*`,
+    a document that changes nothing takes none); nothing is stored then."""
     application = await application_for(principal, application_id)
-    context = services().context
-    document = parse_routing_document(raw, [provider.name for provider in context.providers])
-    stored = await context.db.transaction(
+    context, limits = services().context, services().limits
+    document = checked_routing_document(raw)
+    await limits.charge_routing_change(application.id)
+    stored, new = await context.db.transaction(
         routing_store.store_routing_document,
         application.id,
         document_json(document),
         now=context.clock.now(),
     )
-    services().actors.forget_application(application.id)  # the next session routes by it
+    if new:
+        services().actors.forget_application(application.id)  # the next session routes by it
+    else:
+        await limits.forgive_routing_change(application.id)
     return stored
 
 
@@ -123,8 +148,12 @@ async def put_routing(application_id: str, principal: Principal) -> bodies.Routi
 
     A document that is not sound is refused (400) with one `details` entry per problem, and nothing
     is stored; so is a body over 64 KiB. The answer is the document as stored, with its `version`
-    and `updatedAt`."""
-    await application_for(principal, application_id)  # 403 and 404 before a word about the body
+    and `updatedAt`; a document the same as the one in force stores nothing and answers that one,
+    its version unchanged. An application's changes are rate-limited
+    (`limits.routing_changes_per_hour`, `limits.routing_changes_burst`): beyond them, 429 with
+    Retry-After, nothing stored."""
+    application = await application_for(principal, application_id)  # 403 and 404 before the body
+    services().limits.check_routing_changes(application.id)  # known to be used up: before the body
     return routing_body(await replace_routing_document_of(principal, application_id, await _document_sent()))
 
 
@@ -146,24 +175,47 @@ def evaluation_body(evaluation: Evaluation) -> bodies.RoutingEvaluation:
     }
 
 
+async def charge_routing_evaluation(principal: Principal) -> None:
+    """Count one routing evaluation of the caller's merchant, before its body is read: `RateLimited`
+    (429) beyond `limits.routing_evaluations_per_second` and `..._burst`. Whoever calls
+    `evaluate_routing_of` calls this first."""
+    await services().limits.charge_routing_evaluation(principal.merchant_id)
+
+
+def _evaluation_charged(view: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+    """An evaluate route: after the application's 403 and 404, the merchant charged
+    (`charge_routing_evaluation`), then its body refused (400, as a PUT's) past
+    `MAX_EVALUATE_BYTES`, all before the body is read. Place it between `authenticated` and
+    `validate_request`."""
+
+    @functools.wraps(view)
+    async def charged(*args: Any, application_id: str, principal: Principal, **kwargs: Any) -> R:
+        await application_for(principal, application_id)  # read once: the operation's check is free
+        await charge_routing_evaluation(principal)
+        limit_request_body(MAX_EVALUATE_BYTES)
+        try:
+            return await view(*args, application_id=application_id, principal=principal, **kwargs)
+        except RequestEntityTooLarge:
+            raise InvalidInput(
+                "request body too large",
+                [FieldProblem("body", f"an evaluate body takes at most {MAX_EVALUATE_BYTES} bytes")],
+            ) from None
+
+    return charged
+
+
 async def evaluate_routing_of(
     principal: Principal, application_id: str, data: RoutingEvaluateRequest
 ) -> Evaluation:
     """How the session `data` describes would be routed now, by the stored document or by the one
     `data.routing` holds: `InvalidInput` (400) for a session body the create would refuse, or a
-    document with problems (each named under `routing.`). Creates nothing, calls no provider."""
+    document with problems (each named under `routing.`). Creates nothing, calls no provider. The
+    caller has charged the evaluation (`charge_routing_evaluation`)."""
     application = await application_for(principal, application_id)
     if data.applicationId is not None and data.applicationId != application.id:
         raise NotPermitted("the body names another application than the path")
     draft = session_draft(data, application.id)
-    context = services().context
-    tried = (
-        None
-        if data.routing is None
-        else parse_routing_document(
-            data.routing, [provider.name for provider in context.providers], at="routing"
-        )
-    )
+    tried = None if data.routing is None else checked_routing_document(data.routing, at="routing")
     return await services().actors.ask(application.id, EvaluateRouting(draft, tried))
 
 
@@ -172,6 +224,7 @@ async def evaluate_routing_of(
 @document_response(bodies.RoutingEvaluation, 200)
 @api.errors(400, 401, 403, 404, 413, 429, 500, 503)
 @authenticated(Accept.JWT)
+@_evaluation_charged
 @validate_request(RoutingEvaluateRequest)
 async def evaluate_routing(
     application_id: str, data: RoutingEvaluateRequest, principal: Principal
@@ -182,7 +235,9 @@ async def evaluate_routing(
     The answer is the decision: the matching rule, the route's type, the version of the document,
     the provider a create would try first and every provider's place in the ranking with its score
     and reason. It creates nothing and calls no provider. A split or an exploration draws from the
-    session's id, new for each call, as it is for each session."""
+    session's id, new for each call, as it is for each session. A merchant's evaluations are
+    rate-limited (`limits.routing_evaluations_per_second`, `..._burst`: 429 beyond them) and a
+    body over 80 KiB is 400, both before the body is read."""
     return evaluation_body(await evaluate_routing_of(principal, application_id, data))
 
 
@@ -239,15 +294,17 @@ async def backtest_routing_of(
 ) -> Backtest:
     """`data.routing` replayed over the application's sessions of the last `data.days` days (the
     newest `data.limit`): `InvalidInput` (400) for a document with problems (each named under
-    `routing.`). One backtest of a merchant runs at a time (`RateLimited`, 429) and a few in the
-    process (`ServiceBusy`, 503). Reads only: stores nothing, creates nothing, calls no provider."""
+    `routing.`). A merchant has one backtest running or waiting its turn at a time (`RateLimited`,
+    429), the process a few (`ServiceBusy`, 503); each is decided in a backtest worker process, in
+    the order they came (`BacktestWorkerLost`, 503, should that process die). Reads only: stores
+    nothing, creates nothing, calls no provider."""
     application = await application_for(principal, application_id)
     context = services().context
-    document = parse_routing_document(
-        data.routing, [provider.name for provider in context.providers], at="routing"
-    )
+    document = checked_routing_document(data.routing, at="routing")
     with services().limits.backtest(application.merchant_id):
-        return await run_backtest(context, application.id, document, days=data.days, limit=data.limit)
+        return await run_backtest(
+            context, services().backtests, application.id, document, days=data.days, limit=data.limit
+        )
 
 
 @blueprint.post("/<application_id>/routing/backtest")
@@ -270,8 +327,10 @@ async def backtest_routing(
     provider showed on its own sessions; per rule, the sessions it matches; and the candidate's
     estimated approval beside the one observed. It is an estimate made in hindsight:
     docs/routing.md says what a backtest cannot know. A document with problems is 400, each named
-    under `routing.`. It stores nothing and calls no provider. One backtest of a merchant runs at
-    a time (429 meanwhile), a few in the process (503), both with Retry-After."""
+    under `routing.`. It stores nothing and calls no provider. It is decided in a worker process,
+    not in the server's: backtests take their turn there in the order they came. A merchant has
+    one backtest running or waiting at a time (another is 429), the process a few (one more is
+    503), both with Retry-After."""
     return backtest_body(await backtest_routing_of(principal, application_id, data))
 
 
