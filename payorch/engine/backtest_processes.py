@@ -4,8 +4,11 @@ at them, handed out in the order they were asked for.
 Deciding 100,000 sessions takes seconds of CPU. In a thread of the server it would hold Python's
 interpreter lock away from the threads that serve everyone else's requests, so a backtest is
 decided in a process of its own (`engine.backtest_worker`), at a lower priority than the server
-(`NICENESS`: the system gives its CPU to serving first), while the server only reads the sessions
-and sends them over.
+(`NICENESS`: the system gives its CPU to serving first). The worker reads the sessions too, over a
+database connection of its own: reading and converting 100,000 rows on the server's database thread
+would hold that thread, which every request shares, and the interpreter lock. The server's share of a
+backtest is a few messages: the run's plain inputs, and what the catalogue's providers take of each
+kind of session the worker meets.
 
 `BacktestProcesses.run` (started by the runtime with `nursery.start`) holds the processes:
 `PROCESSES` of them at most, each started at its first use (a server that never backtests starts
@@ -15,7 +18,7 @@ over for one backtest. A worker whose backtest did not end cleanly (the request 
 client gone, the service stopping; an error) is killed, and a new one started at the next turn;
 one that died (`BacktestWorkerLost`, 503) is replaced the same way. When `run` is cancelled, every
 worker process is killed and waited for: none outlives the service. A server killed outright
-closes the workers' input, and each ends after the batch it is deciding.
+closes the workers' input, and each ends at its next message (its answer, or its next question).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import os
 import pickle
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import trio
@@ -33,17 +36,15 @@ import trio
 from payorch.engine.backtest_worker import (
     HEADER,
     START,
-    Begin,
-    Decide,
     Failed,
-    Finish,
+    Limits,
     Message,
+    NeedLimits,
+    Ran,
+    Run,
     framed,
 )
-from payorch.engine.routing_backtest import AmountLimits, LinkedProvider, Replay
-from payorch.engine.routing_rules import RoutingDocument
-from payorch.engine.success_rates import RoutingSettings, SegmentFigures
-from payorch.storage.routing_history import PastSession
+from payorch.engine.routing_backtest import AmountLimits
 from payorch.values.errors import ServiceBusy
 
 log = logging.getLogger("payorch.backtests")
@@ -59,6 +60,16 @@ class BacktestWorkerLost(ServiceBusy):
 
     def __init__(self, message: str) -> None:
         super().__init__(f"{message}: retry after {LOST_RETRY_AFTER_S} s", retry_after=LOST_RETRY_AFTER_S)
+
+
+class BacktestDatabaseUnavailable(ServiceBusy):
+    """The worker process could not read the sessions: the database was unavailable or too slow (503)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            f"the database could not be read for the backtest: retry after {LOST_RETRY_AFTER_S} s",
+            retry_after=LOST_RETRY_AFTER_S,
+        )
 
 
 class BacktestFailed(RuntimeError):
@@ -79,25 +90,16 @@ class BacktestWorker:
         self._receive = receive
         self._buffer = bytearray()
 
-    async def begin(
-        self,
-        document: RoutingDocument,
-        configs: Sequence[LinkedProvider],
-        segments: Sequence[SegmentFigures],
-        settings: RoutingSettings,
-    ) -> None:
-        """Start the replay of `document`."""
-        await self._ask(Begin(document, tuple(configs), tuple(segments), settings))
-
-    async def decide(self, sessions: Sequence[PastSession], limits: AmountLimits) -> None:
-        """Decide and count `sessions`; `limits` adds what the catalogue's providers take for
-        kinds of session the worker was not told of yet."""
-        await self._ask(Decide([tuple(session) for session in sessions], limits))
-
-    async def finish(self) -> Replay:
-        """The replay's result."""
-        answer = await self._ask(Finish())
-        assert isinstance(answer, Replay)
+    async def backtest(
+        self, run: Run, limits_of: Callable[[frozenset[tuple[str, str]]], AmountLimits]
+    ) -> Ran:
+        """Have the worker read and decide the sessions of `run`, answering each of its questions
+        with `limits_of` the kinds of session it asks of."""
+        answer = await self.ask(run)
+        while isinstance(answer, NeedLimits):
+            answer = await self.ask(Limits(limits_of(answer.kinds)))
+        if not isinstance(answer, Ran):
+            raise BacktestFailed(f"the backtest's worker process answered {type(answer).__name__}")
         return answer
 
     async def announced_pid(self) -> int:
@@ -106,13 +108,17 @@ class BacktestWorker:
         assert isinstance(pid, int)
         return pid
 
-    async def _ask(self, message: Message) -> object:
+    async def ask(self, message: Message) -> object:
+        """Send `message`, and answer the worker's answer (`BacktestFailed` when it failed)."""
         try:
             await self._send.send_all(framed(message))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             raise self._lost() from None
         answer = await self._next_answer()
         if isinstance(answer, Failed):
+            if answer.unavailable:
+                log.warning("a routing backtest could not read the database:\n%s", answer.description)
+                raise BacktestDatabaseUnavailable()
             raise BacktestFailed(f"the backtest's worker process failed:\n{answer.description}")
         return answer
 
@@ -249,9 +255,13 @@ class BacktestProcesses:
 
     def _lower_priority(self, pid: int) -> None:
         """Give the process `pid` `niceness` less priority than this one (the system's least at
-        most): done at once after its start, before it imports anything."""
+        most), and on Linux the idle scheduling class (`SCHED_IDLE`: it runs only on a core no
+        other process wants, and yields it at once when one does): done at once after its start,
+        before it imports anything."""
         try:
             own = os.getpriority(os.PRIO_PROCESS, 0)
             os.setpriority(os.PRIO_PROCESS, pid, min(19, own + self._niceness))
+            if hasattr(os, "SCHED_IDLE"):
+                os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
         except PermissionError as error:  # a sandbox that forbids it: the worker runs, at our priority
             log.warning("a routing backtest worker process keeps the server's priority: %s", error)

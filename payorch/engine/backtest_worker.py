@@ -1,5 +1,6 @@
-"""The backtest worker process: it decides a routing backtest's sessions (`engine.routing_backtest`)
-away from the server's interpreter, so the CPU a backtest takes never holds the lock the serving
+"""The backtest worker process: it reads a routing backtest's sessions over a database connection
+of its own and decides them (`engine.routing_backtest`) away from the server, so neither the rows'
+reading nor the CPU a backtest takes ever holds the lock or the database thread the serving
 threads need (docs/routing.md, "Backtest").
 
 The server starts it (`engine.backtest_processes`) as `python -c "<START>"`: a fresh interpreter,
@@ -10,26 +11,38 @@ message with one frame:
 | message | what the worker does | answer |
 |---|---|---|
 | (on start) | | its process id, once it is ready |
-| `Begin` | starts a replay of `document` (the rates learned from `segments`) | None |
-| `Decide` | decides and counts `sessions`, knowing `limits` more | None |
-| `Finish` | | the replay's `Replay`, and forgets it |
+| `Run` | reads the sessions of the window in batches and decides them | `Ran` |
+| `Limits` | knows what the catalogue's providers take of the kinds it asked of | |
 
-A message it fails on is answered `Failed` (the traceback), and the server stops the worker. The
-worker ends when its input ends: the server closed it, or is gone. Anything printed goes to its
-standard error, never into the frames. Only the server's own messages are unpickled here, and only
-its own worker's answers there: the pipe joins two processes of one program.
+A `Run` is answered `Ran` once every session is decided; before each batch that holds kinds of
+session (payment method and currency) the worker was not told of, it asks `NeedLimits`, and waits
+for the server's `Limits`. The sessions are read by `storage.routing_history.read_past_sessions`,
+the one statement that reads them.
+
+It reads the sessions on one connection it keeps between backtests (the DSN comes in `Run`, over
+the pipe, never in its arguments), in a read-only REPEATABLE READ transaction, through a
+server-side cursor, each statement bounded by `STATEMENT_TIMEOUT_S`. A message it fails on is
+answered `Failed` (the traceback; `unavailable` when the database was), and the server stops the
+worker. The worker ends when its input ends: the server closed it, or is gone. Anything printed
+goes to its standard error, never into the frames. Only the server's own messages are unpickled
+here, and only its own worker's answers there: the pipe joins two processes of one program.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pickle
 import signal
 import struct
 import sys
 import traceback
+import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import BinaryIO
+
+import asyncpg
 
 from payorch.engine.routing_backtest import (
     AmountLimits,
@@ -40,17 +53,30 @@ from payorch.engine.routing_backtest import (
 )
 from payorch.engine.routing_rules import RoutingDocument
 from payorch.engine.success_rates import RoutingSettings, SegmentFigures, SuccessRates
-from payorch.storage.routing_history import PastSession
+from payorch.storage.dedicated import CONNECT_TIMEOUT_S
+from payorch.storage.failures import StorageFailure, storage_failure
+from payorch.storage.routing_history import PastSession, read_past_sessions
 
 # What the server runs with its own interpreter (`sys.executable -c START`).
 START = "from payorch.engine.backtest_worker import serve; serve()"
 HEADER = struct.Struct(">Q")  # a frame's length
+BATCH = 10_000  # sessions fetched from the cursor and decided at a time
+STATEMENT_TIMEOUT_S = 60  # the most one statement of a backtest's reading may take (each fetch is one)
+# How the worker's connection is named in pg_stat_activity.
+APPLICATION_NAME = "payorch backtest"
 
 
 @dataclass(frozen=True)
-class Begin:
-    """Start a replay of `document` on the application's `configs` and the rates of `segments`."""
+class Run:
+    """Replay `document` over the application's sessions created from `since` until `until`, the
+    newest `limit` at most, on the application's `configs` and the rates of `segments`, reading
+    them from the database at `dsn`."""
 
+    dsn: str
+    application_id: uuid.UUID
+    since: datetime
+    until: datetime
+    limit: int
     document: RoutingDocument
     configs: tuple[LinkedProvider, ...]
     segments: tuple[SegmentFigures, ...]
@@ -58,27 +84,39 @@ class Begin:
 
 
 @dataclass(frozen=True)
-class Decide:
-    """Decide and count `sessions` (each a `PastSession`'s fields: a plain tuple pickles ten times
-    faster than a named one), the catalogue's `limits` for their kinds of session added."""
+class NeedLimits:
+    """The worker asks what the catalogue's providers take of these kinds of session (payment method
+    and currency): the server answers `Limits`."""
 
-    sessions: list[tuple[object, ...]]
+    kinds: frozenset[tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the catalogue's providers take of the kinds of session a `NeedLimits` asked of."""
+
     limits: AmountLimits
 
 
 @dataclass(frozen=True)
-class Finish:
-    """Answer the replay's result."""
+class Ran:
+    """A run's answer: what the replay found, and the creation time of the oldest session replayed
+    when the window held more than the limit (None when it did not)."""
+
+    replay: Replay
+    oldest: datetime | None
 
 
 @dataclass(frozen=True)
 class Failed:
-    """The worker could not do what it was asked: `description` is the traceback."""
+    """The worker could not do what it was asked: `description` is the traceback; `unavailable`:
+    the database was unavailable (not answering, too slow, shutting down)."""
 
     description: str
+    unavailable: bool = False
 
 
-Message = Begin | Decide | Finish
+Message = Run | Limits
 
 
 def framed(message: object) -> bytes:
@@ -87,29 +125,70 @@ def framed(message: object) -> bytes:
     return HEADER.pack(len(payload)) + payload
 
 
-class _Replay:
-    """The worker's one replay in progress."""
+class _Worker:
+    """The worker's database connection (opened at its first run, kept for the next) and its pipe."""
 
-    def __init__(self, begin: Begin) -> None:
-        self.limits: AmountLimits = {}
-        rates = SuccessRates.from_rows(begin.segments, begin.settings)
-        self.replayer = Replayer(
-            begin.document, begin.configs, accepts_within(self.limits), rates, begin.settings
-        )
+    def __init__(self, inbox: BinaryIO, outbox: BinaryIO) -> None:
+        self._inbox = inbox
+        self._outbox = outbox
+        self._conn: asyncpg.Connection | None = None
+        self._dsn: str | None = None
 
+    def send(self, answer: object) -> None:
+        self._outbox.write(framed(answer))
+        self._outbox.flush()
 
-def _answer(message: object, replay: _Replay | None) -> tuple[object, _Replay | None]:
-    """What the worker answers `message`, and its replay after it."""
-    if isinstance(message, Begin):
-        return None, _Replay(message)
-    if isinstance(message, Decide) and replay is not None:
-        replay.limits.update(message.limits)
-        replay.replayer.replay(PastSession._make(fields) for fields in message.sessions)
-        return None, replay
-    if isinstance(message, Finish) and replay is not None:
-        result: Replay = replay.replayer.result()
-        return result, None
-    raise ValueError(f"unexpected message {type(message).__name__} (a replay begun: {replay is not None})")
+    async def _connection(self, dsn: str) -> asyncpg.Connection:
+        if self._conn is not None and (self._dsn != dsn or self._conn.is_closed()):
+            await self.close()
+        if self._conn is None:
+            self._conn = await asyncpg.connect(
+                dsn,
+                timeout=CONNECT_TIMEOUT_S,
+                server_settings={
+                    "application_name": APPLICATION_NAME,
+                    "statement_timeout": f"{STATEMENT_TIMEOUT_S}s",
+                    "idle_in_transaction_session_timeout": f"{STATEMENT_TIMEOUT_S}s",
+                    "default_transaction_read_only": "on",
+                },
+            )
+            self._dsn = dsn
+        return self._conn
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.terminate()
+
+    async def run(self, run: Run) -> Ran:
+        """Read and decide the sessions of `run`."""
+        limits: AmountLimits = {}
+        rates = SuccessRates.from_rows(run.segments, run.settings)
+        replayer = Replayer(run.document, run.configs, accepts_within(limits), rates, run.settings)
+        told: set[tuple[str, str]] = set()  # the kinds of session whose limits the server told
+
+        async def decide(batch: list[PastSession]) -> None:
+            kinds = {(past.payment_method, past.currency) for past in batch} - told
+            if kinds:
+                limits.update(self._limits_of(frozenset(kinds)))
+                told.update(kinds)
+            replayer.replay(batch)
+
+        conn = await self._connection(run.dsn)
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            oldest = await read_past_sessions(
+                conn, run.application_id, run.since, run.until, run.limit, BATCH, decide
+            )
+        return Ran(replayer.result(), oldest)
+
+    def _limits_of(self, kinds: frozenset[tuple[str, str]]) -> AmountLimits:
+        self.send(NeedLimits(kinds))
+        answer = _read_frame(self._inbox)
+        if answer is None:
+            raise SystemExit(0)  # the server is gone
+        if not isinstance(answer, Limits):
+            raise ValueError(f"unexpected message {type(answer).__name__} (limits asked)")
+        return answer.limits
 
 
 def _read_frame(inbox: BinaryIO) -> object | None:
@@ -132,13 +211,17 @@ def serve() -> None:
     inbox = sys.stdin.buffer
     outbox = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # a stray print cannot break a frame
-    outbox.write(framed(os.getpid()))
-    outbox.flush()
-    replay: _Replay | None = None
+    worker = _Worker(inbox, outbox)
+    loop = asyncio.new_event_loop()
+    worker.send(os.getpid())
     while (message := _read_frame(inbox)) is not None:
+        answer: object
         try:
-            answer, replay = _answer(message, replay)
-        except Exception:  # told to the server, which stops this worker
-            answer, replay = Failed(traceback.format_exc()), None
-        outbox.write(framed(answer))
-        outbox.flush()
+            if not isinstance(message, Run):
+                raise ValueError(f"unexpected message {type(message).__name__}")
+            answer = loop.run_until_complete(worker.run(message))
+        except Exception as error:  # told to the server, which stops this worker
+            unavailable = storage_failure(error) is StorageFailure.UNAVAILABLE or isinstance(error, OSError)
+            answer = Failed(traceback.format_exc(), unavailable)
+            loop.run_until_complete(worker.close())
+        worker.send(answer)

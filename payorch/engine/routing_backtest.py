@@ -28,7 +28,7 @@ Counting is all that is kept between batches, so memory follows a batch, not the
 A `Replayer` runs in a backtest worker process (`engine.backtest_worker`), so everything it is
 given is a plain value that crosses a pipe: the configurations as `LinkedProvider`s, and what the
 catalogue's providers take as `AmountLimits` (the server asks its catalogue, batch by batch, for the
-kinds of session the batch holds: `accepts_within` answers from them as
+kinds of session the worker meets: `accepts_within` answers from them as
 `session_routing.accepts_of` answers from the catalogue).
 """
 
@@ -48,7 +48,6 @@ from payorch.values.statuses import Outcome
 
 MAX_DAYS = 30  # how far back a backtest may reach
 MAX_SESSIONS = 100_000  # the most sessions one backtest replays
-CHECKPOINT_EVERY = 1000  # sessions replayed between two calls of the replay's `checkpoint`
 
 
 # By provider, payment method and currency: the amounts the provider takes (minor units, both
@@ -184,14 +183,11 @@ class Replayer:
             tuple[str, str, str], list[int]
         ] = {}  # by new segment: [sessions, paid where they went]
 
-    def replay(self, sessions: Iterable[PastSession], checkpoint: Callable[[], None] = lambda: None) -> None:
-        """Decide and count each of `sessions`, calling `checkpoint` every `CHECKPOINT_EVERY` of
-        them (it may raise to stop the replay: what was counted stays counted)."""
+    def replay(self, sessions: Iterable[PastSession]) -> None:
+        """Decide and count each of `sessions`."""
         document, configs, accepts = self._document, self._configs, self._accepts
         rates, settings = self._rates, self._settings
-        for number, past in enumerate(sessions, 1):
-            if number % CHECKPOINT_EVERY == 0:
-                checkpoint()
+        for past in sessions:
             amount = Money(past.amount_minor, past.currency)
             eligible = eligible_providers(configs, accepts, past.payment_method, amount)
             facts = SessionFacts(past.payment_method, amount, past.billing_country, past.session_id)

@@ -1,15 +1,16 @@
-"""One routing backtest of an application (docs/routing.md, "Backtest"): its inputs read, its last
-sessions read in batches, and each batch decided in a backtest worker process
-(`engine.backtest_processes`).
+"""One routing backtest of an application (docs/routing.md, "Backtest"): its small inputs read here,
+its last sessions read and decided in a backtest worker process (`engine.backtest_processes`).
 
-The decisions are CPU work, tens of microseconds a session: 100,000 sessions would hold the event
-loop for seconds, and in a thread of this process Python's interpreter lock away from the threads
-that serve every other merchant. So only the reads run here (asyncpg, on its own thread) and the
-decisions in the worker process, whose turn the backtest holds from its first read to its answer:
-the worker is given the inputs as plain values (`routing_backtest.LinkedProvider`, the learned
-rates' rows, what the catalogue's providers take of each kind of session met) and each batch as it
-is read. A cancelled backtest (its client gone, the service stopping) kills its worker there and
-then. How many backtests run and wait at once is the caller's to bound (`http.request_limits`).
+The decisions are CPU work, tens of microseconds a session, and the rows 100,000 of them: read and
+converted here, they would hold the database thread every request shares and Python's interpreter
+lock away from the threads that serve every other merchant. So the server reads only the inputs
+(the application's configurations and learned rates' rows, a few rows) and hands the worker plain
+values (`backtest_worker.Run`: the DSN, the application, the window and limit, the candidate
+document, `routing_backtest.LinkedProvider`s, the rates' rows); the worker reads the sessions over a
+connection of its own and asks, for each kind of session it meets, what the catalogue's providers
+take of it. The backtest holds its worker's turn from its first read to its answer. A cancelled
+backtest (its client gone, the service stopping) kills its worker there and then. How many
+backtests run and wait at once is the caller's to bound (`http.request_limits`).
 """
 
 from __future__ import annotations
@@ -20,18 +21,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from payorch.engine.backtest_processes import BacktestProcesses
+from payorch.engine.backtest_worker import Run
 from payorch.engine.context import Context
 from payorch.engine.routing_backtest import AmountLimits, LinkedProvider, Replay
 from payorch.engine.routing_rules import RoutingDocument
 from payorch.engine.session_routing import learned_settings
 from payorch.engine.success_rates import SegmentFigures
 from payorch.providers.catalogue import ProviderCatalogue
-from payorch.storage import provider_configs, routing_history, routing_outcomes
+from payorch.storage import provider_configs, routing_outcomes
 from payorch.storage.database import Connection
 from payorch.storage.provider_configs import ProviderConfig
 from payorch.storage.routing_outcomes import SegmentOutcomes
-
-BATCH = 10_000  # sessions read (one statement) and sent to the worker process at a time
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,8 @@ async def run_backtest(
 ) -> Backtest:
     """Replay `document` over the application's sessions of the last `days` days, its newest `limit`
     at most, routed on today's links and today's learned rates, in a worker process of `processes`
-    once its turn comes (`BacktestWorkerLost`, 503, when that process dies); reads, and changes
-    nothing."""
+    once its turn comes (`BacktestWorkerLost`, 503, when that process dies; `BacktestDatabaseUnavailable`,
+    503, when it cannot read the sessions); reads, and changes nothing."""
     async with processes.worker() as worker:
         until = context.clock.now()
         since = until - timedelta(days=days)
@@ -98,28 +98,22 @@ async def run_backtest(
             for config in configs
             if catalogue.get(config.provider) is not None
         ]
-        await worker.begin(document, linked, [SegmentFigures(*row) for row in segments], settings)
         names = {config.provider for config in linked}
-        told: set[tuple[str, str]] = set()  # the kinds of session the worker knows the limits of
-        cursor: routing_history.Cursor | None = routing_history.first_cursor(until)
-        left, limited = limit, False
-        while cursor is not None and left > 0:
-            batch, cursor = await context.db.autocommit(
-                routing_history.past_sessions, application_id, since, cursor, min(BATCH, left)
-            )
-            left -= len(batch)
-            kinds = {(past.payment_method, past.currency) for past in batch} - told
-            told |= kinds
-            await worker.decide(batch, _limits_of(catalogue, names, kinds))
-        if cursor is not None:  # the limit is reached: is there an older session in the window?
-            older, _ = await context.db.autocommit(
-                routing_history.past_sessions, application_id, since, cursor, 1
-            )
-            limited = bool(older)
-        replay = await worker.finish()
+        run = Run(
+            dsn=context.db.dsn,
+            application_id=application_id,
+            since=since,
+            until=until,
+            limit=limit,
+            document=document,
+            configs=tuple(linked),
+            segments=tuple(SegmentFigures(*row) for row in segments),
+            settings=settings,
+        )
+        ran = await worker.backtest(run, lambda kinds: _limits_of(catalogue, names, kinds))
     return Backtest(
-        since=cursor[0] if limited and cursor is not None else since,
+        since=ran.oldest if ran.oldest is not None else since,
         until=until,
-        limited=limited,
-        replay=replay,
+        limited=ran.oldest is not None,
+        replay=ran.replay,
     )

@@ -1,6 +1,8 @@
 """An application's past sessions as routing saw them, for a backtest (`engine.routing_backtest`):
 each session's payment method, amount, customer's billing country, the provider that created its
-checkout and its outcome there, newest first, read in bounded batches.
+checkout and its outcome there, newest first, read in bounded batches through a server-side cursor.
+A backtest's worker process reads them over its own connection (`engine.backtest_worker`), never
+the server.
 
 Only those few columns are read: the customer's billing country is taken out of its JSON in the
 statement, so no JSON reaches payorch. A batch walks the application's sessions index
@@ -11,8 +13,11 @@ the previous one stopped, so each costs its own rows, however far back it starts
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import NamedTuple
+
+from asyncpg import Record
 
 from payorch.storage.database import Connection
 from payorch.storage.enumerated_columns import sql_literal
@@ -30,10 +35,6 @@ class PastSession(NamedTuple):
     provider: str  # the provider that created its checkout
     outcome: Outcome | None  # its first outcome there; None while it has none
 
-
-# Where the outcome's cursor stands: the creation time and id of the last session read (the next
-# batch starts after it).
-Cursor = tuple[datetime, uuid.UUID]
 
 # The outcome routing learned (`routing_outcomes`, migration 0017: the first, at the provider that
 # created the checkout). A session created before payorch recorded outcomes has none there: its
@@ -59,26 +60,43 @@ _PAST_SESSIONS = f"""
     LIMIT $5"""
 
 _OUTCOMES = {outcome.value: outcome for outcome in Outcome}
-# Past every id: a cursor at `until` with it starts the first batch at the newest session before `until`.
+# Past every id: the window's end `until` includes the sessions created at `until` itself.
 _LAST_ID = uuid.UUID(int=2**128 - 1)
 
 
-def first_cursor(until: datetime) -> Cursor:
-    """Where the first batch of sessions created before `until` starts."""
-    return until, _LAST_ID
+async def read_past_sessions(
+    conn: Connection,
+    application_id: uuid.UUID,
+    since: datetime,
+    until: datetime,
+    limit: int,
+    batch: int,
+    each: Callable[[list[PastSession]], Awaitable[None]],
+) -> datetime | None:
+    """Call `each` with the application's sessions created from `since` until `until`, newest
+    first, `batch` at a time, `limit` of them at most. One statement, read through a server-side
+    cursor (so in a transaction the caller opens: read-only, REPEATABLE READ), `batch` rows a fetch:
+    the reader's memory follows a batch, not the window. Answers the creation time of the oldest
+    session given when the window held more than `limit` (the newest `limit` were given), else None."""
+    cursor = await conn.cursor(_PAST_SESSIONS, application_id, since, until, _LAST_ID, limit + 1)
+    left, oldest = limit, None
+    while left > 0:
+        wanted = min(batch, left)
+        rows = await cursor.fetch(wanted)
+        if rows:
+            await each(_past_sessions(rows))
+            oldest = rows[-1][1]
+        if len(rows) < wanted:
+            return None  # the window ended first
+        left -= wanted
+    return oldest if await cursor.fetchrow() is not None else None
 
 
-async def past_sessions(
-    conn: Connection, application_id: uuid.UUID, since: datetime, after: Cursor, limit: int
-) -> tuple[list[PastSession], Cursor | None]:
-    """The application's next `limit` sessions (at most) created at `since` or later, newest first,
-    starting after `after` (`first_cursor`, then the cursor the previous batch answered); and where
-    the next batch starts, None once this one reached `since` (it held fewer than `limit`)."""
-    rows = await conn.fetch(_PAST_SESSIONS, application_id, since, *after, limit)
+def _past_sessions(rows: Sequence[Record]) -> list[PastSession]:
     # A batch names a few payment methods, currencies, countries and providers many times: one
     # string each, not one per row.
     names: dict[str, str] = {}
-    sessions = [
+    return [
         PastSession(
             str(row[0]),
             names.setdefault(row[2], row[2]),
@@ -90,6 +108,3 @@ async def past_sessions(
         )
         for row in rows
     ]
-    if len(rows) < limit:
-        return sessions, None
-    return sessions, (rows[-1][1], rows[-1][0])

@@ -9,10 +9,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-import pytest
-
 from payorch.engine.routing_backtest import (
-    CHECKPOINT_EVERY,
     EstimatedApproval,
     ProviderTally,
     Replay,
@@ -221,23 +218,3 @@ def test_batches_replayed_one_after_another_count_as_one() -> None:
     replayer.replay(history[:3])
     replayer.replay(history[3:])
     assert replayer.result() == replayed(priority("mollie"), history)
-
-
-def test_the_replay_calls_its_checkpoint_between_sessions_and_stops_when_it_raises() -> None:
-    class Stop(Exception):
-        pass
-
-    calls = []
-
-    def checkpoint() -> None:
-        calls.append(1)
-        if len(calls) == 2:
-            raise Stop
-
-    settings = RoutingSettings(exploration=0.0)
-    replayer = Replayer(
-        parse_routing_document({}, CATALOGUE), LINKED, takes_everything, NO_EVIDENCE, settings
-    )
-    with pytest.raises(Stop):
-        replayer.replay(sessions("stripe", "s" * (3 * CHECKPOINT_EVERY)), checkpoint)
-    assert replayer.result().sessions == 2 * CHECKPOINT_EVERY - 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -16,10 +17,18 @@ import pytest
 import trio
 
 from payorch.config import Settings
-from payorch.engine.backtest_processes import LOST_RETRY_AFTER_S, BacktestFailed, BacktestProcesses
+from payorch.engine.backtest_processes import (
+    LOST_RETRY_AFTER_S,
+    BacktestDatabaseUnavailable,
+    BacktestFailed,
+    BacktestProcesses,
+)
+from payorch.engine.backtest_worker import APPLICATION_NAME, Limits, Run
+from payorch.engine.routing_rules import parse_routing_document
+from payorch.engine.success_rates import RoutingSettings
 from payorch.http.request_limits import BACKTEST_RETRY_AFTER_S, BACKTESTS_AT_ONCE
 from payorch.runtime import Runtime, open_runtime
-from payorch.storage.database import Database
+from payorch.storage.database import Connection, Database
 from tests.clock import ShiftedClock
 from tests.helpers import Client, Shop, create_session, eventually, new_shop, post_json
 
@@ -72,8 +81,30 @@ async def test_a_backtest_is_decided_in_a_worker_process_of_lower_priority(
     assert pid != os.getpid()
     assert psutil.Process(pid).ppid() == os.getpid()
     assert os.getpriority(os.PRIO_PROCESS, pid) > os.getpriority(os.PRIO_PROCESS, 0)
+    assert os.sched_getscheduler(pid) == os.SCHED_IDLE  # a core only when no one else wants it
     assert (await _backtest(client, shop)).status_code == 200
     assert backtests.pids() == [pid]  # kept for the next backtest
+
+
+async def test_a_backtest_reads_the_sessions_in_its_worker_process_over_a_connection_of_its_own(
+    client: Client, db: Database, settings: Settings, backtests: BacktestProcesses
+) -> None:
+    shop = await new_shop(client, db, settings)
+    assert (await create_session(client, shop, "one")).status_code == 201
+    response = await _backtest(client, shop)
+    assert response.status_code == 200
+    assert (await response.get_json())["sessions"] == 1
+    (pid,) = backtests.pids()
+
+    async def readers(conn: Connection) -> list[Any]:
+        return await conn.fetch(
+            "SELECT state FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()",
+            APPLICATION_NAME,
+        )
+
+    (reader,) = await db.autocommit(readers)  # the worker's connection, kept for the next backtest
+    assert reader["state"] == "idle"  # its read-only transaction ended with the backtest
+    assert psutil.Process(pid).net_connections(kind="all")  # held by the worker process
 
 
 async def test_a_second_backtest_of_a_merchant_waiting_its_turn_is_429(
@@ -228,9 +259,35 @@ async def test_a_backtest_whose_request_is_cancelled_ends_its_worker_process(
 async def test_a_worker_that_fails_a_message_is_an_error_and_is_not_used_again(
     backtests: BacktestProcesses,
 ) -> None:
-    with pytest.raises(BacktestFailed, match="unexpected message Decide"):
+    with pytest.raises(BacktestFailed, match="unexpected message Limits"):
         async with backtests.worker() as worker:
-            await worker.decide([], {})  # before any `begin`: a fault of the server's, not a 503
+            await worker.ask(Limits({}))  # not asked for: a fault of the server's, not a 503
+
+    async def gone() -> bool:
+        return worker.pid not in backtests.pids()
+
+    await eventually(gone)
+
+
+async def test_a_worker_that_cannot_reach_the_database_answers_503_and_is_not_used_again(
+    backtests: BacktestProcesses, clock: ShiftedClock
+) -> None:
+    now = clock.now()
+    run = Run(
+        dsn="postgresql://payorch@127.0.0.1:1/payorch",  # nothing listens there
+        application_id=uuid.uuid4(),
+        since=now,
+        until=now,
+        limit=10,
+        document=parse_routing_document({}, frozenset({"sandbox"})),
+        configs=(),
+        segments=(),
+        settings=RoutingSettings(),
+    )
+    with pytest.raises(BacktestDatabaseUnavailable) as raised:
+        async with backtests.worker() as worker:
+            await worker.backtest(run, lambda kinds: {})
+    assert raised.value.retry_after == LOST_RETRY_AFTER_S
 
     async def gone() -> bool:
         return worker.pid not in backtests.pids()
