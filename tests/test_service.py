@@ -6,6 +6,7 @@ only (the `db`, `app` and `client` fixtures open another).
 
 from __future__ import annotations
 
+import gc
 import json
 import signal
 from collections.abc import AsyncIterator
@@ -59,6 +60,13 @@ async def test_running_service_is_ready_when_its_database_answers(settings: Sett
     assert response.status_code == 200
     checks = {"database": True, "supervisors": True, "node": True}
     assert response.json() == {"status": "ok", "checks": checks}
+
+
+async def test_what_the_service_made_to_start_is_out_of_the_collectors_sight(settings: Settings) -> None:
+    # A full collection while serving walks what requests made, not the app and the runtime too.
+    async with running(settings) as service:
+        assert gc.get_freeze_count() > 0
+        assert all(tracked is not service.db for tracked in gc.get_objects())
 
 
 async def test_setting_shutdown_makes_run_return(settings: Settings) -> None:

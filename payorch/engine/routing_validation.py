@@ -19,12 +19,13 @@ checked again, and the engine routes by whatever numbers it holds without failin
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Collection
 from decimal import Decimal
 from typing import Any, TypeGuard
 
-from payorch.values.countries import is_country
+from payorch.values.countries import is_country, known_countries
 from payorch.values.errors import FieldProblem
 from payorch.values.money import known_currencies
 
@@ -69,6 +70,12 @@ def routing_document_problems(
 def is_number(value: object) -> TypeGuard[int | Decimal]:
     """An `int` or a `Decimal` (a JSON number as payorch parses it), not a `bool`."""
     return isinstance(value, int | Decimal) and not isinstance(value, bool)
+
+
+@functools.cache
+def _known_currencies() -> frozenset[str]:
+    """`known_currencies` as a set, for a look-up per code."""
+    return frozenset(known_currencies())
 
 
 def _inside(at: str, key: object) -> str:
@@ -173,10 +180,16 @@ class _Checker:
                     f"{_shown(method)} is not a payment method payorch offers: "
                     f"use {_listed(sorted(self.methods)) or 'none'}",
                 )
-        for index, currency in self.texts(raw.get("currencies"), _inside(at, "currencies")):
-            self.currency(currency, _inside(_inside(at, "currencies"), index))
-        for index, country in self.texts(raw.get("countries"), _inside(at, "countries")):
-            self.country(country, _inside(_inside(at, "countries"), index))
+        # A known code is sound in either mode: only the others are looked at, and named where they are
+        # (a document of 100 rules lists thousands of codes: naming each place would cost most of it).
+        currencies_at, currencies = _inside(at, "currencies"), _known_currencies()
+        for index, currency in self.texts(raw.get("currencies"), currencies_at):
+            if currency not in currencies:
+                self.currency(currency, _inside(currencies_at, index))
+        countries_at, countries = _inside(at, "countries"), known_countries()
+        for index, country in self.texts(raw.get("countries"), countries_at):
+            if country not in countries:
+                self.country(country, _inside(countries_at, index))
         self.amount(raw.get("amount"), _inside(at, "amount"))
 
     def texts(self, raw: object, at: str) -> list[tuple[int, str]]:
@@ -201,7 +214,7 @@ class _Checker:
         """Whether `code` (at `at`, called `subject` in a message when it is a key) is a currency."""
         if not CURRENCY.fullmatch(code):
             return self.problem(at, f"{subject}must be three capital letters, such as EUR")
-        if not self.as_stored and code not in known_currencies():
+        if not self.as_stored and code not in _known_currencies():
             return self.problem(at, f"{_shown(code)} is not an ISO 4217 currency payorch knows")
         return True
 

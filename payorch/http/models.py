@@ -549,7 +549,9 @@ def _bounded_document(value: object) -> object:
 
 
 # A session create body, and optionally a routing document to try instead of the stored one
-# (`POST .../routing/evaluate`). The document is checked by the route, every problem named.
+# (`POST .../routing/evaluate`). The document is checked by the route, every problem named. Its size
+# is bounded by the body's (the route's `MAX_EVALUATE_BYTES`, before it is read): it is not written
+# out again to be measured, which cost as much as parsing it (nothing of it is stored).
 class RoutingEvaluateRequest(SessionCreateRequest):
     applicationId: Annotated[
         uuid.UUID | None,
@@ -557,7 +559,6 @@ class RoutingEvaluateRequest(SessionCreateRequest):
     ] = None
     routing: Annotated[
         dict[str, Any] | None,
-        BeforeValidator(_bounded_document),
         Field(
             description="a routing document to try instead of the stored one, in the form of "
             "PUT .../routing; its problems are named under `routing.`"

@@ -134,6 +134,27 @@ async def test_an_evaluation_beyond_the_merchants_burst_is_429_before_its_body_i
     await too_many_requests(response)
 
 
+async def test_an_evaluation_beyond_the_merchants_burst_is_429_before_its_application_is_read(
+    client: Client, shop: Shop, db: Database, settings: Settings
+) -> None:
+    # The merchant's own bucket is asked first: a flood refused over it costs no read of the
+    # application, so an application that is not there, or another merchant's, answers 429 too.
+    for _ in range(EVALUATIONS_BURST):
+        assert (await _evaluate(client, shop, session_body())).status_code == 200
+    other = await new_shop(client, db, settings)
+    for application_id in (str(uuid.uuid4()), other.application_id):
+        response = await post_json(
+            client, f"{_path(application_id)}/evaluate", session_body(), shop.merchant.headers
+        )
+        assert "routing evaluations" in (await too_many_requests(response))["message"]
+
+
+def test_a_merchant_tries_about_one_evaluation_a_second_by_default() -> None:
+    # A person trying documents in the console; each evaluation may check a whole document.
+    limits = LimitSettings()
+    assert (limits.routing_evaluations_per_second, limits.routing_evaluations_burst) == (1.0, 5)
+
+
 async def test_an_evaluate_body_over_its_limit_is_400_naming_the_body(client: Client, shop: Shop) -> None:
     padded = dumps_exact(session_body()).encode()
     exactly = padded[:-1] + b" " * (MAX_EVALUATE_BYTES - len(padded)) + b"}"

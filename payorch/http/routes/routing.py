@@ -183,15 +183,17 @@ async def charge_routing_evaluation(principal: Principal) -> None:
 
 
 def _evaluation_charged(view: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
-    """An evaluate route: after the application's 403 and 404, the merchant charged
-    (`charge_routing_evaluation`), then its body refused (400, as a PUT's) past
-    `MAX_EVALUATE_BYTES`, all before the body is read. Place it between `authenticated` and
-    `validate_request`."""
+    """An evaluate route: the merchant charged (`charge_routing_evaluation`), then the application's
+    403 and 404, then its body refused (400, as a PUT's) past `MAX_EVALUATE_BYTES`, all before the
+    body is read. The charge comes first: it is the merchant's own bucket (a 429 tells nothing of
+    the application), and an evaluation refused over it then costs no read of the application, and
+    when this process knows the bucket empty, no database round trip at all besides the JWT's. Place
+    it between `authenticated` and `validate_request`."""
 
     @functools.wraps(view)
     async def charged(*args: Any, application_id: str, principal: Principal, **kwargs: Any) -> R:
-        await application_for(principal, application_id)  # read once: the operation's check is free
         await charge_routing_evaluation(principal)
+        await application_for(principal, application_id)  # read once: the operation's check is free
         limit_request_body(MAX_EVALUATE_BYTES)
         try:
             return await view(*args, application_id=application_id, principal=principal, **kwargs)
@@ -214,7 +216,7 @@ async def evaluate_routing_of(
     application = await application_for(principal, application_id)
     if data.applicationId is not None and data.applicationId != application.id:
         raise NotPermitted("the body names another application than the path")
-    draft = session_draft(data, application.id)
+    draft = session_draft(data.model_copy(update={"routing": None}), application.id)  # not copied again
     tried = None if data.routing is None else checked_routing_document(data.routing, at="routing")
     return await services().actors.ask(application.id, EvaluateRouting(draft, tried))
 
