@@ -103,6 +103,10 @@ class InFlightLimit:
         else:
             del self._in_flight[key]
 
+    def in_flight(self, key: str) -> int:
+        """How many operations of `key` are in flight."""
+        return self._in_flight.get(key, 0)
+
     def __len__(self) -> int:
         """How many keys have an operation in flight."""
         return len(self._in_flight)

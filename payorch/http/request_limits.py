@@ -25,7 +25,15 @@ Per client address (`limits.login_per_minute`, a burst of the same size): charge
 signup before any work, keyed `ip:<address group>`; the two share one bucket. The address is the
 TCP peer's, or behind `server.trusted_proxy_hops` reverse proxies the one they report (never an
 entry a client could have written itself); its group (`address_group`) is an IPv4 address itself
-(an IPv4-mapped IPv6 one too), an IPv6 address its /64.
+(an IPv4-mapped IPv6 one too), an IPv6 address its /64. A login or signup its group's bucket
+refuses is held first (up to `limits.login_refusal_hold_s`: until the bucket's next token or half
+that, plus a random part of the other half): then it takes that token if it came, else it is
+answered 429. So a client flooding logins over many connections gets about one answer per
+connection per few seconds, not one per round trip, and costs the process (and everyone it
+serves) next to nothing. At most `limits.login_refusals_held_per_address` are held per
+address group and `limits.login_refusals_held` in all; beyond either, refused at once. Each held
+request sits on a connection its client opened and would hold anyway (bounded by
+`server.max_connections_per_address` and `server.max_connections`).
 
 Per account (`limits.failed_logins_per_account_per_hour`, a burst of the same size): each login
 takes a token from the bucket of the e-mail it tried, keyed `account:<canonical e-mail>`, before its
@@ -81,6 +89,7 @@ connections, its client's, its threads, its CPU).
 from __future__ import annotations
 
 import ipaddress
+import random
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -170,6 +179,9 @@ class RequestLimits:
         self.per_client_address = SharedLimiter(
             "logins", store, rate=settings.login_per_minute / 60.0, burst=settings.login_per_minute
         )
+        self.login_refusal_hold_s = settings.login_refusal_hold_s
+        self.held_login_refusals = InFlightLimit(settings.login_refusals_held_per_address)
+        self.all_held_login_refusals = InFlightLimit(settings.login_refusals_held)  # one key: the process
         self.failed_logins_per_account = SharedLimiter(
             "failed-logins",
             store,
@@ -235,6 +247,9 @@ class RequestLimits:
         new rate; tokens this process leased stay spendable."""
         self.per_credential.reconfigure(settings.requests_per_second, settings.burst)
         self.per_client_address.reconfigure(settings.login_per_minute / 60.0, settings.login_per_minute)
+        self.login_refusal_hold_s = settings.login_refusal_hold_s
+        self.held_login_refusals.per_key = settings.login_refusals_held_per_address
+        self.all_held_login_refusals.per_key = settings.login_refusals_held
         self.failed_logins_per_account.reconfigure(
             settings.failed_logins_per_account_per_hour / 3600.0,
             settings.failed_logins_per_account_per_hour,
@@ -312,12 +327,39 @@ class RequestLimits:
             yield
 
     async def charge_login(self, remote_address: str | None) -> None:
-        """Count one login or signup attempt from `remote_address`'s group (`address_group`);
-        `RateLimited` when its bucket is empty."""
-        _refuse_while_waiting(
-            await self.per_client_address.take(f"ip:{address_group(remote_address)}"),
-            "login and signup attempts from this address",
-        )
+        """Count one login or signup attempt from `remote_address`'s group (`address_group`). When
+        its bucket is empty, first hold the attempt (`_hold_login_refusal`) and then take the token
+        if it came meanwhile; `RateLimited` when there is still none (or it was not held)."""
+        group = address_group(remote_address)
+        key = f"ip:{group}"
+        wait = await self.per_client_address.take(key)
+        if wait is not None and await self._hold_login_refusal(group, wait):
+            # Known here until the hold ends: a take that finds no token yet asks nothing.
+            wait = await self.per_client_address.take(key)
+        _refuse_while_waiting(wait, "login and signup attempts from this address")
+
+    async def _hold_login_refusal(self, group: str, wait: float) -> bool:
+        """Wait a while, at most `limits.login_refusal_hold_s`, and say True: until the group's
+        next token is due (`wait` seconds from now) or half the hold if sooner, plus a random part
+        of the other half, so that refusals that came together (a flood's first, or one group's
+        connections waiting for one token) are not all answered, and sent again, at once. False
+        at once (nothing held) when the hold is 0 or the group
+        (`limits.login_refusals_held_per_address`) or the process (`limits.login_refusals_held`)
+        holds as many refusals as it may."""
+        half = self.login_refusal_hold_s / 2
+        hold = min(wait, half) + half * random.random()  # noqa: S311  # spreading, not a secret
+        if hold <= 0 or not self.held_login_refusals.try_enter(group):
+            return False
+        try:
+            if not self.all_held_login_refusals.try_enter(""):
+                return False
+            try:
+                await trio.sleep(hold)
+            finally:
+                self.all_held_login_refusals.leave("")
+        finally:
+            self.held_login_refusals.leave(group)
+        return True
 
     async def count_login_attempt(self, email: str, remote_address: str | None) -> LoginCount:
         """Count a login attempt of the account `email` from `remote_address` as failed before it

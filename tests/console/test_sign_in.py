@@ -96,7 +96,9 @@ LOGINS = 2
 @pytest.fixture
 async def limited_app(settings: Settings, db: Database) -> AsyncIterator[PayorchApp]:
     """An app allowing 2 logins per address a minute and 3 failed logins per account an hour."""
-    limits = LimitSettings(login_per_minute=LOGINS, failed_logins_per_account_per_hour=3)
+    limits = LimitSettings(
+        login_per_minute=LOGINS, failed_logins_per_account_per_hour=3, login_refusal_hold_s=0
+    )  # refused at once, not held
     async with open_runtime(settings.model_copy(update={"limits": limits}), db) as runtime:
         yield runtime.app
 

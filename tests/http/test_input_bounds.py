@@ -178,7 +178,11 @@ LOGINS = 3
 async def limited(settings: Settings, db: Database) -> AsyncIterator[Client]:
     """A client of an app whose bucket holds 3 logins or signups per address, refilled slowly."""
     small = settings.model_copy(
-        update={"limits": LimitSettings(requests_per_second=100, burst=100, login_per_minute=LOGINS)}
+        update={
+            "limits": LimitSettings(
+                requests_per_second=100, burst=100, login_per_minute=LOGINS, login_refusal_hold_s=0
+            )
+        }
     )
     async with open_runtime(small, db) as runtime:
         yield runtime.app.test_client()

@@ -23,7 +23,8 @@ PROXY = ("10.0.0.1", 44321)
 
 @asynccontextmanager
 async def _served(settings: Settings, db: Database, hops: int) -> AsyncIterator[httpx.AsyncClient]:
-    small = settings.model_copy(update={"limits": LimitSettings(login_per_minute=LOGINS)})
+    limits = LimitSettings(login_per_minute=LOGINS, login_refusal_hold_s=0)  # refused at once, not held
+    small = settings.model_copy(update={"limits": limits})
     async with open_runtime(small, db) as runtime:
         app = client_address_from_proxies(runtime.app, hops)  # type: ignore[arg-type]  # ASGI typing differs
         transport = httpx.ASGITransport(app=app, client=PROXY)  # type: ignore[arg-type]

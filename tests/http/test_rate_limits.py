@@ -34,7 +34,10 @@ from tests.helpers import (
 
 BURST = 3
 LOGINS = 2
-SMALL_LIMITS = LimitSettings(requests_per_second=0.1, burst=BURST, login_per_minute=LOGINS)
+# Refused logins answered at once, not held (tests/http/test_login_refusal_hold.py holds them).
+SMALL_LIMITS = LimitSettings(
+    requests_per_second=0.1, burst=BURST, login_per_minute=LOGINS, login_refusal_hold_s=0
+)
 _numbers = itertools.count(1)
 
 

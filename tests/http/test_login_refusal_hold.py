@@ -1,0 +1,143 @@
+"""A login flood costs the process next to nothing: a login its address group's bucket refuses is held
+(`limits.login_refusal_hold_s`, at most until the group's next token) before its 429, within bounds
+per address group and in all, and a refusal this process already knows asks the shared bucket
+nothing (docs/rate-limits.md, "Held, then refused").
+
+The buckets refill slowly (one login a minute) so that no token comes back mid-test; the holds are
+long, and each test ends them by cancelling the requests it left held.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Sequence
+
+import pytest
+import trio
+from quart import Response
+
+from payorch.config import LimitSettings, Settings
+from payorch.http.request_limits import RequestLimits
+from payorch.http.shared_limits import DatabaseBuckets
+from payorch.runtime import Runtime, open_runtime
+from payorch.storage.database import Database
+from payorch.storage.rate_buckets import BucketTake, Grant
+from payorch.values.errors import RateLimited
+from tests.helpers import PASSWORD, Client, eventually, new_merchant
+
+_numbers = itertools.count(1)
+
+
+def held_limits(*, per_address: int, in_all: int) -> LimitSettings:
+    """One login a minute per address group, refusals held a minute, at most so many at once."""
+    return LimitSettings(
+        login_per_minute=1,
+        login_refusal_hold_s=60.0,
+        login_refusals_held_per_address=per_address,
+        login_refusals_held=in_all,
+    )
+
+
+@pytest.fixture
+async def per_address_of_two(settings: Settings, db: Database) -> AsyncIterator[Runtime]:
+    small = settings.model_copy(update={"limits": held_limits(per_address=2, in_all=10)})
+    async with open_runtime(small, db) as runtime:
+        yield runtime
+
+
+@pytest.fixture
+async def one_in_all(settings: Settings, db: Database) -> AsyncIterator[Runtime]:
+    small = settings.model_copy(update={"limits": held_limits(per_address=5, in_all=1)})
+    async with open_runtime(small, db) as runtime:
+        yield runtime
+
+
+async def log_in(
+    client: Client, address: str, email: str | None = None, password: str = PASSWORD
+) -> Response:
+    """A login from `address`, of an unknown e-mail unless `email` is given."""
+    email = email or f"nobody{next(_numbers)}@unknown.example"
+    return await client.post(
+        "/api/v1/auth/login",
+        json={"email": email, "password": password},
+        scope_base={"client": (address, 40000)},
+    )
+
+
+async def until_held(runtime: Runtime, group: str, count: int) -> None:
+    """Wait (`eventually`) until `count` logins of `group` are held."""
+    limits = runtime.services.limits
+
+    async def held() -> bool:
+        return limits.held_login_refusals.in_flight(group) == count
+
+    await eventually(held)
+
+
+async def test_a_refused_login_is_held_and_beyond_its_groups_bound_refused_at_once(
+    per_address_of_two: Runtime, client: Client, db: Database, settings: Settings
+) -> None:
+    owner = await new_merchant(client, db, settings)
+    flooding = per_address_of_two.app.test_client()
+    assert (await log_in(flooding, "192.0.2.60")).status_code == 401  # the group's one token
+    answered: list[Response] = []
+
+    async def send() -> None:
+        answered.append(await log_in(flooding, "192.0.2.60"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(send)
+        nursery.start_soon(send)
+        await until_held(per_address_of_two, "192.0.2.60", 2)
+        # The group holds as many as it may: one more is answered at once.
+        beyond = await log_in(flooding, "192.0.2.60")
+        assert beyond.status_code == 429
+        assert int(beyond.headers["Retry-After"]) >= 1
+        assert answered == []  # the two are still held
+        # Another address is not held up by them: the right password logs in.
+        fresh = await log_in(flooding, "192.0.2.61", owner.email)
+        assert fresh.status_code == 200
+        nursery.cancel_scope.cancel()
+    assert per_address_of_two.services.limits.held_login_refusals.in_flight("192.0.2.60") == 0
+
+
+async def test_refused_logins_beyond_the_processs_bound_are_refused_at_once(
+    one_in_all: Runtime,
+) -> None:
+    flooding = one_in_all.app.test_client()
+    for address in ("192.0.2.70", "192.0.2.71"):
+        assert (await log_in(flooding, address)).status_code == 401  # each group's one token
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(log_in, flooding, "192.0.2.70")
+        await until_held(one_in_all, "192.0.2.70", 1)
+        # The process holds as many as it may: another group's refusal is answered at once.
+        assert (await log_in(flooding, "192.0.2.71")).status_code == 429
+        nursery.cancel_scope.cancel()
+
+
+class CountedBuckets:
+    """The database's shared buckets, counting the takes asked of them."""
+
+    def __init__(self, db: Database) -> None:
+        self.buckets = DatabaseBuckets(db)
+        self.takes = 0
+
+    async def take(self, takes: Sequence[BucketTake]) -> list[Grant]:
+        self.takes += 1
+        return await self.buckets.take(takes)
+
+    async def give_back(self, key: str, *, rate: float, burst: int, count: int) -> None:
+        await self.buckets.give_back(key, rate=rate, burst=burst, count=count)
+
+
+async def test_a_login_refusal_known_to_this_process_asks_the_shared_bucket_nothing(db: Database) -> None:
+    store = CountedBuckets(db)
+    # Held briefly, so that the take after each hold is exercised too.
+    limits = RequestLimits(LimitSettings(login_per_minute=1, login_refusal_hold_s=0.01), store)
+    address = f"198.51.100.{next(_numbers) % 250 + 1}"
+    await limits.charge_login(address)  # the one token, and when the next comes: one take
+    assert store.takes == 1
+    for _ in range(20):
+        with pytest.raises(RateLimited):
+            await limits.charge_login(address)
+    assert store.takes == 1
