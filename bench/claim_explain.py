@@ -241,22 +241,20 @@ async def _claim(conn: Connection, statements: Statements) -> list[Any]:
     in flight): the rows it claimed, each with its application."""
     endpoints_sql, deliveries_sql = statements
     now = SYSTEM_CLOCK.now()
-    endpoints = await conn.fetch(
-        endpoints_sql, DELIVERY_SLOTS, IN_FLIGHT_PER_ENDPOINT, IN_FLIGHT_PER_MERCHANT, now
-    )
+    endpoints = await conn.fetch(endpoints_sql, *_endpoint_args(endpoints_sql, now))
     await _lock_merchants(conn, endpoints)
-    return list(await conn.fetch(deliveries_sql, *_delivery_args(endpoints, now)))
+    return list(await conn.fetch(deliveries_sql, *_delivery_args(endpoints, now, deliveries_sql)))
 
 
 async def _explained(conn: Connection, statements: Statements) -> list[str]:
     """The plans of one claim's two statements as they ran (the claim is made: roll it back)."""
     endpoints_sql, deliveries_sql = statements
     now = SYSTEM_CLOCK.now()
-    args = (DELIVERY_SLOTS, IN_FLIGHT_PER_ENDPOINT, IN_FLIGHT_PER_MERCHANT, now)
+    args = _endpoint_args(endpoints_sql, now)
     plans = [await _explain(conn, endpoints_sql, args)]
     endpoints = await conn.fetch(endpoints_sql, *args)
     await _lock_merchants(conn, endpoints)
-    plans.append(await _explain(conn, deliveries_sql, _delivery_args(endpoints, now)))
+    plans.append(await _explain(conn, deliveries_sql, _delivery_args(endpoints, now, deliveries_sql)))
     return plans
 
 
@@ -268,9 +266,20 @@ async def _lock_merchants(conn: Connection, endpoints: list[Any]) -> None:
     )
 
 
-def _delivery_args(endpoints: list[Any], now: datetime) -> tuple[Any, ...]:
+# Today's statements also take each merchant's allowance of attempts this round: none given, so
+# every merchant's is its share.
+_NO_ALLOWANCES: tuple[Any, ...] = ([], [], IN_FLIGHT_PER_MERCHANT)
+
+
+def _endpoint_args(endpoints_sql: str, now: datetime) -> tuple[Any, ...]:
+    args = (DELIVERY_SLOTS, IN_FLIGHT_PER_ENDPOINT, IN_FLIGHT_PER_MERCHANT, now)
+    return (*args, *_NO_ALLOWANCES) if endpoints_sql is CLAIM_ENDPOINTS else args
+
+
+def _delivery_args(endpoints: list[Any], now: datetime, deliveries_sql: str) -> tuple[Any, ...]:
     ids = [row["id"] for row in endpoints]
-    return (ids, IN_FLIGHT_PER_ENDPOINT, DELIVERY_SLOTS, LEASE_S, IN_FLIGHT_PER_MERCHANT, None, now)
+    args = (ids, IN_FLIGHT_PER_ENDPOINT, DELIVERY_SLOTS, LEASE_S, IN_FLIGHT_PER_MERCHANT, None, now)
+    return (*args, *_NO_ALLOWANCES) if deliveries_sql is CLAIM_DELIVERIES else args
 
 
 async def _explain(conn: Connection, statement: str, args: tuple[Any, ...]) -> str:

@@ -36,24 +36,36 @@ _PAST_OUTCOMES = """
         CASE WHEN status = 'SUCCEEDED' THEN 's' ELSE 'f' END, id, created_at
     FROM checkout_sessions WHERE application_id = $1 ORDER BY created_at"""
 
-# `$2` events of the application, already fanned out, and one delivery of each to every endpoint
-# of the application, due now: what the delivery loop finds after the fan-out of a burst of events.
+# `$2` sessions of the application, each with its `session.completed` event, already fanned out,
+# and one delivery of each event to every endpoint of the application, due now: what the delivery
+# loop finds after the fan-out of a burst of sessions' events. Each event is a session's of its own
+# (as real events are: `session_id` set on the event and its deliveries), so the claim checks each
+# delivery against its session's earlier ones as it does for real deliveries; events without a
+# session (as this seed wrote before) skipped that check and were no backlog payorch can have.
 _BACKLOG = """
-    WITH events AS (
+    WITH numbered AS (SELECT g, gen_random_uuid() AS session_id FROM generate_series(1, $2) AS g),
+    sessions AS (
+        INSERT INTO checkout_sessions (id, application_id, order_reference, amount_minor, currency,
+            status, provider_name, payment_method, customer)
+        SELECT session_id, $1::uuid, 'bench-backlog-' || g, 10000, 'PLN', 'SUCCEEDED', 'sandbox', 'card',
+            '{}'::jsonb
+        FROM numbered),
+    events AS (
         INSERT INTO outbox_events (id, application_id, session_id, type, payload, fanned_out_at)
-        SELECT 'evt_bench_backlog_' || replace($1::uuid::text, '-', '') || '_' || g, $1::uuid, NULL, $3::text,
+        SELECT 'evt_bench_backlog_' || replace($1::uuid::text, '-', '') || '_' || g, $1::uuid, session_id,
+            $3::text,
             jsonb_build_object('id', 'evt_bench_backlog_' || g, 'type', $3::text,
                 'createdAt', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
                 'applicationId', $1::uuid::text,
-                'data', jsonb_build_object('sessionId', gen_random_uuid()::text, 'status', 'SUCCEEDED',
+                'data', jsonb_build_object('sessionId', session_id::text, 'status', 'SUCCEEDED',
                     'orderReference', 'bench-backlog-' || g, 'currency', 'PLN',
                     'amount', jsonb_build_object('total', '100.00', 'shipping', '0.00', 'tax', '0.00'))),
             now()
-        FROM generate_series(1, $2) AS g
-        RETURNING seq)
+        FROM numbered ORDER BY g
+        RETURNING seq, session_id)
     INSERT INTO webhook_deliveries (id, config_id, application_id, event_seq, session_id, status,
         next_attempt_at)
-    SELECT gen_random_uuid(), c.id, $1::uuid, e.seq, NULL, 'PENDING', now()
+    SELECT gen_random_uuid(), c.id, $1::uuid, e.seq, e.session_id, 'PENDING', now()
     FROM events e CROSS JOIN webhook_configs c
     WHERE c.application_id = $1::uuid AND c.is_active AND c.deleted_at IS NULL"""
 
@@ -65,8 +77,8 @@ async def seed_past_sessions(conn: Connection, application_id: uuid.UUID, count:
 
 
 async def seed_backlog(conn: Connection, application_id: uuid.UUID, events: int) -> None:
-    """`events` events of the application, each with a delivery to every one of its endpoints
-    pending and due now."""
+    """`events` sessions of the application, each with one event, each event with a delivery to
+    every one of its endpoints pending and due now."""
     await conn.execute(_BACKLOG, application_id, events, EVENT_TYPE)
 
 

@@ -35,7 +35,7 @@ drains at its merchant's share.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -71,6 +71,7 @@ class ClaimedDelivery:
     id: uuid.UUID
     config_id: uuid.UUID
     application_id: uuid.UUID
+    merchant_id: uuid.UUID
     attempts: int  # including this one
     url: str
     secret: bytes
@@ -140,16 +141,25 @@ def _walk(endpoints: str) -> str:
 MERCHANT_CLAIM_LOCK = 0x70617977
 
 
+# The attempts each merchant may start this round (`supervisors.attempt_rates`): its allowance where
+# the merchants `$<ids>` are given one in `$<tokens>`, `$<default>` for every other merchant.
+def _allowances(ids: int, tokens: int) -> str:
+    return f"""allowances AS (
+        SELECT * FROM unnest(${ids}::uuid[], ${tokens}::int[]) AS t(merchant_id, tokens))"""
+
+
 def _at(statement: str, parameter: int) -> str:
     """`statement` with its fragments' `$now` as the statement's parameter `$<parameter>`."""
     return statement.replace("$now", f"${parameter}")
 
 
-# The endpoints to claim for (parameters: $1 limit, $2 per endpoint, $3 per merchant, $4 now):
+# The endpoints to claim for (parameters: $1 limit, $2 per endpoint, $3 per merchant, $4 now, $5 $6
+# the merchants' allowances this round, $7 every other merchant's):
 # - the applications with a PENDING delivery, by a loose scan of `webhook_deliveries_pending_by_
 #   application` (one index descent per application, however deep its backlog);
-# - of those, the applications of merchants below their share, and their active endpoints below
-#   theirs; each endpoint's first claimable delivery (`_walk`) says since when it has waited;
+# - of those, the applications of merchants below their share and with attempts allowed this
+#   round (room: the lesser), and their active endpoints below theirs; each endpoint's first
+#   claimable delivery (`_walk`) says since when it has waited;
 # - per merchant, no more endpoints than it has room for attempts (a merchant with a hundred
 #   endpoints waiting since long ago cannot fill the round and leave another merchant's out);
 # - the endpoints that have waited longest first, locked (none another process is claiming for).
@@ -163,11 +173,15 @@ CLAIM_ENDPOINTS = _at(
                 ORDER BY n.application_id LIMIT 1)
         FROM pending_applications p WHERE p.id IS NOT NULL),
     {_IN_FLIGHT},
+    {_allowances(5, 6)},
     below_share AS (
-        SELECT a.id AS application_id, a.merchant_id, $3 - coalesce(m.attempts, 0) AS room
-        FROM pending_applications p JOIN applications a ON a.id = p.id
-        LEFT JOIN merchant_in_flight m ON m.merchant_id = a.merchant_id
-        WHERE coalesce(m.attempts, 0) < $3),
+        SELECT * FROM (
+            SELECT a.id AS application_id, a.merchant_id,
+                   least($3 - coalesce(m.attempts, 0), coalesce(t.tokens, $7)) AS room
+            FROM pending_applications p JOIN applications a ON a.id = p.id
+            LEFT JOIN merchant_in_flight m ON m.merchant_id = a.merchant_id
+            LEFT JOIN allowances t ON t.merchant_id = a.merchant_id) r
+        WHERE r.room > 0),
     candidates AS (
         SELECT e.id, b.merchant_id, b.room, 1 AS wanted
         FROM below_share b JOIN webhook_configs e ON e.application_id = b.application_id
@@ -188,12 +202,20 @@ CLAIM_ENDPOINTS = _at(
 )
 
 # The claim itself, for the endpoints locked (parameters: $1 their ids, $2 per endpoint, $3 limit,
-# $4 lease, $5 per merchant, $6 owner, $7 now): each endpoint's oldest claimable deliveries, no
-# more than its room (`_walk`), then every endpoint's first before any endpoint's second, within
-# each merchant's room. Its snapshot is taken once the merchants' locks are held: the counts of
-# what is in flight are exact.
+# $4 lease, $5 per merchant, $6 owner, $7 now, $8 $9 the merchants' allowances this round, $10
+# every other merchant's): each endpoint's oldest claimable deliveries, no more than its room
+# (`_walk`), then every endpoint's first before any endpoint's second, within each merchant's room
+# (the lesser of its share and its allowance). Its snapshot is taken once the merchants' locks are
+# held: the counts of what is in flight are exact. The deliveries picked are locked without
+# waiting (`SKIP LOCKED`): one that another transaction holds (an attempt being recorded, an
+# endpoint's deliveries given up when it is deleted or answers 410, a node's claims taken over) is
+# left to a later round. Updated
+# in place, as before, a multi-row UPDATE would wait for such a row while holding the rows it had
+# updated before it, and a transaction updating the same rows in another order deadlocked with it
+# (the delivery loop crashed so beside the neighbours bench's `end_backlog`).
 CLAIM_DELIVERIES = _at(
     f"""WITH RECURSIVE {_IN_FLIGHT},
+    {_allowances(8, 9)},
     endpoints AS (
         SELECT e.id, a.merchant_id,
                $2 - (SELECT count(*) FROM in_flight f WHERE f.config_id = e.id) AS wanted
@@ -213,16 +235,21 @@ CLAIM_DELIVERIES = _at(
             ) AS merchant_place
             FROM within_endpoint w) ranked
         LEFT JOIN merchant_in_flight m ON m.merchant_id = ranked.merchant_id
-        WHERE ranked.merchant_place <= $5 - coalesce(m.attempts, 0)
-        ORDER BY ranked.place, ranked.next_attempt_at, ranked.id LIMIT $3)
+        LEFT JOIN allowances t ON t.merchant_id = ranked.merchant_id
+        WHERE ranked.merchant_place <= least($5 - coalesce(m.attempts, 0), coalesce(t.tokens, $10))
+        ORDER BY ranked.place, ranked.next_attempt_at, ranked.id LIMIT $3),
+    locked AS (
+        SELECT d.id FROM webhook_deliveries d JOIN picked ON picked.id = d.id
+        WHERE d.status = '{DeliveryStatus.PENDING}'
+        FOR NO KEY UPDATE OF d SKIP LOCKED)
     UPDATE webhook_deliveries d
        SET attempts = d.attempts + 1, last_attempt_at = $now,
            claimed_until = $now::timestamptz + make_interval(secs => $4),
            next_attempt_at = $now::timestamptz + make_interval(secs => $4), claimed_by = $6
-      FROM picked, webhook_configs c, outbox_events e
-     WHERE d.id = picked.id AND c.id = d.config_id AND e.seq = d.event_seq
+      FROM locked, webhook_configs c, outbox_events e, applications a
+     WHERE d.id = locked.id AND c.id = d.config_id AND e.seq = d.event_seq AND a.id = d.application_id
        AND d.status = '{DeliveryStatus.PENDING}'
- RETURNING d.id, d.config_id, d.application_id, d.attempts, c.url, c.secret, c.previous_secret,
+ RETURNING d.id, d.config_id, d.application_id, a.merchant_id, d.attempts, c.url, c.secret, c.previous_secret,
            c.previous_secret_expires_at, c.key_fingerprint, e.id AS event_id, e.payload""",
     7,
 )
@@ -237,17 +264,26 @@ async def claim_due_deliveries(
     lease_s: float,
     owner: int | None,
     now: datetime,
+    allowances: Mapping[uuid.UUID, int] | None = None,
+    default_allowance: int | None = None,
 ) -> list[ClaimedDelivery]:
     """Up to `limit` claimable deliveries, claimed by the node `owner` for `lease_s` with their
     attempt counted, never
-    more than `per_endpoint` in flight to one configuration nor `per_merchant` to one merchant's;
+    more than `per_endpoint` in flight to one configuration nor `per_merchant` to one merchant's,
+    nor more of a merchant's than its allowance (`allowances`, else `default_allowance`; None: no
+    bound but `per_merchant`);
     the endpoints that have waited longest first, and every endpoint's first delivery before any
     endpoint's second, across every process. Run it in a transaction: the configurations and the
     merchants it claims for stay locked until the transaction ends. Its cost follows the
     applications with PENDING deliveries and the endpoints of the merchants below their share, never
     how many deliveries wait (see `CLAIM_ENDPOINTS`)."""
+    allowed = dict(allowances or {})
+    allowed_ids, allowed_tokens = list(allowed), [max(tokens, 0) for tokens in allowed.values()]
+    otherwise = per_merchant if default_allowance is None else default_allowance
     # First the endpoints, locked (SKIP LOCKED): their locks make the per-endpoint count exact.
-    endpoints = await conn.fetch(CLAIM_ENDPOINTS, limit, per_endpoint, per_merchant, now)
+    endpoints = await conn.fetch(
+        CLAIM_ENDPOINTS, limit, per_endpoint, per_merchant, now, allowed_ids, allowed_tokens, otherwise
+    )
     if not endpoints:
         return []
     # Then their merchants, those no other process is claiming for: the per-merchant count below,
@@ -271,6 +307,9 @@ async def claim_due_deliveries(
         per_merchant,
         owner,
         now,
+        allowed_ids,
+        allowed_tokens,
+        otherwise,
     )
     claimed = []
     for row in rows:
@@ -302,13 +341,15 @@ async def fan_out_and_claim(
     owner: int | None,
     now: datetime,
     always_delivered: Sequence[str] = (),
+    allowances: Mapping[uuid.UUID, int] | None = None,
+    default_allowance: int | None = None,
 ) -> Round:
     """One round of the delivery supervisor in one transaction: give each new outbox event one
     delivery per active configuration of its application that subscribes to its type (or to every
     one when its type is in `always_delivered`), then claim up to `limit` due deliveries
-    (`claim_due_deliveries`; none when `limit` is 0). An event that commits just before is
-    delivered in this same round when its first attempt is due at once, and a round that finds
-    nothing costs one short transaction.
+    (`claim_due_deliveries`, within each merchant's allowance; none when `limit` is 0). An event
+    that commits just before is delivered in this same round when its first attempt is due at
+    once, and a round that finds nothing costs one short transaction.
 
     The round commits without waiting for its WAL to reach the disk (set in the fan-out statement,
     not a round trip of its own): a crash of PostgreSQL may lose the last rounds (never half of one),
@@ -332,6 +373,8 @@ async def fan_out_and_claim(
             lease_s=lease_s,
             owner=owner,
             now=now,
+            allowances=allowances,
+            default_allowance=default_allowance,
         )
     return Round(fanned_out=fanned_out, claimed=claimed)
 

@@ -14,12 +14,15 @@ wake-up that finds nothing costs one short transaction.
 The claim itself keeps things fair (`storage.webhook_deliveries`): at most `IN_FLIGHT_PER_ENDPOINT`
 attempts per endpoint and `IN_FLIGHT_PER_MERCHANT` per merchant, each endpoint's oldest delivery
 first, and a session's events in order per endpoint. So a receiver that takes the whole timeout
-holds at most its own share of the slots and delays only its own deliveries. The loop has an HTTP
-client of its own, sized to its slots, whose connections stay open between deliveries (one TLS
-handshake per receiver, not per delivery): test sends (`POST .../webhooks/{id}/test`) go through
-the runtime's and cannot take its connections. A reload that changes `webhooks.*` (timeout, CA
-bundle, private networks) gives the loop a new client at its next round; attempts already made
-finish on the old one, closed once they are over.
+holds at most its own share of the slots and delays only its own deliveries. Nor does a merchant
+take more of the process's CPU than `webhooks.attempts_per_merchant_per_second` attempts' worth
+however fast its receivers answer: each round claims no more of a merchant's deliveries than its
+token bucket allows (`supervisors.attempt_rates`); a merchant below the rate is not delayed. The
+loop has an HTTP client of its own, sized to its slots, whose connections stay open between
+deliveries (one TLS handshake per receiver, not per delivery): test sends (`POST
+.../webhooks/{id}/test`) go through the runtime's and cannot take its connections. A reload that
+changes `webhooks.*` (timeout, CA bundle, private networks; not the rate) gives the loop a new
+client at its next round; attempts already made finish on the old one, closed once they are over.
 
 A claim is a lease in the database, named by this node: if this process dies mid-delivery, the
 delivery is due again as soon as another node sees it gone (`supervisors.takeover_loop`), or when
@@ -29,17 +32,20 @@ flight are handed back at once, unattempted.
 
 from __future__ import annotations
 
+from collections import Counter
 from functools import partial
 
 import httpx
 import trio
 
+from payorch.config import WebhookSettings
 from payorch.engine.body_types import ALWAYS_DELIVERED
 from payorch.engine.context import Context
 from payorch.outbound.client import CurrentClient, close_after, webhook_client
 from payorch.restarts import SupervisorBoard, supervised
 from payorch.storage import webhook_deliveries
 from payorch.storage.notifications import Notifications
+from payorch.supervisors.attempt_rates import AttemptRates, burst_for
 from payorch.supervisors.slots import WorkSlots
 from payorch.supervisors.webhook_attempts import attempt_delivery
 
@@ -62,10 +68,17 @@ FAN_OUT_BATCH = 200
 HAND_BACK_TIMEOUT_S = 5.0
 
 
-async def _round(context: Context, client: httpx.AsyncClient, slots: WorkSlots, nursery: trio.Nursery) -> int:
-    """Fan new events out and claim due deliveries into the free slots, in one transaction; start
-    an attempt for each claim. Returns how many events were fanned out."""
+async def _round(
+    context: Context, client: httpx.AsyncClient, slots: WorkSlots, rates: AttemptRates, nursery: trio.Nursery
+) -> int:
+    """Fan new events out and claim due deliveries into the free slots, in one transaction, no more
+    of a merchant's than its bucket of attempts allows; start an attempt for each claim. Returns how
+    many events were fanned out."""
     webhooks = context.settings.webhooks
+    rate = webhooks.attempts_per_merchant_per_second
+    if (rate, burst_for(rate)) != (rates.rate, rates.burst):  # reloaded
+        rates.set_rate(rate, burst_for(rate))
+    now = context.clock.now()
     done = await context.db.transaction(
         webhook_deliveries.fan_out_and_claim,
         first_wait_s=webhooks.retry_schedule_s[0],
@@ -75,9 +88,13 @@ async def _round(context: Context, client: httpx.AsyncClient, slots: WorkSlots, 
         per_merchant=IN_FLIGHT_PER_MERCHANT,
         lease_s=webhooks.timeout_s + LEASE_MARGIN_S,
         owner=context.node.id,
-        now=context.clock.now(),
+        now=now,
         always_delivered=ALWAYS_DELIVERED,
+        allowances=rates.allowances(now),
+        default_allowance=rates.burst,
     )
+    for merchant_id, attempts in Counter(delivery.merchant_id for delivery in done.claimed).items():
+        rates.spend(merchant_id, attempts, now)
     for delivery in done.claimed:
         # A freed slot rings: the delivery's successors in its session may be due too.
         slots.start(
@@ -106,11 +123,16 @@ def _is_cancellation(error: BaseException) -> bool:
     return isinstance(error, trio.Cancelled)
 
 
+def _client_settings(webhooks: WebhookSettings) -> dict[str, object]:
+    """What the client is built from: the `webhooks.*` settings but the rate of attempts."""
+    return webhooks.model_dump(exclude={"attempts_per_merchant_per_second"})
+
+
 def _current_client(context: Context, current: CurrentClient, nursery: trio.Nursery) -> httpx.AsyncClient:
     """The client to attempt deliveries with now: rebuilt when a reload changed `webhooks.*` (the
     runtime checked that it builds), the one it replaces closed once its attempts are over."""
     settings = context.settings
-    if settings.webhooks != current.built_from:
+    if _client_settings(settings.webhooks) != _client_settings(current.built_from):
         nursery.start_soon(close_after, current.client, current.built_from.timeout_s + LEASE_MARGIN_S)
         current.client = webhook_client(settings, 2 * DELIVERY_SLOTS)
         current.built_from = settings.webhooks
@@ -122,6 +144,8 @@ async def _delivery_loop(
 ) -> None:
     wakeup = context.db.delivery_wakeup
     slots = WorkSlots(DELIVERY_SLOTS, wakeup)
+    rate = context.settings.webhooks.attempts_per_merchant_per_second
+    rates = AttemptRates(rate, burst_for(rate))
     ready = False
     try:
         # A client of its own: its connections serve deliveries only (one per slot, and room to spare).
@@ -132,7 +156,7 @@ async def _delivery_loop(
                 nursery.start_soon(_listen, context.channels.outbox, wakeup.origin, slots)
                 while True:
                     client = _current_client(context, current, nursery)
-                    fanned_out = await _round(context, client, slots, nursery)
+                    fanned_out = await _round(context, client, slots, rates, nursery)
                     if not ready:
                         task_status.started()
                         ready = True

@@ -233,6 +233,36 @@ async def test_a_claim_handed_back_is_due_again_unattempted(
     assert len(await claim(db)) == len(claimed)
 
 
+async def test_a_claim_skips_the_deliveries_another_transaction_holds_instead_of_waiting_for_them(
+    db: Database, settings: Settings, endpoints: dict[str, uuid.UUID]
+) -> None:
+    # A transaction gives up `slow`'s deliveries (its endpoint deleted), not committed yet, while
+    # another process claims. A claim that waited for their rows while holding the rows it had
+    # updated deadlocked with such a transaction updating them in another order; it now leaves them
+    # to a later round at once.
+    async def claim_beside(conn: Connection) -> list[ClaimedDelivery]:
+        await webhooks.fail_pending_deliveries(conn, endpoints["slow"], "the endpoint was deleted")
+        other = await asyncpg.connect(settings.database.url)  # another process
+        try:
+            async with other.transaction():
+                # Bounds the failure only: a claim that waits fails here instead of hanging.
+                await other.execute("SET LOCAL lock_timeout = '10s'")
+                return await claim_due_deliveries(
+                    cast(Connection, other),
+                    limit=10,
+                    per_endpoint=SHARE,
+                    per_merchant=100,
+                    lease_s=60,
+                    owner=None,
+                    now=SYSTEM_CLOCK.now(),
+                )
+        finally:
+            await other.close()
+
+    claimed = await db.transaction(claim_beside)
+    assert per_endpoint(claimed, endpoints) == {"slow": 0, "quick": SHARE}
+
+
 # --- One merchant's backlog and endpoints against another merchant's delivery --------------------
 
 BACKLOG = 3000  # deliveries of merchant A, due since before B's

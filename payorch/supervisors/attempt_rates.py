@@ -1,0 +1,71 @@
+"""How many webhook delivery attempts each merchant may start: a token bucket per merchant, in the
+delivery loop of one process.
+
+An attempt costs the serving process CPU (TLS and HTTP, about 2 ms of a core each) whoever's it is,
+and a receiver that answers at once frees its slot at once: `IN_FLIGHT_PER_MERCHANT` bounds a
+merchant's attempts in flight but not how many it makes per second, so a merchant with a backlog
+to a fast receiver took most of a core from everyone else's requests. Its bucket refills at
+`webhooks.attempts_per_merchant_per_second` and holds a second's worth; a round of the loop claims
+no more of a merchant's deliveries than its bucket holds whole tokens (the claim itself takes the
+allowance, `storage.webhook_deliveries`), so nothing claimed waits in memory holding a lease and
+the order of each session's deliveries is the claim's as before. A merchant below its rate finds
+its bucket full and is not delayed at all.
+
+Process-local, like the CPU it protects: each process serving deliveries allows each merchant its
+own rate. A merchant whose bucket has refilled is forgotten (a full bucket equals a fresh one), so
+what is kept follows the merchants with a backlog, not every merchant ever seen.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from datetime import datetime
+
+from payorch.engine.token_buckets import TokenBucket
+
+
+def burst_for(rate: float) -> int:
+    """A bucket's size at `rate` attempts per second: a second's worth, at least one."""
+    return max(1, math.ceil(rate))
+
+
+class AttemptRates:
+    """The buckets of the merchants that have started attempts lately, on the clock of the `now`
+    passed in (the context's: tests move it)."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self._buckets: dict[uuid.UUID, TokenBucket] = {}
+        self.set_rate(rate, burst)
+
+    def set_rate(self, rate: float, burst: int) -> None:
+        """A reloaded rate: each bucket keeps its tokens (at most the new burst)."""
+        self.rate = rate
+        self.burst = burst
+        for bucket in self._buckets.values():
+            bucket.rate = rate
+            bucket.burst = burst
+            bucket.tokens = min(bucket.tokens, float(burst))
+
+    def allowances(self, now: datetime) -> dict[uuid.UUID, int]:
+        """The attempts each merchant with a bucket not full may start now (whole tokens); every
+        other merchant may start `burst`. Full buckets are forgotten."""
+        seconds = now.timestamp()
+        allowed: dict[uuid.UUID, int] = {}
+        for merchant_id, bucket in list(self._buckets.items()):
+            if bucket.is_full(seconds):
+                del self._buckets[merchant_id]
+                continue
+            bucket.wait(seconds)  # refilled to now
+            allowed[merchant_id] = math.floor(bucket.tokens)
+        return allowed
+
+    def spend(self, merchant_id: uuid.UUID, attempts: int, now: datetime) -> None:
+        """Take a token for each of `attempts` attempts the merchant starts now (at most its
+        allowance: a claim never takes more)."""
+        seconds = now.timestamp()
+        bucket = self._buckets.get(merchant_id)
+        if bucket is None:
+            bucket = self._buckets[merchant_id] = TokenBucket.full(self.rate, self.burst, seconds)
+        for _ in range(attempts):
+            bucket.take(seconds)

@@ -1,0 +1,60 @@
+"""A merchant's webhook delivery attempts per second, bounded by its token bucket: a round of the
+delivery loop claims no more of a merchant's deliveries than its bucket holds, however many are due
+to a receiver that answers at once, and another merchant's are claimed in the same round. Time is
+the clock the test moves (`tests/clock.py`); nothing here times anything."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+
+from payorch.config import Settings
+from payorch.storage.database import Database
+from payorch.storage.webhook_deliveries import claim_due_deliveries
+from payorch.supervisors.attempt_rates import AttemptRates
+from tests.clock import ShiftedClock
+from tests.storage.test_webhook_deliveries import _application, _endpoint, _events
+
+LEASE_S = 600  # longer than the clock moves: the claims of a round stay in flight
+
+
+async def _claim_round(db: Database, rates: AttemptRates, clock: ShiftedClock) -> Counter[uuid.UUID]:
+    """One claim as the delivery loop makes it (shares far above what is due: only the buckets
+    bound it), its attempts spent from the buckets: how many were claimed per application."""
+    now = clock.now()
+    claimed = await db.transaction(
+        claim_due_deliveries,
+        limit=128,
+        per_endpoint=100,
+        per_merchant=100,
+        lease_s=LEASE_S,
+        owner=None,
+        now=now,
+        allowances=rates.allowances(now),
+        default_allowance=rates.burst,
+    )
+    for merchant_id, attempts in Counter(delivery.merchant_id for delivery in claimed).items():
+        rates.spend(merchant_id, attempts, now)
+    return Counter(delivery.application_id for delivery in claimed)
+
+
+async def test_a_round_claims_no_more_of_a_merchants_deliveries_than_its_bucket_holds_and_anothers_beside(
+    db: Database, settings: Settings, clock: ShiftedClock
+) -> None:
+    # Both made before any delivery is due: the runtime that makes one would attempt them.
+    busy = await _application(db, settings)
+    quiet = await _application(db, settings)
+    await _endpoint(db, busy, "busy")
+    await _endpoint(db, quiet, "quiet")
+    await _events(db, busy, 10)
+    await _events(db, quiet, 1)
+    # A token every 20 s: the real seconds this test takes add none.
+    rates = AttemptRates(rate=0.05, burst=3)
+
+    assert await _claim_round(db, rates, clock) == {busy: 3, quiet: 1}
+    assert await _claim_round(db, rates, clock) == {}  # the busy merchant's bucket is empty
+    clock.advance(40)  # two tokens
+    assert await _claim_round(db, rates, clock) == {busy: 2}
+    await _events(db, quiet, 1)
+    # The quiet merchant, below its rate, is not held back by the busy one's empty bucket.
+    assert await _claim_round(db, rates, clock) == {quiet: 1}
