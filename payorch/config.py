@@ -293,6 +293,8 @@ class WebhookSettings(_Section):
         default_factory=lambda: [0.0, 5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0], min_length=1
     )
     rotation_overlap_s: Annotated[int, Field(ge=0)] = 86400
+    # Delivery attempts one merchant may start per second in one process (`supervisors.attempt_rates`).
+    attempts_per_merchant_per_second: PositiveFloat = 50.0
 
     @field_validator("ca_bundle", mode="before")
     @classmethod
@@ -346,6 +348,9 @@ class LimitSettings(_Section):
     requests_per_second: PositiveFloat = 50.0
     burst: PositiveInt = 100
     login_per_minute: PositiveInt = 10
+    login_refusal_hold_s: NonNegativeFloat = 5.0
+    login_refusals_held_per_address: PositiveInt = 100
+    login_refusals_held: PositiveInt = 500
     failed_logins_per_account_per_hour: PositiveInt = 20
     provider_events_per_address_per_second: PositiveFloat = 50.0
     provider_events_per_address_burst: PositiveInt = 200
@@ -357,8 +362,8 @@ class LimitSettings(_Section):
     merchant_burst: PositiveInt = 300
     routing_changes_per_hour: PositiveFloat = 20.0
     routing_changes_burst: PositiveInt = 10
-    routing_evaluations_per_second: PositiveFloat = 5.0
-    routing_evaluations_burst: PositiveInt = 20
+    routing_evaluations_per_second: PositiveFloat = 1.0
+    routing_evaluations_burst: PositiveInt = 5
     failed_api_keys_per_address_per_minute: PositiveInt = 60
     merchant_list_reads: PositiveInt = 2
     merchant_list_read_wait_s: NonNegativeFloat = 2.0
