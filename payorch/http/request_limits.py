@@ -13,7 +13,8 @@ every API-key request is charged to its key's bucket and to the merchant's, keye
 `merchant-keys:<merchant id>`, both or neither: more keys buy no more than this.
 
 Per client address, failed API-key authentications (`limits.failed_api_keys_per_address_per_minute`,
-a burst of the same size): each unknown, revoked or malformed key takes a token of `ip:<address>`.
+a burst of the same size): each unknown, revoked or malformed key takes a token of
+`ip:<address group>` (an IPv6 client by its /64, as logins).
 Once this process has found it empty, that address's keys that would need a database read to
 authenticate are refused before the read, without asking the shared bucket; keys the cache holds as
 active still work.
@@ -147,6 +148,11 @@ class LoginCount:
 
     limiter: SharedLimiter
     key: str
+
+
+def _group_key(remote_address: str | None) -> str:
+    """The bucket key of a client address's group (`address_group`)."""
+    return f"ip:{address_group(remote_address)}"
 
 
 def _address_key(remote_address: str | None) -> str:
@@ -303,14 +309,15 @@ class RequestLimits:
         far as this process knows (its last count found the shared bucket empty); takes nothing and
         asks nothing, so it costs no round trip."""
         _refuse_while_waiting(
-            self.failed_api_keys_per_address.known_refusal(_address_key(remote_address)),
+            self.failed_api_keys_per_address.known_refusal(_group_key(remote_address)),
             "failed API key authentications from this address",
         )
 
     async def count_api_key_failure(self, remote_address: str | None) -> None:
         """Count one failed API-key authentication from `remote_address` (past its limit, nothing
-        more to count: once this process knows the bucket is empty, no round trip either)."""
-        key = _address_key(remote_address)
+        more to count: once this process knows the bucket is empty, no round trip either). Counted
+        per address group (`address_group`), as logins are: an IPv6 client holds a whole /64."""
+        key = _group_key(remote_address)
         if self.failed_api_keys_per_address.known_refusal(key) is None:
             await self.failed_api_keys_per_address.take(key)
 

@@ -224,6 +224,28 @@ async def test_failed_api_keys_from_one_address_are_429_past_the_limit_before_an
     assert response.status_code == 404
 
 
+async def test_failed_api_keys_from_one_ipv6_64_share_one_budget(
+    limited: Client, limited_runtime: Runtime, shop: Shop
+) -> None:
+    path = "/api/v1/sessions/00000000-0000-4000-8000-000000000000"
+    for number in range(FAILED_KEYS):  # a new address of one /64 for each failure
+        response = await limited.get(
+            path,
+            headers={"X-API-Key": f"sk_{number:040d}"},
+            scope_base=from_address(f"2001:db8:7:7::{number + 1}"),
+        )
+        assert response.status_code == 401
+    response = await limited.get(
+        path, headers={"X-API-Key": UNKNOWN_KEY}, scope_base=from_address("2001:db8:7:7:ffff::1")
+    )
+    await too_many_requests(response)
+    # Another /64 has a budget of its own.
+    response = await limited.get(
+        path, headers={"X-API-Key": UNKNOWN_KEY}, scope_base=from_address("2001:db8:7:8::1")
+    )
+    assert response.status_code == 401
+
+
 async def test_an_unknown_key_is_looked_up_once_while_remembered(
     limited: Client, limited_runtime: Runtime, client: Client, shop: Shop
 ) -> None:
