@@ -65,9 +65,10 @@ async def admin_access_token(data: LoginRequest) -> str:
     account's limit together."""
     account = data.email.lower()  # logins compare e-mails without regard to case
     limits = services().limits
+    # Read before the turn is taken: a turn is held for the hash, not for a database round trip.
+    found = await services().context.db.autocommit(accounts_store.find_login, data.email)
     with services().passwords.turn() as turn:
         counted = await limits.count_login_attempt(account, request.remote_addr)
-        found = await services().context.db.autocommit(accounts_store.find_login, data.email)
         if not await turn.verify(data.password, found.password_hash if found else None) or found is None:
             raise InvalidLogin("e-mail or password is incorrect")
     await limits.forgive_login_attempt(counted)
