@@ -127,7 +127,8 @@ def _freeze_what_startup_made() -> None:
     thread: walking everything, it took 75 to 97 ms in the bench's process (which hosts payorch),
     and every request in flight waited that long (the neighbours bench's others' create p99 beside
     a routing flood was such a pause). What is frozen and later dropped is still freed by its
-    reference count; only a cycle among such objects stays."""
+    reference count; only a cycle among such objects stays. `payorch serve` has frozen what its
+    imports made already (`cli._no_collections_while_importing`); this adds what startup built."""
     gc.collect()
     gc.freeze()
 
