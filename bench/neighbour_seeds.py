@@ -28,7 +28,7 @@ _PAST_SESSIONS = """
         now() - g * interval '1 second', now() - g * interval '1 second'
     FROM generate_series(1, $2) AS g"""
 
-# Each of those sessions' outcome at the sandbox, as `engine.session_events` records it.
+# Each of those sessions' outcome at the sandbox, as `engine.payments.events` records it.
 _PAST_OUTCOMES = """
     INSERT INTO routing_outcomes (application_id, provider_name, payment_method, currency, outcome,
         session_id, recorded_at)

@@ -79,7 +79,7 @@ from bench.webhooks import (
     write_certificates,
 )
 from payorch.config import LimitSettings, Settings
-from payorch.engine.routing_validation import MAX_RULES
+from payorch.engine.routing.validation import MAX_RULES
 from payorch.storage.database import Database, open_database
 
 # Replaced in each request's body by a value of its own (`bench.load`).

@@ -1,7 +1,7 @@
 """Routing: how many payments payorch's learned routing gets approved, and what a decision costs.
 
-Quality is a simulation driving payorch's real code: `engine.routing_decision.decide` over a
-dynamic default route, `engine.success_rates.OutcomeWindow` recording each session's outcome when
+Quality is a simulation driving payorch's real code: `engine.routing.decision.decide` over a
+dynamic default route, `engine.routing.success_rates.OutcomeWindow` recording each session's outcome when
 a provider event would tell it, and `SuccessRates` rebuilt from the window's rows every
 `REFRESH_EVERY` sessions, as the service refreshes its figures in batches. The world:
 - three providers, four segments (payment method x currency), each provider's approval per segment
@@ -22,7 +22,7 @@ it again (and keeps leading in 90% of the next 200); exploration's cost, as the 
 against the run without exploration, and directly, as the true approval of the leader minus that
 of the explored provider, summed over the explored sessions. The world's seed is fixed (26, the
 routing issue's number), so every run prints the same figures; how they spread over other seeds
-is in `payorch/engine/success_rates.py`'s docstring.
+is in `payorch/engine/routing/success_rates.py`'s docstring.
 
 Decision cost: microseconds per `decide` with a document of 20 rules (all of them looked at: each
 admits the session's method, currency and country, none its amount) and 3 providers, objective
@@ -38,9 +38,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from payorch.engine.routing_decision import Decision, decide
-from payorch.engine.routing_rules import RoutingDocument, SessionFacts, parse_routing_document
-from payorch.engine.success_rates import OutcomeWindow, RoutingSettings, SuccessRates
+from payorch.engine.routing.decision import Decision, decide
+from payorch.engine.routing.document import RoutingDocument, SessionFacts, parse_routing_document
+from payorch.engine.routing.success_rates import OutcomeWindow, RoutingSettings, SuccessRates
 from payorch.values.money import Money
 from payorch.values.statuses import Outcome
 

@@ -16,7 +16,7 @@ import httpx
 import trio
 
 from bench.payorch_target import IDEMPOTENCY_HEADER, SESSION_BODY, SESSIONS_PATH, Payorch
-from payorch.engine.invites import issue_invite
+from payorch.engine.accounts.invites import issue_invite
 
 MERCHANT_EMAIL = "bench@merchant.example"
 # A throwaway merchant in a temporary database.

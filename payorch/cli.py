@@ -212,7 +212,7 @@ async def _migrate(settings: Settings) -> None:
 
 
 async def _invite(settings: Settings, email: str, as_json: bool) -> None:
-    from payorch.engine.invites import issue_invite, signup_link_base
+    from payorch.engine.accounts.invites import issue_invite, signup_link_base
     from payorch.storage.database import database_url, open_database
     from payorch.storage.migrations import migrate
     from payorch.values.timefmt import iso
@@ -266,7 +266,7 @@ def _toml_value(value: Any) -> str:
 
 
 async def _rotate_credentials(settings: Settings) -> int:
-    from payorch.engine.key_rotation import rotate_sealed_secrets
+    from payorch.engine.accounts.key_rotation import rotate_sealed_secrets
     from payorch.storage.database import database_url, open_database
     from payorch.storage.migrations import migrate
     from payorch.values.secretbox import SecretBox

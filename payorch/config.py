@@ -195,7 +195,7 @@ class AuthSettings(_Section):
     jwt_ttl_s: PositiveInt = 3600
     api_key_cache_s: NonNegativeFloat = 5.0
     api_key_miss_cache_s: NonNegativeFloat = 5.0
-    # Password hashes running at once per process (payorch/engine/passwords.py); "auto": half the cores.
+    # Password hashes running at once per process (engine/accounts/passwords.py); "auto": half the cores.
     password_hashes_at_once: int | Literal["auto"] = "auto"  # noqa: S105  # a count, not a password
 
     @field_validator("jwt_secret")
@@ -373,7 +373,7 @@ class LimitSettings(_Section):
 
 
 class RoutingSettings(_Section):
-    """Learned routing (docs/routing.md; `engine.success_rates.RoutingSettings` holds the same but
+    """Learned routing (docs/routing.md; `engine.routing.success_rates.RoutingSettings` holds the same but
     `refresh_s`: how often an application's actor reads its success rates again)."""
 
     window: Annotated[int, Field(ge=1, le=10_000)] = 200

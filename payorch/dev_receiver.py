@@ -39,7 +39,7 @@ from standardwebhooks.webhooks import WebhookVerificationError
 
 from payorch.config import Settings
 from payorch.development_ca import development_ca_certificate, loopback_server_certificate
-from payorch.engine.webhook_signing import MalformedSigningSecret, check_secret_form, key_fingerprint
+from payorch.outbound.signing import MalformedSigningSecret, check_secret_form, key_fingerprint
 
 if TYPE_CHECKING:
     from hypercorn.typing import ASGIReceiveCallable, ASGISendCallable, Scope

@@ -27,11 +27,11 @@ from payorch.config import (
     check_loopback_webhooks,
     keep_restart_only,
 )
-from payorch.engine.backtest_processes import BacktestProcesses
+from payorch.engine.accounts.passwords import PasswordHasher, hashes_at_once
 from payorch.engine.commands import PaymentActors
 from payorch.engine.context import Context
-from payorch.engine.passwords import PasswordHasher, hashes_at_once
 from payorch.engine.provider_health import ProviderHealth, RoutingPolicy
+from payorch.engine.routing.backtest_processes import BacktestProcesses
 from payorch.http.api_key_cache import ApiKeyCache
 from payorch.http.app import create_app
 from payorch.http.request_limits import RequestLimits

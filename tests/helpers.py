@@ -14,9 +14,9 @@ import trio
 from quart.typing import TestClientProtocol as Client
 
 from payorch.config import Settings
-from payorch.engine.invites import issue_invite
-from payorch.engine.session_events import apply_session_event
-from payorch.engine.session_states import SessionEvent
+from payorch.engine.accounts.invites import issue_invite
+from payorch.engine.payments.events import apply_session_event
+from payorch.engine.payments.states import SessionEvent
 from payorch.http.services import PayorchApp
 from payorch.jsonexact import dumps_exact
 from payorch.storage.database import Connection, Database, open_database

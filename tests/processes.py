@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import trio
 
-from payorch.engine.checkout import SESSION_CREATE_SCOPE
+from payorch.engine.payments.checkout import SESSION_CREATE_SCOPE
 from payorch.storage.database import Connection
 from tests.helpers import eventually
 

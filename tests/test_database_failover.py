@@ -35,7 +35,7 @@ import pytest
 import trio
 
 from payorch.config import AuthSettings, DatabaseSettings, SecuritySettings, ServerSettings, Settings
-from payorch.engine.invites import issue_invite
+from payorch.engine.accounts.invites import issue_invite
 from payorch.jsonexact import dumps_exact, loads_exact
 from payorch.storage import applications as applications_store
 from payorch.storage.database import Connection, open_database

@@ -19,7 +19,7 @@ import trio
 from payorch.config import Settings
 from payorch.dev_receiver import Receiver
 from payorch.development_ca import ensure_development_ca
-from payorch.engine.webhook_signing import key_fingerprint, new_signing_secret, webhook_headers
+from payorch.outbound.signing import key_fingerprint, new_signing_secret, webhook_headers
 from payorch.storage.database import Database
 from tests.helpers import Client, Shop, new_shop
 from tests.test_webhook_delivery import pay

@@ -17,7 +17,7 @@ import pytest
 from cryptography.fernet import Fernet, InvalidToken
 
 from payorch.config import SecuritySettings, Settings
-from payorch.engine.key_rotation import ColumnCounts, rotate_sealed_secrets
+from payorch.engine.accounts.key_rotation import ColumnCounts, rotate_sealed_secrets
 from payorch.runtime import open_runtime
 from payorch.storage import webhooks as webhooks_store
 from payorch.storage.database import Connection, Database

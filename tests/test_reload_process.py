@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from payorch.config import ServerSettings, Settings
-from payorch.engine.invites import issue_invite
+from payorch.engine.accounts.invites import issue_invite
 from payorch.storage.database import open_database
 from tests.helpers import PASSWORD, eventually, signup_body
 from tests.processes import GRACEFUL_TIMEOUT_S, config_text, logged_records, serving

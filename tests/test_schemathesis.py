@@ -42,7 +42,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from payorch.config import LimitSettings, Settings
-from payorch.engine.invites import issue_invite
+from payorch.engine.accounts.invites import issue_invite
 from payorch.service import run
 from payorch.storage.database import open_database
 from tests.helpers import PASSWORD, SANDBOX_KEY, eventually_blocking, signup_body

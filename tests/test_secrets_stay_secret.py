@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from payorch.config import Settings
-from payorch.engine.invites import issue_invite
+from payorch.engine.accounts.invites import issue_invite
 from payorch.logs import JsonFormatter
 from payorch.storage.database import Database
 from tests import webhook_receiver as receiving

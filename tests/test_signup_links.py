@@ -1,4 +1,4 @@
-"""Where `payorch invite`'s links lead (`engine.invites.signup_link_base`): to the running server,
+"""Where `payorch invite`'s links lead (`engine.accounts.invites.signup_link_base`): to the running server,
 whose address each node records as it takes its node identity (`storage.nodes`), unless the
 invite's own settings name one. "A server" here is `hold_node_identity` in a nursery, as
 `runtime.open_runtime` runs it; it is gone when the nursery is cancelled."""
@@ -12,7 +12,7 @@ from functools import partial
 import trio
 
 from payorch.config import ServerSettings
-from payorch.engine.invites import signup_link_base
+from payorch.engine.accounts.invites import signup_link_base
 from payorch.storage.database import Connection, Database
 from payorch.storage.nodes import NodeIdentity, hold_node_identity
 from tests.helpers import eventually

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from payorch.engine.access_tokens import AccessClaims, issue_access_token, verify_access_token
+from payorch.engine.accounts.access_tokens import AccessClaims, issue_access_token, verify_access_token
 from payorch.providers.sandbox.signing import (
     SIGNATURE_HEADER,
     SignatureInvalid,

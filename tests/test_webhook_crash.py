@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from payorch.config import Settings
-from payorch.engine.invites import issue_invite
+from payorch.engine.accounts.invites import issue_invite
 from payorch.jsonexact import dumps_exact, loads_exact
 from payorch.storage.database import Connection, Database
 from tests import webhook_receiver as receiving

@@ -10,7 +10,7 @@ import httpx
 import pytest
 import trio
 
-from payorch.engine.webhook_signing import (
+from payorch.outbound.signing import (
     key_fingerprint,
     new_signing_secret,
     webhook_headers,

@@ -1,8 +1,8 @@
 """What the interface's bodies are made of: scalars typed as the builders write them and documented as
 the OpenAPI document shows them, and the enumerations more than one floor speaks.
 
-Each response body is a `TypedDict` beside the function that builds it (`engine.records`,
-`engine.refund_rules`, `http.representations`): mypy checks every key a builder writes, and the
+Each response body is a `TypedDict` beside the function that builds it (`engine.payments.records`,
+`engine.payments.refund_rules`, `http.representations`): mypy checks every key a builder writes, and the
 OpenAPI document (`http.openapi`) is generated from the same types. Builders write JSON-ready values
 (text for times and ids, `Decimal` for amounts), so each scalar here is that Python type, annotated
 with the JSON Schema a client reads for it.

@@ -1,20 +1,20 @@
 """Every command an application's actor runs, what each answers, and who sends it.
 
-- `CreateSession` (`engine/checkout.py`), from `POST /api/v1/sessions`; lane: sessions being
+- `CreateSession` (`engine/payments/checkout.py`), from `POST /api/v1/sessions`; lane: sessions being
   created, batched. Answers the key's `Answer`: 201 with the session, or the replay of an earlier one.
-- `ApplyProviderEvent` (`engine/provider_events.py`), from `POST /api/v1/provider-events/...`; lane:
+- `ApplyProviderEvent` (`engine/payments/provider_events.py`), from `POST /api/v1/provider-events/...`; lane:
   its session's, or its refund's. Answers `bool`: applied now (False: seen before, or about nothing).
-- `ExpireSession` (`engine/session_expiry.py`), from the expiry loop (`supervisors/expiry_loop.py`);
+- `ExpireSession` (`engine/payments/expiry.py`), from the expiry loop (`supervisors/expiry_loop.py`);
   lane: its session's. Answers `bool`: the session changed.
-- `CreateRefund` (`engine/refund_commands.py`), from `POST /api/v1/sessions/<id>/refunds`; lane: its
+- `CreateRefund` (`engine/payments/refunds.py`), from `POST /api/v1/sessions/<id>/refunds`; lane: its
   session's. Answers the key's `Answer`: 201 or 202 with the refund, or the replay of an earlier one.
-- `SubmitRefund` (`engine/refund_commands.py`), from the refund loop (`supervisors/refund_loop.py`);
+- `SubmitRefund` (`engine/payments/refunds.py`), from the refund loop (`supervisors/refund_loop.py`);
   lane: its refund's. Answers `bool`: the provider took the refund.
-- `EvaluateRouting` (`engine/session_routing.py`), from `POST /api/v1/applications/<id>/routing/evaluate`;
+- `EvaluateRouting` (`engine/routing/sessions.py`), from `POST /api/v1/applications/<id>/routing/evaluate`;
   lane: the application's. Answers an `Evaluation`: how a session would be routed now (creates
   nothing, calls no provider).
 
-And the one command an actor sends itself: `_StoreSession` (`engine/checkout.py`), what a created
+And the one command an actor sends itself: `_StoreSession` (`engine/payments/checkout.py`), what a created
 session's providers answered, stored with the others that came back together (batched in a lane
 of its own). The other commands that wait on a provider continue in their own lane when it answers
 (`ApplicationActor.spawn`).
@@ -30,13 +30,13 @@ import uuid
 from typing import Any, overload
 
 from payorch.engine.actors import ActorRegistry, Command
-from payorch.engine.checkout import CreateSession
 from payorch.engine.context import Context
 from payorch.engine.idempotency import Answer
-from payorch.engine.provider_events import ApplyProviderEvent
-from payorch.engine.refund_commands import CreateRefund, SubmitRefund
-from payorch.engine.session_expiry import ExpireSession
-from payorch.engine.session_routing import EvaluateRouting, Evaluation
+from payorch.engine.payments.checkout import CreateSession
+from payorch.engine.payments.expiry import ExpireSession
+from payorch.engine.payments.provider_events import ApplyProviderEvent
+from payorch.engine.payments.refunds import CreateRefund, SubmitRefund
+from payorch.engine.routing.sessions import EvaluateRouting, Evaluation
 
 __all__ = [
     "ApplyProviderEvent",

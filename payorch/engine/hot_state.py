@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from payorch.engine.routing_rules import RoutingDocument
-from payorch.engine.success_rates import SuccessRates
+from payorch.engine.routing.document import RoutingDocument
+from payorch.engine.routing.success_rates import SuccessRates
 from payorch.storage.provider_configs import ProviderConfig
 
 

@@ -1,6 +1,6 @@
 """Provider-call health: which providers may take a checkout (eligibility), and which of them can be
 called now (a circuit breaker per account and per provider, docs/routing.md "Who owns a failure").
-The order they are tried in is the routing decision's (`engine.routing_decision`); the health score
+The order they are tried in is the routing decision's (`engine.routing.decision`); the health score
 kept here is shown in the metrics and orders nothing.
 
 Pure code. Time comes in as `now`, monotonic seconds (`trio.current_time()` in the service), so tests

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import trio
 from quart import g, request
 
-from payorch.engine.access_tokens import verify_access_token
+from payorch.engine.accounts.access_tokens import verify_access_token
 from payorch.http.requestlog import note_application
 from payorch.http.services import services
 from payorch.storage import accounts as accounts_store

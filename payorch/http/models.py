@@ -30,17 +30,17 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, InitErrorDetails, PydanticCustomError
 
+from payorch.engine.accounts.identifiers import canonical_identifier
+from payorch.engine.accounts.passwords import PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH, password_weakness
 from payorch.engine.body_types import EVENT_TYPES, MONEY_SCHEMA
-from payorch.engine.identifiers import canonical_identifier
-from payorch.engine.passwords import PASSWORD_MAX_LENGTH, PASSWORD_MIN_LENGTH, password_weakness
-from payorch.engine.refund_rules import RefundReason
-from payorch.engine.routing_backtest import MAX_DAYS, MAX_SESSIONS
-from payorch.engine.routing_rules import MAX_DOCUMENT_BYTES
-from payorch.engine.web_urls import redirect_url_problem, website_url_problem
+from payorch.engine.payments.refund_rules import RefundReason
+from payorch.engine.routing.backtest import MAX_DAYS, MAX_SESSIONS
+from payorch.engine.routing.document import MAX_DOCUMENT_BYTES
 from payorch.http.jsonio import first_unstorable_text
 from payorch.jsonexact import dumps_exact
 from payorch.values.money import known_currencies
 from payorch.values.pagination import DEFAULT_LIMIT, DEFAULT_PAGE, MAX_LIMIT, MAX_PAGE, PageRequest
+from payorch.values.web_urls import redirect_url_problem, website_url_problem
 
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=255)]
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100)]
@@ -511,7 +511,7 @@ class WebhookUpdateRequest(Body):
 
 
 # The body of `PUT .../routing`, for the document only: the route reads the JSON itself and
-# `engine.routing_rules.parse_routing_document` checks it, naming every problem (an empty or
+# `engine.routing.document.parse_routing_document` checks it, naming every problem (an empty or
 # duplicate rule name, weights not summing to 100, ...), which a model would stop at the first of.
 # So the values are described here and typed loosely. (Comments, not a docstring: a docstring
 # would be the document's description of the body.)

@@ -2,7 +2,7 @@
 
 Every body's shape exists once, as the type the code validates or builds with: request bodies and
 query strings are the pydantic models that validate them (`http.models`); response bodies are the
-closed `TypedDict`s their builders build (`engine.records`, `engine.refund_rules`,
+closed `TypedDict`s their builders build (`engine.payments.records`, `engine.payments.refund_rules`,
 `http.representations`, `values.pagination.Page`), which mypy checks each builder against. A field
 added to a response is added to its `TypedDict` and its builder; the document follows.
 

@@ -1,7 +1,8 @@
 """The response bodies only the HTTP routes build: one closed `TypedDict` each, the type its builder
 returns (`application_body`, `webhook_body`, ...) or a route's literal answer is checked against,
 and the shape the OpenAPI document (`http.openapi`) shows. Bodies the engine builds (sessions,
-refunds, events) have theirs beside their builders in `engine.records` and `engine.refund_rules`.
+refunds, events) have theirs beside their builders in `engine.payments.records` and
+`engine.payments.refund_rules`.
 
 Keys that are sometimes absent (never null) are `NotRequired`.
 """
@@ -15,8 +16,8 @@ from pydantic import Field, StringConstraints, WithJsonSchema, with_config
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
 from payorch.engine.body_types import CLOSED, EventType, MajorUnits, Timestamp, Uuid, listed
-from payorch.engine.routing_decision import PlaceReason
-from payorch.engine.routing_rules import Objective, RouteType
+from payorch.engine.routing.decision import PlaceReason
+from payorch.engine.routing.document import Objective, RouteType
 from payorch.http.models import Organization
 from payorch.providers.base import EventDelivery
 from payorch.storage.applications import ApiKeyStatus

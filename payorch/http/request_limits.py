@@ -73,7 +73,7 @@ Routing evaluations per merchant (`limits.routing_evaluations_per_second`,
 token of `merchant:<merchant id>` (in a limiter of its own) before its body is read.
 
 Routing backtests in flight (`POST .../routing/backtest`), running or waiting their turn at the
-backtest worker processes (`engine.backtest_processes`, which serve them in the order they came):
+backtest worker processes (`engine.routing.backtest_processes`, which serve them in the order they came):
 one per merchant (`BACKTESTS_PER_MERCHANT`), a second answered 429; at most `BACKTESTS_AT_ONCE` in
 the process, one more answered 503. The first keeps one merchant from taking every turn (two
 merchants looping take two places of the queue, and a third merchant's backtest waits behind one
@@ -99,10 +99,10 @@ from dataclasses import dataclass
 import trio
 
 from payorch.config import LimitSettings
-from payorch.engine.token_buckets import InFlightLimit, whole_seconds
 from payorch.http.concurrency import KeyedConcurrencyLimit
 from payorch.http.shared_limits import BucketStore, Refused, SharedLimiter, reserve
 from payorch.values.errors import RateLimited, ServiceBusy
+from payorch.values.token_buckets import InFlightLimit, whole_seconds
 
 # Test sends (`POST .../webhooks/{id}/test`) in flight at once per merchant. Each may wait on a
 # receiver for the whole `webhooks.timeout_s` while holding a connection of the shared client: this

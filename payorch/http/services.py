@@ -11,10 +11,10 @@ import httpx
 from quart import current_app
 from quart_trio import QuartTrio
 
-from payorch.engine.backtest_processes import BacktestProcesses
+from payorch.engine.accounts.passwords import PasswordHasher
 from payorch.engine.commands import PaymentActors
 from payorch.engine.context import Context
-from payorch.engine.passwords import PasswordHasher
+from payorch.engine.routing.backtest_processes import BacktestProcesses
 from payorch.http.api_key_cache import ApiKeyCache
 from payorch.http.request_limits import RequestLimits
 from payorch.outbound.client import CurrentClient

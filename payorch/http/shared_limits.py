@@ -1,5 +1,5 @@
 """Rate limits that hold for every process on one database: token buckets kept in PostgreSQL
-(`storage.rate_buckets`), of which each process leases batches (`engine.leased_buckets`).
+(`storage.rate_buckets`), of which each process leases batches (`http.leased_buckets`).
 
 A request first spends a token this process leased already: no round trip. When it has none, it
 takes a lease at the shared bucket, one statement; requests of the same key that come meanwhile
@@ -21,7 +21,7 @@ from typing import Protocol
 
 import trio
 
-from payorch.engine.leased_buckets import LeasedBuckets
+from payorch.http.leased_buckets import LeasedBuckets
 from payorch.storage import rate_buckets
 from payorch.storage.database import Database
 from payorch.storage.rate_buckets import BucketTake, Grant

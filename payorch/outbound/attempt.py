@@ -19,9 +19,9 @@ from typing import cast
 import httpx
 import trio
 
-from payorch.engine.webhook_signing import webhook_headers
 from payorch.outbound.failures import Progress, failure_text, timed_out, where
 from payorch.outbound.retry_after import retry_after_s
+from payorch.outbound.signing import webhook_headers
 from payorch.outbound.ssrf import UnsafeWebhookUrl, webhook_host_and_port
 from payorch.outbound.text import storable_excerpt, storable_text
 from payorch.values.clock import Clock

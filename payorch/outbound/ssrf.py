@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import httpx
 import trio
 
-from payorch.engine.web_urls import LOOPBACK_NAME, is_loopback_host
+from payorch.values.web_urls import LOOPBACK_NAME, is_loopback_host
 
 MAX_URL_LENGTH = 2048
 HTTPS_PORT = 443

@@ -239,7 +239,7 @@ class CheckoutToStore:
 class CheckoutInDatabase(Protocol):
     """A provider whose checkouts live in payorch's own database (the sandbox): payorch stores each
     checkout with the session routed to it and its Idempotency-Key's answer in one statement, the
-    sessions of a batch in one round trip, all or none (`engine.checkout`). A retry after a
+    sessions of a batch in one round trip, all or none (`engine.payments.checkout`). A retry after a
     failure finds nothing half done."""
 
     def checkout_to_store(

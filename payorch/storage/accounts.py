@@ -22,7 +22,7 @@ ACCOUNT_EXISTS = (
 @dataclass(frozen=True)
 class NewAccount:
     """A merchant and its admin user to create. `admin_email` and the organization's
-    `companyRegistrationNumber` are in canonical form (`engine/identifiers.py`): the unique indexes
+    `companyRegistrationNumber` are in canonical form (`engine/accounts/identifiers.py`): the unique indexes
     on `lower(...)` of both then refuse every spelling of a registered identifier."""
 
     organization: dict[str, Any]
@@ -63,7 +63,7 @@ async def create_invite(
 # The columns `_usable` reads: $2 is now, $3 the admin e-mail of the signup (NULL: any).
 _EXPIRED = "expires_at <= $2 AS expired"
 # The invite is bound to the e-mail it was made for, compared as logins and `users_email_key` compare
-# e-mails: without regard to letter case (`engine.invites` stores the address in canonical form).
+# e-mails: without regard to letter case (`engine.accounts.invites` stores the address in canonical form).
 _FOR_EMAIL = "($3::text IS NULL OR lower(email) = lower($3::text)) AS for_email"
 
 

@@ -2,7 +2,7 @@
 that every process on this database draws from the same bucket (docs/rate-limits.md).
 
 A take is one statement: it refills the key's bucket by the same arithmetic as
-`engine.token_buckets.TokenBucket` (continuously at `rate`, never above `burst`), takes up to `want`
+`values.token_buckets.TokenBucket` (continuously at `rate`, never above `burst`), takes up to `want`
 tokens, and answers how many it got and how many the bucket held before. A paced take may take
 tokens that have not come yet, the bucket then owing them (negative tokens): those due within
 `max_wait_s`. Time is the database's (`statement_timestamp()`), one clock for every process and

@@ -1,7 +1,7 @@
-"""An application's past sessions as routing saw them, for a backtest (`engine.routing_backtest`):
+"""An application's past sessions as routing saw them, for a backtest (`engine.routing.backtest`):
 each session's payment method, amount, customer's billing country, the provider that created its
 checkout and its outcome there, newest first, read in bounded batches through a server-side cursor.
-A backtest's worker process reads them over its own connection (`engine.backtest_worker`), never
+A backtest's worker process reads them over its own connection (`engine.routing.backtest_worker`), never
 the server.
 
 Only those few columns are read: the customer's billing country is taken out of its JSON in the

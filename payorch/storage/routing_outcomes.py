@@ -1,5 +1,5 @@
 """Routing outcomes: each session's first outcome at the provider that created its checkout
-(migration 0017), what learned routing reads its success rates from (`engine.success_rates`)."""
+(migration 0017), what learned routing reads its success rates from (`engine.routing.success_rates`)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ async def record_outcome(
 
 class SegmentOutcomes(NamedTuple):
     """The newest outcomes of one provider for one payment method and currency: their `Outcome`
-    codes, newest first (`engine.success_rates.SegmentFigures` holds the same)."""
+    codes, newest first (`engine.routing.success_rates.SegmentFigures` holds the same)."""
 
     provider: str
     payment_method: str

@@ -1,5 +1,5 @@
 """Every column that holds a value sealed with `security.encryption_keys`, read in batches and
-replaced by compare-and-set: what `payorch rotate-credentials` (`engine.key_rotation`) works through.
+replaced by compare-and-set: what `payorch rotate-credentials` (`engine.accounts.key_rotation`) works through.
 
 A new column holding a `SecretBox.seal` value belongs in `SEALED_COLUMNS` (tests/test_key_rotation.py
 fails for a `bytea` column that is neither here nor known to hold a hash).

@@ -22,7 +22,7 @@ import math
 import uuid
 from datetime import datetime
 
-from payorch.engine.token_buckets import TokenBucket
+from payorch.values.token_buckets import TokenBucket
 
 
 def burst_for(rate: float) -> int:

@@ -1,5 +1,5 @@
 """Session expiry: a PENDING session past `expiresAt` becomes FAILED with failureReason EXPIRED,
-once its provider has closed the checkout (`engine.session_expiry`).
+once its provider has closed the checkout (`engine.payments.expiry`).
 
 The supervisor hands due sessions to their applications' actors in slots (`supervisors.slots`):
 `limits.background_slots` at once, at most `limits.background_per_merchant` of one merchant's, each
@@ -18,7 +18,7 @@ import trio
 
 from payorch.engine.commands import PaymentActors
 from payorch.engine.context import Context
-from payorch.engine.session_expiry import ExpireSession
+from payorch.engine.payments.expiry import ExpireSession
 from payorch.restarts import SupervisorBoard, supervised
 from payorch.storage import due_work, sessions
 from payorch.supervisors.slots import DueWork

@@ -17,7 +17,7 @@ import trio
 
 from payorch.engine.commands import PaymentActors
 from payorch.engine.context import Context
-from payorch.engine.refund_commands import SubmitRefund
+from payorch.engine.payments.refunds import SubmitRefund
 from payorch.restarts import SupervisorBoard, supervised
 from payorch.storage import due_work, refunds
 from payorch.supervisors.slots import DueWork

@@ -3,7 +3,7 @@
 Fernet is AES-128-CBC with HMAC-SHA256: a stored value cannot be read or altered without the key in
 `security.encryption_key`. While the key is being replaced there are several
 (`security.encryption_keys`, cryptography's MultiFernet): the first seals, any of them opens, and
-`reseal` moves a value sealed under another onto the first (`engine.key_rotation`).
+`reseal` moves a value sealed under another onto the first (`engine.accounts.key_rotation`).
 """
 
 from __future__ import annotations

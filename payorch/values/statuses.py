@@ -3,7 +3,7 @@ refund failed, why a session was routed where it was and how its payment turned 
 enumeration's one definition.
 
 They live on the lowest floor because every floor speaks them: the engine moves sessions and
-refunds between them (`engine.session_states`, `engine.refund_rules`), the providers translate
+refunds between them (`engine.payments.states`, `engine.payments.refund_rules`), the providers translate
 their own codes into a `FailureReason`, storage writes them into its statements' text, the
 database keeps its columns to them, the interface's bodies and document list them. A value is
 added (or taken out) here and nowhere else: the CHECK constraints of the columns are written from
@@ -22,7 +22,7 @@ import enum
 
 
 class SessionStatus(enum.StrEnum):
-    """A checkout session's state (`engine.session_states` moves it)."""
+    """A checkout session's state (`engine.payments.states` moves it)."""
 
     PENDING = "PENDING"
     SUCCEEDED = "SUCCEEDED"
@@ -91,7 +91,7 @@ class RoutingReason(enum.StrEnum):
 
 class Outcome(enum.StrEnum):
     """A session's outcome at the provider that created its checkout, for learned routing
-    (`engine.success_rates`): the first of its payment succeeding, the provider declining an
+    (`engine.routing.success_rates`): the first of its payment succeeding, the provider declining an
     attempt, its checkout expiring unpaid. One letter each, as a segment's outcomes are listed."""
 
     SUCCESS = "s"

@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import pytest
 
 from payorch.config import LimitSettings, Settings
-from payorch.engine.access_tokens import AccessClaims, issue_access_token
+from payorch.engine.accounts.access_tokens import AccessClaims, issue_access_token
 from payorch.http.services import PayorchApp
 from payorch.runtime import open_runtime
 from payorch.storage.database import Database

@@ -8,7 +8,7 @@ from datetime import timedelta
 import jwt
 import pytest
 
-from payorch.engine.access_tokens import AccessClaims, issue_access_token, verify_access_token
+from payorch.engine.accounts.access_tokens import AccessClaims, issue_access_token, verify_access_token
 from payorch.values.clock import SYSTEM_CLOCK
 from payorch.values.errors import AuthenticationRequired
 

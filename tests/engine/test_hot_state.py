@@ -4,7 +4,7 @@ per refresh interval."""
 from __future__ import annotations
 
 from payorch.engine.hot_state import DEFAULT_ROUTING, HotState
-from payorch.engine.success_rates import RoutingSettings, SegmentFigures, SuccessRates
+from payorch.engine.routing.success_rates import RoutingSettings, SegmentFigures, SuccessRates
 
 RATES = SuccessRates.from_rows([SegmentFigures("sandbox", "card", "PLN", "sf")], RoutingSettings())
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from payorch.engine.identifiers import canonical_identifier
+from payorch.engine.accounts.identifiers import canonical_identifier
 
 
 @pytest.mark.parametrize("invisible", ["\u200b", "\u200c", "\u200d", "\ufeff", "\u2060", "\u00ad", "\u202e"])

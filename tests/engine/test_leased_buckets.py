@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from payorch.engine.leased_buckets import BATCH_S, HOLD_S, LeasedBuckets
+from payorch.http.leased_buckets import BATCH_S, HOLD_S, LeasedBuckets
 
 
 def test_nothing_leased_is_nothing_to_spend_and_nothing_known() -> None:

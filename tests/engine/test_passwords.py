@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from payorch.engine.passwords import password_weakness
+from payorch.engine.accounts.passwords import password_weakness
 
 
 @pytest.mark.parametrize("password", ["a" * 16, "7" * 20, "\u00e9" * 16])

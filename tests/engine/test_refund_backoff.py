@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from payorch.engine.refund_commands import backoff_s
+from payorch.engine.payments.refunds import backoff_s
 
 
 @pytest.mark.parametrize(("attempts", "wait"), [(0, 1.0), (1, 1.0), (2, 2.0), (3, 4.0), (9, 256.0)])

@@ -9,15 +9,15 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from payorch.engine.routing_backtest import (
+from payorch.engine.routing.backtest import (
     EstimatedApproval,
     ProviderTally,
     Replay,
     Replayer,
     RuleTally,
 )
-from payorch.engine.routing_rules import SessionFacts, SplitRoute, parse_routing_document, split_order
-from payorch.engine.success_rates import RoutingSettings, SegmentFigures, SuccessRates
+from payorch.engine.routing.document import SessionFacts, SplitRoute, parse_routing_document, split_order
+from payorch.engine.routing.success_rates import RoutingSettings, SegmentFigures, SuccessRates
 from payorch.storage.routing_history import PastSession
 from payorch.values.money import Money
 from payorch.values.statuses import Outcome

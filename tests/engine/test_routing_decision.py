@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from payorch.engine.provider_health import ProviderAccount, ProviderHealth
-from payorch.engine.routing_decision import Decision, RankedProvider, decide, plan_decided_route
-from payorch.engine.routing_rules import RoutingDocument, SessionFacts, parse_routing_document
-from payorch.engine.success_rates import RoutingSettings, SegmentFigures, SuccessRates
+from payorch.engine.routing.decision import Decision, RankedProvider, decide, plan_decided_route
+from payorch.engine.routing.document import RoutingDocument, SessionFacts, parse_routing_document
+from payorch.engine.routing.success_rates import RoutingSettings, SegmentFigures, SuccessRates
 from payorch.values.errors import NoProviderAvailable, ProviderUnavailable
 from payorch.values.money import Money
 

@@ -20,19 +20,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from payorch.engine.provider_health import ProviderAccount, ProviderHealth
-from payorch.engine.routing_decision import decide, plan_decided_route
-from payorch.engine.routing_rules import (
+from payorch.engine.routing.decision import decide, plan_decided_route
+from payorch.engine.routing.document import (
     SessionFacts,
     document_json,
     parse_routing_document,
     stored_routing_document,
 )
-from payorch.engine.routing_validation import (
+from payorch.engine.routing.success_rates import RoutingSettings, SegmentFigures, SuccessRates
+from payorch.engine.routing.validation import (
     MAX_DECIMAL_PLACES,
     MAX_WHOLE,
     routing_document_problems,
 )
-from payorch.engine.success_rates import RoutingSettings, SegmentFigures, SuccessRates
 from payorch.jsonexact import dumps_exact, loads_exact
 from payorch.values.countries import known_countries
 from payorch.values.errors import NoProviderAvailable, ProviderUnavailable

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from payorch.engine.routing_rules import (
+from payorch.engine.routing.document import (
     MAX_DOCUMENT_BYTES,
     AmountRange,
     Conditions,
@@ -29,7 +29,7 @@ from payorch.engine.routing_rules import (
     split_order,
     stored_routing_document,
 )
-from payorch.engine.routing_validation import MAX_RULES
+from payorch.engine.routing.validation import MAX_RULES
 from payorch.jsonexact import loads_exact
 from payorch.values.errors import FieldProblem, InvalidInput
 from payorch.values.money import Money

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import trio
 
 from payorch.config import Settings
-from payorch.engine.provider_events import ApplyProviderEvent
+from payorch.engine.payments.provider_events import ApplyProviderEvent
 from payorch.providers.base import EventKind, ProviderEvent
 from payorch.runtime import Runtime
 from payorch.storage import sessions

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from payorch.engine.session_states import (
+from payorch.engine.payments.states import (
     SessionEvent,
     TransitionRefused,
     status_for_refunded,

@@ -9,9 +9,9 @@ import random
 import pytest
 
 from payorch.config import Settings
-from payorch.engine.session_routing import learned_settings
-from payorch.engine.session_states import SessionEvent
-from payorch.engine.success_rates import (
+from payorch.engine.payments.states import SessionEvent
+from payorch.engine.routing.sessions import learned_settings
+from payorch.engine.routing.success_rates import (
     PRIOR,
     Estimate,
     Outcome,

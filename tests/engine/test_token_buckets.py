@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from payorch.engine.token_buckets import InFlightLimit, TokenBucket, whole_seconds
+from payorch.values.token_buckets import InFlightLimit, TokenBucket, whole_seconds
 
 
 def test_a_burst_is_allowed_then_the_next_request_waits_one_interval() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from payorch.engine.web_urls import is_loopback_host, redirect_url_problem, website_url_problem
+from payorch.values.web_urls import is_loopback_host, redirect_url_problem, website_url_problem
 
 # --- redirect URLs --------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ import pytest
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from payorch.engine.webhook_signing import (
+from payorch.outbound.signing import (
     MalformedSigningSecret,
     key_fingerprint,
     new_signing_secret,

@@ -22,7 +22,7 @@ import pytest
 import trio
 
 from payorch.config import Settings
-from payorch.engine.invites import issue_invite
+from payorch.engine.accounts.invites import issue_invite
 from payorch.storage.database import Database
 from tests.browser.plugin import LiveService
 from tests.helpers import PASSWORD, eventually, signup_body

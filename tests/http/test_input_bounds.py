@@ -16,7 +16,7 @@ import trio
 from quart import Response
 
 from payorch.config import LimitSettings, Settings
-from payorch.engine.invites import issue_invite
+from payorch.engine.accounts.invites import issue_invite
 from payorch.http.jsonio import MAX_NESTING_DEPTH
 from payorch.http.models import FREE_FORM_MAX_BYTES, FREE_FORM_MAX_ENTRIES
 from payorch.http.routes.accounts import LOGIN_MAX_BODY_BYTES, SIGNUP_MAX_BODY_BYTES

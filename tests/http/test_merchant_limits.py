@@ -17,7 +17,7 @@ import trio
 from quart import Response
 
 from payorch.config import LimitSettings, Settings
-from payorch.engine.access_tokens import verify_access_token
+from payorch.engine.accounts.access_tokens import verify_access_token
 from payorch.runtime import Runtime, open_runtime
 from payorch.storage.database import Database
 from tests.helpers import Client, Merchant, Shop, eventually, new_api_key, new_application, new_shop

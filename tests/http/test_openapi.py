@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from payorch.engine.body_types import EVENT_TYPES, MONEY_DESCRIPTION
-from payorch.engine.refund_rules import REFUND_REASONS
+from payorch.engine.payments.refund_rules import REFUND_REASONS
 from payorch.http import openapi
 from payorch.http.app import create_app
 from payorch.http.openapi import PayorchOpenAPIProvider

@@ -22,7 +22,7 @@ import jsonschema_rs
 import pytest
 
 from payorch.config import LimitSettings, Settings
-from payorch.engine.invites import issue_invite
+from payorch.engine.accounts.invites import issue_invite
 from payorch.jsonexact import dumps_exact
 from payorch.storage.database import Database
 from tests.helpers import (

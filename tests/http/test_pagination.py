@@ -10,8 +10,8 @@ import pytest
 from quart import Response
 
 from payorch.config import Settings
-from payorch.engine.access_tokens import AccessClaims, issue_access_token
-from payorch.engine.invites import issue_invite
+from payorch.engine.accounts.access_tokens import AccessClaims, issue_access_token
+from payorch.engine.accounts.invites import issue_invite
 from payorch.storage import accounts
 from payorch.storage.database import Connection, Database
 from payorch.values.pagination import MAX_PAGE

@@ -17,7 +17,7 @@ from passlib.hash import argon2
 from quart import Response
 
 from payorch.config import AuthSettings, Settings
-from payorch.engine.invites import issue_invite
+from payorch.engine.accounts.invites import issue_invite
 from payorch.runtime import Runtime
 from payorch.storage import accounts
 from payorch.storage.database import Connection, Database

@@ -17,7 +17,7 @@ import pytest
 from quart import Response
 
 from payorch.config import LimitSettings, Settings
-from payorch.engine.invites import issue_invite
+from payorch.engine.accounts.invites import issue_invite
 from payorch.http.request_limits import LOGINS_PER_ADDRESS_WHILE_ACCOUNT_SPENT
 from payorch.runtime import open_runtime
 from payorch.storage.database import Connection, Database

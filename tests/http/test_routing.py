@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from payorch.config import Settings
-from payorch.engine.routing_rules import MAX_DOCUMENT_BYTES
+from payorch.engine.routing.document import MAX_DOCUMENT_BYTES
 from payorch.jsonexact import dumps_exact, loads_exact
 from payorch.storage.database import Connection, Database
 from tests.helpers import (

@@ -1,4 +1,4 @@
-"""Routing backtests decided in worker processes (`engine.backtest_processes`), away from the
+"""Routing backtests decided in worker processes (`engine.routing.backtest_processes`), away from the
 server's interpreter, and their turns there: one per merchant running or waiting, served in the
 order they came, a worker that dies answered 503 and replaced, none left once the service stops.
 (What a backtest answers: tests/http/test_routing_backtest.py.)"""
@@ -17,15 +17,15 @@ import pytest
 import trio
 
 from payorch.config import Settings
-from payorch.engine.backtest_processes import (
+from payorch.engine.routing.backtest_processes import (
     LOST_RETRY_AFTER_S,
     BacktestDatabaseUnavailable,
     BacktestFailed,
     BacktestProcesses,
 )
-from payorch.engine.backtest_worker import APPLICATION_NAME, Limits, Run
-from payorch.engine.routing_rules import parse_routing_document
-from payorch.engine.success_rates import RoutingSettings
+from payorch.engine.routing.backtest_worker import APPLICATION_NAME, Limits, Run
+from payorch.engine.routing.document import parse_routing_document
+from payorch.engine.routing.success_rates import RoutingSettings
 from payorch.http.request_limits import BACKTEST_RETRY_AFTER_S, BACKTESTS_AT_ONCE
 from payorch.runtime import Runtime, open_runtime
 from payorch.storage.database import Connection, Database

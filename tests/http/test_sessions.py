@@ -12,8 +12,8 @@ import pytest
 import trio
 
 from payorch.config import Settings
-from payorch.engine.checkout import CreateSession
 from payorch.engine.idempotency import request_fingerprint
+from payorch.engine.payments.checkout import CreateSession
 from payorch.jsonexact import dumps_exact, loads_exact
 from payorch.storage import idempotency_keys
 from payorch.storage.database import Connection, Database

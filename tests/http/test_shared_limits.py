@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import pytest
 import trio
 
-from payorch.engine.token_buckets import TokenBucket
 from payorch.http.shared_limits import Refused, SharedLimiter, reserve
 from payorch.storage.rate_buckets import BucketTake, Grant
+from payorch.values.token_buckets import TokenBucket
 
 ROUND_TRIP_S = 0.001
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from payorch.config import Settings
-from payorch.engine.invites import issue_invite
+from payorch.engine.accounts.invites import issue_invite
 from payorch.storage import accounts
 from payorch.storage.database import Connection, Database
 from payorch.values.clock import SYSTEM_CLOCK

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from payorch.config import ProviderSettings, Settings, StripeSettings
-from payorch.engine.routing_rules import SessionFacts, SplitRoute, split_order
+from payorch.engine.routing.document import SessionFacts, SplitRoute, split_order
 from payorch.runtime import Runtime
 from payorch.storage.database import Connection, Database
 from payorch.values.money import Money

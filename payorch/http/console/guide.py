@@ -25,8 +25,8 @@ from typing import Any
 
 from quart import url_for
 
-from payorch.engine.checkout import CreateSession
 from payorch.engine.idempotency import MAX_KEY_LENGTH, request_fingerprint
+from payorch.engine.payments.checkout import CreateSession
 from payorch.http.auth import Principal, application_for
 from payorch.http.console.kit import api_status, text_fields, validated
 from payorch.http.models import SessionCreateRequest

@@ -22,7 +22,7 @@ from quart import Blueprint, Response, render_template, request, url_for
 from werkzeug.datastructures import MultiDict
 from werkzeug.exceptions import HTTPException
 
-from payorch.engine.session_states import PAID
+from payorch.engine.payments.states import PAID
 from payorch.http.auth import Principal, principal_of_access_token
 from payorch.http.error_responses import SHAPE_B_STATUS_OF, STATUS_OF
 from payorch.http.jsonio import unstorable_text_problem

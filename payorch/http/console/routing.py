@@ -29,8 +29,8 @@ from pydantic import ValidationError
 from quart import request, url_for
 from werkzeug.datastructures import MultiDict
 
-from payorch.engine.routing_backtest import MAX_DAYS
-from payorch.engine.routing_rules import MAX_DOCUMENT_BYTES
+from payorch.engine.routing.backtest import MAX_DAYS
+from payorch.engine.routing.document import MAX_DOCUMENT_BYTES
 from payorch.http import representations as bodies
 from payorch.http.auth import application_for
 from payorch.http.console.kit import (

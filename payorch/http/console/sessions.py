@@ -26,9 +26,9 @@ from quart import Response, request, url_for
 from werkzeug.datastructures import MultiDict
 
 from payorch.engine.idempotency import MAX_KEY_LENGTH
-from payorch.engine.records import SessionRecord
-from payorch.engine.refund_rules import REFUND_REASONS
-from payorch.engine.session_states import REFUNDABLE
+from payorch.engine.payments.records import SessionRecord
+from payorch.engine.payments.refund_rules import REFUND_REASONS
+from payorch.engine.payments.states import REFUNDABLE
 from payorch.http.auth import application_for
 from payorch.http.console.kit import (
     Session,

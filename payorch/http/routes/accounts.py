@@ -9,7 +9,7 @@ from pydantic import TypeAdapter
 from quart import Blueprint, Response, request
 from quart_schema import document_response, security_scheme, tag_blueprint
 
-from payorch.engine.access_tokens import AccessClaims, issue_access_token
+from payorch.engine.accounts.access_tokens import AccessClaims, issue_access_token
 from payorch.http import openapi as api
 from payorch.http import representations as bodies
 from payorch.http.auth import Accept, Principal, authenticated

@@ -16,7 +16,7 @@ from html import escape
 
 from quart import Blueprint, Response, request
 
-from payorch.engine.session_states import PAID
+from payorch.engine.payments.states import PAID
 from payorch.http.services import services
 from payorch.storage import sessions
 from payorch.values.html import formatted_amount, html_page

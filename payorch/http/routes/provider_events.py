@@ -8,7 +8,7 @@ from quart import Blueprint, request
 from quart_schema import document_response, security_scheme, tag_blueprint
 
 from payorch.engine.context import credentials_of
-from payorch.engine.provider_events import ApplyProviderEvent
+from payorch.engine.payments.provider_events import ApplyProviderEvent
 from payorch.http import openapi as api
 from payorch.http import representations as bodies
 from payorch.http.auth import parse_id

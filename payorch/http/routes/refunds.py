@@ -8,8 +8,8 @@ from quart import Blueprint, Response, request
 from quart_schema import document_headers, document_response, security_scheme, tag_blueprint
 
 from payorch.engine.idempotency import Answer, request_fingerprint
-from payorch.engine.refund_commands import CreateRefund, RefundDraft, refund_scope
-from payorch.engine.refund_rules import RefundCreated
+from payorch.engine.payments.refund_rules import RefundCreated
+from payorch.engine.payments.refunds import CreateRefund, RefundDraft, refund_scope
 from payorch.http import openapi as api
 from payorch.http.auth import Accept, Principal, authenticated, parse_id
 from payorch.http.models import RefundCreateRequest

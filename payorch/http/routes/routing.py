@@ -16,15 +16,15 @@ from quart_schema import document_request, document_response, security_scheme, t
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from payorch.engine.commands import EvaluateRouting
-from payorch.engine.routing_backtest_run import Backtest, run_backtest
-from payorch.engine.routing_rules import (
+from payorch.engine.routing.backtest_run import Backtest, run_backtest
+from payorch.engine.routing.document import (
     MAX_DOCUMENT_BYTES,
     RoutingDocument,
     document_json,
     parse_routing_document,
 )
-from payorch.engine.session_routing import Evaluation, learned_settings
-from payorch.engine.success_rates import Estimate, SegmentFigures, SuccessRates
+from payorch.engine.routing.sessions import Evaluation, learned_settings
+from payorch.engine.routing.success_rates import Estimate, SegmentFigures, SuccessRates
 from payorch.http import openapi as api
 from payorch.http import representations as bodies
 from payorch.http.auth import Accept, Principal, application_for, authenticated

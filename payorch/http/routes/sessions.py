@@ -8,10 +8,10 @@ from typing import Any
 from quart import Blueprint, Response, jsonify, request
 from quart_schema import document_headers, document_response, security_scheme, tag_blueprint
 
-from payorch.engine.checkout import CreateSession
 from payorch.engine.idempotency import MAX_KEY_LENGTH, Answer, request_fingerprint
-from payorch.engine.reads import session_page, session_with_record
-from payorch.engine.records import SessionCreated, SessionRecord
+from payorch.engine.payments.checkout import CreateSession
+from payorch.engine.payments.reads import session_page, session_with_record
+from payorch.engine.payments.records import SessionCreated, SessionRecord
 from payorch.http import openapi as api
 from payorch.http.auth import Accept, Principal, application_for, authenticated, parse_id
 from payorch.http.models import PageQuery, SessionCreateRequest

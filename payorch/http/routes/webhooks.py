@@ -18,8 +18,7 @@ from payorch.engine.body_types import (
     TEST_EVENT_TYPE,
     one_of,
 )
-from payorch.engine.records import event_body, new_event_id
-from payorch.engine.webhook_signing import key_fingerprint, new_signing_secret
+from payorch.engine.payments.records import event_body, new_event_id
 from payorch.http import openapi as api
 from payorch.http import representations as bodies
 from payorch.http.auth import Accept, Principal, application_for, authenticated, parse_id
@@ -28,6 +27,7 @@ from payorch.http.services import services
 from payorch.http.validation import validate_querystring, validate_request
 from payorch.jsonexact import dumps_exact
 from payorch.outbound.attempt import AttemptResult, send_signed
+from payorch.outbound.signing import key_fingerprint, new_signing_secret
 from payorch.outbound.signing_secrets import signing_secrets
 from payorch.outbound.ssrf import UnsafeWebhookUrl, check_webhook_url
 from payorch.storage import webhooks as webhooks_store

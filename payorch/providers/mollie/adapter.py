@@ -211,7 +211,7 @@ class MollieProvider:
         """Cancel the payment `reference`. Mollie cancels only a payment it says `isCancelable`; for
         any other the payment's status says whether it was paid. A payment that is still open and
         may not be cancelled is a `ProviderError`: it expires at Mollie by itself, and a payment made
-        before then still succeeds the session (`engine.session_expiry`)."""
+        before then still succeeds the session (`engine.payments.expiry`)."""
 
         def close(client: Client) -> str:
             try:

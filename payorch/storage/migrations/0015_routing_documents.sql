@@ -1,6 +1,6 @@
 -- Each application's routing document (PUT /api/v1/applications/{id}/routing): every version a
 -- merchant stored is kept, the one with the highest version is in force. `document` is the
--- document as payorch writes it back (`engine.routing_rules.document_json`).
+-- document as payorch writes it back (`engine.routing.document.document_json`).
 --
 -- Storing a version notifies `payorch_applications` on commit (payload: the application id), as a
 -- provider configuration's change does (migration 0008): application actors hold the document in

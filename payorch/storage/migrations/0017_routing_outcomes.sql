@@ -1,6 +1,6 @@
 -- What learned routing learns from (docs/routing.md, "What routing learns"): each session's first
 -- outcome at the provider that created its checkout, written in the transaction that applies it
--- (`engine.session_events`); `session_id` unique, so a later event adds nothing. `outcome` is one
+-- (`engine.payments.events`); `session_id` unique, so a later event adds nothing. `outcome` is one
 -- of `values.statuses.Outcome`: its CHECK constraint is written by migration 0014.
 --
 -- The rates read each segment's (provider, payment method, currency) newest outcomes: the index

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from pydantic import EmailStr, TypeAdapter
 
 from payorch.config import ServerSettings, Settings
-from payorch.engine.identifiers import canonical_identifier
+from payorch.engine.accounts.identifiers import canonical_identifier
 from payorch.storage import accounts, nodes
 from payorch.storage.database import Database
 from payorch.values.clock import SYSTEM_CLOCK, Clock

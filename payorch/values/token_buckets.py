@@ -6,7 +6,7 @@ one is there.
 
 This is the arithmetic of one bucket. The service's rate limits keep their buckets in PostgreSQL,
 shared by every process (`storage.rate_buckets` refills and takes by this same arithmetic in SQL),
-and each process leases tokens of them (`engine.leased_buckets`), holding at most `DEFAULT_MAX_KEYS`
+and each process leases tokens of them (`http.leased_buckets`), holding at most `DEFAULT_MAX_KEYS`
 keys' leases. `InFlightLimit` bounds what one key has in flight at once.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-DEFAULT_MAX_KEYS = 100_000  # keys a process holds leases of (`engine.leased_buckets`)
+DEFAULT_MAX_KEYS = 100_000  # keys a process holds leases of (`http.leased_buckets`)
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """What is wrong with a routing document: every problem, each as a `FieldProblem` naming its place.
 
 Pure code over parsed JSON (numbers as `int` or `Decimal`, never `float`). It says nothing about
-what a valid document means: `engine.routing_rules` builds its values once this found no problem
+what a valid document means: `engine.routing.document` builds its values once this found no problem
 (`parse_routing_document`), and refuses it with these problems otherwise.
 
 Places are written as the HTTP layer writes pydantic's: keys and list indexes joined by dots
@@ -14,7 +14,7 @@ bounded: finite, not negative, below `MAX_WHOLE` (at most 15 digits before the p
 at most 100) and with at most `MAX_DECIMAL_PLACES` after it. A stored document is read back
 `as_stored`: it was checked when it was stored, by the rules of that day, so only its shape is
 checked again, and the engine routes by whatever numbers it holds without failing
-(`engine.routing_rules.Fee`).
+(`engine.routing.document.Fee`).
 """
 
 from __future__ import annotations

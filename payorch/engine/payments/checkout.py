@@ -1,6 +1,6 @@
 """Creating checkout sessions, run by an application's actor in batches: claim the Idempotency-Keys,
 route on the configurations the actor holds, call the providers side by side, store what comes back
-together. (A session's later state changes are `engine.session_events`.)"""
+together. (A session's later state changes are `engine.payments.events`.)"""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from payorch.engine.idempotency import (
     claim_idempotency_keys,
     in_progress,
 )
-from payorch.engine.records import SessionCreated
-from payorch.engine.routing_decision import Decision
-from payorch.engine.session_routing import RoutingInputs, plan_session, routing_inputs
+from payorch.engine.payments.records import SessionCreated
+from payorch.engine.routing.decision import Decision
+from payorch.engine.routing.sessions import RoutingInputs, plan_session, routing_inputs
 from payorch.providers.base import (
     CheckoutCreated,
     CheckoutInDatabase,

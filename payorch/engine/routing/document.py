@@ -2,7 +2,7 @@
 
 Pure code. `parse_routing_document` turns the JSON the merchant sent into frozen values, or refuses
 it with one `InvalidInput` (400 in shape A) that lists every problem as a `details` entry (found
-by `engine.routing_validation`); `document_json` gives the same JSON back, what is stored and
+by `engine.routing.validation`); `document_json` gives the same JSON back, what is stored and
 answered, and `stored_routing_document` reads a stored one. `matching_rule` finds the rule a
 session falls under, and `split_order` assigns a session to a split route's providers by weight,
 from its id alone.
@@ -33,7 +33,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any, ClassVar, Literal, NamedTuple
 
-from payorch.engine.routing_validation import routing_document_problems
+from payorch.engine.routing.validation import routing_document_problems
 from payorch.values.errors import FieldProblem, InvalidInput
 from payorch.values.money import Money, currency_exponent
 
@@ -309,7 +309,7 @@ def parse_routing_document(
 ) -> RoutingDocument:
     """The document `raw` (parsed JSON) describes, every provider it names one of `known_providers`
     and every payment method one of `known_methods` (the catalogue's; None: any), its currencies
-    and countries ISO codes and its decimals bounded (`engine.routing_validation`). Otherwise
+    and countries ISO codes and its decimals bounded (`engine.routing.validation`). Otherwise
     `InvalidInput` (400 in shape A) with a `details` entry per problem found, each naming its place
     (`rules.0.route.weights`, under `at.` when given)."""
     return _parsed(raw, routing_document_problems(raw, known_providers, at, known_methods=known_methods))

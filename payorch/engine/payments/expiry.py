@@ -20,8 +20,8 @@ import trio
 
 from payorch.engine.actors import ApplicationActor, Reply, session_lane
 from payorch.engine.context import Context
-from payorch.engine.session_events import apply_session_event
-from payorch.engine.session_states import SessionEvent
+from payorch.engine.payments.events import apply_session_event
+from payorch.engine.payments.states import SessionEvent
 from payorch.providers.base import CheckoutClosed, Credentials, CredentialsRejected, ProviderError
 from payorch.storage import provider_configs, sessions
 from payorch.storage.database import Connection

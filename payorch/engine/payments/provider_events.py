@@ -11,9 +11,9 @@ from datetime import datetime
 
 from payorch.engine.actors import APPLICATION_LANE, ApplicationActor, Reply, refund_lane, session_lane
 from payorch.engine.context import Context
-from payorch.engine.refund_commands import apply_refund_outcome
-from payorch.engine.session_events import apply_session_event
-from payorch.engine.session_states import SessionEvent
+from payorch.engine.payments.events import apply_session_event
+from payorch.engine.payments.refunds import apply_refund_outcome
+from payorch.engine.payments.states import SessionEvent
 from payorch.metrics import Metrics
 from payorch.providers.base import EventKind, ProviderEvent
 from payorch.storage import provider_events_seen, refunds, sessions

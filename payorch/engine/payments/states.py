@@ -13,7 +13,7 @@ A transition that does not apply to the current state is refused with `Transitio
 treat a refused provider outcome as already applied (providers deliver events more than once).
 
 A late payment is one the provider took after payorch expired the session: at expiry payorch closes
-the provider's checkout (`engine.session_expiry`), but a provider that could not be reached then, or a
+the provider's checkout (`engine.payments.expiry`), but a provider that could not be reached then, or a
 delayed payment method, can still report a payment. The money was taken, so the session succeeds
 and the merchant hears `session.completed` (and can refund it); ignoring it would leave a payment
 nobody accounts for.

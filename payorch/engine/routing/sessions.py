@@ -1,9 +1,9 @@
 """Routing one session, in its application's actor: what the actor holds for it (the active provider
 configurations, the routing document in force and the success rates learned from outcomes,
-`engine.hot_state`), the facts of the session, the decision (`engine.routing_decision`) and the
+`engine.hot_state`), the facts of the session, the decision (`engine.routing.decision`) and the
 providers the cascade tries.
 
-`CreateSession` (`engine.checkout`) routes every session it creates here; `EvaluateRouting`
+`CreateSession` (`engine.payments.checkout`) routes every session it creates here; `EvaluateRouting`
 answers how a session would be routed now, and creates nothing.
 """
 
@@ -22,9 +22,9 @@ from payorch.engine.actors import ApplicationActor, Reply
 from payorch.engine.context import Context, account_of
 from payorch.engine.hot_state import DEFAULT_ROUTING, RoutingInForce
 from payorch.engine.provider_health import eligible_providers
-from payorch.engine.routing_decision import Decision, RankedProvider, decide, plan_decided_route
-from payorch.engine.routing_rules import RouteType, RoutingDocument, SessionFacts, stored_routing_document
-from payorch.engine.success_rates import RoutingSettings, SegmentFigures, SuccessRates
+from payorch.engine.routing.decision import Decision, RankedProvider, decide, plan_decided_route
+from payorch.engine.routing.document import RouteType, RoutingDocument, SessionFacts, stored_routing_document
+from payorch.engine.routing.success_rates import RoutingSettings, SegmentFigures, SuccessRates
 from payorch.providers.catalogue import ProviderCatalogue
 from payorch.storage import provider_configs, routing_documents, routing_outcomes
 from payorch.storage.database import Connection

@@ -1,5 +1,5 @@
 """One routing backtest of an application (docs/routing.md, "Backtest"): its small inputs read here,
-its last sessions read and decided in a backtest worker process (`engine.backtest_processes`).
+its last sessions read and decided in a backtest worker process (`engine.routing.backtest_processes`).
 
 The decisions are CPU work, tens of microseconds a session, and the rows 100,000 of them: read and
 converted here, they would hold the database thread every request shares and Python's interpreter
@@ -20,13 +20,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from payorch.engine.backtest_processes import BacktestProcesses
-from payorch.engine.backtest_worker import Run
 from payorch.engine.context import Context
-from payorch.engine.routing_backtest import AmountLimits, LinkedProvider, Replay
-from payorch.engine.routing_rules import RoutingDocument
-from payorch.engine.session_routing import learned_settings
-from payorch.engine.success_rates import SegmentFigures
+from payorch.engine.routing.backtest import AmountLimits, LinkedProvider, Replay
+from payorch.engine.routing.backtest_processes import BacktestProcesses
+from payorch.engine.routing.backtest_worker import Run
+from payorch.engine.routing.document import RoutingDocument
+from payorch.engine.routing.sessions import learned_settings
+from payorch.engine.routing.success_rates import SegmentFigures
 from payorch.providers.catalogue import ProviderCatalogue
 from payorch.storage import provider_configs, routing_outcomes
 from payorch.storage.database import Connection

@@ -17,7 +17,7 @@ from payorch.engine.body_types import (
     listed,
     one_of,
 )
-from payorch.engine.session_states import REFUNDABLE
+from payorch.engine.payments.states import REFUNDABLE
 from payorch.storage.refunds import Refund
 from payorch.values.errors import RefundExceedsBalance, SessionNotRefundable
 from payorch.values.money import to_major_units

@@ -32,7 +32,7 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from payorch.engine.token_buckets import DEFAULT_MAX_KEYS
+from payorch.values.token_buckets import DEFAULT_MAX_KEYS
 
 # A lease is about this many seconds of the rate: a key busy on a process costs it one take at the
 # shared bucket per this many seconds.

@@ -3,7 +3,7 @@ at them, handed out in the order they were asked for.
 
 Deciding 100,000 sessions takes seconds of CPU. In a thread of the server it would hold Python's
 interpreter lock away from the threads that serve everyone else's requests, so a backtest is
-decided in a process of its own (`engine.backtest_worker`), at a lower priority than the server
+decided in a process of its own (`engine.routing.backtest_worker`), at a lower priority than the server
 (`NICENESS`: the system gives its CPU to serving first). The worker reads the sessions too, over a
 database connection of its own: reading and converting 100,000 rows on the server's database thread
 would hold that thread, which every request shares, and the interpreter lock. The server's share of a
@@ -33,7 +33,8 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from payorch.engine.backtest_worker import (
+from payorch.engine.routing.backtest import AmountLimits
+from payorch.engine.routing.backtest_worker import (
     HEADER,
     START,
     Failed,
@@ -44,7 +45,6 @@ from payorch.engine.backtest_worker import (
     Run,
     framed,
 )
-from payorch.engine.routing_backtest import AmountLimits
 from payorch.values.errors import ServiceBusy
 
 log = logging.getLogger("payorch.backtests")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import uuid
 
-from payorch.engine.records import SessionRecord, session_record
-from payorch.engine.refund_rules import refund_record
-from payorch.engine.session_states import WITH_REFUNDS
+from payorch.engine.payments.records import SessionRecord, session_record
+from payorch.engine.payments.refund_rules import refund_record
+from payorch.engine.payments.states import WITH_REFUNDS
 from payorch.storage import refunds, sessions
 from payorch.storage.database import Connection
 from payorch.values.pagination import PageRequest

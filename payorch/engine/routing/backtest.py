@@ -25,7 +25,7 @@ out of both figures, and counted (`unestimated`).
 
 Counting is all that is kept between batches, so memory follows a batch, not the window.
 
-A `Replayer` runs in a backtest worker process (`engine.backtest_worker`), so everything it is
+A `Replayer` runs in a backtest worker process (`engine.routing.backtest_worker`), so everything it is
 given is a plain value that crosses a pipe: the configurations as `LinkedProvider`s, and what the
 catalogue's providers take as `AmountLimits` (the server asks its catalogue, batch by batch, for the
 kinds of session the worker meets: `accepts_within` answers from them as
@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from payorch.engine.provider_health import RoutableConfig, eligible_providers
-from payorch.engine.routing_decision import decide
-from payorch.engine.routing_rules import RoutingDocument, SessionFacts
-from payorch.engine.success_rates import RoutingSettings, SuccessRates
+from payorch.engine.routing.decision import decide
+from payorch.engine.routing.document import RoutingDocument, SessionFacts
+from payorch.engine.routing.success_rates import RoutingSettings, SuccessRates
 from payorch.storage.routing_history import PastSession
 from payorch.values.money import Money
 from payorch.values.statuses import Outcome

@@ -1,9 +1,9 @@
 """The backtest worker process: it reads a routing backtest's sessions over a database connection
-of its own and decides them (`engine.routing_backtest`) away from the server, so neither the rows'
+of its own and decides them (`engine.routing.backtest`) away from the server, so neither the rows'
 reading nor the CPU a backtest takes ever holds the lock or the database thread the serving
 threads need (docs/routing.md, "Backtest").
 
-The server starts it (`engine.backtest_processes`) as `python -c "<START>"`: a fresh interpreter,
+The server starts it (`engine.routing.backtest_processes`) as `python -c "<START>"`: a fresh interpreter,
 never a fork of the threaded server. It talks over its standard input and output, one message at
 a time, each a frame (`framed`: an 8-byte length, then the message pickled), and answers each
 message with one frame:
@@ -44,21 +44,21 @@ from typing import BinaryIO
 
 import asyncpg
 
-from payorch.engine.routing_backtest import (
+from payorch.engine.routing.backtest import (
     AmountLimits,
     LinkedProvider,
     Replay,
     Replayer,
     accepts_within,
 )
-from payorch.engine.routing_rules import RoutingDocument
-from payorch.engine.success_rates import RoutingSettings, SegmentFigures, SuccessRates
+from payorch.engine.routing.document import RoutingDocument
+from payorch.engine.routing.success_rates import RoutingSettings, SegmentFigures, SuccessRates
 from payorch.storage.dedicated import CONNECT_TIMEOUT_S
 from payorch.storage.failures import StorageFailure, storage_failure
 from payorch.storage.routing_history import PastSession, read_past_sessions
 
 # What the server runs with its own interpreter (`sys.executable -c START`).
-START = "from payorch.engine.backtest_worker import serve; serve()"
+START = "from payorch.engine.routing.backtest_worker import serve; serve()"
 HEADER = struct.Struct(">Q")  # a frame's length
 BATCH = 10_000  # sessions fetched from the cursor and decided at a time
 STATEMENT_TIMEOUT_S = 60  # the most one statement of a backtest's reading may take (each fetch is one)

@@ -1,7 +1,7 @@
 """The routing decision: which providers a session's checkout is tried at, in which order, and why.
 
-Pure code. `decide` applies the application's routing document (`engine.routing_rules`) and its
-learned success rates (`engine.success_rates`) to one session's facts and the providers eligible
+Pure code. `decide` applies the application's routing document (`engine.routing.document`) and its
+learned success rates (`engine.routing.success_rates`) to one session's facts and the providers eligible
 for it (`engine.provider_health.eligible_providers`). It orders; it calls nothing. Provider-call
 health (`engine.provider_health.ProviderHealth`: circuit breakers per account and per provider) then
 decides which of them can be called now: `plan_decided_route` keeps the decision's order and drops
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from payorch.engine.provider_health import ProviderAccount, ProviderHealth
-from payorch.engine.routing_rules import (
+from payorch.engine.routing.document import (
     PriorityRoute,
     RouteType,
     RoutingDocument,
@@ -44,7 +44,7 @@ from payorch.engine.routing_rules import (
     route_providers,
     split_order,
 )
-from payorch.engine.success_rates import RoutingSettings, SuccessRates
+from payorch.engine.routing.success_rates import RoutingSettings, SuccessRates
 from payorch.values.errors import NoProviderAvailable, ProviderUnavailable
 
 DecisionReason = Literal["rule", "split", "dynamic", "exploration"]

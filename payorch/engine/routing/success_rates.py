@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Literal
 
-from payorch.engine.session_states import SessionEvent
+from payorch.engine.payments.states import SessionEvent
 from payorch.values.statuses import Outcome  # defined there: the database's CHECK is written from it
 
 FIRST_RUN = 5  # the newest outcomes, always in the run

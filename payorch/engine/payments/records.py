@@ -25,8 +25,8 @@ from payorch.engine.body_types import (
     Uuid,
     listed,
 )
-from payorch.engine.refund_rules import RefundEventData, RefundRecord
-from payorch.engine.session_states import WITH_REFUNDS
+from payorch.engine.payments.refund_rules import RefundEventData, RefundRecord
+from payorch.engine.payments.states import WITH_REFUNDS
 from payorch.storage.sessions import CheckoutSession
 from payorch.values.money import to_major_units
 from payorch.values.statuses import RoutingReason, SessionStatus

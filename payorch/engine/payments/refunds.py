@@ -23,13 +23,13 @@ from payorch.engine.actors import ApplicationActor, Reply, refund_lane, session_
 from payorch.engine.body_types import EventType
 from payorch.engine.context import Context
 from payorch.engine.idempotency import Answer, claim_idempotency_key
-from payorch.engine.records import event_body, new_event_id
-from payorch.engine.refund_rules import (
+from payorch.engine.payments.records import event_body, new_event_id
+from payorch.engine.payments.refund_rules import (
     refund_amount,
     refund_created_body,
     refund_event_data,
 )
-from payorch.engine.session_states import WITH_REFUNDS, status_for_refunded
+from payorch.engine.payments.states import WITH_REFUNDS, status_for_refunded
 from payorch.metrics import Metrics
 from payorch.providers.base import ProviderError, RefundRefused, RefundRequest, RefundSubmitted
 from payorch.storage import idempotency_keys, outbox, provider_configs, refunds, sessions
