@@ -20,6 +20,8 @@ their own kind (`BatchCommand`). A lane runs its commands one at a time, in mail
 side by side. So a provider event of one session never waits for another session's transaction or
 provider call (the database orders what they share), while the changes of one session apply in the
 order this process received them. A command that names no lane runs in the application's lane.
+One refund's commands run in two lanes, its session's and its own: `engine.payments.refunds` says
+why, and what orders them (the database, as it must across processes).
 
 `ActorRegistry.ask(application_id, command)` puts the command in the application's bounded mailbox
 (starting the actor on first use) and waits for the answer. A full mailbox is `ServiceBusy` (503).

@@ -1,6 +1,7 @@
 """Idempotency keys: what makes two requests "the same", how an application's actor claims a key
-(session creates claim theirs in batches, refund creates one at a time: both through here), and
-what a request whose key was seen before is answered.
+(session creates claim theirs in batches, refund creates one at a time: both through here) and
+releases it when its request changed nothing, and what a request whose key was seen before is
+answered.
 
 "Same body" means the same parsed JSON, not the same bytes: key order, white space and the way a
 number is written (`10.5` or `10.50`) do not matter.
@@ -10,10 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Awaitable, Callable, Mapping
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar
 
 from payorch.config import Settings
 from payorch.engine.actors import ApplicationActor, Reply
@@ -77,6 +80,36 @@ class Fresh(Generic[T]):
     value: T
 
 
+class _ClaimTerms(TypedDict):
+    """The arguments every claim of one application's keys in one scope takes, beside the key."""
+
+    application_id: uuid.UUID
+    scope: str
+    lease_s: float
+    retention_s: float
+    owner: int | None
+    now: datetime
+
+
+def _claim_terms(actor: ApplicationActor[Context], scope: str) -> _ClaimTerms:
+    """Claims made now by this node for the actor's application in `scope`, with the lease and the
+    retention the settings give."""
+    context = actor.context
+    return _ClaimTerms(
+        application_id=actor.application_id,
+        scope=scope,
+        lease_s=claim_lease_s(context.settings),
+        retention_s=context.settings.idempotency.retention_s,
+        owner=context.node.id,
+        now=context.clock.now(),
+    )
+
+
+def in_flight_key(scope: str, key: str) -> str:
+    """How `actor.in_flight` names the request of `key` in `scope` while this process runs it."""
+    return f"{scope}:{key}"
+
+
 async def claim_idempotency_key(
     actor: ApplicationActor[Context],
     reply: Reply[Answer],
@@ -94,8 +127,7 @@ async def claim_idempotency_key(
     again, `IdempotencyKeyMismatch` when the key came with other parameters, or
     `IdempotencyKeyInProgress` while its first request is still running, here or in another
     process."""
-    context = actor.context
-    if f"{scope}:{key}" in actor.in_flight:
+    if in_flight_key(scope, key) in actor.in_flight:
         reply.fail(in_progress())
         return None
 
@@ -103,21 +135,13 @@ async def claim_idempotency_key(
         conn: Connection,
     ) -> keys_store.Replay | keys_store.Mismatch | keys_store.InProgress | Fresh[T]:
         claim = await keys_store.claim_idempotency_key(
-            conn,
-            application_id=actor.application_id,
-            scope=scope,
-            key=key,
-            fingerprint=fingerprint,
-            lease_s=claim_lease_s(context.settings),
-            retention_s=context.settings.idempotency.retention_s,
-            owner=context.node.id,
-            now=context.clock.now(),
+            conn, key=key, fingerprint=fingerprint, **_claim_terms(actor, scope)
         )
         if isinstance(claim, keys_store.Claimed):
             return Fresh(claim, await then(conn, claim))
         return claim
 
-    claimed = await context.db.transaction(claim_then)
+    claimed = await actor.context.db.transaction(claim_then)
     if isinstance(claimed, Fresh):
         return claimed
     answer_seen_key(claimed, reply)
@@ -148,43 +172,35 @@ async def claim_idempotency_keys(
     `scope`: new keys in one statement, and the few seen before in one transaction, which answers
     each of those (replay, mismatch, in progress) or takes its abandoned claim over. The claim of
     each key claimed: its resource id and when its first request claimed it."""
-    context = actor.context
     claims = [keys_store.NewClaim(key, fingerprint) for key, (fingerprint, _) in waiting.items()]
-    claimed = await context.db.autocommit(
-        keys_store.claim_new_idempotency_keys,
-        application_id=actor.application_id,
-        scope=scope,
-        claims=claims,
-        lease_s=claim_lease_s(context.settings),
-        retention_s=context.settings.idempotency.retention_s,
-        owner=context.node.id,
-        now=context.clock.now(),
+    claimed = await actor.context.db.autocommit(
+        keys_store.claim_new_idempotency_keys, claims=claims, **_claim_terms(actor, scope)
     )
     seen = [claim for claim in claims if claim.key not in claimed]
     if not seen:
         return claimed
-
-    now = context.clock.now()
+    terms = _claim_terms(actor, scope)
 
     async def claim_each(conn: Connection) -> list[keys_store.ClaimResult]:
         return [
             await keys_store.claim_idempotency_key(
-                conn,
-                application_id=actor.application_id,
-                scope=scope,
-                key=claim.key,
-                fingerprint=claim.fingerprint,
-                lease_s=claim_lease_s(context.settings),
-                retention_s=context.settings.idempotency.retention_s,
-                owner=context.node.id,
-                now=now,
+                conn, key=claim.key, fingerprint=claim.fingerprint, **terms
             )
             for claim in seen
         ]
 
-    for claim, result in zip(seen, await context.db.transaction(claim_each), strict=True):
+    for claim, result in zip(seen, await actor.context.db.transaction(claim_each), strict=True):
         if isinstance(result, keys_store.Claimed):
             claimed[claim.key] = result
         else:
             answer_seen_key(result, waiting[claim.key][1])
     return claimed
+
+
+async def release_idempotency_keys(actor: ApplicationActor[Context], scope: str, keys: Sequence[str]) -> None:
+    """Free the claims of `keys` (in `scope`) whose requests changed nothing, so their callers may
+    retry: one statement, none when `keys` is empty."""
+    if keys:
+        await actor.context.db.autocommit(
+            keys_store.release_idempotency_keys, application_id=actor.application_id, scope=scope, keys=keys
+        )

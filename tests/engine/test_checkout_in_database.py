@@ -1,5 +1,5 @@
 """A session routed to the sandbox, whose checkouts live in payorch's own database, is stored with its
-checkout and its Idempotency-Key's answer in one statement (`engine.payments.checkout._create_in_database`);
+checkout and its Idempotency-Key's answer in one statement (`engine.payments.checkout._store_prepared`);
 should that fail, the session is created the way any other is, and nothing of the failed attempt
 remains."""
 

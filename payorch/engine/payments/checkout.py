@@ -1,16 +1,29 @@
-"""Creating checkout sessions, run by an application's actor in batches: claim the Idempotency-Keys,
-route on the configurations the actor holds, call the providers side by side, store what comes back
-together. (A session's later state changes are `engine.payments.events`.)"""
+"""Creating checkout sessions, run by an application's actor in batches. One path, for every
+provider:
+
+1. claim the batch's Idempotency-Keys (`engine.idempotency`: new keys in one statement);
+2. route each session on the configurations the actor holds (`engine.routing.sessions`);
+3. get each session's checkout: its first provider prepares it without a call of its own when the
+   provider keeps its checkouts in payorch's database (`providers.base.CheckoutInDatabase`); any
+   other session's providers are asked in turn in a child task (`actor.spawn_command`), cascading
+   down the route, and what they answer comes back through the mailbox (`_StoreSession`);
+4. store each session with its key's answer: the prepared ones with their checkouts, in one
+   statement each and one round trip for the lot, all or none (so such a create is two round trips
+   in all, the claim and the store); the asked ones that came back together, in one round trip.
+
+Should storing prepared checkouts fail (the database refused the batch, or a checkout's key was
+used by an attempt that died before storing its session), each of those sessions goes the way of
+an asked one, and so does a session whose first provider refuses to prepare it (outside its
+limits): its providers asked in turn, so a refusal cascades, then stored. (A session's later
+state changes are `engine.payments.events`.)"""
 
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import TypeVar
 
 import outcome
 import trio
@@ -20,7 +33,9 @@ from payorch.engine.context import Context
 from payorch.engine.idempotency import (
     Answer,
     claim_idempotency_keys,
+    in_flight_key,
     in_progress,
+    release_idempotency_keys,
 )
 from payorch.engine.payments.records import SessionCreated
 from payorch.engine.routing.decision import Decision
@@ -32,11 +47,11 @@ from payorch.providers.base import (
     CheckoutToStore,
     ProviderError,
 )
-from payorch.storage import idempotency_keys, sessions
+from payorch.storage import sessions
 from payorch.storage.failures import StorageFailure, storage_failure
 from payorch.storage.idempotency_keys import Claimed
 from payorch.storage.provider_configs import ProviderConfig
-from payorch.storage.sessions import SessionDraft
+from payorch.storage.sessions import AnsweredSession, SessionDraft
 from payorch.values.errors import (
     NoProviderAvailable,
     ProviderUnavailable,
@@ -47,137 +62,19 @@ from payorch.values.timefmt import iso
 
 log = logging.getLogger("payorch.checkout")
 
-T = TypeVar("T")
-
 SESSION_CREATE_SCOPE = "POST /api/v1/sessions"
 
-
-@dataclass(frozen=True)
-class _Routed:
-    provider: str
-    score: float
-    created: CheckoutCreated
-
-
-@dataclass(frozen=True)
-class _Explanation:
-    """Why the session went where it did: the matching rule (None: the default route), the reason
-    (the decision's, or `cascade` when a provider after the decision's first created the checkout)
-    and the version of the routing document."""
-
-    rule: str | None
-    reason: RoutingReason
-    version: int
-
-    @classmethod
-    def of(cls, decision: Decision, version: int, provider: str) -> _Explanation:
-        first = decision.order[0] if decision.order else None
-        reason = RoutingReason(decision.reason) if provider == first else RoutingReason.CASCADE
-        return cls(decision.rule, reason, version)
-
-
-@dataclass(frozen=True)
-class _Planned:
-    """A session routed and ready to ask its providers for a checkout."""
-
-    command: CreateSession
-    reply: Reply[Answer]
-    session_id: uuid.UUID
-    expires_at: datetime
-    decision: Decision
-    version: int
-    ranked: list[tuple[str, float]]
-    configs: Mapping[str, ProviderConfig]
-    request: CheckoutRequest
-
-    def spawn(self, actor: ApplicationActor[Context]) -> None:
-        """Ask the providers in a child, cascading down the route; the result comes back as a
-        `_StoreSession`."""
-        context, command = actor.context, self.command
-        actor.in_flight[f"{SESSION_CREATE_SCOPE}:{command.idempotency_key}"] = self.reply
-
-        async def create() -> tuple[_Routed, _Explanation]:
-            routed = await _create_with_cascade(context, self.ranked, self.configs, self.request)
-            return routed, _Explanation.of(self.decision, self.version, routed.provider)
-
-        session_id, expires_at = self.session_id, self.expires_at
-        actor.spawn_command(
-            create, lambda routed: _StoreSession(command, session_id, expires_at, routed), self.reply
-        )
-
-
-async def _create_in_database(actor: ApplicationActor[Context], batch: Sequence[_Planned]) -> None:
-    """The sessions of `batch`, whose first provider keeps its checkouts in payorch's database (the
-    sandbox: `CheckoutInDatabase`), each stored with its checkout and its key's answer in one
-    statement: one round trip for the lot, and none of it stored unless all of it is. A session that
-    provider refuses (outside its limits), and every session of a batch that fails to store (the
-    database refused it, or a checkout's key was used by an attempt that died before storing its
-    session), goes the way of any other (`_Planned.spawn`): its providers asked in turn, then stored,
-    so a provider's refusal cascades and a session the database refuses fails alone, exactly as
-    there."""
-    context = actor.context
-    created_at = context.clock.now()
-    # Each provider's sessions, with the checkout and the answer stored for each.
-    by_provider: dict[str, tuple[CheckoutInDatabase, list[_InDatabase]]] = {}
-    for planned in batch:
-        name = planned.ranked[0][0]
-        provider = context.providers.get(name)
-        assert isinstance(provider, CheckoutInDatabase)
-        request = planned.request
-        try:
-            checkout = provider.checkout_to_store(
-                context.credentials(planned.configs[name]), request, idempotency_key=_provider_key(request)
-            )
-        except ProviderError:  # refused (its limits): the usual way cascades to the next provider
-            planned.spawn(actor)
-            continue
-        except Exception:
-            log.warning(
-                "preparing a sandbox checkout failed; asking the session's providers in turn", exc_info=True
-            )
-            planned.spawn(actor)
-            continue
-        explanation = _Explanation.of(planned.decision, planned.version, name)
-        routed = _Routed(provider=name, score=planned.ranked[0][1], created=checkout.created)
-        answered = _answered(
-            planned.command, planned.session_id, planned.expires_at, routed, explanation, created_at
-        )
-        by_provider.setdefault(name, (provider, []))[1].append((planned, checkout, answered))
-    for name, (keeper, stored) in by_provider.items():
-        started = trio.current_time()
-        try:
-            await context.db.autocommit(
-                keeper.store_with_sessions, [(checkout, answered) for _, checkout, answered in stored]
-            )
-        except Exception:
-            log.warning(
-                "storing sandbox checkouts with their sessions failed; asking each session's providers "
-                "in turn",
-                exc_info=True,
-            )
-            for planned, _, _ in stored:
-                planned.spawn(actor)
-            continue
-        elapsed = trio.current_time() - started
-        for planned, _, answered in stored:
-            context.provider_answered(planned.configs[name], "create_checkout", elapsed)
-            _created(context, answered, planned.reply)
-
-
-_InDatabase = tuple["_Planned", CheckoutToStore, sessions.AnsweredSession]
-
-
-def _provider_key(request: CheckoutRequest) -> str:
-    """The idempotency key a session's checkout is created with, at every provider it is asked of."""
-    return f"payorch-session-{request.session_id}"
+# The sessions whose checkouts one provider prepared, by that provider's name: the provider, and
+# each session with its checkout and what to store.
+_Prepared = dict[str, tuple[CheckoutInDatabase, list[tuple["_Planned", CheckoutToStore, AnsweredSession]]]]
 
 
 @dataclass(frozen=True)
 class CreateSession(BatchCommand[Context, Answer]):
     """Create a checkout session. Runs in batches: the commands that waited together in the mailbox
     claim their Idempotency-Keys in one statement, route on the provider configurations the actor
-    holds, and call their providers side by side; what comes back together is stored together
-    (`_StoreSession`)."""
+    holds, and get their checkouts from their providers side by side; what is ready together is
+    stored together (the module's docstring says how)."""
 
     idempotency_key: str
     fingerprint: bytes
@@ -189,11 +86,10 @@ class CreateSession(BatchCommand[Context, Answer]):
         actor: ApplicationActor[Context],
         batch: Sequence[tuple[CreateSession, Reply[Answer]]],
     ) -> None:
-        context = actor.context
         waiting: dict[str, tuple[CreateSession, Reply[Answer]]] = {}
         for command, reply in batch:
             key = command.idempotency_key
-            if key in waiting or f"{SESSION_CREATE_SCOPE}:{key}" in actor.in_flight:
+            if key in waiting or in_flight_key(SESSION_CREATE_SCOPE, key) in actor.in_flight:
                 reply.fail(in_progress())
             else:
                 waiting[key] = (command, reply)
@@ -205,29 +101,18 @@ class CreateSession(BatchCommand[Context, Answer]):
             SESSION_CREATE_SCOPE,
             {key: (command.fingerprint, reply) for key, (command, reply) in waiting.items()},
         )
-        unclaimed: list[str] = []
-        in_database: list[_Planned] = []
+        routed: list[_Planned] = []
+        unrouted: list[str] = []
         for key, claim in claimed.items():
             command, reply = waiting[key]
             try:
-                planned = command._plan(actor, reply, claim, inputs)
+                routed.append(command._plan(actor, reply, claim, inputs))
             except (NoProviderAvailable, ProviderUnavailable) as error:
-                unclaimed.append(key)
+                unrouted.append(key)
                 reply.fail(error)
-                continue
-            if isinstance(context.providers.get(planned.ranked[0][0]), CheckoutInDatabase):
-                in_database.append(planned)
-            else:
-                planned.spawn(actor)
-        if unclaimed:
-            await context.db.autocommit(
-                idempotency_keys.release_idempotency_keys,
-                application_id=actor.application_id,
-                scope=SESSION_CREATE_SCOPE,
-                keys=unclaimed,
-            )
-        if in_database:
-            await _create_in_database(actor, in_database)
+        prepared = _prepare_or_ask(actor, routed)
+        await release_idempotency_keys(actor, SESSION_CREATE_SCOPE, unrouted)
+        await _store_prepared(actor, prepared)
 
     def _plan(
         self,
@@ -246,7 +131,6 @@ class CreateSession(BatchCommand[Context, Answer]):
         draft = self.draft
         session_id = claim.resource_id
         decision, ranked = plan_session(context, inputs, draft, session_id)
-        version = inputs.routing.version
         requested_at = claim.claimed_at
         expires_at = requested_at + timedelta(seconds=context.settings.sessions.ttl_s)
         request = CheckoutRequest(
@@ -263,25 +147,137 @@ class CreateSession(BatchCommand[Context, Answer]):
             failure_url=(draft.redirect_urls or {}).get("failure"),
             order_items=draft.order_items or [],
         )
-        return _Planned(
-            self, reply, session_id, expires_at, decision, version, ranked, inputs.configs, request
+        return _Planned(self, reply, decision, inputs.routing.version, ranked, inputs.configs, request)
+
+    def new_session(self, planned: _Planned, provider: str, created: CheckoutCreated) -> sessions.NewSession:
+        """The session to store, routed as `planned` to `provider`, which created its checkout. The
+        routing reason is the decision's, or `cascade` when a provider after the decision's first
+        created the checkout."""
+        decision = planned.decision
+        first = decision.order[0] if decision.order else None
+        return sessions.NewSession(
+            id=planned.request.session_id,
+            draft=self.draft,
+            expires_at=planned.request.expires_at,
+            provider_name=provider,
+            provider_reference=created.reference,
+            checkout_url=created.url,
+            routing_score=Decimal(str(dict(planned.ranked)[provider])),
+            routing_rule=decision.rule,
+            routing_reason=RoutingReason(decision.reason) if provider == first else RoutingReason.CASCADE,
+            routing_version=planned.version,
         )
 
-    def new_session(
-        self, session_id: uuid.UUID, expires_at: datetime, routed: _Routed, explanation: _Explanation
-    ) -> sessions.NewSession:
-        return sessions.NewSession(
-            id=session_id,
-            draft=self.draft,
-            expires_at=expires_at,
-            provider_name=routed.provider,
-            provider_reference=routed.created.reference,
-            checkout_url=routed.created.url,
-            routing_score=Decimal(str(routed.score)),
-            routing_rule=explanation.rule,
-            routing_reason=explanation.reason,
-            routing_version=explanation.version,
+
+@dataclass(frozen=True)
+class _Planned:
+    """A session routed and ready to get its checkout: the providers to ask in turn (`ranked`, with
+    their scores) and what to ask them."""
+
+    command: CreateSession
+    reply: Reply[Answer]
+    decision: Decision
+    version: int  # of the routing document
+    ranked: list[tuple[str, float]]
+    configs: Mapping[str, ProviderConfig]
+    request: CheckoutRequest
+
+    @property
+    def provider_key(self) -> str:
+        """The idempotency key the session's checkout is created with, at every provider asked."""
+        return f"payorch-session-{self.request.session_id}"
+
+    def ask(self, actor: ApplicationActor[Context]) -> None:
+        """Ask the providers in a child, cascading down the route; what the first to create the
+        checkout answers comes back as a `_StoreSession`."""
+        actor.in_flight[in_flight_key(SESSION_CREATE_SCOPE, self.command.idempotency_key)] = self.reply
+        context = actor.context
+
+        async def create() -> tuple[str, CheckoutCreated]:
+            return await _create_with_cascade(context, self)
+
+        actor.spawn_command(create, lambda created: _StoreSession(self, created), self.reply)
+
+    def answered(self, provider: str, created: CheckoutCreated, created_at: datetime) -> AnsweredSession:
+        """The session to store, its checkout `created` by `provider`, and the answer its
+        Idempotency-Key replays, built together."""
+        new = self.command.new_session(self, provider, created)
+        body: SessionCreated = {
+            "sessionId": str(new.id),
+            "checkoutUrl": new.checkout_url,
+            "status": SessionStatus.PENDING,
+            "routing": {
+                "selectedProvider": provider,
+                "score": new.routing_score,
+                "rule": new.routing_rule,
+                "reason": new.routing_reason,
+                "version": new.routing_version,
+            },
+            "expiresAt": iso(new.expires_at),
+            "createdAt": iso(created_at),
+        }
+        return AnsweredSession(
+            session=new,
+            created_at=created_at,
+            scope=SESSION_CREATE_SCOPE,
+            key=self.command.idempotency_key,
+            status=201,
+            body=body,
         )
+
+
+def _prepare_or_ask(actor: ApplicationActor[Context], routed: Sequence[_Planned]) -> _Prepared:
+    """Step 3 of the module's path: the checkouts the sessions' first providers prepare, to store
+    with their sessions; every other session's providers are asked in a child."""
+    context = actor.context
+    created_at = context.clock.now()
+    prepared: _Prepared = {}
+    for planned in routed:
+        name = planned.ranked[0][0]
+        provider = context.providers.get(name)
+        if not isinstance(provider, CheckoutInDatabase):
+            planned.ask(actor)
+            continue
+        try:
+            checkout = provider.checkout_to_store(
+                context.credentials(planned.configs[name]),
+                planned.request,
+                idempotency_key=planned.provider_key,
+            )
+        except ProviderError:  # refused (its limits): asking cascades to the next provider
+            planned.ask(actor)
+            continue
+        except Exception:
+            log.warning("preparing a checkout failed; asking the session's providers in turn", exc_info=True)
+            planned.ask(actor)
+            continue
+        answered = planned.answered(name, checkout.created, created_at)
+        prepared.setdefault(name, (provider, []))[1].append((planned, checkout, answered))
+    return prepared
+
+
+async def _store_prepared(actor: ApplicationActor[Context], prepared: _Prepared) -> None:
+    """Step 4 for prepared checkouts: each provider's, with their sessions and answers, in one round
+    trip, all or none; should it fail, those sessions' providers are asked in turn."""
+    context = actor.context
+    for name, (keeper, stored) in prepared.items():
+        started = trio.current_time()
+        try:
+            await context.db.autocommit(
+                keeper.store_with_sessions, [(checkout, answered) for _, checkout, answered in stored]
+            )
+        except Exception:
+            log.warning(
+                "storing checkouts with their sessions failed; asking each session's providers in turn",
+                exc_info=True,
+            )
+            for planned, _, _ in stored:
+                planned.ask(actor)
+            continue
+        elapsed = trio.current_time() - started
+        for planned, _, answered in stored:
+            context.provider_answered(planned.configs[name], "create_checkout", elapsed)
+            _created(context, answered, planned.reply)
 
 
 @dataclass(frozen=True)
@@ -289,10 +285,8 @@ class _StoreSession(BatchCommand[Context, Answer]):
     """What a session's providers answered, back in the actor. The ones that came back together
     are stored in one round trip (group commit): each session with its Idempotency-Key's answer."""
 
-    command: CreateSession
-    session_id: uuid.UUID
-    expires_at: datetime
-    routed: outcome.Outcome[tuple[_Routed, _Explanation]]
+    planned: _Planned
+    created: outcome.Outcome[tuple[str, CheckoutCreated]]  # by which provider
 
     @classmethod
     async def run_batch(
@@ -300,29 +294,23 @@ class _StoreSession(BatchCommand[Context, Answer]):
         actor: ApplicationActor[Context],
         batch: Sequence[tuple[_StoreSession, Reply[Answer]]],
     ) -> None:
-        stored: list[tuple[sessions.AnsweredSession, Reply[Answer]]] = []
+        stored: list[tuple[AnsweredSession, Reply[Answer]]] = []
         unavailable: list[str] = []
         now = actor.context.clock.now()
         for store, reply in batch:
-            key = store.command.idempotency_key
-            actor.in_flight.pop(f"{SESSION_CREATE_SCOPE}:{key}", None)
+            key = store.planned.command.idempotency_key
+            actor.in_flight.pop(in_flight_key(SESSION_CREATE_SCOPE, key), None)
             try:
-                routed, explanation = store.routed.unwrap()
+                provider, created = store.created.unwrap()
             except (ProviderUnavailable, StorageUnavailable) as error:
                 unavailable.append(key)
                 reply.fail(error)
                 continue
-            stored.append((store._answered(routed, explanation, now), reply))
-        db = actor.context.db
-        if unavailable:
-            await db.autocommit(
-                idempotency_keys.release_idempotency_keys,
-                application_id=actor.application_id,
-                scope=SESSION_CREATE_SCOPE,
-                keys=unavailable,
-            )
+            stored.append((store.planned.answered(provider, created, now), reply))
+        await release_idempotency_keys(actor, SESSION_CREATE_SCOPE, unavailable)
         if not stored:
             return
+        db = actor.context.db
         try:
             await db.autocommit(sessions.insert_answered_sessions, [answered for answered, _ in stored])
         except Exception as error:
@@ -336,53 +324,14 @@ class _StoreSession(BatchCommand[Context, Answer]):
         for answered, reply in stored:
             _created(actor.context, answered, reply)
 
-    def _answered(
-        self, routed: _Routed, explanation: _Explanation, created_at: datetime
-    ) -> sessions.AnsweredSession:
-        return _answered(self.command, self.session_id, self.expires_at, routed, explanation, created_at)
 
-
-def _answered(
-    command: CreateSession,
-    session_id: uuid.UUID,
-    expires_at: datetime,
-    routed: _Routed,
-    explanation: _Explanation,
-    created_at: datetime,
-) -> sessions.AnsweredSession:
-    """The session to store and the answer its Idempotency-Key replays, built together."""
-    new = command.new_session(session_id, expires_at, routed, explanation)
-    body: SessionCreated = {
-        "sessionId": str(new.id),
-        "checkoutUrl": new.checkout_url,
-        "status": SessionStatus.PENDING,
-        "routing": {
-            "selectedProvider": routed.provider,
-            "score": new.routing_score,
-            "rule": explanation.rule,
-            "reason": explanation.reason,
-            "version": explanation.version,
-        },
-        "expiresAt": iso(new.expires_at),
-        "createdAt": iso(created_at),
-    }
-    return sessions.AnsweredSession(
-        session=new,
-        created_at=created_at,
-        scope=SESSION_CREATE_SCOPE,
-        key=command.idempotency_key,
-        status=201,
-        body=body,
-    )
-
-
-def _created(context: Context, answered: sessions.AnsweredSession, reply: Reply[Answer]) -> None:
+def _created(context: Context, answered: AnsweredSession, reply: Reply[Answer]) -> None:
     """The session is stored: answer its request, and count its routing decision."""
     reply.send(Answer(answered.status, answered.body))
     context.metrics.routing_decision(answered.session.routing_reason)
 
 
-async def _store_each(context: Context, stored: list[tuple[sessions.AnsweredSession, Reply[Answer]]]) -> None:
+async def _store_each(context: Context, stored: list[tuple[AnsweredSession, Reply[Answer]]]) -> None:
     for answered, reply in stored:
         try:
             await context.db.autocommit(sessions.insert_answered_sessions, [answered])
@@ -395,35 +344,32 @@ async def _store_each(context: Context, stored: list[tuple[sessions.AnsweredSess
             _created(context, answered, reply)
 
 
-async def _create_with_cascade(
-    context: Context,
-    ranked: list[tuple[str, float]],
-    configs: Mapping[str, ProviderConfig],
-    request: CheckoutRequest,
-) -> _Routed:
-    """Try the ranked providers in turn; the first to create the checkout wins."""
-    for name, score in ranked:
+async def _create_with_cascade(context: Context, planned: _Planned) -> tuple[str, CheckoutCreated]:
+    """Try the ranked providers in turn; the first to create the checkout wins: its name, and what
+    it created."""
+    for name, _ in planned.ranked:
         provider = context.providers.get(name)
         assert provider is not None
+        config = planned.configs[name]
         try:
-            timeout_s = context.settings.engine.provider_timeout_s
-            with context.provider_call(configs[name], "create_checkout", timeout_s):
+            with context.provider_call(config, "create_checkout", context.settings.engine.provider_timeout_s):
                 created = await provider.create_checkout(
-                    context.credentials(configs[name]),
-                    request,
-                    idempotency_key=_provider_key(request),
+                    context.credentials(config), planned.request, idempotency_key=planned.provider_key
                 )
         except (ProviderError, trio.TooSlowError) as error:
             log.warning(
                 "provider failed to create a checkout; trying the next",
-                extra={"provider": name, "sessionId": str(request.session_id), "error": repr(error)},
+                extra={"provider": name, "sessionId": str(planned.request.session_id), "error": repr(error)},
             )
             continue
         except Exception as error:
-            # payorch's own database, which an in-process provider (the sandbox) keeps its state in,
-            # is unavailable: no provider is to blame, and the session could not be stored anyway.
+            # payorch's own database, which an in-process provider keeps its state in, is
+            # unavailable: no provider is to blame, and the session could not be stored anyway.
             if storage_failure(error) is not StorageFailure.UNAVAILABLE:
                 raise
             raise StorageUnavailable("the database is unavailable: retry shortly") from error
-        return _Routed(provider=name, score=score, created=created)
+        return name, created
     raise ProviderUnavailable("every eligible provider failed to create the checkout: retry later")
+
+
+__all__ = ["SESSION_CREATE_SCOPE", "CreateSession"]

@@ -16,7 +16,7 @@ from payorch.engine.payments.refunds import apply_refund_outcome
 from payorch.engine.payments.states import SessionEvent
 from payorch.metrics import Metrics
 from payorch.providers.base import EventKind, ProviderEvent
-from payorch.storage import provider_events_seen, refunds, sessions
+from payorch.storage import provider_events_seen, sessions
 from payorch.storage.database import Connection
 
 log = logging.getLogger("payorch.provider_events")
@@ -63,13 +63,11 @@ class ApplyProviderEvent:
             event.kind in (EventKind.REFUND_SUCCEEDED, EventKind.REFUND_FAILED)
             and event.refund_id is not None
         ):
-            refund = await refunds.get_refund(conn, event.refund_id)
-            if refund is None or refund.provider_name != self.provider:
-                return False
             return await apply_refund_outcome(
                 conn,
                 application_id=application_id,
-                refund_id=refund.id,
+                provider=self.provider,
+                refund_id=event.refund_id,
                 succeeded=event.kind is EventKind.REFUND_SUCCEEDED,
                 reason=event.reason,
                 metrics=metrics,

@@ -4,7 +4,42 @@ A refund is reserved first: the session row is locked, the balance checked and t
 in one transaction, so two refunds (even from two processes) can never exceed what was paid. Only
 then is the provider asked, with an idempotency key derived from the refund id, in a child task:
 an acknowledgement within `refunds.submit_timeout_s` answers 201, anything else 202, and the refund
-submission supervisor keeps submitting until the provider acknowledges.
+submission supervisor keeps submitting until the provider acknowledges. The provider's verdict
+(its event, `apply_refund_outcome`; or its refusal of a submission) completes or fails the refund.
+
+Lanes. One refund's commands run in two lanes of the actor: `CreateRefund` (the reservation, then
+the first submission's record and answer) in its session's lane; `SubmitRefund` (the refund
+loop's retries, which know only the refund) in the refund's own; its verdict event
+(`ApplyProviderEvent`) in the session's lane when the event names the session (the sandbox's,
+Stripe's and Mollie's do), else in the refund's. They are not put in one lane because a lane
+orders commands only within one process: another process's refund loop and a provider event
+delivered to another process run the same refund's commands in their own actors, at the same
+time. So the database orders them, whatever the lanes, and one lane would order nothing more.
+What orders them:
+
+- the session's row lock (`sessions.lock_session`) orders the creations of one session's refunds
+  and their balance check; a new refund is inserted with its first submission claimed by this
+  node for `FIRST_SUBMISSION_GRACE_S` (`submit_claimed_by`, `next_submit_at` ahead), so the refund
+  loop, which claims only PENDING refunds with `provider_reference IS NULL` that are due (FOR
+  UPDATE SKIP LOCKED), leaves the first submission alone unless this node dies first
+  (`storage.claim_takeover` releases its claims) or the grace runs out;
+- every submission, first or retry, from any process, gives the provider the same idempotency key
+  (`provider_refund_key`): however many race, the provider makes one refund, with one reference;
+- recording a submission updates the refund's row (waiting for its row lock) under the guard
+  `provider_reference IS NULL`: the first acknowledgement recorded keeps the reference and ends
+  the retries (`mark_submitted`); a later acknowledgement, or a later "not acknowledged"
+  (`schedule_submission`), changes nothing; a retry also reads, before it calls the provider,
+  that the refund is still PENDING without a reference (`_pending_submission`);
+- a verdict (`_conclude_refund`) locks the refund's row (`refunds.lock_refund`) and applies only
+  to a PENDING refund: the first verdict wins (an event's or a refusal's) and a later one changes
+  nothing; it clears `next_submit_at`, and the loop claims only PENDING refunds, so submissions
+  end with it. An event seen before is not applied again (`storage.provider_events_seen`).
+
+So the races resolve: a verdict recorded before the acknowledgement leaves the refund COMPLETED
+(or FAILED) and the acknowledgement still records the reference; a retry racing the first
+submission makes no second refund at the provider, and whichever records second changes nothing;
+a "not acknowledged" recorded after a verdict schedules a submission the loop never claims; two
+verdicts, the first.
 """
 
 from __future__ import annotations
@@ -14,7 +49,7 @@ import uuid
 from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import outcome
 import trio
@@ -22,7 +57,7 @@ import trio
 from payorch.engine.actors import ApplicationActor, Reply, refund_lane, session_lane
 from payorch.engine.body_types import EventType
 from payorch.engine.context import Context
-from payorch.engine.idempotency import Answer, claim_idempotency_key
+from payorch.engine.idempotency import Answer, claim_idempotency_key, in_flight_key
 from payorch.engine.payments.records import event_body, new_event_id
 from payorch.engine.payments.refund_rules import (
     refund_amount,
@@ -172,30 +207,32 @@ async def _submit(context: Context, submission: _Submission, timeout_s: float) -
         return None
 
 
-async def _fail_refund(
-    conn: Connection, refund_id: uuid.UUID, reason: FailureReason, metrics: Metrics, now: datetime
-) -> Refund | None:
-    """Mark a PENDING refund FAILED, give its amount back to the balance, emit `refund.failed`."""
+async def _conclude_refund(
+    conn: Connection,
+    refund_id: uuid.UUID,
+    status: RefundStatus,
+    reason: FailureReason | None,
+    metrics: Metrics,
+    now: datetime,
+) -> bool:
+    """Give a PENDING refund its verdict, `status`: COMPLETED, or FAILED for `reason` (its amount
+    back in the balance), and emit `refund.completed` or `refund.failed`. Under the refund's row
+    lock: the first verdict wins, and a later one changes nothing (False)."""
     refund = await refunds.lock_refund(conn, refund_id)
     if refund is None or refund.status != RefundStatus.PENDING:
-        return None
-    failed = await refunds.set_refund_outcome(conn, refund_id, RefundStatus.FAILED, reason, now=now)
-    metrics.refund_transition(RefundStatus.FAILED)
-    await _settle_session_status(conn, failed.session_id, metrics, now)
-    await _emit_refund_event(conn, failed, "refund.failed")
-    return failed
+        return False
+    concluded = await refunds.set_refund_outcome(conn, refund_id, status, reason, now=now)
+    metrics.refund_transition(status)
+    if status is RefundStatus.FAILED:
+        await _settle_session_status(conn, concluded.session_id, metrics, now)
+    await _emit_refund_event(conn, concluded, _EVENT_OF_VERDICT[status])
+    return True
 
 
-async def _complete_refund(
-    conn: Connection, refund_id: uuid.UUID, metrics: Metrics, now: datetime
-) -> Refund | None:
-    refund = await refunds.lock_refund(conn, refund_id)
-    if refund is None or refund.status != RefundStatus.PENDING:
-        return None
-    completed = await refunds.set_refund_outcome(conn, refund_id, RefundStatus.COMPLETED, None, now=now)
-    metrics.refund_transition(RefundStatus.COMPLETED)
-    await _emit_refund_event(conn, completed, "refund.completed")
-    return completed
+_EVENT_OF_VERDICT: dict[RefundStatus, EventType] = {
+    RefundStatus.COMPLETED: "refund.completed",
+    RefundStatus.FAILED: "refund.failed",
+}
 
 
 async def _emit_refund_event(conn: Connection, refund: Refund, event_type: EventType) -> None:
@@ -220,22 +257,59 @@ async def apply_refund_outcome(
     conn: Connection,
     *,
     application_id: uuid.UUID,
+    provider: str,
     refund_id: uuid.UUID,
     succeeded: bool,
     reason: FailureReason | None,
     metrics: Metrics,
     now: datetime,
 ) -> bool:
-    """A provider's verdict on a refund, in this transaction at `now`, counted in `metrics`. False
-    when it changes nothing."""
+    """`provider`'s verdict on a refund of the application, in this transaction at `now`, counted
+    in `metrics`. False when it changes nothing (a refund of another application or provider, or
+    one that has its verdict already)."""
     refund = await refunds.get_refund(conn, refund_id)
-    if refund is None or refund.application_id != application_id:
+    if refund is None or refund.application_id != application_id or refund.provider_name != provider:
         return False
     if succeeded:
-        return await _complete_refund(conn, refund_id, metrics, now) is not None
-    return (
-        await _fail_refund(conn, refund_id, reason or FailureReason.PAYMENT_FAILED, metrics, now) is not None
-    )
+        return await _conclude_refund(conn, refund_id, RefundStatus.COMPLETED, None, metrics, now)
+    verdict = reason or FailureReason.PAYMENT_FAILED
+    return await _conclude_refund(conn, refund_id, RefundStatus.FAILED, verdict, metrics, now)
+
+
+# What one submission came to (`_record_submission`).
+_Recorded = Literal["acknowledged", "refused", "unacknowledged"]
+
+
+async def _record_submission(
+    conn: Connection,
+    refund_id: uuid.UUID,
+    result: outcome.Outcome[RefundSubmitted | None],
+    context: Context,
+    *,
+    first: bool,
+) -> _Recorded:
+    """Record what one submission of the refund came to, in this transaction: acknowledged (the
+    provider's reference kept, no more submissions), refused for good (FAILED, `refund.failed`
+    emitted), or not acknowledged (submitted again after a pause that grows with the attempts; the
+    `first` submission's is one attempt's)."""
+    now = context.clock.now()
+    try:
+        submitted = result.unwrap()
+    except RefundRefused as error:
+        failed = FailureReason.PROVIDER_REFUSED
+        await _conclude_refund(conn, refund_id, RefundStatus.FAILED, failed, context.metrics, now)
+        log.warning("provider refused the refund", extra={"refundId": str(refund_id), "error": str(error)})
+        return "refused"
+    if submitted is not None:
+        await refunds.mark_submitted(conn, refund_id, submitted.reference, now=now)
+        return "acknowledged"
+    attempts = 1
+    if not first:
+        current = await refunds.get_refund(conn, refund_id)
+        attempts = current.submit_attempts + 1 if current else 1
+    delay_s = backoff_s(attempts, context.settings.refunds.retry_max_delay_s)
+    await refunds.schedule_submission(conn, refund_id, delay_s, now=now)
+    return "unacknowledged"
 
 
 @dataclass(frozen=True)
@@ -252,7 +326,7 @@ class CreateRefund:
     async def run(self, actor: ApplicationActor[Context], reply: Reply[Answer]) -> None:
         context: Context = actor.context
         scope = refund_scope(self.draft.session_id)
-        in_flight_key = f"{scope}:{self.idempotency_key}"
+        in_flight = in_flight_key(scope, self.idempotency_key)
 
         async def reserve(conn: Connection, claim: idempotency_keys.Claimed) -> _Submission:
             # A refund the rules refuse (DomainError) rolls the claim back with it: the key stays free.
@@ -272,14 +346,14 @@ class CreateRefund:
         if fresh is None:
             return
         submission = fresh.value
-        actor.in_flight[in_flight_key] = reply
+        actor.in_flight[in_flight] = reply
         timeout_s = context.settings.refunds.submit_timeout_s
 
         async def submit() -> RefundSubmitted | None:
             return await _submit(context, submission, timeout_s)
 
         async def answer(result: outcome.Outcome[RefundSubmitted | None]) -> None:
-            actor.in_flight.pop(in_flight_key, None)
+            actor.in_flight.pop(in_flight, None)
             response = await context.db.transaction(
                 self._answer, submission.refund, result, context, scope, actor
             )
@@ -296,24 +370,8 @@ class CreateRefund:
         scope: str,
         actor: ApplicationActor[Context],
     ) -> Answer:
-        now = context.clock.now()
-        try:
-            submitted = result.unwrap()
-        except RefundRefused as error:
-            # The provider answered, and for good: the refund is FAILED now (refund.failed follows).
-            await _fail_refund(conn, refund.id, FailureReason.PROVIDER_REFUSED, context.metrics, now)
-            log.warning(
-                "provider refused the refund", extra={"refundId": str(refund.id), "error": str(error)}
-            )
-            submitted, status = None, 201
-        else:
-            status = 201 if submitted is not None else 202
-        if submitted is not None:
-            await refunds.mark_submitted(conn, refund.id, submitted.reference, now=now)
-        elif status == 202:
-            await refunds.schedule_submission(
-                conn, refund.id, backoff_s(1, context.settings.refunds.retry_max_delay_s), now=now
-            )
+        recorded = await _record_submission(conn, refund.id, result, context, first=True)
+        status = 202 if recorded == "unacknowledged" else 201
         current = await refunds.get_refund(conn, refund.id)
         assert current is not None
         body = refund_created_body(current)
@@ -350,7 +408,10 @@ class SubmitRefund:
             return await _submit(context, submission, timeout_s)
 
         async def record(result: outcome.Outcome[RefundSubmitted | None]) -> None:
-            reply.send(await context.db.transaction(_record_attempt, submission.refund, result, context))
+            recorded = await context.db.transaction(
+                _record_submission, submission.refund.id, result, context, first=False
+            )
+            reply.send(recorded == "acknowledged")
 
         actor.spawn(submit, record, reply)
 
@@ -382,29 +443,6 @@ def _submission(
         reason=refund.reason,
     )
     return _Submission(refund, request, config)
-
-
-async def _record_attempt(
-    conn: Connection,
-    refund: Refund,
-    result: outcome.Outcome[RefundSubmitted | None],
-    context: Context,
-) -> bool:
-    now = context.clock.now()
-    try:
-        submitted = result.unwrap()
-    except RefundRefused:
-        await _fail_refund(conn, refund.id, FailureReason.PROVIDER_REFUSED, context.metrics, now)
-        return False
-    if submitted is None:
-        current = await refunds.get_refund(conn, refund.id)
-        attempts = current.submit_attempts + 1 if current else 1
-        await refunds.schedule_submission(
-            conn, refund.id, backoff_s(attempts, context.settings.refunds.retry_max_delay_s), now=now
-        )
-        return False
-    await refunds.mark_submitted(conn, refund.id, submitted.reference, now=now)
-    return True
 
 
 __all__ = [
