@@ -82,13 +82,6 @@ async def seed_backlog(conn: Connection, application_id: uuid.UUID, events: int)
     await conn.execute(_BACKLOG, application_id, events, EVENT_TYPE)
 
 
-async def analyze_backlog(conn: Connection) -> None:
-    """The statistics PostgreSQL's autovacuum would gather once the backlog had built up: written
-    at once, the backlog would otherwise be planned for as the nearly empty table it was at the last
-    analysis, for up to a minute (docs/webhooks.md, "Statistics after a sudden backlog")."""
-    await conn.execute("ANALYZE webhook_deliveries, outbox_events")
-
-
 async def backlog_state(conn: Connection, application_ids: list[uuid.UUID]) -> tuple[int, int]:
     """The applications' deliveries delivered and still pending, now."""
     row = await conn.fetchrow(

@@ -50,7 +50,6 @@ import trio
 from bench.load import LoadResult
 from bench.measure import Measurement, Shape, measure, measure_beside_all, progress, rss_bytes
 from bench.neighbour_seeds import (
-    analyze_backlog,
     backlog_state,
     clear_commit_times,
     commit_times_of,
@@ -371,7 +370,6 @@ async def _beside_backlog(
     progress(f"neighbours: writing Y's backlog, {events} events to each of its {shape.endpoints} endpoints")
     for application_id in ids:
         await parties.db.transaction(seed_backlog, application_id, events)
-    await parties.db.autocommit(analyze_backlog)
     started = trio.current_time()
     delivered_before, pending = await parties.db.autocommit(backlog_state, ids)
     beside = await measure(f"{label}, backlog beside", parties.creates, paced)

@@ -295,6 +295,9 @@ class WebhookSettings(_Section):
     rotation_overlap_s: Annotated[int, Field(ge=0)] = 86400
     # Delivery attempts one merchant may start per second in one process (`supervisors.attempt_rates`).
     attempts_per_merchant_per_second: PositiveFloat = 50.0
+    # Rows of `webhook_deliveries` changed since its last analysis that make payorch analyse it
+    # (`supervisors.delivery_statistics`); 0: leave it to autovacuum.
+    analyse_after_changes: NonNegativeInt = 10_000
 
     @field_validator("ca_bundle", mode="before")
     @classmethod

@@ -14,6 +14,15 @@ its bucket full and is not delayed at all.
 Process-local, like the CPU it protects: each process serving deliveries allows each merchant its
 own rate. A merchant whose bucket has refilled is forgotten (a full bucket equals a fresh one), so
 what is kept follows the merchants with a backlog, not every merchant ever seen.
+
+A merchant held to its rate is claimed for in batches of at least a fifth of its bucket
+(`batch_for`: 10 attempts at 50 a second), not one attempt per round: a round that claims for a
+merchant steps through each of its endpoints once (`storage.webhook_deliveries`), and the loop
+makes a round each time an attempt ends, so claiming each token as it came would walk a merchant's
+hundred endpoints fifty times a second to claim one delivery each time, taking the database's
+CPU, and the rounds every other merchant's deliveries wait behind, for the merchant's own drain.
+Its rate over a second is the same. For the same reason an attempt of such a merchant that ends
+does not wake the loop (`batch_ready`): the loop wakes when the next batch is due (`next_batch_in`).
 """
 
 from __future__ import annotations
@@ -28,6 +37,12 @@ from payorch.values.token_buckets import TokenBucket
 def burst_for(rate: float) -> int:
     """A bucket's size at `rate` attempts per second: a second's worth, at least one."""
     return max(1, math.ceil(rate))
+
+
+def batch_for(burst: int) -> int:
+    """The fewest attempts a merchant held to its rate is claimed for at once: a fifth of its
+    bucket, at least one."""
+    return max(1, burst // 5)
 
 
 class AttemptRates:
@@ -48,17 +63,40 @@ class AttemptRates:
             bucket.tokens = min(bucket.tokens, float(burst))
 
     def allowances(self, now: datetime) -> dict[uuid.UUID, int]:
-        """The attempts each merchant with a bucket not full may start now (whole tokens); every
-        other merchant may start `burst`. Full buckets are forgotten."""
+        """The attempts each merchant with a bucket not full may start now (its whole tokens, or
+        none until they make a batch, `batch_for`); every other merchant may start `burst`. Full
+        buckets are forgotten."""
         seconds = now.timestamp()
+        batch = batch_for(self.burst)
         allowed: dict[uuid.UUID, int] = {}
         for merchant_id, bucket in list(self._buckets.items()):
             if bucket.is_full(seconds):
                 del self._buckets[merchant_id]
                 continue
             bucket.wait(seconds)  # refilled to now
-            allowed[merchant_id] = math.floor(bucket.tokens)
+            whole = math.floor(bucket.tokens)
+            allowed[merchant_id] = whole if whole >= batch else 0
         return allowed
+
+    def batch_ready(self, merchant_id: uuid.UUID, now: datetime) -> bool:
+        """Whether a round now may claim for the merchant: it is not held to its rate (no bucket
+        kept), or its bucket holds a batch."""
+        bucket = self._buckets.get(merchant_id)
+        if bucket is None:
+            return True
+        bucket.wait(now.timestamp())  # refilled to now
+        return bucket.tokens >= batch_for(self.burst)
+
+    def next_batch_in(self, now: datetime) -> float | None:
+        """Seconds until the first merchant held to its rate holds a batch again (0 when one does
+        now); None when no merchant is held to its rate."""
+        seconds = now.timestamp()
+        batch = batch_for(self.burst)
+        waits = []
+        for bucket in self._buckets.values():
+            bucket.wait(seconds)  # refilled to now
+            waits.append(max(0.0, (batch - bucket.tokens) / bucket.rate))
+        return min(waits, default=None)
 
     def spend(self, merchant_id: uuid.UUID, attempts: int, now: datetime) -> None:
         """Take a token for each of `attempts` attempts the merchant starts now (at most its

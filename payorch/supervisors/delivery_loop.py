@@ -64,6 +64,9 @@ IN_FLIGHT_PER_MERCHANT = 16
 LEASE_MARGIN_S = 5.0
 # Claims are looked for at least this often: retries fall due without a notification.
 IDLE_WAIT_S = 0.5
+# The shortest wait for a merchant's next batch of attempts (`supervisors.attempt_rates`): merchants
+# whose batches fall due moments apart are claimed for in one round.
+BATCH_WAIT_S = 0.02
 FAN_OUT_BATCH = 200
 HAND_BACK_TIMEOUT_S = 5.0
 
@@ -96,11 +99,12 @@ async def _round(
     for merchant_id, attempts in Counter(delivery.merchant_id for delivery in done.claimed).items():
         rates.spend(merchant_id, attempts, now)
     for delivery in done.claimed:
-        # A freed slot rings: the delivery's successors in its session may be due too.
+        # A freed slot rings: the delivery's successors in its session may be due too (once its
+        # merchant holds a batch again, if it is held to its rate: `_next_wait` wakes the loop then).
         slots.start(
             nursery,
             delivery.id,
-            delivery.application_id,
+            delivery.merchant_id,
             partial(attempt_delivery, context, client, delivery),
         )
     return done.fanned_out
@@ -117,6 +121,15 @@ async def _listen(notes: Notifications, own_origin: str, slots: WorkSlots) -> No
             slots.wake()
 
 
+def _next_wait(rates: AttemptRates, context: Context) -> float:
+    """How long the loop may wait for a wake-up: `IDLE_WAIT_S`, or less when a merchant held to its
+    rate will hold a batch sooner (never less than `BATCH_WAIT_S`)."""
+    batch_in = rates.next_batch_in(context.clock.now())
+    if batch_in is None:
+        return IDLE_WAIT_S
+    return min(IDLE_WAIT_S, max(batch_in, BATCH_WAIT_S))
+
+
 def _is_cancellation(error: BaseException) -> bool:
     if isinstance(error, BaseExceptionGroup):
         return all(_is_cancellation(inner) for inner in error.exceptions)
@@ -124,8 +137,9 @@ def _is_cancellation(error: BaseException) -> bool:
 
 
 def _client_settings(webhooks: WebhookSettings) -> dict[str, object]:
-    """What the client is built from: the `webhooks.*` settings but the rate of attempts."""
-    return webhooks.model_dump(exclude={"attempts_per_merchant_per_second"})
+    """What the client is built from: the `webhooks.*` settings but the rate of attempts and when
+    the deliveries are analysed."""
+    return webhooks.model_dump(exclude={"attempts_per_merchant_per_second", "analyse_after_changes"})
 
 
 def _current_client(context: Context, current: CurrentClient, nursery: trio.Nursery) -> httpx.AsyncClient:
@@ -143,9 +157,13 @@ async def _delivery_loop(
     context: Context, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
     wakeup = context.db.delivery_wakeup
-    slots = WorkSlots(DELIVERY_SLOTS, wakeup)
     rate = context.settings.webhooks.attempts_per_merchant_per_second
     rates = AttemptRates(rate, burst_for(rate))
+    # An attempt that ends wakes the loop unless its merchant, held to its rate, has no batch to
+    # claim yet: the loop then wakes when one is due (`_next_wait`), not at every attempt's end.
+    slots = WorkSlots(
+        DELIVERY_SLOTS, wakeup, lambda merchant: rates.batch_ready(merchant, context.clock.now())
+    )
     ready = False
     try:
         # A client of its own: its connections serve deliveries only (one per slot, and room to spare).
@@ -161,7 +179,7 @@ async def _delivery_loop(
                         task_status.started()
                         ready = True
                     if fanned_out < FAN_OUT_BATCH:  # else more events wait: fan them out at once
-                        await slots.wait_for_wake(IDLE_WAIT_S)
+                        await slots.wait_for_wake(_next_wait(rates, context))
         finally:
             with trio.CancelScope(shield=True):
                 await current.client.aclose()

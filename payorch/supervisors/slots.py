@@ -1,9 +1,10 @@
 """Work slots: how a supervisor keeps a fixed pool of tasks busy with one merchant's work never able
 to hold more than its share, and one item's failure never able to fail another.
 
-`WorkSlots` is the pool: each item runs in a task of its own; a freed slot rings the loop's wake-up,
-and the loop's next round takes new work into the free slots (the webhook delivery loop, and
-`DueWork`'s loops). So a slow item holds its own slot, never a batch.
+`WorkSlots` is the pool: each item runs in a task of its own; a freed slot rings the loop's wake-up
+(unless the loop says its owner could not be given more now, `wakes_for`), and the loop's next round
+takes new work into the free slots (the webhook delivery loop, and `DueWork`'s loops). So a slow
+item holds its own slot, never a batch.
 
 `DueWork` is the loop of the expiry and refund-submission supervisors on top of it: each round
 picks due items into the free slots, at most `limits.background_per_merchant` per merchant in flight
@@ -38,12 +39,16 @@ LONGEST_PAUSE_S = 30.0
 
 class WorkSlots:
     """The items a loop has in flight (item id -> whose it is, a merchant's or an application's),
-    and the wake-up it waits on between rounds, which a freed slot rings."""
+    and the wake-up it waits on between rounds, which a freed slot rings when `wakes_for(owner)`
+    (always, unless the loop says otherwise)."""
 
-    def __init__(self, size: int, wakeup: Wakeup) -> None:
+    def __init__(
+        self, size: int, wakeup: Wakeup, wakes_for: Callable[[uuid.UUID], bool] | None = None
+    ) -> None:
         self.size = size
         self.in_flight: dict[uuid.UUID, uuid.UUID] = {}
         self._wakeup = wakeup
+        self._wakes_for = wakes_for
 
     @property
     def free(self) -> int:
@@ -63,8 +68,9 @@ class WorkSlots:
     async def _run(self, item: uuid.UUID, work: Callable[[], Awaitable[None]]) -> None:
         await work()
         # Not when cancelled: what shutdown interrupts stays listed, for the loop to hand back.
-        self.in_flight.pop(item, None)
-        self.wake()
+        owner = self.in_flight.pop(item, None)
+        if owner is None or self._wakes_for is None or self._wakes_for(owner):
+            self.wake()
 
     def wake(self) -> None:
         self._wakeup.ring()

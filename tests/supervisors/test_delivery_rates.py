@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from payorch.config import Settings
 from payorch.storage.database import Database
@@ -58,3 +61,38 @@ async def test_a_round_claims_no_more_of_a_merchants_deliveries_than_its_bucket_
     await _events(db, quiet, 1)
     # The quiet merchant, below its rate, is not held back by the busy one's empty bucket.
     assert await _claim_round(db, rates, clock) == {quiet: 1}
+
+
+async def test_a_merchant_held_to_its_rate_is_claimed_for_in_batches_not_one_attempt_per_round(
+    db: Database, settings: Settings, clock: ShiftedClock
+) -> None:
+    busy = await _application(db, settings)
+    await _endpoint(db, busy, "busy")
+    await _events(db, busy, 40)
+    # 10 a second, a bucket of 10: claimed for 2 at a time once its first second's worth is spent.
+    rates = AttemptRates(rate=10, burst=10)
+
+    assert await _claim_round(db, rates, clock) == {busy: 10}
+    clock.advance(0.1)  # one token: not a batch, so the round walks none of the merchant's endpoints
+    assert await _claim_round(db, rates, clock) == {}
+    clock.advance(0.1)  # two: a batch
+    assert await _claim_round(db, rates, clock) == {busy: 2}
+    clock.advance(1.0)  # the same rate over time: ten tokens, ten attempts
+    assert await _claim_round(db, rates, clock) == {busy: 10}
+
+
+def test_an_attempt_of_a_merchant_without_a_batch_wakes_nobody_and_the_loop_waits_for_the_next_batch() -> (
+    None
+):
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    rates = AttemptRates(rate=10, burst=10)
+    held, fresh = uuid.uuid4(), uuid.uuid4()
+    assert rates.next_batch_in(now) is None  # nobody held to the rate: the loop waits its idle wait
+    rates.spend(held, 10, now)  # its second's worth spent
+
+    assert not rates.batch_ready(held, now)
+    assert rates.batch_ready(fresh, now)  # a merchant below its rate wakes the loop as before
+    assert rates.next_batch_in(now) == pytest.approx(0.2)  # a batch of two, at ten a second
+    later = now + timedelta(seconds=0.25)
+    assert rates.batch_ready(held, later)
+    assert rates.next_batch_in(later) == 0

@@ -31,6 +31,7 @@ SUPERVISED = (
     "refund submission",
     "idempotency key expiry",
     "webhook delivery",
+    "delivery statistics",
     "sandbox events",
 )
 
