@@ -43,10 +43,6 @@ class PayorchApp(QuartTrio):
 
 
 def services() -> Services:
-    """The services of the app handling the current request."""
+    """The services of the app handling the current request: the one way a route or a console page
+    reaches the running service, to hand the operations (`http/operations/`) what they use."""
     return cast(PayorchApp, current_app).services
-
-
-def context() -> Context:
-    """The service's context, as the app handling the current request holds it."""
-    return services().context

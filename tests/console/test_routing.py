@@ -15,7 +15,7 @@ from markupsafe import escape
 
 from payorch.config import Settings
 from payorch.engine.routing.document import MAX_DOCUMENT_BYTES
-from payorch.http.routes.applications import APPLICATION_MAX_BODY_BYTES
+from payorch.http.operations.applications import APPLICATION_MAX_BODY_BYTES
 from payorch.http.services import PayorchApp
 from payorch.jsonexact import dumps_exact, loads_exact
 from payorch.storage.database import Connection, Database

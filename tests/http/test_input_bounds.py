@@ -19,8 +19,8 @@ from payorch.config import LimitSettings, Settings
 from payorch.engine.accounts.invites import issue_invite
 from payorch.http.jsonio import MAX_NESTING_DEPTH
 from payorch.http.models import FREE_FORM_MAX_BYTES, FREE_FORM_MAX_ENTRIES
+from payorch.http.operations.applications import APPLICATION_MAX_BODY_BYTES
 from payorch.http.routes.accounts import LOGIN_MAX_BODY_BYTES, SIGNUP_MAX_BODY_BYTES
-from payorch.http.routes.applications import APPLICATION_MAX_BODY_BYTES
 from payorch.runtime import open_runtime
 from payorch.storage.database import Connection, Database
 from tests.helpers import (

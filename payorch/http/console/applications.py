@@ -9,8 +9,8 @@
     POST /console/applications/<id>/api-keys/<key>/revoke
     POST /console/applications/<id>/test-payment    a session of 10.00 PLN, then 303 to its checkout
 
-Every action calls the operation the API's route calls (`routes/applications.py`; the test payment
-the session create's, `guide.create_test_session`), so ownership, validation and rate limits are the
+Every action calls the operation the API's route calls (`operations/applications.py`; the test
+payment the session create's, `guide.create_test_session`), so ownership, validation and rate limits are the
 API's. The description is written as text (`descriptions.py`).
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from quart import Response, request, url_for
+from quart import Response, url_for
 from werkzeug.datastructures import MultiDict
 
 from payorch.http.auth import application_for
@@ -38,6 +38,7 @@ from payorch.http.console.kit import (
     action,
     application_section,
     blueprint,
+    done_notice,
     field_errors,
     listing,
     page,
@@ -48,14 +49,8 @@ from payorch.http.console.kit import (
     validated,
 )
 from payorch.http.models import ApiKeyCreateRequest, ApplicationCreateRequest, ApplicationStatusRequest
-from payorch.http.routes.applications import (
-    api_keys_of,
-    applications_of,
-    create_api_key_of,
-    create_application_of,
-    revoke_api_key_of,
-    set_status_of,
-)
+from payorch.http.operations import applications as operations
+from payorch.http.services import services
 from payorch.values import errors as domain
 
 application_section("Overview", "application")
@@ -67,10 +62,6 @@ DONE = {
     "enabled": "The application is enabled: its API keys work again.",
     "disabled": "The application is disabled: its API keys are refused until it is enabled again.",
 }
-
-
-def _done_notice() -> str | None:
-    return DONE.get(request.args.get("done", ""))
 
 
 # --- Applications ------------------------------------------------------------------------------
@@ -88,11 +79,13 @@ async def _applications_page(
         session,
         status,
         title="Applications",
-        listing=await listing(lambda page: applications_of(session.principal, page, with_api_keys=True)),
+        listing=await listing(
+            lambda page: operations.list_applications(services(), session.principal, page, with_api_keys=True)
+        ),
         form={"name": "", "description": "", **(form or {})},
         errors=errors or {},
         activity=await activity_of(session.principal),
-        notice=_done_notice() if status == 200 else None,
+        notice=done_notice(DONE, status),
     )
 
 
@@ -115,7 +108,7 @@ async def create_application(session: Session, form: MultiDict[str, str]) -> Any
         data = validated(ApplicationCreateRequest, {"name": fields["name"], "description": description})
     except domain.InvalidInput as error:
         return await _applications_page(session, 400, form=sent, errors=field_errors(error))
-    created = await create_application_of(session.principal, data)
+    created = await operations.create_application(services(), session.principal, data)
     return see_other(url_for("console.application", application_id=created.id, done="created"))
 
 
@@ -135,8 +128,8 @@ async def application_status(application_id: str, session: Session, form: MultiD
             application=application,
             back=back,
         )
-    updated = await set_status_of(
-        session.principal, application_id, ApplicationStatusRequest(isEnabled=enabled)
+    updated = await operations.set_application_status(
+        services(), session.principal, application_id, ApplicationStatusRequest(isEnabled=enabled)
     )
     done = "enabled" if enabled else "disabled"
     if back == "application":
@@ -161,10 +154,12 @@ async def _application_page(
         title=application.name,
         application=application,
         description=shown(application.description),
-        listing=await listing(lambda page: api_keys_of(session.principal, application_id, page)),
+        listing=await listing(
+            lambda page: operations.list_api_keys(services(), session.principal, application_id, page)
+        ),
         form={"description": "", **(form or {})},
         errors=errors or {},
-        notice=_done_notice() if status == 200 else None,
+        notice=done_notice(DONE, status),
         progress=await progress_of(session.principal, application_id),
         # A new key each time the page is rendered: its test payment form sent again is one payment.
         test_key=new_test_key(),
@@ -188,7 +183,7 @@ async def create_api_key(application_id: str, session: Session, form: MultiDict[
     except domain.InvalidInput as error:
         shown = {"description": form.get("description", "")}
         return await _application_page(session, application_id, 400, form=shown, errors=field_errors(error))
-    key, created = await create_api_key_of(session.principal, application_id, data)
+    key, created = await operations.create_api_key(services(), session.principal, application_id, data)
     application = await application_for(session.principal, application_id)
     return await render_page(
         "console/api_key_created.html",
@@ -207,7 +202,7 @@ async def create_api_key(application_id: str, session: Session, form: MultiDict[
 async def revoke_api_key(
     application_id: str, key_id: str, session: Session, form: MultiDict[str, str]
 ) -> Response:
-    await revoke_api_key_of(session.principal, application_id, key_id)
+    await operations.revoke_api_key(services(), session.principal, application_id, key_id)
     return see_other(url_for("console.application", application_id=application_id))
 
 

@@ -7,12 +7,14 @@ webhook configuration, any session), read with the API's own list operations, so
 about them. The pages that create each thing show the next step; the application's overview shows
 them all while one remains.
 
-A test payment is a session created as `POST /api/v1/sessions` creates one with an access token
-(`applicationId` in the body): the same validation (`SessionCreateRequest`, `session_draft`), the
-same Idempotency-Key rules and the same routing, by the application's actor. Its Idempotency-Key
-was put in the form when the page was rendered, so the same form sent twice (a double click, a
-reload) creates one session and opens the same checkout. The overview's "Try a test payment"
-button posts it (`POST /console/applications/<id>/test-payment`, in `applications.py`).
+A test payment is a session created by the operation behind `POST /api/v1/sessions`
+(`operations.sessions.create_session`), as an access token creates one (`applicationId` in the
+body): the same checks of the application, the same validation (`SessionCreateRequest`, then the
+operation's), the same Idempotency-Key rules and the same routing, by the application's actor. Its
+Idempotency-Key was put in the form when the page was rendered, so the same form sent twice (a
+double click, a reload) creates one session and opens the same checkout. The overview's "Try a
+test payment" button posts it (`POST /console/applications/<id>/test-payment`, in
+`applications.py`).
 """
 
 from __future__ import annotations
@@ -25,15 +27,11 @@ from typing import Any
 
 from quart import url_for
 
-from payorch.engine.idempotency import MAX_KEY_LENGTH, request_fingerprint
-from payorch.engine.payments.checkout import CreateSession
+from payorch.engine.idempotency import MAX_KEY_LENGTH
 from payorch.http.auth import Principal, application_for
 from payorch.http.console.kit import api_status, text_fields, validated
 from payorch.http.models import SessionCreateRequest
-from payorch.http.routes.applications import api_keys_of
-from payorch.http.routes.providers import provider_configs_of
-from payorch.http.routes.sessions import session_draft, sessions_of
-from payorch.http.routes.webhooks import webhooks_of
+from payorch.http.operations import applications, providers, sessions, webhooks
 from payorch.http.services import services
 from payorch.storage.provider_configs import ProviderConfig
 from payorch.values import errors as domain
@@ -86,10 +84,13 @@ class Progress:
 async def progress_of(principal: Principal, application_id: str) -> Progress:
     """Where the application is on its way, read with the API's list operations (another merchant's
     application: their `NotFound`/`NotPermitted`)."""
-    keys, _ = await api_keys_of(principal, application_id, PageRequest(1, MAX_LIMIT))
-    configs, _ = await provider_configs_of(principal, application_id, PageRequest(1, MAX_LIMIT))
-    _, webhooks = await webhooks_of(principal, application_id, _FIRST)
-    _, sessions = await sessions_of(principal, application_id, _FIRST)
+    running = services()
+    keys, _ = await applications.list_api_keys(running, principal, application_id, PageRequest(1, MAX_LIMIT))
+    configs, _ = await providers.list_provider_configs(
+        running, principal, application_id, PageRequest(1, MAX_LIMIT)
+    )
+    _, webhook_count = await webhooks.list_webhooks(running, principal, application_id, _FIRST)
+    _, session_count = await sessions.list_sessions(running, principal, application_id, _FIRST)
     sandbox = next((c for c in configs if c.provider == SANDBOX and c.is_active), None)
     overview = url_for("console.application", application_id=application_id)
     payment_why = (
@@ -117,7 +118,7 @@ async def progress_of(principal: Principal, application_id: str) -> Progress:
             "Add a webhook endpoint",
             "payorch tells your server there when a payment succeeds or a refund completes.",
             url_for("console.webhooks", application_id=application_id, _anchor="create"),
-            webhooks > 0,
+            webhook_count > 0,
         ),
         Step(
             "payment",
@@ -126,7 +127,7 @@ async def progress_of(principal: Principal, application_id: str) -> Progress:
             f"{overview}#try"
             if sandbox is not None
             else url_for("console.providers", application_id=application_id, _anchor="link"),
-            sessions > 0,
+            session_count > 0,
         ),
     ]
     return Progress(steps, sandbox)
@@ -173,22 +174,23 @@ async def create_test_session(principal: Principal, application_id: str, form: M
     `idempotency_key`) and answer its checkout URL; the answer of the first session made with that
     key when the form was sent before. `TestPaymentRefused` when there is nothing to try it with or
     the session is not created; `InvalidInput` for a form that did not come from its page."""
-    application = await application_for(principal, application_id)
+    application = await application_for(principal, application_id)  # another merchant's: 404 first
     key = text_fields(form, (KEY_FIELD,))[KEY_FIELD]
     if not 0 < len(key) <= MAX_KEY_LENGTH:
         raise domain.InvalidInput(
             "this form was not sent from its page: open the application's page and try from there"
         )
-    if not application.is_enabled:  # as the API's create refuses a disabled application (403)
-        raise TestPaymentRefused("the application is disabled: enable it to take payments", 403)
+    try:  # the create's check of the application, before looking for what to try it with
+        await sessions.session_application(principal, application.id)
+    except domain.NotPermitted as refused:  # disabled: the API's create refuses it so (403)
+        raise TestPaymentRefused(f"{refused.message}: enable it to take payments", 403) from None
     method = (await progress_of(principal, application_id)).test_method
     if method is None:
         raise TestPaymentRefused("link the sandbox, with a payment method, to try a test payment", 409)
     body = test_session_body(str(application.id), key, method)
-    draft = session_draft(validated(SessionCreateRequest, body), application.id)
-    fingerprint = request_fingerprint(body, "POST /api/v1/sessions")
+    data = validated(SessionCreateRequest, body)
     try:
-        answer = await services().actors.ask(application.id, CreateSession(key, fingerprint, draft))
+        answer = await sessions.create_session(services(), principal, key, body, data)
     except domain.IdempotencyKeyInProgress:
         raise TestPaymentRefused(
             "this form was already sent and its session is being created: open Sessions to find it", 409

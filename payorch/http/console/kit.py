@@ -27,7 +27,7 @@ from payorch.http.auth import Principal, principal_of_access_token
 from payorch.http.error_responses import SHAPE_B_STATUS_OF, STATUS_OF
 from payorch.http.jsonio import unstorable_text_problem
 from payorch.http.models import PageQuery
-from payorch.http.routes.applications import APPLICATION_MAX_BODY_BYTES
+from payorch.http.operations.applications import APPLICATION_MAX_BODY_BYTES
 from payorch.http.services import services
 from payorch.http.validation import limit_request_body
 from payorch.values import errors as domain
@@ -235,6 +235,13 @@ async def render_page(template: str, session: Session, status: int = 200, **cont
     """A page of the signed-in admin: `template` rendered with `context` and the session's CSRF token
     (its forms carry it, as the sign-out button does), answered with `status`."""
     return await render_template(template, csrf_token=session.csrf_token, **context), status
+
+
+def done_notice(notices: Mapping[str, str], status: int = 200) -> str | None:
+    """What the form posted just before did, said on the page its redirect leads to (`?done=<name>`,
+    one of the page's `notices`: payorch's own words, never text taken from the address); None on
+    any other answer than `status` 200 (a refused form shows why instead)."""
+    return notices.get(request.args.get("done", "")) if status == 200 else None
 
 
 def validated(model: type[M], values: dict[str, Any]) -> M:

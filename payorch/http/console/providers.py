@@ -7,7 +7,7 @@ methods, replace its API key. Only a key's fingerprint is ever shown.
     POST /console/applications/<id>/providers/payment-methods   (`provider`, `paymentMethods`)
     POST /console/applications/<id>/providers/api-key           (`provider`, `apiKey`)
 
-Every action calls the operation the API's route calls (`routes/providers.py`), so ownership,
+Every action calls the operation the API's route calls (`operations/providers.py`), so ownership,
 validation, the provider's checks and rate limits are the API's. A refusal shows the page again with
 the API's status and message next to the field it is about, the ticked methods kept and the key
 field empty.
@@ -30,6 +30,7 @@ from payorch.http.console.kit import (
     api_status,
     application_section,
     blueprint,
+    done_notice,
     field_errors,
     listing,
     page,
@@ -40,13 +41,8 @@ from payorch.http.console.kit import (
 )
 from payorch.http.jsonio import unstorable_text_problem
 from payorch.http.models import ProviderApiKeyRequest, ProviderLinkRequest, ProviderPaymentMethodsRequest
-from payorch.http.routes.providers import (
-    catalogue_of,
-    link_provider_of,
-    provider_configs_of,
-    replace_api_key_of,
-    set_payment_methods_of,
-)
+from payorch.http.operations import providers as operations
+from payorch.http.services import services
 from payorch.providers.base import Provider
 from payorch.storage.provider_configs import ProviderConfig
 from payorch.values import errors as domain
@@ -128,7 +124,7 @@ def _ticked(form: MultiDict[str, str]) -> list[str]:
 
 def _done_notice(linked: list[Linked]) -> str | None:
     """What the form posted just before did (`?done=...&provider=...`, after its redirect)."""
-    template = DONE.get(request.args.get("done", ""))
+    template = done_notice(DONE)
     found = next((item for item in linked if item.config.provider == request.args.get("provider")), None)
     if template is None or found is None:
         return None
@@ -139,8 +135,10 @@ async def _providers_page(
     session: Session, application_id: str, refused: Refused | None = None
 ) -> tuple[str, int]:
     application = await application_for(session.principal, application_id)
-    configs = await listing(lambda page: provider_configs_of(session.principal, application_id, page))
-    catalogue = catalogue_of(session.principal)
+    configs = await listing(
+        lambda page: operations.list_provider_configs(services(), session.principal, application_id, page)
+    )
+    catalogue = operations.list_catalogue(services(), session.principal)
     offered = {provider.name: provider for provider in catalogue}
     linked = [Linked(config, offered.get(config.provider)) for config in configs.items]
     unlinked = [
@@ -218,7 +216,7 @@ async def link_provider(application_id: str, session: Session, form: MultiDict[s
                 "credentials": {"apiKey": fields["apiKey"]},
             },
         )
-        await link_provider_of(session.principal, application_id, data)
+        await operations.link_provider(services(), session.principal, application_id, data)
 
     return await _submit(session, application_id, form, "link", "linked", link)
 
@@ -231,7 +229,9 @@ async def provider_payment_methods(application_id: str, session: Session, form: 
     async def set_methods() -> None:
         fields = text_fields(form, ("provider",))
         data = validated(ProviderPaymentMethodsRequest, {"paymentMethods": _ticked(form)})
-        await set_payment_methods_of(session.principal, application_id, fields["provider"], data)
+        await operations.set_payment_methods(
+            services(), session.principal, application_id, fields["provider"], data
+        )
 
     return await _submit(session, application_id, form, "methods", "methods", set_methods)
 
@@ -244,6 +244,8 @@ async def provider_api_key(application_id: str, session: Session, form: MultiDic
     async def replace_key() -> None:
         fields = text_fields(form, ("provider", "apiKey"))
         data = validated(ProviderApiKeyRequest, {"apiKey": fields["apiKey"]})
-        await replace_api_key_of(session.principal, application_id, fields["provider"], data)
+        await operations.replace_provider_key(
+            services(), session.principal, application_id, fields["provider"], data
+        )
 
     return await _submit(session, application_id, form, "key", "key", replace_key)

@@ -11,8 +11,8 @@ routing learned per provider and segment, and a form trying how a session would 
                                                        (`paymentMethod`, `amount`, `currency`,
                                                        `billingCountry`)
 
-Every form calls the operation the API's route calls (`routes/routing.py`: `routing_document_of`,
-`replace_routing_document_of`, `backtest_routing_of`, `evaluate_routing_of`, `learned_rates_of`),
+Every form calls the operation the API's route calls (`operations/routing.py`: `read_routing_document`,
+`replace_routing_document`, `backtest_routing`, `evaluate_routing`, `list_learned_rates`),
 so ownership, the document's validation (every problem named by its place, as the API's 400 names
 it), the actors' switch to a new version, the backtest's bounds and the decision are the API's.
 """
@@ -26,7 +26,7 @@ from decimal import Decimal
 from typing import Any
 
 from pydantic import ValidationError
-from quart import request, url_for
+from quart import url_for
 from werkzeug.datastructures import MultiDict
 
 from payorch.engine.routing.backtest import MAX_DAYS
@@ -40,6 +40,7 @@ from payorch.http.console.kit import (
     api_status,
     application_section,
     blueprint,
+    done_notice,
     field_errors,
     page,
     render_page,
@@ -48,20 +49,9 @@ from payorch.http.console.kit import (
 )
 from payorch.http.jsonio import loads_request_json
 from payorch.http.models import RoutingBacktestRequest, RoutingEvaluateRequest
-from payorch.http.routes.providers import provider_configs_of
-from payorch.http.routes.routing import (
-    LearnedRate,
-    backtest_body,
-    backtest_routing_of,
-    charge_routing_evaluation,
-    checked_routing_document,
-    evaluate_routing_of,
-    evaluation_body,
-    learned_rates_of,
-    replace_routing_document_of,
-    routing_body,
-    routing_document_of,
-)
+from payorch.http.operations import providers as provider_operations
+from payorch.http.operations import routing as operations
+from payorch.http.operations.routing import LearnedRate, backtest_body, evaluation_body, routing_body
 from payorch.http.services import services
 from payorch.jsonexact import dumps_exact
 from payorch.values import errors as domain
@@ -211,11 +201,16 @@ async def _routing_page(
     """The page, answered with `status`: the text area holds the refused `document`'s text, else
     `text`, else the document in force; `evaluate` and `backtest` are the forms' answers."""
     application = await application_for(session.principal, application_id)
-    in_force = routing_body(await routing_document_of(session.principal, application_id))
-    rates = await learned_rates_of(session.principal, application_id)
-    context = services().context
+    running = services()
+    in_force = routing_body(
+        await operations.read_routing_document(running, session.principal, application_id)
+    )
+    rates = await operations.list_learned_rates(running, session.principal, application_id)
+    context = running.context
     # The form starts at the first payment method the application's active providers enable.
-    configs, _ = await provider_configs_of(session.principal, application_id, PageRequest(1, MAX_LIMIT))
+    configs, _ = await provider_operations.list_provider_configs(
+        running, session.principal, application_id, PageRequest(1, MAX_LIMIT)
+    )
     enabled = sorted({method for config in configs if config.is_active for method in config.payment_methods})
     # What the text area holds: the document without the `version` and `updatedAt` the API adds.
     shown = {
@@ -249,9 +244,7 @@ async def _routing_page(
         payment_methods=sorted(context.providers.all_payment_methods()),
         evaluate=evaluate
         or EvaluateForm({name: "" for name in EVALUATE_FIELDS} | {"paymentMethod": next(iter(enabled), "")}),
-        notice=DONE.get(request.args.get("done", ""))
-        if status == 200 and evaluate is None and backtest is None
-        else None,
+        notice=done_notice(DONE, status) if evaluate is None and backtest is None else None,
     )
 
 
@@ -285,7 +278,7 @@ async def replace_routing(application_id: str, session: Session, form: MultiDict
     sent = form.get(DOCUMENT_FIELD, "")
     try:
         raw = document_of(sent)  # the API's parser refuses text PostgreSQL cannot store, as for the API
-        await replace_routing_document_of(session.principal, application_id, raw)
+        await operations.replace_routing_document(services(), session.principal, application_id, raw)
     except domain.InvalidInput as error:
         refused = DocumentForm(sent, error.message, list(error.details))
         return await _routing_page(session, application_id, 400, document=refused)
@@ -310,7 +303,7 @@ def backtest_request(raw: Any, days: str) -> RoutingBacktestRequest:
             "validation failed",
             [domain.FieldProblem("days", f"must be a whole number of days from 1 to {MAX_DAYS}")],
         )
-    checked_routing_document(raw)
+    operations.checked_routing_document(services().context.providers, raw)
     try:
         return RoutingBacktestRequest.model_validate({"routing": raw} | ({"days": int(days)} if days else {}))
     except ValidationError as error:
@@ -341,7 +334,7 @@ async def backtest_routing(application_id: str, session: Session, form: MultiDic
         )
     try:
         data = backtest_request(raw, days)
-        backtest = await backtest_routing_of(session.principal, application_id, data)
+        backtest = await operations.backtest_routing(services(), session.principal, application_id, data)
     except domain.InvalidInput as error:
         problems = [problem for problem in error.details if problem.field != "days"]
         days_problems = [problem.message for problem in error.details if problem.field == "days"]
@@ -416,11 +409,11 @@ async def evaluate_routing(application_id: str, session: Session, form: MultiDic
     """How a session of the form's payment method, amount, currency and billing country would be
     routed now by the document in force: the API's evaluation, shown on the page. Creates nothing."""
     await application_for(session.principal, application_id)  # another merchant's: 404 before anything
-    await charge_routing_evaluation(session.principal)  # the API's rate: 429 beyond it
+    await operations.charge_routing_evaluation(services(), session.principal)  # the API's rate: 429 beyond it
     values = {name: form.get(name, "") for name in EVALUATE_FIELDS}
     try:
         data = evaluate_request(text_fields(form, EVALUATE_FIELDS))
-        evaluation = await evaluate_routing_of(session.principal, application_id, data)
+        evaluation = await operations.evaluate_routing(services(), session.principal, application_id, data)
     except domain.InvalidInput as error:
         refused = EvaluateForm(values, _evaluate_errors(error))
         return await _routing_page(session, application_id, 400, evaluate=refused)

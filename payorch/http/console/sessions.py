@@ -4,10 +4,11 @@
     GET  /console/sessions/<session_id>          one session: its record, refunds and events
     POST /console/sessions/<session_id>/refunds  refund it, in full or in part
 
-The list is the API's (`sessions_of`, with the filters the API does not take), the session is read as
-the API reads it (`session_of`: another merchant's session is 404) and a refund is the API's
-(`create_refund_of`), under an Idempotency-Key made when the form was rendered: the same rendered
-form sent twice refunds once, the engine answering the second with the first one's answer.
+The list is the API's (`operations.sessions.list_sessions`, with the filters the API does not
+take), the session is read as the API reads it (`operations.sessions.read_session`: another
+merchant's session is 404) and a refund is the API's (`operations.refunds.create_refund`), under an
+Idempotency-Key made when the form was rendered: the same rendered form sent twice refunds once, the
+engine answering the second with the first one's answer.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ from payorch.http.console.kit import (
 )
 from payorch.http.error_responses import SHAPE_B_STATUS_OF
 from payorch.http.models import RefundCreateRequest
-from payorch.http.routes.refunds import create_refund_of
-from payorch.http.routes.sessions import session_of, sessions_of
+from payorch.http.operations import refunds as refund_operations
+from payorch.http.operations import sessions as session_operations
 from payorch.http.services import services
 from payorch.storage import outbox
 from payorch.storage import sessions as sessions_store
@@ -143,7 +144,9 @@ async def sessions(application_id: str, session: Session) -> tuple[str, int]:
     async def matching(page: PageRequest) -> tuple[list[SessionRecord], int]:
         if where is None:  # filters that are not valid list nothing: the form says what is wrong
             return [], 0
-        return await sessions_of(session.principal, application_id, page, where)
+        return await session_operations.list_sessions(
+            services(), session.principal, application_id, page, where
+        )
 
     found = await listing(matching)
     return await render_page(
@@ -193,7 +196,9 @@ async def _session_page(
     errors: dict[str, str] | None = None,
     refund_error: str | None = None,
 ) -> tuple[str, int]:
-    checkout, record = await session_of(session.principal, session_id)  # not the merchant's: the 404 page
+    checkout, record = await session_operations.read_session(
+        services(), session.principal, session_id
+    )  # not the merchant's: the 404 page
     application = await application_for(session.principal, str(checkout.application_id))
     history = await services().context.db.snapshot(_history, checkout.id)
     refunds = list(reversed(record["refunds"] or []))
@@ -271,7 +276,9 @@ async def refund_session(
     session_id: str, session: Session, form: MultiDict[str, str]
 ) -> tuple[str, int] | Response:
     shown = {name: form.get(name, "") for name in ("kind", "amount", "reason")}
-    await session_of(session.principal, session_id)  # another merchant's: the 404 page before anything
+    await session_operations.read_session(
+        services(), session.principal, session_id
+    )  # another merchant's: the 404 page before anything
     try:
         fields = text_fields(form, REFUND_FIELDS)
         key = fields["idempotency_key"]
@@ -280,7 +287,9 @@ async def refund_session(
                 "this form was not sent from its page: open the session's page and refund from there"
             )
         data, body = refund_request(fields)
-        answer = await create_refund_of(session.principal, session_id, key, body, data)
+        answer = await refund_operations.create_refund(
+            services(), session.principal, session_id, key, body, data
+        )
     except domain.InvalidInput as error:
         errors = field_errors(error)
         message = None if errors else f"Nothing was refunded: {error.message}."

@@ -3,10 +3,11 @@
     GET  /console/sign-in, POST /console/sign-in    e-mail and password, as `POST /api/v1/auth/login`
     POST /console/sign-out                          as `POST /api/v1/auth/logout`
 
-Sign-in runs the checks of the API's login (`routes/accounts.py`); its form's CSRF token is a random
-value also set as a cookie (double submit), since there is no session yet to derive it from.
-Sign-out ends the session's access token, and every other of its admin (`storage.accounts.end_sessions`),
-so a copy of the cookie, or its token used as a Bearer token, answers 401 from then on.
+Sign-in runs the checks of the API's login (`operations/accounts.py`); its form's CSRF token is a
+random value also set as a cookie (double submit), since there is no session yet to derive it from.
+Sign-out ends the session's access token, and every other of its admin
+(`operations.accounts.end_admin_sessions`), so a copy of the cookie, or its token used as a Bearer
+token, answers 401 from then on.
 """
 
 from __future__ import annotations
@@ -35,9 +36,8 @@ from payorch.http.console.kit import (
     validated,
 )
 from payorch.http.models import LoginRequest
-from payorch.http.routes.accounts import admin_access_token, charge_login_attempt
+from payorch.http.operations import accounts
 from payorch.http.services import services
-from payorch.storage import accounts as accounts_store
 from payorch.values import errors as domain
 
 SIGN_IN_COOKIE = "payorch_console_sign_in"  # the CSRF token of the sign-in form (double submit)
@@ -105,7 +105,7 @@ async def sign_in() -> Response:
 async def sign_in_submitted() -> Response:
     """The checks of `POST /api/v1/auth/login`: the address's bucket charged first, the account's
     failed logins, the password; on success the API's access token becomes the session cookie."""
-    await charge_login_attempt()
+    await accounts.charge_login_attempt(services(), request.remote_addr)
     form = await read_form()
     check_csrf(form, request.cookies.get(SIGN_IN_COOKIE))
     email = form.get("email", "")
@@ -113,7 +113,7 @@ async def sign_in_submitted() -> Response:
     try:
         fields = text_fields(form, ("email", "password"))
         data = validated(LoginRequest, fields)
-        token = await admin_access_token(data)
+        token = await accounts.admin_access_token(services(), data, request.remote_addr)
     except domain.InvalidInput as error:
         return await _sign_in_form(400, email=email, next_to=next_to, errors=field_errors(error))
     except domain.InvalidLogin as error:
@@ -127,6 +127,5 @@ async def sign_in_submitted() -> Response:
 @blueprint.post("/sign-out")
 @action
 async def sign_out(session: Session, form: MultiDict[str, str]) -> Response:
-    if session.principal.user_id is not None:  # always, for a session (a JWT)
-        await services().context.db.autocommit(accounts_store.end_sessions, session.principal.user_id)
+    await accounts.end_admin_sessions(services(), session.principal)
     return signed_out()

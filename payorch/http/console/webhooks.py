@@ -9,7 +9,7 @@
     POST /console/applications/<id>/webhooks/<webhook>/test     send a `webhook.test` event, show the answer
     POST /console/applications/<id>/webhooks/<webhook>/deliveries/<delivery>/retry
 
-Every action calls the operation the API's route calls (`routes/webhooks.py`), so ownership, URL
+Every action calls the operation the API's route calls (`operations/webhooks.py`), so ownership, URL
 checks (https only, no private addresses unless allowed), the merchant's share of test sends and the
 retry rules are the API's. A signing secret is shown on the answer to its creation or rotation and
 never again: nothing keeps it to show later.
@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from quart import Response, request, url_for
+from quart import Response, url_for
 from werkzeug.datastructures import MultiDict
 
 from payorch.engine.body_types import DEFAULT_EVENT_TYPES, EVENT_TYPES
@@ -33,6 +33,7 @@ from payorch.http.console.kit import (
     action,
     application_section,
     blueprint,
+    done_notice,
     field_errors,
     listing,
     page,
@@ -43,17 +44,8 @@ from payorch.http.console.kit import (
     validated,
 )
 from payorch.http.models import WebhookCreateRequest, WebhookUpdateRequest
-from payorch.http.routes.webhooks import (
-    create_webhook_of,
-    delete_webhook_of,
-    deliveries_of,
-    retry_delivery_of,
-    rotate_secret_of,
-    send_test_event_of,
-    update_webhook_of,
-    webhook_of,
-    webhooks_of,
-)
+from payorch.http.operations import webhooks as operations
+from payorch.http.services import services
 from payorch.values import errors as domain
 
 application_section("Webhooks", "webhooks")
@@ -64,10 +56,6 @@ DONE = {
     "updated": "Saved: payorch now sends the events ticked below to this URL.",
     "deleted": "The webhook configuration was deleted: it receives no more events.",
 }
-
-
-def _done_notice() -> str | None:
-    return DONE.get(request.args.get("done", ""))
 
 
 # --- The configurations ------------------------------------------------------------------------
@@ -88,11 +76,13 @@ async def _webhooks_page(
         status,
         title="Webhooks",
         application=application,
-        listing=await listing(lambda page: webhooks_of(session.principal, application_id, page)),
+        listing=await listing(
+            lambda page: operations.list_webhooks(services(), session.principal, application_id, page)
+        ),
         event_types=EVENT_TYPES,
         form={"url": "", "events": list(DEFAULT_EVENT_TYPES), "active": True, **(form or {})},
         errors=errors or {},
-        notice=_done_notice() if status == 200 else None,
+        notice=done_notice(DONE, status),
     )
 
 
@@ -113,7 +103,9 @@ async def create_webhook(application_id: str, session: Session, form: MultiDict[
     try:
         fields = text_fields(form, ("url",))
         data = validated(WebhookCreateRequest, {"url": fields["url"], EVENTS_FIELD: events})
-        secret, created = await create_webhook_of(session.principal, application_id, data, is_active=active)
+        secret, created = await operations.create_webhook(
+            services(), session.principal, application_id, data, is_active=active
+        )
     except domain.InvalidInput as error:
         return await _webhooks_page(session, application_id, 400, form=shown, errors=field_errors(error))
     return await _secret_page(session, application_id, created.id, secret, created.key_fingerprint, 201)
@@ -159,7 +151,7 @@ async def _webhook_page(
     errors: dict[str, str] | None = None,
 ) -> tuple[str, int]:
     application = await application_for(session.principal, application_id)
-    config = await webhook_of(session.principal, application_id, webhook_id)
+    config = await operations.read_webhook(services(), session.principal, application_id, webhook_id)
     return await render_page(
         "console/webhook.html",
         session,
@@ -168,12 +160,14 @@ async def _webhook_page(
         application=application,
         config=config,
         listing=await listing(
-            lambda page: deliveries_of(session.principal, application_id, webhook_id, page)
+            lambda page: operations.list_deliveries(
+                services(), session.principal, application_id, webhook_id, page
+            )
         ),
         event_types=EVENT_TYPES,
         form={"url": config.url, "events": config.subscribed_events, **(form or {})},
         errors=errors or {},
-        notice=_done_notice() if status == 200 else None,
+        notice=done_notice(DONE, status),
     )
 
 
@@ -190,13 +184,15 @@ async def update_webhook(
 ) -> Any:
     """Change the URL and the events with the API's update (`WebhookUpdateRequest`, then its URL and
     event checks); a refusal shows the form again (400) and changes nothing."""
-    await webhook_of(session.principal, application_id, webhook_id)  # another's: 404 before anything
+    await operations.read_webhook(
+        services(), session.principal, application_id, webhook_id
+    )  # another's: 404 first
     events = form.getlist(EVENTS_FIELD)
     shown = {"url": form.get("url", ""), "events": events}
     try:
         fields = text_fields(form, ("url",))
         data = validated(WebhookUpdateRequest, {"url": fields["url"], EVENTS_FIELD: events})
-        await update_webhook_of(session.principal, application_id, webhook_id, data)
+        await operations.update_webhook(services(), session.principal, application_id, webhook_id, data)
     except domain.InvalidInput as error:
         return await _webhook_page(
             session, application_id, webhook_id, 400, form=shown, errors=field_errors(error)
@@ -214,10 +210,10 @@ async def delete_webhook(
     """Without `confirm=yes`: the page asking to confirm, and nothing deleted. With it: the API's
     delete, then the list."""
     if form.get("confirm") == "yes":
-        await delete_webhook_of(session.principal, application_id, webhook_id)
+        await operations.delete_webhook(services(), session.principal, application_id, webhook_id)
         return see_other(url_for("console.webhooks", application_id=application_id, done="deleted"))
     application = await application_for(session.principal, application_id)
-    config = await webhook_of(session.principal, application_id, webhook_id)
+    config = await operations.read_webhook(services(), session.principal, application_id, webhook_id)
     return await render_page(
         "console/webhook_delete.html",
         session,
@@ -233,8 +229,8 @@ async def webhook_status(
     application_id: str, webhook_id: str, session: Session, form: MultiDict[str, str]
 ) -> Response:
     active = true_or_false(form, "active")
-    await update_webhook_of(
-        session.principal, application_id, webhook_id, WebhookUpdateRequest(isActive=active)
+    await operations.update_webhook(
+        services(), session.principal, application_id, webhook_id, WebhookUpdateRequest(isActive=active)
     )
     return see_other(url_for("console.webhook", application_id=application_id, webhook_id=webhook_id))
 
@@ -245,7 +241,9 @@ async def rotate_webhook_secret(
     application_id: str, webhook_id: str, session: Session, form: MultiDict[str, str]
 ) -> tuple[str, int]:
     """A new signing secret, shown on this answer only; the old one keeps signing for the overlap."""
-    secret, rotated = await rotate_secret_of(session.principal, application_id, webhook_id)
+    secret, rotated = await operations.rotate_secret(
+        services(), session.principal, application_id, webhook_id
+    )
     return await _secret_page(
         session,
         application_id,
@@ -263,7 +261,7 @@ async def send_test_event(
     application_id: str, webhook_id: str, session: Session, form: MultiDict[str, str]
 ) -> tuple[str, int]:
     """Send a `webhook.test` event now and show how the endpoint answered."""
-    sent = await send_test_event_of(session.principal, application_id, webhook_id)
+    sent = await operations.send_test_event(services(), session.principal, application_id, webhook_id)
     return await render_page(
         "console/webhook_test.html",
         session,
@@ -280,7 +278,7 @@ async def retry_webhook_delivery(
     application_id: str, webhook_id: str, delivery_id: str, session: Session, form: MultiDict[str, str]
 ) -> Response:
     """Send the delivery again now (PENDING and due), as the API's retry does; back to the log."""
-    await retry_delivery_of(session.principal, application_id, webhook_id, delivery_id)
+    await operations.retry_delivery(services(), session.principal, application_id, webhook_id, delivery_id)
     back = form.get("page", "")
     arguments: dict[str, Any] = {"application_id": application_id, "webhook_id": webhook_id}
     if back.isascii() and back.isdigit() and len(back) <= 9 and int(back) > 1:

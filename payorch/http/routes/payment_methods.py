@@ -11,7 +11,7 @@ from payorch.http import openapi as api
 from payorch.http import representations as bodies
 from payorch.http.auth import Accept, Principal, application_for, authenticated
 from payorch.http.models import PaymentMethodsQuery
-from payorch.http.routes.sessions import money_of
+from payorch.http.operations.sessions import money_of
 from payorch.http.services import services
 from payorch.http.validation import validate_querystring
 from payorch.storage import provider_configs
