@@ -88,14 +88,16 @@ class AttemptRates:
         return bucket.tokens >= batch_for(self.burst)
 
     def next_batch_in(self, now: datetime) -> float | None:
-        """Seconds until the first merchant held to its rate holds a batch again (0 when one does
-        now); None when no merchant is held to its rate."""
+        """Seconds until the first merchant waiting for a batch (its bucket holding less) holds
+        one; None when no merchant waits for one. A merchant holding a batch is claimed for by the
+        round its ended attempts wake, so it needs no wake of its own."""
         seconds = now.timestamp()
         batch = batch_for(self.burst)
         waits = []
         for bucket in self._buckets.values():
             bucket.wait(seconds)  # refilled to now
-            waits.append(max(0.0, (batch - bucket.tokens) / bucket.rate))
+            if bucket.tokens < batch:
+                waits.append((batch - bucket.tokens) / bucket.rate)
         return min(waits, default=None)
 
     def spend(self, merchant_id: uuid.UUID, attempts: int, now: datetime) -> None:
