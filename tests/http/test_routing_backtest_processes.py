@@ -23,7 +23,7 @@ from payorch.engine.routing.backtest_processes import (
     BacktestFailed,
     BacktestProcesses,
 )
-from payorch.engine.routing.backtest_worker import APPLICATION_NAME, Limits, Run
+from payorch.engine.routing.backtest_worker import APPLICATION_NAME, BACKEND_NICENESS, Limits, Run
 from payorch.engine.routing.document import parse_routing_document
 from payorch.engine.routing.success_rates import RoutingSettings
 from payorch.http.request_limits import BACKTEST_RETRY_AFTER_S, BACKTESTS_AT_ONCE
@@ -105,6 +105,24 @@ async def test_a_backtest_reads_the_sessions_in_its_worker_process_over_a_connec
     (reader,) = await db.autocommit(readers)  # the worker's connection, kept for the next backtest
     assert reader["state"] == "idle"  # its read-only transaction ended with the backtest
     assert psutil.Process(pid).net_connections(kind="all")  # held by the worker process
+
+
+async def test_the_backend_reading_a_backtests_sessions_runs_at_the_least_priority(
+    client: Client, db: Database, settings: Settings, backtests: BacktestProcesses
+) -> None:
+    shop = await new_shop(client, db, settings)
+    assert (await create_session(client, shop, "one")).status_code == 201
+    assert (await _backtest(client, shop)).status_code == 200
+
+    async def reader_pid(conn: Connection) -> int:
+        pid: int = await conn.fetchval(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()",
+            APPLICATION_NAME,
+        )
+        return pid
+
+    # The embedded PostgreSQL runs here as this user: its backend for the worker is lowered.
+    assert os.getpriority(os.PRIO_PROCESS, await db.autocommit(reader_pid)) == BACKEND_NICENESS
 
 
 async def test_a_second_backtest_of_a_merchant_waiting_its_turn_is_429(
