@@ -82,6 +82,16 @@ async def seed_backlog(conn: Connection, application_id: uuid.UUID, events: int)
     await conn.execute(_BACKLOG, application_id, events, EVENT_TYPE)
 
 
+async def analysed_at(conn: Connection) -> float:
+    """When `webhook_deliveries` was last analysed, by payorch or autovacuum (epoch seconds, 0 if
+    never)."""
+    seconds = await conn.fetchval(
+        """SELECT extract(epoch FROM greatest(last_analyze, last_autoanalyze))
+           FROM pg_stat_user_tables WHERE relname = 'webhook_deliveries'"""
+    )
+    return float(seconds or 0)
+
+
 async def backlog_state(conn: Connection, application_ids: list[uuid.UUID]) -> tuple[int, int]:
     """The applications' deliveries delivered and still pending, now."""
     row = await conn.fetchrow(

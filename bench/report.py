@@ -323,7 +323,8 @@ def _neighbours(n: Neighbours) -> Iterator[str]:
     yield (
         f"  Y's backlog of {backlog.deliveries:,} deliveries to {shape.endpoints} endpoints (receiver "
         f"answering 204): {backlog.delivered:,} delivered in {backlog.drained_s:.1f} s "
-        f"({at_least}{rate:.0f}/s), {backlog.left:,} left pending, then given up"
+        f"({at_least}{rate:.0f}/s), {backlog.left:,} left pending, then given up; payorch analysed its "
+        f"table {backlog.analysed_after_s:.1f} s after it was written, before the others were measured"
     )
     yield (
         f"  login flood, {shape.login_addresses} addresses x {shape.logins_per_address} connections, "
