@@ -125,21 +125,14 @@ def loopback_server_certificate(state_dir: Path) -> ServerCertificate:
     return kept
 
 
-def self_signed_certificate(names: tuple[str, ...]) -> tuple[bytes, bytes]:
-    """A certificate for `names` signed by its own key, as PEM, and that key as PEM: what a receiver
-    presents when it has no certificate from a CA (payorch refuses it: "self-signed certificate")."""
-    certificate, key = _issue(names, issuer=None, issuer_key=None)
-    return certificate.public_bytes(serialization.Encoding.PEM), _key_pem(key)
-
-
 def _issue(
-    names: tuple[str, ...], *, issuer: x509.Certificate | None, issuer_key: Key | None
+    names: tuple[str, ...], *, issuer: x509.Certificate, issuer_key: Key
 ) -> tuple[x509.Certificate, Key]:
     key = _new_key()
     now = _now()
     subject = _name(names[0])
-    builder = (
-        _builder(subject, issuer.subject if issuer is not None else subject)
+    certificate = (
+        _builder(subject, issuer.subject)
         .public_key(key.public_key())
         .not_valid_before(now - BACKDATE)
         .not_valid_after(now + SERVER_VALIDITY)
@@ -147,12 +140,12 @@ def _issue(
         .add_extension(x509.SubjectAlternativeName([_general_name(name) for name in names]), critical=False)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()), critical=False
+        )
+        .sign(issuer_key, hashes.SHA256())
     )
-    signer = key if issuer_key is None else issuer_key
-    builder = builder.add_extension(
-        x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()), critical=False
-    )
-    return builder.sign(signer, hashes.SHA256()), key
+    return certificate, key
 
 
 def _still_good(kept: ServerCertificate, ca: x509.Certificate) -> bool:

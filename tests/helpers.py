@@ -17,6 +17,8 @@ from payorch.config import Settings
 from payorch.engine.accounts.invites import issue_invite
 from payorch.engine.payments.events import apply_session_event
 from payorch.engine.payments.states import SessionEvent
+from payorch.engine.provider_health import ProviderAccount, ProviderFigures, ProviderHealth
+from payorch.http.api_key_cache import ApiKeyCache
 from payorch.http.services import PayorchApp
 from payorch.jsonexact import dumps_exact
 from payorch.storage.database import Connection, Database, open_database
@@ -241,3 +243,15 @@ async def drop_database(dsn: str) -> None:
 
     async with open_database(urlunsplit(parts._replace(path="/postgres")), min_size=1, max_size=1) as server:
         await server.autocommit(drop)
+
+
+def account_figures(health: ProviderHealth, key: ProviderAccount, now: float) -> ProviderFigures | None:
+    """The figures routing keeps of one account, as `ProviderHealth.snapshot` gives a provider's;
+    None when none are kept. Hands out no probe."""
+    record = health._accounts.get(key)
+    return None if record is None else health._figures(record, now)
+
+
+def misses_remembered(cache: ApiKeyCache) -> int:
+    """How many unknown keys `cache` remembers."""
+    return len(cache._misses)

@@ -22,6 +22,8 @@ carry any status, header value or body bytes.
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import tempfile
 import time
 from collections import deque
@@ -34,12 +36,15 @@ from typing import Any
 import pytest
 import trio
 import trustme
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from quart import request
 from quart_trio import QuartTrio
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from payorch.development_ca import self_signed_certificate
 from payorch.jsonexact import loads_exact
 from tests.loopback import serving_on_loopback
 
@@ -209,10 +214,36 @@ def _write_certificates(directory: Path) -> tuple[Path, Path, Path]:
 def _write_self_signed_certificate(directory: Path) -> tuple[Path, Path, Path]:
     """A certificate for localhost signed by its own key: (that certificate, itself again, its key)."""
     directory.mkdir(parents=True, exist_ok=True)
-    certificate, key = self_signed_certificate(("localhost", "127.0.0.1"))
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .serial_number(x509.random_serial_number())
+        .public_key(key.public_key())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=90))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
     cert_path, key_path = directory / "self-signed.pem", directory / "self-signed.key"
-    cert_path.write_bytes(certificate)
-    key_path.write_bytes(key)
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
     return cert_path, cert_path, key_path
 
 

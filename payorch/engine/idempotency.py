@@ -23,6 +23,7 @@ from payorch.engine.actors import ApplicationActor, Reply
 from payorch.engine.context import Context
 from payorch.storage import idempotency_keys as keys_store
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 from payorch.values.errors import IdempotencyKeyInProgress, IdempotencyKeyMismatch
 
 T = TypeVar("T")
@@ -131,6 +132,7 @@ async def claim_idempotency_key(
         reply.fail(in_progress())
         return None
 
+    @on_database_thread
     async def claim_then(
         conn: Connection,
     ) -> keys_store.Replay | keys_store.Mismatch | keys_store.InProgress | Fresh[T]:
@@ -181,6 +183,7 @@ async def claim_idempotency_keys(
         return claimed
     terms = _claim_terms(actor, scope)
 
+    @on_database_thread
     async def claim_each(conn: Connection) -> list[keys_store.ClaimResult]:
         return [
             await keys_store.claim_idempotency_key(

@@ -217,11 +217,6 @@ class ProviderHealth:
         accounts), by name. Hands out no probe."""
         return {name: self._figures(record, now) for name, record in sorted(self._providers.items())}
 
-    def account_figures(self, key: ProviderAccount, now: float) -> ProviderFigures | None:
-        """The figures of one account; None when none are kept. Hands out no probe."""
-        record = self._accounts.get(key)
-        return None if record is None else self._figures(record, now)
-
     def accounts_not_closed(self, now: float) -> dict[str, int]:
         """By provider: how many of its accounts have an open or half-open circuit."""
         counts: dict[str, int] = {}

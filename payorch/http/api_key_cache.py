@@ -105,11 +105,6 @@ class ApiKeyCache:
         while len(self._misses) > self.max_entries:
             self._misses.popitem(last=False)
 
-    @property
-    def misses(self) -> int:
-        """How many unknown keys are remembered."""
-        return len(self._misses)
-
     def forget_expired(self, now: float) -> None:
         """Drop every entry older than `ttl_s`, and every miss older than `miss_ttl_s` (they are
         dropped when looked up too; this is for keys nobody uses any more)."""

@@ -110,13 +110,6 @@ def webhook_host_and_port(url: str, *, allow_loopback: bool = False) -> tuple[st
     return host, port
 
 
-def check_url_shape(url: str, *, allow_loopback: bool = False) -> None:
-    """Returns when `url` is a well-formed https URL (or, with `allow_loopback`, http to a loopback
-    host) without credentials (see `webhook_host_and_port`); raises `UnsafeWebhookUrl` otherwise.
-    Does no I/O: where the host leads is `resolve_public_addresses`."""
-    webhook_host_and_port(url, allow_loopback=allow_loopback)
-
-
 def non_public_kind(address: IPAddress) -> str | None:
     """What makes `address` unfit for a webhook (`"loopback"`, `"private"`, ...), or None when it is public.
 
@@ -208,9 +201,9 @@ def _is_loopback(address: str) -> bool:
 
 
 async def check_webhook_url(url: str, *, allow_private_networks: bool, allow_loopback: bool = False) -> None:
-    """Returns when payorch may post to `url`: its shape is safe (`check_url_shape`) and its host resolves
-    only to public addresses (`resolve_public_addresses`; loopback ones too with `allow_loopback`,
-    any with `allow_private_networks`). Raises `UnsafeWebhookUrl` otherwise."""
+    """Returns when payorch may post to `url`: its shape is safe (`webhook_host_and_port`) and its
+    host resolves only to public addresses (`resolve_public_addresses`; loopback ones too with
+    `allow_loopback`, any with `allow_private_networks`). Raises `UnsafeWebhookUrl` otherwise."""
     host, port = webhook_host_and_port(url, allow_loopback=allow_loopback)
     await resolve_public_addresses(
         host, port, allow_private_networks=allow_private_networks, allow_loopback=allow_loopback

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from payorch.storage.database_thread import on_database_thread
 from payorch.values.money import Money
 from payorch.values.statuses import FailureReason
 
@@ -250,6 +251,7 @@ class CheckoutInDatabase(Protocol):
         outside the provider's limits)."""
         ...
 
+    @on_database_thread
     async def store_with_sessions(
         self, conn: Connection, stored: Sequence[tuple[CheckoutToStore, AnsweredSession]]
     ) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import asyncpg
 
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 from payorch.values.errors import FieldProblem, InvalidInput, InviteInvalid, InviteUsedOrExpired
 
 # The 409 of a signup (`AccountExists`): it names neither field, and the invite is spent by it.
@@ -46,6 +47,7 @@ class LoginRecord:
     session_version: int  # carried by the access tokens of this login (claim `sv`)
 
 
+@on_database_thread
 async def create_invite(
     conn: Connection, *, token_hash: bytes, email: str, expires_at: datetime
 ) -> uuid.UUID:
@@ -67,6 +69,7 @@ _EXPIRED = "expires_at <= $2 AS expired"
 _FOR_EMAIL = "($3::text IS NULL OR lower(email) = lower($3::text)) AS for_email"
 
 
+@on_database_thread
 async def check_invite(
     conn: Connection, *, token_hash: bytes, now: datetime, admin_email: str | None = None
 ) -> None:
@@ -99,6 +102,7 @@ def _usable(invite: asyncpg.Record | None) -> asyncpg.Record:
     return invite
 
 
+@on_database_thread
 async def sign_up(
     conn: Connection, *, token_hash: bytes, account: NewAccount, now: datetime
 ) -> Account | None:
@@ -150,6 +154,7 @@ async def sign_up(
     return Account(merchant_id=merchant_id, user_id=user_id)
 
 
+@on_database_thread
 async def find_login(conn: Connection, email: str) -> LoginRecord | None:
     """The user whose e-mail is `email` (canonical form, as stored), whatever its letter case."""
     row = await conn.fetchrow(
@@ -166,6 +171,7 @@ async def find_login(conn: Connection, email: str) -> LoginRecord | None:
     )
 
 
+@on_database_thread
 async def session_version(conn: Connection, user_id: uuid.UUID) -> int | None:
     """The user's session version (None: no such user): an access token carrying another one was
     ended by a sign-out."""
@@ -173,6 +179,7 @@ async def session_version(conn: Connection, user_id: uuid.UUID) -> int | None:
     return version
 
 
+@on_database_thread
 async def end_sessions(conn: Connection, user_id: uuid.UUID) -> None:
     """Sign the user out everywhere: every access token issued to them so far stops working."""
     await conn.execute("UPDATE users SET session_version = session_version + 1 WHERE id = $1", user_id)

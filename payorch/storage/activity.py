@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 from payorch.values.statuses import RefundStatus, SessionStatus
 
 
@@ -51,6 +52,7 @@ _COMPLETED_REFUNDS_BY_DAY = f"""
     GROUP BY 1, 2"""
 
 
+@on_database_thread
 async def merchant_activity(
     conn: Connection, merchant_id: uuid.UUID, *, since: datetime, until: datetime
 ) -> Activity:

@@ -16,6 +16,7 @@ from typing import Protocol
 import trio
 
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 from payorch.storage.notifications import MISSED, Missed, Notifications
 
 APPLICATIONS_CHANNEL = "payorch_applications"
@@ -33,6 +34,7 @@ class ForgetsApplications(Protocol):
     def forget_all(self) -> None: ...
 
 
+@on_database_thread
 async def notify_application_changed(conn: Connection, application_id: uuid.UUID) -> None:
     """Tell every process, when this transaction commits, that the application changed."""
     await conn.execute("SELECT pg_notify($1, $2)", APPLICATIONS_CHANNEL, str(application_id))

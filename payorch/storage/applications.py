@@ -11,6 +11,8 @@ import asyncpg
 
 from payorch.storage.application_changes import notify_application_changed
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
+from payorch.storage.pages import items_of, read_page
 from payorch.values.errors import LimitReached, NotFound, StatusUnchanged
 from payorch.values.pagination import PageRequest
 
@@ -65,6 +67,7 @@ def _api_key(row: asyncpg.Record) -> ApiKey:
     return ApiKey(**dict(row.items()))
 
 
+@on_database_thread
 async def create_application(
     conn: Connection,
     *,
@@ -93,6 +96,7 @@ async def create_application(
     return _application(row)
 
 
+@on_database_thread
 async def get_application(conn: Connection, application_id: uuid.UUID) -> Application | None:
     row = await conn.fetchrow(
         f"SELECT {_APPLICATION_COLUMNS} FROM applications WHERE id = $1", application_id
@@ -100,22 +104,22 @@ async def get_application(conn: Connection, application_id: uuid.UUID) -> Applic
     return _application(row) if row else None
 
 
+@on_database_thread
 async def list_applications(
     conn: Connection, merchant_id: uuid.UUID, page: PageRequest
 ) -> tuple[list[Application], int]:
-    total: int = await conn.fetchval("SELECT count(*) FROM applications WHERE merchant_id = $1", merchant_id)
-    if page.is_past(total):  # past the end: no need to read the items
-        return [], total
-    rows = await conn.fetch(
-        f"""SELECT {_APPLICATION_COLUMNS} FROM applications WHERE merchant_id = $1
-            ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3""",
-        merchant_id,
-        page.limit,
-        page.offset,
+    return await read_page(
+        conn,
+        page,
+        columns=_APPLICATION_COLUMNS,
+        rows_from="applications WHERE merchant_id = $1",
+        args=[merchant_id],
+        order_by="created_at DESC, id DESC",
+        item=_application,
     )
-    return [_application(row) for row in rows], total
 
 
+@on_database_thread
 async def set_application_enabled(
     conn: Connection, application_id: uuid.UUID, is_enabled: bool, *, now: datetime
 ) -> Application:
@@ -139,6 +143,7 @@ async def set_application_enabled(
     return _application(row)
 
 
+@on_database_thread
 async def create_api_key(
     conn: Connection,
     *,
@@ -174,39 +179,37 @@ async def create_api_key(
     return _api_key(row)
 
 
+@on_database_thread
 async def list_api_keys(
     conn: Connection, application_id: uuid.UUID, page: PageRequest
 ) -> tuple[list[ApiKey], int]:
-    total: int = await conn.fetchval(
-        "SELECT count(*) FROM api_keys WHERE application_id = $1", application_id
+    return await read_page(
+        conn,
+        page,
+        columns=_API_KEY_COLUMNS,
+        rows_from="api_keys WHERE application_id = $1",
+        args=[application_id],
+        order_by="created_at DESC, id DESC",
+        item=_api_key,
     )
-    if page.is_past(total):  # past the end: no need to read the items
-        return [], total
-    rows = await conn.fetch(
-        f"""SELECT {_API_KEY_COLUMNS} FROM api_keys WHERE application_id = $1
-            ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3""",
-        application_id,
-        page.limit,
-        page.offset,
-    )
-    return [_api_key(row) for row in rows], total
 
 
+_API_KEYS_OF_APPLICATIONS = f"""
+    SELECT {_API_KEY_COLUMNS} FROM api_keys WHERE application_id = ANY($1::uuid[])
+    ORDER BY created_at DESC, id DESC"""
+
+
+@on_database_thread
 async def api_keys_of_applications(
     conn: Connection, application_ids: list[uuid.UUID]
 ) -> dict[uuid.UUID, list[ApiKey]]:
     """Every key of each application, newest first, for `include=apiKeys`."""
-    rows = await conn.fetch(
-        f"""SELECT {_API_KEY_COLUMNS} FROM api_keys WHERE application_id = ANY($1::uuid[])
-            ORDER BY created_at DESC, id DESC""",
-        application_ids,
+    return await items_of(
+        conn, _API_KEYS_OF_APPLICATIONS, application_ids, owner="application_id", item=_api_key
     )
-    keys: dict[uuid.UUID, list[ApiKey]] = {application_id: [] for application_id in application_ids}
-    for row in rows:
-        keys[row["application_id"]].append(_api_key(row))
-    return keys
 
 
+@on_database_thread
 async def revoke_api_key(
     conn: Connection, application_id: uuid.UUID, key_id: uuid.UUID, *, now: datetime
 ) -> None:
@@ -223,6 +226,7 @@ async def revoke_api_key(
     await notify_application_changed(conn, application_id)
 
 
+@on_database_thread
 async def find_api_key_owner(conn: Connection, key_hash: bytes) -> ApiKeyOwner | None:
     """The application an active key belongs to; None for an unknown or revoked key."""
     row = await conn.fetchrow(

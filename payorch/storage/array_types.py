@@ -20,6 +20,8 @@ from typing import Any
 
 from asyncpg import Connection
 
+from payorch.storage.database_thread import on_database_thread
+
 # int4[] and uuid[]: PostgreSQL's fixed ids for them (pg_type.dat), the same on every server.
 ARRAY_TYPE_OIDS = (1007, 2951)
 LOOKUP_TIMEOUT_S = 10.0
@@ -29,6 +31,7 @@ LOOKUP_TIMEOUT_S = 10.0
 _known: list[Any] | None = None
 
 
+@on_database_thread
 async def know_array_types(conn: Connection) -> None:
     """Give `conn` the type information of `ARRAY_TYPE_OIDS`, looked up on this process's first
     connection (with `conn`, should this be it)."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 from payorch.storage.nodes import LIVE_NODES
 from payorch.values.statuses import DeliveryStatus, RefundStatus
 
@@ -28,6 +29,7 @@ class Released:
     refund_submissions: int
 
 
+@on_database_thread
 async def gone_claim_owners(conn: Connection) -> list[int]:
     """The nodes that still name claims (of deliveries or refund submissions) and are gone."""
     owners = await conn.fetchval(
@@ -63,6 +65,7 @@ _RELEASE_CLAIMS_OF = f"""
            (SELECT count(*) FROM submissions) AS refund_submissions"""
 
 
+@on_database_thread
 async def release_claims_of(conn: Connection, owners: list[int], *, now: datetime) -> Released:
     """End every claim of `owners` (gone nodes): what is still to do is due now. A webhook
     delivery's attempt stays counted, as when a lease ends: its request may have been sent."""

@@ -9,6 +9,13 @@ per unit of the trio_asyncio bridge it replaced (docs/bridge.md, `python -m benc
 connections that hold session state, outside the pool (the node lock, LISTEN), live on the same
 thread: `Database.dedicated_connection`.
 
+Which thread runs a function is said where it is defined: every function that runs on the
+database's thread takes the connection `conn` first and is marked `@on_database_thread`, in
+`storage/` and wherever else a unit is written (the engine's commands, a provider that keeps its
+checkouts in payorch's database). Everything else runs on Trio's thread (or, said where it is
+done, in a worker thread or process). `Database` refuses a unit of payorch's that is not marked,
+and tests/test_database_thread.py holds every function taking `conn` first to the mark.
+
 The URL may name several hosts with `target_session_attrs=read-write` (docs/operations.md, "Running on
 a replicated PostgreSQL"): asyncpg then opens each new connection on whichever host is the writable
 primary. A connection that was opened on the primary outlives its server's role: after a failover it
@@ -35,6 +42,7 @@ from asyncpg import Connection
 from payorch.config import Settings
 from payorch.jsonexact import dumps_exact, loads_exact
 from payorch.storage.array_types import know_array_types
+from payorch.storage.database_thread import marked_unit, on_database_thread
 from payorch.storage.dedicated import CONNECT_TIMEOUT_S, DedicatedConnection, open_dedicated_connection
 from payorch.storage.failures import server_lost, storage_failure
 from payorch.storage.loop_thread import (
@@ -89,6 +97,7 @@ class Database:
         """Run `unit(conn, ...)` in one transaction: it commits when the unit returns, and rolls
         back when it raises (the exception propagates) or when the caller is cancelled."""
 
+        marked_unit(unit)
         writes = OutboxWrites(self.delivery_wakeup)
 
         async def in_transaction() -> T:
@@ -105,6 +114,7 @@ class Database:
         (PostgreSQL's autocommit). For reads, and for units of one statement that may write (an
         upsert, a claim): one statement is atomic by itself. A unit of several writes that must hold
         together belongs in `transaction`."""
+        marked_unit(unit)
 
         async def on_connection() -> T:
             async with self._pool.acquire() as conn:
@@ -116,6 +126,7 @@ class Database:
         """Run `unit(conn, ...)` in a read-only REPEATABLE READ transaction: every statement sees the
         database as of the first, so a record read in parts (a session and its refunds) is never
         half before and half after a commit."""
+        marked_unit(unit)
 
         async def in_snapshot() -> T:
             async with (
@@ -146,6 +157,7 @@ class Database:
         return False
 
 
+@on_database_thread
 async def _prepare_connection(conn: Connection) -> None:
     """json and jsonb columns take and give Python values, with fractions as exact `Decimal`; the
     array types payorch uses are known without a catalog lookup (`storage.array_types`)."""
@@ -156,6 +168,7 @@ async def _prepare_connection(conn: Connection) -> None:
     await know_array_types(conn)
 
 
+@on_database_thread
 async def _keep_session_state(conn: Connection) -> None:
     """What the pool does to a connection given back, beyond rolling back an open transaction
     (which asyncpg always does): nothing. asyncpg's default sends `RESET ALL; UNLISTEN *; CLOSE ALL;
@@ -164,6 +177,7 @@ async def _keep_session_state(conn: Connection) -> None:
     connections are its own)."""
 
 
+@on_database_thread
 async def _takes_writes(conn: Connection) -> bool:
     """Raises `ReadOnlySQLTransactionError` (the server lost for writes) when it does not."""
     if await conn.fetchval("SELECT pg_is_in_recovery() OR current_setting('transaction_read_only')::bool"):

@@ -19,6 +19,7 @@ import asyncpg
 import trio
 from asyncpg import Connection
 
+from payorch.storage.database_thread import on_database_thread
 from payorch.storage.loop_thread import LoopBoundConnection, LoopThread
 
 P = ParamSpec("P")
@@ -73,6 +74,7 @@ class DedicatedConnection:
                 await self.run(_select_one)
 
 
+@on_database_thread
 async def _select_one(conn: Connection) -> Any:
     return await conn.fetchval("SELECT 1")
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ def fair_share(table: str, due: str, order: str, *, lock: bool = False) -> str:
         ORDER BY c.place, c.due_at, c.id LIMIT $1"""
 
 
+@on_database_thread
 async def pick(
     conn: Connection,
     statement: str,

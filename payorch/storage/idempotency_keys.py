@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 from payorch.storage.nodes import LIVE_NODES
 
 
@@ -42,6 +43,7 @@ class InProgress:
 ClaimResult = Claimed | Replay | Mismatch | InProgress
 
 
+@on_database_thread
 async def claim_idempotency_key(
     conn: Connection,
     *,
@@ -108,6 +110,7 @@ class NewClaim:
     fingerprint: bytes
 
 
+@on_database_thread
 async def claim_new_idempotency_keys(
     conn: Connection,
     *,
@@ -150,6 +153,7 @@ async def claim_new_idempotency_keys(
     return {row["key"]: Claimed(row["resource_id"], row["created_at"]) for row in rows}
 
 
+@on_database_thread
 async def complete_idempotency_key(
     conn: Connection,
     *,
@@ -171,6 +175,7 @@ async def complete_idempotency_key(
     )
 
 
+@on_database_thread
 async def release_idempotency_keys(
     conn: Connection, *, application_id: uuid.UUID, scope: str, keys: Sequence[str]
 ) -> None:
@@ -185,6 +190,7 @@ async def release_idempotency_keys(
     )
 
 
+@on_database_thread
 async def delete_expired_idempotency_keys(conn: Connection, now: datetime, limit: int = 1000) -> int:
     """Delete up to `limit` keys past their retention; returns how many."""
     deleted = await conn.fetch(

@@ -6,6 +6,7 @@ from datetime import datetime
 
 from payorch.metrics import OutboxBacklog
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 from payorch.values.statuses import DeliveryStatus
 
 _OUTBOX_BACKLOG = f"""
@@ -17,6 +18,7 @@ _OUTBOX_BACKLOG = f"""
     WHERE d.status = '{DeliveryStatus.PENDING}'"""
 
 
+@on_database_thread
 async def outbox_backlog(conn: Connection, *, now: datetime) -> OutboxBacklog:
     """Outbox events not fanned out yet, and PENDING deliveries to active configurations, split
     into due now and not due yet (waiting for a retry, or claimed by an attempt in flight: a claim

@@ -27,6 +27,7 @@ import trio
 
 from payorch.storage.application_changes import APPLICATIONS_CHANNEL, CHANGES_BUFFER
 from payorch.storage.database import Connection, Database
+from payorch.storage.database_thread import on_database_thread
 from payorch.storage.dedicated import LOST
 from payorch.storage.notifications import Notifications, add_listeners, listeners
 from payorch.storage.outbox import OUTBOX_CHANNEL
@@ -75,6 +76,7 @@ class NodeChannels:
         return {APPLICATIONS_CHANNEL: self.applications, OUTBOX_CHANNEL: self.outbox}
 
 
+@on_database_thread
 async def _take_node_id(conn: Connection, public_base_url: str | None) -> int:
     """A new node id, locked by this connection's session, and `public_base_url` recorded for it
     when there is one. The id is new, so nobody holds its lock; should somebody (by hand), the next
@@ -144,6 +146,7 @@ async def hold_node_identity(
         pause = min(pause * 2, RECONNECT_MAX_S)
 
 
+@on_database_thread
 async def live_public_base_urls(conn: Connection) -> list[str]:
     """The `server.public_base_url` of each node alive now that recorded one, the newest node's
     first (`hold_node_identity`)."""

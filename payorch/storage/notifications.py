@@ -27,6 +27,8 @@ from collections.abc import Callable, Mapping
 import trio
 from asyncpg import Connection
 
+from payorch.storage.database_thread import on_database_thread
+
 # What asyncpg calls on the loop thread for each notification: the connection, the sender's backend
 # pid, the channel and the payload.
 Listener = Callable[[Connection, int, str, object], None]
@@ -104,6 +106,7 @@ def listeners(channels: Mapping[str, Notifications]) -> dict[str, Listener]:
     return {channel: handing_to(notes) for channel, notes in channels.items()}
 
 
+@on_database_thread
 async def add_listeners(conn: Connection, listening: Mapping[str, Listener]) -> None:
     """LISTEN on each channel of `listening` on `conn` (run on the loop thread, `DedicatedConnection.run`)."""
     for channel, listener in listening.items():

@@ -17,11 +17,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 from payorch.storage.wakeup import mark_outbox_written
 
 OUTBOX_CHANNEL = "payorch_outbox"  # what other processes' delivery loops listen to
 
 
+@on_database_thread
 async def add_event(
     conn: Connection,
     *,
@@ -48,6 +50,7 @@ async def add_event(
     )
 
 
+@on_database_thread
 async def events_of_session(conn: Connection, session_id: uuid.UUID) -> list[dict[str, Any]]:
     """The delivery bodies of a session's events, in the order they were written."""
     rows = await conn.fetch(

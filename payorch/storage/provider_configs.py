@@ -9,7 +9,9 @@ from datetime import datetime
 import asyncpg
 
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 from payorch.storage.nodes import LIVE_NODES
+from payorch.storage.pages import read_page
 from payorch.values.errors import ChangeInProgress, NotFound, ProviderAlreadyLinked
 from payorch.values.pagination import PageRequest
 
@@ -48,6 +50,7 @@ BUSY_S = 60
 _ABANDONED = "(busy_until < {now} OR coalesce(busy_owner <> ALL(" + LIVE_NODES + "), false))"
 
 
+@on_database_thread
 async def begin_link(
     conn: Connection,
     *,
@@ -89,6 +92,7 @@ async def begin_link(
         raise ProviderAlreadyLinked(f"provider {provider!r} is already linked to this application") from None
 
 
+@on_database_thread
 async def abandon_link(conn: Connection, application_id: uuid.UUID, provider: str) -> None:
     """Undo `begin_link` after the provider refused or failed."""
     await conn.execute(
@@ -98,6 +102,7 @@ async def abandon_link(conn: Connection, application_id: uuid.UUID, provider: st
     )
 
 
+@on_database_thread
 async def begin_key_change(
     conn: Connection, application_id: uuid.UUID, provider: str, owner: int | None, *, now: datetime
 ) -> None:
@@ -121,6 +126,7 @@ async def begin_key_change(
         raise ChangeInProgress("another change of this provider configuration is in progress: retry shortly")
 
 
+@on_database_thread
 async def end_key_change(conn: Connection, application_id: uuid.UUID, provider: str) -> None:
     """Release the claim of a key change that did not happen."""
     await conn.execute(
@@ -131,6 +137,7 @@ async def end_key_change(conn: Connection, application_id: uuid.UUID, provider: 
     )
 
 
+@on_database_thread
 async def get_provider_config(
     conn: Connection, application_id: uuid.UUID, provider: str
 ) -> ProviderConfig | None:
@@ -142,24 +149,22 @@ async def get_provider_config(
     return _config(row) if row else None
 
 
+@on_database_thread
 async def list_provider_configs(
     conn: Connection, application_id: uuid.UUID, page: PageRequest
 ) -> tuple[list[ProviderConfig], int]:
-    total: int = await conn.fetchval(
-        "SELECT count(*) FROM provider_configs WHERE application_id = $1", application_id
+    return await read_page(
+        conn,
+        page,
+        columns=_COLUMNS,
+        rows_from="provider_configs WHERE application_id = $1",
+        args=[application_id],
+        order_by="created_at DESC, provider DESC",
+        item=_config,
     )
-    if page.is_past(total):  # past the end: no need to read the items
-        return [], total
-    rows = await conn.fetch(
-        f"""SELECT {_COLUMNS} FROM provider_configs WHERE application_id = $1
-            ORDER BY created_at DESC, provider DESC LIMIT $2 OFFSET $3""",
-        application_id,
-        page.limit,
-        page.offset,
-    )
-    return [_config(row) for row in rows], total
 
 
+@on_database_thread
 async def active_provider_configs(conn: Connection, application_id: uuid.UUID) -> list[ProviderConfig]:
     rows = await conn.fetch(
         f"""SELECT {_COLUMNS} FROM provider_configs
@@ -169,6 +174,7 @@ async def active_provider_configs(conn: Connection, application_id: uuid.UUID) -
     return [_config(row) for row in rows]
 
 
+@on_database_thread
 async def finish_change(
     conn: Connection,
     *,
@@ -198,6 +204,7 @@ async def finish_change(
     return _config(row)
 
 
+@on_database_thread
 async def set_payment_methods(
     conn: Connection, application_id: uuid.UUID, provider: str, payment_methods: list[str], *, now: datetime
 ) -> ProviderConfig:

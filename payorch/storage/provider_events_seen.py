@@ -6,8 +6,10 @@ from __future__ import annotations
 import uuid
 
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 
 
+@on_database_thread
 async def first_sighting(conn: Connection, provider: str, application_id: uuid.UUID, event_id: str) -> bool:
     """Record a provider's event for an application; False when it was seen before (a redelivery)."""
     inserted = await conn.fetchval(

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ _TAKE = f"""
     RETURNING taken, tokens + taken AS tokens_before"""
 
 
+@on_database_thread
 async def take(conn: Connection, takes: Sequence[BucketTake]) -> list[Grant]:
     """Each take of `takes` in turn, each its own statement (run them with autocommit: each commits
     at once, so none holds a row lock while the next runs); their grants in the same order."""
@@ -79,12 +81,14 @@ _GIVE_BACK = """
      WHERE key = $1"""
 
 
+@on_database_thread
 async def give_back(conn: Connection, key: str, *, rate: float, burst: int, count: int) -> None:
     """Return `count` tokens taken from `key`'s bucket and not spent after all (never above `burst`).
     Without a row the bucket is full already."""
     await conn.execute(_GIVE_BACK, key, float(rate), burst, count)
 
 
+@on_database_thread
 async def delete_full(conn: Connection) -> int:
     """Delete the buckets that are full again (a key without a row is a full bucket); returns how
     many. A take that makes a bucket less than full between this statement's snapshot and its delete

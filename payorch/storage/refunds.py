@@ -10,6 +10,8 @@ from typing import Any
 
 from payorch.storage import due_work
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
+from payorch.storage.pages import items_of
 from payorch.storage.sessions import CheckoutSession, checkout_session
 from payorch.values.statuses import FailureReason, RefundStatus
 
@@ -50,11 +52,13 @@ _REFUNDED_MINOR = f"""
     WHERE session_id = $1 AND status <> '{RefundStatus.FAILED}'"""
 
 
+@on_database_thread
 async def refunded_minor(conn: Connection, session_id: uuid.UUID) -> int:
     """The sum of the session's refunds that are not FAILED."""
     return int(await conn.fetchval(_REFUNDED_MINOR, session_id))
 
 
+@on_database_thread
 async def insert_refund(
     conn: Connection,
     *,
@@ -94,11 +98,13 @@ async def insert_refund(
     return _refund(row)
 
 
+@on_database_thread
 async def get_refund(conn: Connection, refund_id: uuid.UUID) -> Refund | None:
     row = await conn.fetchrow(f"SELECT {_COLUMNS} FROM refunds WHERE id = $1", refund_id)
     return _refund(row) if row else None
 
 
+@on_database_thread
 async def lock_refund(conn: Connection, refund_id: uuid.UUID) -> Refund | None:
     row = await conn.fetchrow(f"SELECT {_COLUMNS} FROM refunds WHERE id = $1 FOR UPDATE", refund_id)
     return _refund(row) if row else None
@@ -111,6 +117,7 @@ _SESSION_THEN_REFUND_COLUMNS = ", ".join(
 )
 
 
+@on_database_thread
 async def session_with_refunds(
     conn: Connection, session_id: uuid.UUID
 ) -> tuple[CheckoutSession, list[Refund]] | None:
@@ -130,21 +137,20 @@ async def session_with_refunds(
     return session, found
 
 
+_REFUNDS_OF_SESSIONS = (
+    f"SELECT {_COLUMNS} FROM refunds WHERE session_id = ANY($1::uuid[]) ORDER BY created_at, id"
+)
+
+
+@on_database_thread
 async def refunds_of_sessions(
     conn: Connection, session_ids: list[uuid.UUID]
 ) -> dict[uuid.UUID, list[Refund]]:
-    if not session_ids:  # an empty page (past the end) reads nothing more
-        return {}
-    rows = await conn.fetch(
-        f"SELECT {_COLUMNS} FROM refunds WHERE session_id = ANY($1::uuid[]) ORDER BY created_at, id",
-        session_ids,
-    )
-    found: dict[uuid.UUID, list[Refund]] = {session_id: [] for session_id in session_ids}
-    for row in rows:
-        found[row["session_id"]].append(_refund(row))
-    return found
+    """The refunds of each session, oldest first; an empty page (past the end) reads nothing more."""
+    return await items_of(conn, _REFUNDS_OF_SESSIONS, session_ids, owner="session_id", item=_refund)
 
 
+@on_database_thread
 async def mark_submitted(
     conn: Connection, refund_id: uuid.UUID, provider_reference: str, *, now: datetime
 ) -> None:
@@ -158,6 +164,7 @@ async def mark_submitted(
     )
 
 
+@on_database_thread
 async def schedule_submission(
     conn: Connection, refund_id: uuid.UUID, delay_s: float, *, now: datetime
 ) -> None:
@@ -171,6 +178,7 @@ async def schedule_submission(
     )
 
 
+@on_database_thread
 async def set_refund_outcome(
     conn: Connection,
     refund_id: uuid.UUID,
@@ -205,6 +213,7 @@ _CLAIM_DUE = f"""
     RETURNING r.id, r.application_id, picked.merchant_id"""
 
 
+@on_database_thread
 async def claim_due_submissions(
     conn: Connection,
     limit: int,
@@ -236,6 +245,7 @@ _RELEASE_SUBMISSION_CLAIMS = f"""
     WHERE id = ANY($1::uuid[]) AND provider_reference IS NULL AND status = '{RefundStatus.PENDING}'"""
 
 
+@on_database_thread
 async def release_submission_claims(conn: Connection, refund_ids: list[uuid.UUID], *, now: datetime) -> None:
     """Hand claimed submissions back: due again now."""
     await conn.execute(_RELEASE_SUBMISSION_CLAIMS, refund_ids, now)

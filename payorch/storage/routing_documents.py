@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class StoredRoutingDocument:
     created_at: datetime
 
 
+@on_database_thread
 async def current_routing_document(
     conn: Connection, application_id: uuid.UUID
 ) -> StoredRoutingDocument | None:
@@ -35,6 +37,7 @@ async def current_routing_document(
     return StoredRoutingDocument(**dict(row.items())) if row else None
 
 
+@on_database_thread
 async def store_routing_document(
     conn: Connection, application_id: uuid.UUID, document: Mapping[str, Any], *, now: datetime
 ) -> tuple[StoredRoutingDocument, bool]:

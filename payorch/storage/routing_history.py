@@ -20,6 +20,7 @@ from typing import NamedTuple
 from asyncpg import Record
 
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 from payorch.storage.enumerated_columns import sql_literal
 from payorch.values.statuses import FailureReason, Outcome, SessionStatus
 
@@ -64,6 +65,7 @@ _OUTCOMES = {outcome.value: outcome for outcome in Outcome}
 _LAST_ID = uuid.UUID(int=2**128 - 1)
 
 
+@on_database_thread
 async def read_past_sessions(
     conn: Connection,
     application_id: uuid.UUID,

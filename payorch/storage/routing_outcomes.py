@@ -8,9 +8,11 @@ from datetime import datetime
 from typing import NamedTuple
 
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 from payorch.values.statuses import Outcome
 
 
+@on_database_thread
 async def record_outcome(
     conn: Connection,
     *,
@@ -78,6 +80,7 @@ _SEGMENTS = """
     ORDER BY s.provider_name, s.payment_method, s.currency"""
 
 
+@on_database_thread
 async def segment_outcomes(conn: Connection, application_id: uuid.UUID, window: int) -> list[SegmentOutcomes]:
     """Every segment (provider, payment method, currency) of the application with an outcome, each
     with its newest `window` outcomes, newest first."""

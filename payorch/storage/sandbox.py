@@ -15,6 +15,7 @@ from datetime import datetime
 import asyncpg
 
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 from payorch.storage.sessions import AnsweredSession, answered_statement, answered_values
 
 
@@ -141,6 +142,7 @@ def _refund(row: asyncpg.Record) -> SandboxRefund:
 # Webhook endpoints
 
 
+@on_database_thread
 async def save_webhook_endpoint(
     conn: Connection, *, endpoint_id: str, account: str, url: str, sealed_secret: bytes, now: datetime
 ) -> str:
@@ -163,6 +165,7 @@ async def save_webhook_endpoint(
 # Checkouts
 
 
+@on_database_thread
 async def insert_checkouts_with_sessions(
     conn: Connection, stored: Sequence[tuple[NewCheckout, AnsweredSession]], *, now: datetime
 ) -> None:
@@ -182,6 +185,7 @@ def _new_checkout_values(new: NewCheckout, now: datetime) -> tuple[object, ...]:
     return (*(getattr(new, name) for name in NewCheckout.__dataclass_fields__), now)
 
 
+@on_database_thread
 async def insert_checkout(
     conn: Connection, new: NewCheckout, *, now: datetime
 ) -> tuple[SandboxCheckout, bool]:
@@ -213,11 +217,13 @@ async def insert_checkout(
     return _checkout(row), False
 
 
+@on_database_thread
 async def get_checkout(conn: Connection, checkout_id: str) -> SandboxCheckout | None:
     row = await conn.fetchrow(f"SELECT {_CHECKOUT_COLUMNS} FROM sandbox_checkouts WHERE id = $1", checkout_id)
     return _checkout(row) if row else None
 
 
+@on_database_thread
 async def lock_checkout(conn: Connection, checkout_id: str) -> SandboxCheckout | None:
     """The checkout, locked until the transaction ends: payments and refunds of it go one at a time."""
     row = await conn.fetchrow(
@@ -226,6 +232,7 @@ async def lock_checkout(conn: Connection, checkout_id: str) -> SandboxCheckout |
     return _checkout(row) if row else None
 
 
+@on_database_thread
 async def close_checkout(
     conn: Connection, account: str, checkout_id: str, *, now: datetime
 ) -> SandboxCheckout | None:
@@ -241,6 +248,7 @@ async def close_checkout(
     return _checkout(row) if row else None
 
 
+@on_database_thread
 async def mark_checkout_paid(
     conn: Connection, checkout_id: str, *, refund_failure_code: str | None, now: datetime
 ) -> SandboxCheckout:
@@ -257,6 +265,7 @@ async def mark_checkout_paid(
 # Refunds
 
 
+@on_database_thread
 async def find_refund(conn: Connection, account: str, idempotency_key: str) -> SandboxRefund | None:
     row = await conn.fetchrow(
         f"SELECT {_REFUND_COLUMNS} FROM sandbox_refunds WHERE account = $1 AND idempotency_key = $2",
@@ -266,6 +275,7 @@ async def find_refund(conn: Connection, account: str, idempotency_key: str) -> S
     return _refund(row) if row else None
 
 
+@on_database_thread
 async def refunded_minor(conn: Connection, checkout_id: str) -> int:
     """The sum of the checkout's refunds that do not fail."""
     total = await conn.fetchval(
@@ -276,6 +286,7 @@ async def refunded_minor(conn: Connection, checkout_id: str) -> int:
     return int(total)
 
 
+@on_database_thread
 async def insert_refund(conn: Connection, new: NewRefund, *, now: datetime) -> tuple[SandboxRefund, bool]:
     """Store `new`, completing `delay_ms` from now, unless the account already used its idempotency
     key: then the refund made with that key. The flag says whether this call created it."""
@@ -309,6 +320,7 @@ async def insert_refund(conn: Connection, new: NewRefund, *, now: datetime) -> t
 # Events and their deliveries
 
 
+@on_database_thread
 async def queue_event(
     conn: Connection,
     *,
@@ -347,6 +359,7 @@ async def queue_event(
     return SandboxEvent(**dict(row.items()))
 
 
+@on_database_thread
 async def claim_due_deliveries(
     conn: Connection, *, limit: int, lease_s: float, owner: int | None, now: datetime
 ) -> list[ClaimedDelivery]:
@@ -375,6 +388,7 @@ async def claim_due_deliveries(
     return [ClaimedDelivery(**dict(row.items())) for row in rows]
 
 
+@on_database_thread
 async def mark_delivered(conn: Connection, event_id: str, endpoint_id: str, *, now: datetime) -> None:
     await conn.execute(
         """UPDATE sandbox_deliveries SET delivered_at = $3, last_error = NULL, claimed_by = NULL
@@ -385,6 +399,7 @@ async def mark_delivered(conn: Connection, event_id: str, endpoint_id: str, *, n
     )
 
 
+@on_database_thread
 async def mark_failed_attempt(
     conn: Connection, event_id: str, endpoint_id: str, *, error: str, retry_in_s: float | None, now: datetime
 ) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 
 Key = tuple[Any, ...]
 
@@ -60,6 +61,7 @@ def _columns(keys: list[Key], width: int) -> list[list[Any]]:
     return [[key[n] for key in keys] for n in range(width)]
 
 
+@on_database_thread
 async def sealed_after(conn: Connection, column: SealedColumn, after: Key | None, limit: int) -> list[Sealed]:
     """Up to `limit` non-null values of `column`, in key order, of the rows after the key `after`
     (from the first row when None)."""
@@ -77,6 +79,7 @@ async def sealed_after(conn: Connection, column: SealedColumn, after: Key | None
     return _sealed(column, rows)
 
 
+@on_database_thread
 async def sealed_of(conn: Connection, column: SealedColumn, keys: list[Key]) -> list[Sealed]:
     """The current non-null values of `column` in the rows with these keys (rows gone are left out)."""
     names = ", ".join(f"t.{name}" for name in column.key_columns)
@@ -89,6 +92,7 @@ async def sealed_of(conn: Connection, column: SealedColumn, keys: list[Key]) -> 
     return _sealed(column, rows)
 
 
+@on_database_thread
 async def replace_sealed(
     conn: Connection, column: SealedColumn, replacements: list[tuple[Key, bytes, bytes]]
 ) -> list[Key]:

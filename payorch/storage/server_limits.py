@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,7 @@ class ConnectionSlots:
         return self.max_connections - self.reserved
 
 
+@on_database_thread
 async def connection_slots(conn: Connection) -> ConnectionSlots:
     row = await conn.fetchrow(
         """SELECT current_setting('max_connections')::integer AS max_connections,

@@ -11,6 +11,8 @@ from typing import Any
 
 from payorch.storage import due_work
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
+from payorch.storage.pages import read_page
 from payorch.values.money import Money
 from payorch.values.pagination import PageRequest
 from payorch.values.statuses import FailureReason, RoutingReason, SessionStatus
@@ -145,17 +147,20 @@ def answered_values(item: AnsweredSession) -> tuple[object, ...]:
 _INSERT_ANSWERED = f"WITH {answered_statement(1)}"
 
 
+@on_database_thread
 async def insert_answered_sessions(conn: Connection, answered: Sequence[AnsweredSession]) -> None:
     """Store new PENDING sessions, each with the answer of the Idempotency-Key that created it: one
     round trip for them all, and all or none (asyncpg runs the batch as one implicit transaction)."""
     await conn.executemany(_INSERT_ANSWERED, [answered_values(item) for item in answered])
 
 
+@on_database_thread
 async def get_session(conn: Connection, session_id: uuid.UUID) -> CheckoutSession | None:
     row = await conn.fetchrow(f"SELECT {_COLUMNS} FROM checkout_sessions WHERE id = $1", session_id)
     return checkout_session(row) if row else None
 
 
+@on_database_thread
 async def lock_session(conn: Connection, session_id: uuid.UUID) -> CheckoutSession | None:
     """The session, locked for update until the end of the transaction."""
     row = await conn.fetchrow(
@@ -164,6 +169,7 @@ async def lock_session(conn: Connection, session_id: uuid.UUID) -> CheckoutSessi
     return checkout_session(row) if row else None
 
 
+@on_database_thread
 async def set_session_status(
     conn: Connection,
     session_id: uuid.UUID,
@@ -216,6 +222,7 @@ def _where(application_id: uuid.UUID, where: SessionFilter) -> tuple[str, list[o
     return " AND ".join(clauses), args
 
 
+@on_database_thread
 async def count_sessions(conn: Connection, application_id: uuid.UUID) -> int:
     """How many sessions the application has: its counter, which the database keeps in the same
     transaction as the sessions themselves (migration 0013), so one primary-key read however many."""
@@ -225,6 +232,7 @@ async def count_sessions(conn: Connection, application_id: uuid.UUID) -> int:
     return int(count or 0)
 
 
+@on_database_thread
 async def list_sessions(
     conn: Connection, application_id: uuid.UUID, page: PageRequest, where: SessionFilter = ALL_SESSIONS
 ) -> tuple[list[CheckoutSession], int]:
@@ -234,20 +242,16 @@ async def list_sessions(
     one (the console's) by counting. A page past the end is then answered without reading any
     session. Run it in `Database.snapshot` for the total and the page to agree."""
     clause, args = _where(application_id, where)
-    if where == ALL_SESSIONS:
-        total = await count_sessions(conn, application_id)
-    else:
-        total = int(await conn.fetchval(f"SELECT count(*) FROM checkout_sessions WHERE {clause}", *args))
-    if page.is_past(total):
-        return [], total
-    rows = await conn.fetch(
-        f"""SELECT {_COLUMNS} FROM checkout_sessions WHERE {clause}
-            ORDER BY created_at DESC, id DESC LIMIT ${len(args) + 1} OFFSET ${len(args) + 2}""",
-        *args,
-        page.limit,
-        page.offset,
+    return await read_page(
+        conn,
+        page,
+        columns=_COLUMNS,
+        rows_from=f"checkout_sessions WHERE {clause}",
+        args=args,
+        order_by="created_at DESC, id DESC",
+        item=checkout_session,
+        total=await count_sessions(conn, application_id) if where == ALL_SESSIONS else None,
     )
-    return [checkout_session(row) for row in rows], total
 
 
 @dataclass(frozen=True)
@@ -260,6 +264,7 @@ class SessionParticulars:
     redirect_urls: dict[str, Any] | None
 
 
+@on_database_thread
 async def session_particulars(conn: Connection, session_id: uuid.UUID) -> SessionParticulars | None:
     row = await conn.fetchrow(
         "SELECT shipping_minor, tax_minor, locale, redirect_urls FROM checkout_sessions WHERE id = $1",
@@ -273,6 +278,7 @@ _DUE_FOR_EXPIRY = due_work.fair_share(
 )
 
 
+@on_database_thread
 async def sessions_due_for_expiry(
     conn: Connection,
     limit: int,
@@ -293,6 +299,7 @@ _SECONDS_UNTIL_NEXT_EXPIRY = f"""
     WHERE status = '{SessionStatus.PENDING}'"""
 
 
+@on_database_thread
 async def seconds_until_next_expiry(conn: Connection, *, now: datetime) -> float | None:
     """Seconds from `now` until the earliest PENDING session expires (<= 0 when one is due); None
     if none."""

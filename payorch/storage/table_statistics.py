@@ -13,12 +13,14 @@ sudden backlog"). `supervisors.delivery_statistics` watches the changes and anal
 from __future__ import annotations
 
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 
 # The first key of the advisory lock held while a process analyses a table (the second is the
 # table's oid): "pays". One process analyses; the others find the lock taken and leave it.
 ANALYSE_LOCK = 0x70617973
 
 
+@on_database_thread
 async def changes_since_analysed(conn: Connection, table: str) -> int:
     """Rows inserted, updated or deleted in `table` (of the current schema) since it was last analysed,
     as PostgreSQL's statistics collector counts them (they reach it within a second or so of each
@@ -30,6 +32,7 @@ async def changes_since_analysed(conn: Connection, table: str) -> int:
     return int(changes or 0)
 
 
+@on_database_thread
 async def analyse_unless_analysing(conn: Connection, table: str) -> bool:
     """Analyse `table` now, in this transaction, unless another process is analysing it through this
     module (then False at once, without waiting). `table` is one of payorch's own table names, never

@@ -41,6 +41,7 @@ from datetime import datetime
 from typing import Any
 
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 from payorch.values.statuses import DeliveryStatus
 
 # Each new outbox event (oldest first, those another process is fanning out skipped) gets one
@@ -255,6 +256,7 @@ CLAIM_DELIVERIES = _at(
 )
 
 
+@on_database_thread
 async def claim_due_deliveries(
     conn: Connection,
     *,
@@ -329,6 +331,7 @@ class Round:
     claimed: list[ClaimedDelivery]
 
 
+@on_database_thread
 async def fan_out_and_claim(
     conn: Connection,
     *,
@@ -385,6 +388,7 @@ _RELEASE_CLAIMS = f"""
      WHERE id = ANY($1::uuid[]) AND status = '{DeliveryStatus.PENDING}' AND claimed_until IS NOT NULL"""
 
 
+@on_database_thread
 async def release_claims(conn: Connection, delivery_ids: list[uuid.UUID], *, now: datetime) -> None:
     """Hand claimed deliveries back unattempted (shutdown): due again now, the claim's attempt not
     counted. A delivery whose attempt was recorded meanwhile is left as it is."""
@@ -401,6 +405,7 @@ _MOVE_ON = f"""
      WHERE id = $1"""
 
 
+@on_database_thread
 async def record_attempt(
     conn: Connection,
     delivery_id: uuid.UUID,

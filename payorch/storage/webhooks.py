@@ -13,6 +13,8 @@ from typing import Any
 import asyncpg
 
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
+from payorch.storage.pages import items_of, read_page
 from payorch.values.errors import LimitReached, NotFound
 from payorch.values.pagination import PageRequest
 from payorch.values.statuses import DeliveryStatus, WebhookTestStatus
@@ -48,6 +50,7 @@ def _config(row: asyncpg.Record) -> WebhookConfig:
     return WebhookConfig(**values)
 
 
+@on_database_thread
 async def create_webhook(
     conn: Connection,
     *,
@@ -87,6 +90,7 @@ async def create_webhook(
     return _config(row)
 
 
+@on_database_thread
 async def get_webhook(
     conn: Connection, application_id: uuid.UUID, webhook_id: uuid.UUID
 ) -> WebhookConfig | None:
@@ -99,25 +103,22 @@ async def get_webhook(
     return _config(row) if row else None
 
 
+@on_database_thread
 async def list_webhooks(
     conn: Connection, application_id: uuid.UUID, page: PageRequest
 ) -> tuple[list[WebhookConfig], int]:
-    total: int = await conn.fetchval(
-        "SELECT count(*) FROM webhook_configs WHERE application_id = $1 AND deleted_at IS NULL",
-        application_id,
+    return await read_page(
+        conn,
+        page,
+        columns=_CONFIG_COLUMNS,
+        rows_from="webhook_configs WHERE application_id = $1 AND deleted_at IS NULL",
+        args=[application_id],
+        order_by="created_at DESC, id DESC",
+        item=_config,
     )
-    if page.is_past(total):  # past the end: no need to read the items
-        return [], total
-    rows = await conn.fetch(
-        f"""SELECT {_CONFIG_COLUMNS} FROM webhook_configs WHERE application_id = $1 AND deleted_at IS NULL
-            ORDER BY created_at DESC, id DESC LIMIT $2 OFFSET $3""",
-        application_id,
-        page.limit,
-        page.offset,
-    )
-    return [_config(row) for row in rows], total
 
 
+@on_database_thread
 async def update_webhook(
     conn: Connection,
     application_id: uuid.UUID,
@@ -143,6 +144,7 @@ async def update_webhook(
     return _config(row)
 
 
+@on_database_thread
 async def rotate_secret(
     conn: Connection,
     application_id: uuid.UUID,
@@ -172,6 +174,7 @@ async def rotate_secret(
     return _config(row)
 
 
+@on_database_thread
 async def delete_webhook(
     conn: Connection, application_id: uuid.UUID, webhook_id: uuid.UUID, *, now: datetime
 ) -> None:
@@ -188,6 +191,7 @@ async def delete_webhook(
     await fail_pending_deliveries(conn, webhook_id, "webhook configuration deleted")
 
 
+@on_database_thread
 async def record_test(
     conn: Connection, webhook_id: uuid.UUID, at: datetime, status: WebhookTestStatus
 ) -> None:
@@ -199,6 +203,7 @@ async def record_test(
     )
 
 
+@on_database_thread
 async def deactivate(conn: Connection, webhook_id: uuid.UUID, reason: str, *, now: datetime) -> None:
     """The receiver said 410 Gone: stop sending to it."""
     await conn.execute(
@@ -212,6 +217,7 @@ _FAIL_PENDING_DELIVERIES = f"""
     WHERE config_id = $1 AND status = '{DeliveryStatus.PENDING}'"""
 
 
+@on_database_thread
 async def fail_pending_deliveries(conn: Connection, webhook_id: uuid.UUID, reason: str) -> None:
     await conn.execute(_FAIL_PENDING_DELIVERIES, webhook_id, reason)
 
@@ -235,6 +241,21 @@ class DeliveryView:
     attempt_log: list[dict[str, Any]]
 
 
+_DELIVERY_COLUMNS = """d.id, e.id AS event_id, e.type AS event_type, d.status, d.attempts, d.next_attempt_at,
+    d.last_attempt_at, d.last_status_code, d.last_error, d.delivered_at, d.created_at"""
+
+
+_DELIVERY_COUNT = "SELECT deliveries FROM webhook_delivery_counts WHERE config_id = $1"
+_ATTEMPTS_OF_DELIVERIES = """
+    SELECT delivery_id, attempted_at, status_code, error, latency_ms FROM webhook_attempts
+    WHERE delivery_id = ANY($1::uuid[]) ORDER BY id"""
+
+
+def _attempt(row: asyncpg.Record) -> dict[str, Any]:
+    return dict(row.items())
+
+
+@on_database_thread
 async def list_deliveries(
     conn: Connection, webhook_id: uuid.UUID, page: PageRequest
 ) -> tuple[list[DeliveryView], int]:
@@ -242,29 +263,19 @@ async def list_deliveries(
     statements, so run it in a snapshot (`Database.snapshot`). The total is the configuration's
     counter (kept by the database with the deliveries, migration 0013); a page past the end reads
     nothing more."""
-    total = int(
-        await conn.fetchval("SELECT deliveries FROM webhook_delivery_counts WHERE config_id = $1", webhook_id)
-        or 0
+    rows, total = await read_page(
+        conn,
+        page,
+        columns=_DELIVERY_COLUMNS,
+        rows_from="webhook_deliveries d JOIN outbox_events e ON e.seq = d.event_seq WHERE d.config_id = $1",
+        args=[webhook_id],
+        order_by="d.created_at DESC, d.id DESC",
+        item=lambda row: row,
+        total=int(await conn.fetchval(_DELIVERY_COUNT, webhook_id) or 0),
     )
-    if page.is_past(total):
-        return [], total
-    rows = await conn.fetch(
-        """SELECT d.id, e.id AS event_id, e.type AS event_type, d.status, d.attempts, d.next_attempt_at,
-                  d.last_attempt_at, d.last_status_code, d.last_error, d.delivered_at, d.created_at
-           FROM webhook_deliveries d JOIN outbox_events e ON e.seq = d.event_seq
-           WHERE d.config_id = $1 ORDER BY d.created_at DESC, d.id DESC LIMIT $2 OFFSET $3""",
-        webhook_id,
-        page.limit,
-        page.offset,
+    log = await items_of(
+        conn, _ATTEMPTS_OF_DELIVERIES, [row["id"] for row in rows], owner="delivery_id", item=_attempt
     )
-    attempts = await conn.fetch(
-        """SELECT delivery_id, attempted_at, status_code, error, latency_ms FROM webhook_attempts
-           WHERE delivery_id = ANY($1::uuid[]) ORDER BY id""",
-        [row["id"] for row in rows],
-    )
-    log: dict[uuid.UUID, list[dict[str, Any]]] = {row["id"]: [] for row in rows}
-    for attempt in attempts:
-        log[attempt["delivery_id"]].append(dict(attempt.items()))
     return [
         DeliveryView(**{**row, "status": DeliveryStatus(row["status"])}, attempt_log=log[row["id"]])
         for row in rows
@@ -276,6 +287,7 @@ _RETRY_DELIVERY = f"""
     WHERE id = $1 AND config_id = $2 RETURNING id"""
 
 
+@on_database_thread
 async def retry_delivery(
     conn: Connection, webhook_id: uuid.UUID, delivery_id: uuid.UUID, *, now: datetime
 ) -> None:

@@ -20,6 +20,7 @@ from payorch.outbound.attempt import INTERNAL, AttemptResult, send_signed
 from payorch.outbound.signing_secrets import signing_secrets
 from payorch.storage import webhook_deliveries, webhooks
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 from payorch.storage.webhook_deliveries import ClaimedDelivery
 from payorch.values.statuses import DeliveryStatus
 
@@ -107,6 +108,7 @@ async def _record(
 
     now = context.clock.now()
 
+    @on_database_thread
     async def record(conn: Connection) -> None:
         await webhook_deliveries.record_attempt(
             conn,

@@ -49,18 +49,6 @@ class TokenBucket:
             return None
         return (1.0 - self.tokens) / self.rate
 
-    def reserve(self, now: float, max_wait: float) -> tuple[float, float | None]:
-        """Take the next token, waiting for it when it is at most `max_wait` seconds away:
-        `(seconds to wait first, None)`, 0 when there was one; or, when it is further away,
-        `(0, seconds until it is)` and nothing taken. Reserved tokens make the bucket owe them, so
-        each caller waits its turn behind those before it: callers are paced to the rate."""
-        self._refill(now)
-        wait = max(0.0, (1.0 - self.tokens) / self.rate)
-        if wait > max_wait:
-            return 0.0, wait
-        self.tokens -= 1.0
-        return wait, None
-
     def wait(self, now: float) -> float | None:
         """What `take` would answer at `now`, without taking anything."""
         self._refill(now)

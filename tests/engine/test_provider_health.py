@@ -17,6 +17,7 @@ from payorch.engine.provider_health import (
     eligible_providers,
 )
 from payorch.values.money import Money
+from tests.helpers import account_figures
 
 POLICY = RoutingPolicy()  # threshold 3, cool-down 30 s doubling up to 600 s, probe timeout 30 s
 EUR_10 = Money(1000, "EUR")
@@ -49,7 +50,7 @@ def at_each(*providers: str) -> list[ProviderAccount]:
 
 
 def figures(health: ProviderHealth, provider: str, now: float, account: str = "shop") -> ProviderFigures:
-    found = health.account_figures(at(provider, account), now)
+    found = account_figures(health, at(provider, account), now)
     assert found is not None
     return found
 
@@ -323,7 +324,7 @@ def test_figures_report_each_seen_account_and_provider() -> None:
     assert (alpha.circuit, alpha.consecutive_failures, alpha.reopens_at) == (Circuit.OPEN, 3, 30.0)
     assert (beta.circuit, beta.latency_s) == (Circuit.CLOSED, 0.5)
     assert beta.success_rate == pytest.approx(1.0)
-    assert health.account_figures(at("alpha", "another shop"), 1.0) is None
+    assert account_figures(health, at("alpha", "another shop"), 1.0) is None
     providers = health.snapshot(1.0)
     assert list(providers) == ["alpha", "beta"]
     # The account's failures were not provider-wide: the provider as a whole saw none.
@@ -423,11 +424,11 @@ def test_the_accounts_kept_are_bounded_the_least_recently_used_forgotten_first()
     health.record_success(at("stripe", "b"), 0.2, 1.0)
     assert not health.is_available(at("stripe"), 2.0)  # used: now the most recent
     health.record_success(at("stripe", "c"), 0.2, 3.0)
-    assert health.account_figures(at("stripe", "b"), 3.0) is None
+    assert account_figures(health, at("stripe", "b"), 3.0) is None
     assert figures(health, "stripe", 3.0).circuit is Circuit.OPEN
     for n in range(1000):  # a stranger's many accounts
         health.record_failure(at("stripe", f"stranger-{n}"), 0.1, 4.0, provider_wide=False)
-    assert len([n for n in range(1000) if health.account_figures(at("stripe", f"stranger-{n}"), 4.0)]) == 2
+    assert len([n for n in range(1000) if account_figures(health, at("stripe", f"stranger-{n}"), 4.0)]) == 2
 
 
 def test_policy_refuses_no_accounts() -> None:

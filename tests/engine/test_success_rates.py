@@ -55,8 +55,9 @@ def test_a_sessions_first_event_gives_its_outcome() -> None:
 def test_an_abandonment_weighs_half_a_failure_by_default() -> None:
     figures = row("ssfa")
     assert figures.count == 4
-    assert figures.weighted_successes() == 2
-    assert figures.weighted_attempts(SETTINGS.abandonment_weight) == 3.5
+    # 2 successes of 3.5 weighted attempts, on the prior's 1 success of 2 attempts.
+    assert rates_of(figures).estimate("stripe", "card", "EUR").rate == pytest.approx((2 + 1) / (3.5 + 2))
+    assert rates_of(row("ssff")).estimate("stripe", "card", "EUR").rate == pytest.approx((2 + 1) / (4 + 2))
 
 
 def test_rate_is_the_beta_posterior_of_the_weighted_outcomes() -> None:

@@ -1,5 +1,5 @@
-"""Token buckets on an explicit clock: bursts, refusals with the right wait, refill, pacing; and the
-in-flight limit per key."""
+"""Token buckets on an explicit clock: bursts, refusals with the right wait, refill; and the in-flight
+limit per key. (A paced take's arithmetic: tests/http/test_shared_limits.py.)"""
 
 from __future__ import annotations
 
@@ -86,23 +86,3 @@ def test_an_in_flight_limit_refuses_past_its_share_per_key_and_forgets_idle_keys
     for key in ("a", "a", "b"):
         limit.leave(key)
     assert len(limit) == 0
-
-
-def test_reserving_paces_callers_to_the_rate_each_behind_the_ones_before() -> None:
-    bucket = TokenBucket.full(rate=10, burst=2, now=0.0)
-    waits = [bucket.reserve(0.0, max_wait=1.0) for _ in range(5)]
-    assert waits == [
-        (0.0, None),
-        (0.0, None),
-        (pytest.approx(0.1), None),
-        (pytest.approx(0.2), None),
-        (pytest.approx(0.3), None),
-    ]
-
-
-def test_a_token_further_away_than_the_wait_allowed_is_refused_and_nothing_taken() -> None:
-    bucket = TokenBucket.full(rate=10, burst=1, now=0.0)
-    assert bucket.reserve(0.0, max_wait=0.15) == (0.0, None)
-    assert bucket.reserve(0.0, max_wait=0.15) == (pytest.approx(0.1), None)
-    assert bucket.reserve(0.0, max_wait=0.15) == (0.0, pytest.approx(0.2))
-    assert bucket.reserve(0.2, max_wait=0.15) == (pytest.approx(0.0), None)  # the refusal took nothing

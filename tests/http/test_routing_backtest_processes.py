@@ -41,6 +41,16 @@ async def _backtest(client: Client, shop: Shop) -> Any:
     return await post_json(client, _path(shop), {"routing": {}}, shop.merchant.headers)
 
 
+def worker_pids(backtests: BacktestProcesses) -> list[int]:
+    """The process ids of the worker processes alive now."""
+    return sorted(backtests._alive)
+
+
+def busy_worker_pids(backtests: BacktestProcesses) -> list[int]:
+    """The process ids of the worker processes a backtest holds now."""
+    return sorted(backtests._busy)
+
+
 @pytest.fixture
 def backtests(runtime: Runtime) -> BacktestProcesses:
     return runtime.services.backtests
@@ -73,17 +83,17 @@ async def test_a_backtest_is_decided_in_a_worker_process_of_lower_priority(
 ) -> None:
     shop = await new_shop(client, db, settings)
     assert (await create_session(client, shop, "one")).status_code == 201
-    assert backtests.pids() == []  # started at the first backtest, not before
+    assert worker_pids(backtests) == []  # started at the first backtest, not before
     response = await _backtest(client, shop)
     assert response.status_code == 200
     assert (await response.get_json())["sessions"] == 1
-    (pid,) = backtests.pids()
+    (pid,) = worker_pids(backtests)
     assert pid != os.getpid()
     assert psutil.Process(pid).ppid() == os.getpid()
     assert os.getpriority(os.PRIO_PROCESS, pid) > os.getpriority(os.PRIO_PROCESS, 0)
     assert os.sched_getscheduler(pid) == os.SCHED_IDLE  # a core only when no one else wants it
     assert (await _backtest(client, shop)).status_code == 200
-    assert backtests.pids() == [pid]  # kept for the next backtest
+    assert worker_pids(backtests) == [pid]  # kept for the next backtest
 
 
 async def test_a_backtest_reads_the_sessions_in_its_worker_process_over_a_connection_of_its_own(
@@ -94,7 +104,7 @@ async def test_a_backtest_reads_the_sessions_in_its_worker_process_over_a_connec
     response = await _backtest(client, shop)
     assert response.status_code == 200
     assert (await response.get_json())["sessions"] == 1
-    (pid,) = backtests.pids()
+    (pid,) = worker_pids(backtests)
 
     async def readers(conn: Connection) -> list[Any]:
         return await conn.fetch(
@@ -198,7 +208,7 @@ async def test_a_worker_killed_during_a_backtest_answers_503_and_the_next_backte
 ) -> None:
     shop = await new_shop(client, db, settings)
     assert (await _backtest(client, shop)).status_code == 200
-    (pid,) = backtests.pids()
+    (pid,) = worker_pids(backtests)
     os.kill(pid, signal.SIGSTOP)  # so the next backtest is still in it when it is killed
     answers: list[Any] = []
 
@@ -209,7 +219,7 @@ async def test_a_worker_killed_during_a_backtest_answers_503_and_the_next_backte
         nursery.start_soon(backtest)
 
         async def held() -> bool:
-            return backtests.busy_pids() == [pid]
+            return busy_worker_pids(backtests) == [pid]
 
         await eventually(held)
         os.kill(pid, signal.SIGKILL)
@@ -217,7 +227,7 @@ async def test_a_worker_killed_during_a_backtest_answers_503_and_the_next_backte
     assert lost.status_code == 503
     assert lost.headers["Retry-After"] == str(LOST_RETRY_AFTER_S)
     assert (await _backtest(client, shop)).status_code == 200
-    (replacement,) = backtests.pids()
+    (replacement,) = worker_pids(backtests)
     assert replacement != pid
 
 
@@ -226,15 +236,15 @@ async def test_a_worker_killed_while_idle_is_replaced_at_the_next_backtest(
 ) -> None:
     shop = await new_shop(client, db, settings)
     assert (await _backtest(client, shop)).status_code == 200
-    (pid,) = backtests.pids()
+    (pid,) = worker_pids(backtests)
     os.kill(pid, signal.SIGKILL)
 
     async def gone() -> bool:
-        return pid not in backtests.pids()
+        return pid not in worker_pids(backtests)
 
     await eventually(gone)
     assert (await _backtest(client, shop)).status_code == 200
-    assert len(backtests.pids()) == 1
+    assert len(worker_pids(backtests)) == 1
 
 
 async def test_the_worker_processes_end_with_the_service(
@@ -244,7 +254,7 @@ async def test_the_worker_processes_end_with_the_service(
         client = running.app.test_client()
         shop = await new_shop(client, db, settings)
         assert (await _backtest(client, shop)).status_code == 200
-        pids = running.services.backtests.pids()
+        pids = worker_pids(running.services.backtests)
         assert pids
     for pid in pids:
         with pytest.raises(ProcessLookupError):
@@ -256,19 +266,19 @@ async def test_a_backtest_whose_request_is_cancelled_ends_its_worker_process(
 ) -> None:
     shop = await new_shop(client, db, settings)
     assert (await _backtest(client, shop)).status_code == 200
-    (pid,) = backtests.pids()
+    (pid,) = worker_pids(backtests)
     os.kill(pid, signal.SIGSTOP)  # it would finish at once otherwise
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_backtest, client, shop)
 
         async def held() -> bool:
-            return backtests.busy_pids() == [pid]
+            return busy_worker_pids(backtests) == [pid]
 
         await eventually(held)
         nursery.cancel_scope.cancel()  # as when its client goes away, or the service stops
 
     async def gone() -> bool:
-        return backtests.pids() == []
+        return worker_pids(backtests) == []
 
     await eventually(gone)
     assert (await _backtest(client, shop)).status_code == 200
@@ -282,7 +292,7 @@ async def test_a_worker_that_fails_a_message_is_an_error_and_is_not_used_again(
             await worker.ask(Limits({}))  # not asked for: a fault of the server's, not a 503
 
     async def gone() -> bool:
-        return worker.pid not in backtests.pids()
+        return worker.pid not in worker_pids(backtests)
 
     await eventually(gone)
 
@@ -308,6 +318,6 @@ async def test_a_worker_that_cannot_reach_the_database_answers_503_and_is_not_us
     assert raised.value.retry_after == LOST_RETRY_AFTER_S
 
     async def gone() -> bool:
-        return worker.pid not in backtests.pids()
+        return worker.pid not in worker_pids(backtests)
 
     await eventually(gone)

@@ -2,9 +2,9 @@
 allow more than the bucket, requests at once on one process make one take, a refused key is not
 asked again before its next token, and a reservation of two buckets takes both or neither.
 
-The shared buckets are kept in memory here (`InMemoryBuckets`: `TokenBucket`'s arithmetic, which the
-database's statement implements, tests/storage/test_rate_buckets.py), on Trio's autojump clock; each
-take is a round trip of 1 ms."""
+The shared buckets are kept in memory here (`InMemoryBuckets`: `TokenBucket`'s arithmetic and a
+paced take's, `reserve_token`, which the database's statement implements,
+tests/storage/test_rate_buckets.py), on Trio's autojump clock; each take is a round trip of 1 ms."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ class InMemoryBuckets:
             bucket = self.buckets.setdefault(one.key, TokenBucket.full(one.rate, one.burst, now))
             bucket.wait(now)  # refilled
             before, count = bucket.tokens, 0
-            while count < one.want and bucket.reserve(now, one.max_wait_s)[1] is None:
+            while count < one.want and reserve_token(bucket, now, one.max_wait_s)[1] is None:
                 count += 1
             grants.append(Grant(count, before))
         return grants
@@ -46,6 +46,19 @@ class InMemoryBuckets:
         bucket = self.buckets.get(key)
         if bucket is not None:
             bucket.tokens = min(float(burst), bucket.tokens + count)
+
+
+def reserve_token(bucket: TokenBucket, now: float, max_wait: float) -> tuple[float, float | None]:
+    """Take `bucket`'s next token, waiting for it when it is at most `max_wait` seconds away, as a
+    paced take of `storage.rate_buckets` does: `(seconds to wait first, None)`, 0 when there was one;
+    or, when it is further away, `(0, seconds until it is)` and nothing taken. Reserved tokens make
+    the bucket owe them, so each caller waits its turn behind those before it."""
+    bucket.wait(now)  # refilled to now
+    wait = max(0.0, (1.0 - bucket.tokens) / bucket.rate)
+    if wait > max_wait:
+        return 0.0, wait
+    bucket.tokens -= 1.0
+    return wait, None
 
 
 async def allowed(limiter: SharedLimiter, key: str) -> bool:
@@ -124,3 +137,23 @@ async def test_a_token_given_back_is_in_the_shared_bucket_again(autojump_clock: 
     await first.give_back("account:a@b.example")
     assert await allowed(second, "account:a@b.example")
     assert not await allowed(first, "account:a@b.example")
+
+
+def test_reserving_paces_callers_to_the_rate_each_behind_the_ones_before() -> None:
+    bucket = TokenBucket.full(rate=10, burst=2, now=0.0)
+    waits = [reserve_token(bucket, 0.0, max_wait=1.0) for _ in range(5)]
+    assert waits == [
+        (0.0, None),
+        (0.0, None),
+        (pytest.approx(0.1), None),
+        (pytest.approx(0.2), None),
+        (pytest.approx(0.3), None),
+    ]
+
+
+def test_a_token_further_away_than_the_wait_allowed_is_refused_and_nothing_taken() -> None:
+    bucket = TokenBucket.full(rate=10, burst=1, now=0.0)
+    assert reserve_token(bucket, 0.0, max_wait=0.15) == (0.0, None)
+    assert reserve_token(bucket, 0.0, max_wait=0.15) == (pytest.approx(0.1), None)
+    assert reserve_token(bucket, 0.0, max_wait=0.15) == (0.0, pytest.approx(0.2))
+    assert reserve_token(bucket, 0.2, max_wait=0.15) == (pytest.approx(0.0), None)  # the refusal took nothing

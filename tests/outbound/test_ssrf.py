@@ -10,7 +10,6 @@ import pytest
 from payorch.outbound.ssrf import (
     UnresolvableHost,
     UnsafeWebhookUrl,
-    check_url_shape,
     check_webhook_url,
     non_public_kind,
     resolve_public_addresses,
@@ -44,7 +43,7 @@ NON_PUBLIC_URLS = [
 
 
 def test_https_url_with_port_and_query_has_a_safe_shape() -> None:
-    check_url_shape("https://hooks.example.com:8443/payorch?tenant=7")
+    webhook_host_and_port("https://hooks.example.com:8443/payorch?tenant=7")
 
 
 @pytest.mark.parametrize(
@@ -58,7 +57,7 @@ def test_https_url_with_port_and_query_has_a_safe_shape() -> None:
 )
 def test_url_that_is_not_https_is_refused(url: str) -> None:
     with pytest.raises(UnsafeWebhookUrl, match="https"):
-        check_url_shape(url)
+        webhook_host_and_port(url)
 
 
 @pytest.mark.parametrize(
@@ -72,7 +71,7 @@ def test_url_that_is_not_https_is_refused(url: str) -> None:
 )
 def test_url_with_userinfo_is_refused(url: str) -> None:
     with pytest.raises(UnsafeWebhookUrl, match="user name or password"):
-        check_url_shape(url)
+        webhook_host_and_port(url)
 
 
 @pytest.mark.parametrize(
@@ -80,20 +79,20 @@ def test_url_with_userinfo_is_refused(url: str) -> None:
 )
 def test_url_without_a_valid_host_is_refused(url: str) -> None:
     with pytest.raises(UnsafeWebhookUrl, match="host"):
-        check_url_shape(url)
+        webhook_host_and_port(url)
 
 
 @pytest.mark.parametrize("url", ["https://hooks.example.com:0/", "https://hooks.example.com:65536/"])
 def test_url_with_port_out_of_range_is_refused(url: str) -> None:
     with pytest.raises(UnsafeWebhookUrl, match="port"):
-        check_url_shape(url)
+        webhook_host_and_port(url)
 
 
 def test_url_over_2048_characters_is_refused() -> None:
     base = "https://hooks.example.com/"
-    check_url_shape(base + "a" * (2048 - len(base)))
+    webhook_host_and_port(base + "a" * (2048 - len(base)))
     with pytest.raises(UnsafeWebhookUrl, match="2048"):
-        check_url_shape(base + "a" * (2049 - len(base)))
+        webhook_host_and_port(base + "a" * (2049 - len(base)))
 
 
 def test_host_and_port_are_what_the_client_connects_to() -> None:
@@ -200,7 +199,7 @@ async def test_plain_http_to_a_loopback_host_is_refused_naming_allow_loopback(
 @pytest.mark.parametrize("url", ["http://hooks.example.com/", "http://10.0.0.1/", "http://127.0.0.1.nip.io/"])
 def test_plain_http_to_any_other_host_is_refused_even_with_allow_loopback(url: str) -> None:
     with pytest.raises(UnsafeWebhookUrl, match="must use https"):
-        check_url_shape(url, allow_loopback=True)
+        webhook_host_and_port(url, allow_loopback=True)
 
 
 def test_plain_http_defaults_to_port_80() -> None:

@@ -16,7 +16,15 @@ from tests import fake_mollie as mollie_fake
 from tests import fake_stripe as stripe_fake
 from tests.fake_mollie import FakeMollie
 from tests.fake_stripe import FakeStripe
-from tests.helpers import Client, create_session, eventually, expire_now, prefer, session_body
+from tests.helpers import (
+    Client,
+    account_figures,
+    create_session,
+    eventually,
+    expire_now,
+    prefer,
+    session_body,
+)
 from tests.providers.api_support import created, health_account, settled
 from tests.providers.mollie_support import mollie_settings, new_linked_shop, payment_of
 from tests.test_metrics import scrape, value
@@ -62,7 +70,7 @@ async def test_a_shop_whose_stripe_key_stripe_rejects_leaves_stripe_to_the_other
     assert _stripe_creations(fake_stripe, STRIPE_REJECTED) == [401, 401, 401]
     assert _stripe_creations(fake_stripe, STRIPE_VALID) == [200] * 10
     now = trio.current_time()
-    own = runtime.services.context.health.account_figures(await health_account(db, rejected, "stripe"), now)
+    own = account_figures(runtime.services.context.health, await health_account(db, rejected, "stripe"), now)
     assert own is not None and own.circuit is Circuit.OPEN
     assert runtime.services.context.health.snapshot(now)["stripe"].circuit is Circuit.CLOSED
     _, samples = await scrape(client)
@@ -118,5 +126,5 @@ async def test_closing_checkouts_with_a_revoked_mollie_key_at_expiry_leaves_moll
         session = await created(client, valid, f"valid-{attempt}")
         assert session["routing"]["selectedProvider"] == "mollie"
     now = trio.current_time()
-    own = runtime.services.context.health.account_figures(await health_account(db, rejected, "mollie"), now)
+    own = account_figures(runtime.services.context.health, await health_account(db, rejected, "mollie"), now)
     assert own is not None and own.circuit is Circuit.OPEN

@@ -19,7 +19,16 @@ from tests import fake_mollie as mollie_fake
 from tests import fake_stripe as stripe_fake
 from tests.fake_mollie import FakeMollie, ReceivedMollieRequest, ScriptedFailure
 from tests.fake_stripe import FakeStripe
-from tests.helpers import Client, Shop, create_session, eventually, prefer, put_routing, session_body
+from tests.helpers import (
+    Client,
+    Shop,
+    account_figures,
+    create_session,
+    eventually,
+    prefer,
+    put_routing,
+    session_body,
+)
 from tests.providers.api_support import created, health_account, record
 from tests.providers.mollie_support import MOLLIE_KEY, mollie_settings, new_linked_shop
 
@@ -175,8 +184,8 @@ async def test_a_mollie_account_that_keeps_failing_is_skipped_for_its_cool_down_
         response = await create_session(client, mollie_only, f"down-{attempt}", session_body())
         assert response.status_code != 201
     now = trio.current_time()
-    figures = runtime.services.context.health.account_figures(
-        await health_account(db, mollie_only, "mollie"), now
+    figures = account_figures(
+        runtime.services.context.health, await health_account(db, mollie_only, "mollie"), now
     )
     assert figures is not None
     assert (figures.consecutive_failures, figures.circuit) == (3, Circuit.OPEN)
@@ -191,8 +200,8 @@ async def test_a_mollie_account_that_keeps_failing_is_skipped_for_its_cool_down_
     assert session["routing"]["selectedProvider"] == "mollie"
     assert _mollie_creations(fake_mollie) == [500, 500, 500, 201]
     # Once the 30 s cool-down is over, one session of the shop may try Mollie again (the probe).
-    probe = runtime.services.context.health.account_figures(
-        await health_account(db, mollie_only, "mollie"), now + 30
+    probe = account_figures(
+        runtime.services.context.health, await health_account(db, mollie_only, "mollie"), now + 30
     )
     assert probe is not None and probe.circuit is Circuit.HALF_OPEN
 

@@ -15,11 +15,13 @@ from payorch.engine.routing.success_rates import first_outcome
 from payorch.metrics import Metrics
 from payorch.storage import outbox, routing_outcomes, sessions
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 from payorch.values.statuses import SessionStatus
 
 log = logging.getLogger("payorch.sessions")
 
 
+@on_database_thread
 async def apply_session_event(
     conn: Connection,
     *,
@@ -76,6 +78,7 @@ async def apply_session_event(
     return True
 
 
+@on_database_thread
 async def _record_outcome(
     conn: Connection, session: sessions.CheckoutSession, event: SessionEvent, metrics: Metrics, now: datetime
 ) -> None:

@@ -25,6 +25,7 @@ from payorch.engine.payments.states import SessionEvent
 from payorch.providers.base import CheckoutClosed, Credentials, CredentialsRejected, ProviderError
 from payorch.storage import provider_configs, sessions
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 from payorch.storage.provider_configs import ProviderConfig
 from payorch.values.statuses import SessionStatus
 
@@ -113,6 +114,7 @@ class ExpireSession:
         )
 
 
+@on_database_thread
 async def _due(
     conn: Connection, context: Context, application_id: uuid.UUID, session_id: uuid.UUID
 ) -> _Due | None:

@@ -18,6 +18,7 @@ from payorch.metrics import Metrics
 from payorch.providers.base import EventKind, ProviderEvent
 from payorch.storage import provider_events_seen, sessions
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 
 log = logging.getLogger("payorch.provider_events")
 
@@ -53,6 +54,7 @@ class ApplyProviderEvent:
             )
         )
 
+    @on_database_thread
     async def _apply(
         self, conn: Connection, application_id: uuid.UUID, metrics: Metrics, now: datetime
     ) -> bool:

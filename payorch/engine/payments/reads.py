@@ -10,9 +10,11 @@ from payorch.engine.payments.refund_rules import refund_record
 from payorch.engine.payments.states import WITH_REFUNDS
 from payorch.storage import refunds, sessions
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 from payorch.values.pagination import PageRequest
 
 
+@on_database_thread
 async def session_with_record(
     conn: Connection, session_id: uuid.UUID
 ) -> tuple[sessions.CheckoutSession, SessionRecord] | None:
@@ -26,6 +28,7 @@ async def session_with_record(
     return session, session_record(session, [refund_record(refund) for refund in shown])
 
 
+@on_database_thread
 async def session_page(
     conn: Connection,
     application_id: uuid.UUID,

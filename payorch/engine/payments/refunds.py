@@ -69,6 +69,7 @@ from payorch.metrics import Metrics
 from payorch.providers.base import ProviderError, RefundRefused, RefundRequest, RefundSubmitted
 from payorch.storage import idempotency_keys, outbox, provider_configs, refunds, sessions
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 from payorch.storage.failures import StorageFailure, storage_failure
 from payorch.storage.refunds import Refund
 from payorch.values.errors import (
@@ -114,6 +115,7 @@ class _Submission:
     config: provider_configs.ProviderConfig
 
 
+@on_database_thread
 async def _reserve(
     conn: Connection,
     *,
@@ -157,6 +159,7 @@ async def _reserve(
     return _submission(existing, session.provider_reference, config)
 
 
+@on_database_thread
 async def _settle_session_status(
     conn: Connection, session_id: uuid.UUID, metrics: Metrics, now: datetime
 ) -> None:
@@ -207,6 +210,7 @@ async def _submit(context: Context, submission: _Submission, timeout_s: float) -
         return None
 
 
+@on_database_thread
 async def _conclude_refund(
     conn: Connection,
     refund_id: uuid.UUID,
@@ -235,6 +239,7 @@ _EVENT_OF_VERDICT: dict[RefundStatus, EventType] = {
 }
 
 
+@on_database_thread
 async def _emit_refund_event(conn: Connection, refund: Refund, event_type: EventType) -> None:
     log.info(
         "refund state changed",
@@ -253,6 +258,7 @@ async def _emit_refund_event(conn: Connection, refund: Refund, event_type: Event
     )
 
 
+@on_database_thread
 async def apply_refund_outcome(
     conn: Connection,
     *,
@@ -280,6 +286,7 @@ async def apply_refund_outcome(
 _Recorded = Literal["acknowledged", "refused", "unacknowledged"]
 
 
+@on_database_thread
 async def _record_submission(
     conn: Connection,
     refund_id: uuid.UUID,
@@ -328,6 +335,7 @@ class CreateRefund:
         scope = refund_scope(self.draft.session_id)
         in_flight = in_flight_key(scope, self.idempotency_key)
 
+        @on_database_thread
         async def reserve(conn: Connection, claim: idempotency_keys.Claimed) -> _Submission:
             # A refund the rules refuse (DomainError) rolls the claim back with it: the key stays free.
             return await _reserve(
@@ -361,6 +369,7 @@ class CreateRefund:
 
         actor.spawn(submit, answer, reply)
 
+    @on_database_thread
     async def _answer(
         self,
         conn: Connection,
@@ -416,6 +425,7 @@ class SubmitRefund:
         actor.spawn(submit, record, reply)
 
 
+@on_database_thread
 async def _pending_submission(
     conn: Connection, application_id: uuid.UUID, refund_id: uuid.UUID
 ) -> _Submission | None:

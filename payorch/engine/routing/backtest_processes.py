@@ -172,14 +172,6 @@ class BacktestProcesses:
         self._busy: set[int] = set()
         self._nursery: trio.Nursery | None = None
 
-    def pids(self) -> list[int]:
-        """The process ids of the worker processes alive now."""
-        return sorted(self._alive)
-
-    def busy_pids(self) -> list[int]:
-        """The process ids of the worker processes a backtest holds now."""
-        return sorted(self._busy)
-
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Hold the worker processes until cancelled, then kill each and wait for it. Ready at
         once: the processes start at their first use."""

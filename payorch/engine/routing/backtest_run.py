@@ -30,6 +30,7 @@ from payorch.engine.routing.success_rates import SegmentFigures
 from payorch.providers.catalogue import ProviderCatalogue
 from payorch.storage import provider_configs, routing_outcomes
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 from payorch.storage.provider_configs import ProviderConfig
 from payorch.storage.routing_outcomes import SegmentOutcomes
 
@@ -46,6 +47,7 @@ class Backtest:
     replay: Replay
 
 
+@on_database_thread
 async def _inputs(
     conn: Connection, application_id: uuid.UUID, window: int
 ) -> tuple[list[ProviderConfig], list[SegmentOutcomes]]:

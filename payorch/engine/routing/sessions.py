@@ -28,6 +28,7 @@ from payorch.engine.routing.success_rates import RoutingSettings, SegmentFigures
 from payorch.providers.catalogue import ProviderCatalogue
 from payorch.storage import provider_configs, routing_documents, routing_outcomes
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 from payorch.storage.provider_configs import ProviderConfig
 from payorch.storage.routing_outcomes import SegmentOutcomes
 from payorch.storage.sessions import SessionDraft
@@ -72,6 +73,7 @@ async def routing_inputs(actor: ApplicationActor[Context]) -> RoutingInputs:
     return RoutingInputs(in_catalogue, routing, hot.rates() or NO_EVIDENCE)
 
 
+@on_database_thread
 async def _read(
     conn: Connection,
     application_id: uuid.UUID,

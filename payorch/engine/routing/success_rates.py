@@ -112,20 +112,6 @@ class SegmentFigures:
     def count(self) -> int:
         return len(self.outcomes)
 
-    def weighted_successes(self) -> float:
-        return float(self.outcomes.count(Outcome.SUCCESS))
-
-    def weighted_attempts(self, abandonment_weight: float) -> float:
-        return _attempts(self.outcomes, abandonment_weight)
-
-
-def _attempts(outcomes: str, abandonment_weight: float) -> float:
-    return (
-        outcomes.count(Outcome.SUCCESS)
-        + outcomes.count(Outcome.FAILURE)
-        + abandonment_weight * outcomes.count(Outcome.ABANDONMENT)
-    )
-
 
 Level = Literal["segment", "method", "provider", "prior"]
 

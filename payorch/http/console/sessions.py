@@ -53,6 +53,7 @@ from payorch.http.services import services
 from payorch.storage import outbox
 from payorch.storage import sessions as sessions_store
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 from payorch.values import errors as domain
 from payorch.values.money import to_major_units, to_minor_units
 from payorch.values.pagination import PageRequest
@@ -175,6 +176,7 @@ class History:
     events: list[dict[str, Any]]  # the delivery bodies of the session's events, newest first
 
 
+@on_database_thread
 async def _history(conn: Connection, session_id: Any) -> History:
     particulars = await sessions_store.session_particulars(conn, session_id)
     events = await outbox.events_of_session(conn, session_id)

@@ -48,6 +48,7 @@ from payorch.providers.sandbox import simulator
 from payorch.providers.sandbox.signing import SignatureInvalid, new_signing_secret, verify_signature
 from payorch.storage import sandbox as store
 from payorch.storage.database import Connection, Database
+from payorch.storage.database_thread import on_database_thread
 from payorch.storage.failures import StorageFailure, storage_failure
 from payorch.storage.sessions import AnsweredSession
 from payorch.values.clock import SYSTEM_CLOCK, Clock
@@ -186,6 +187,7 @@ class SandboxProvider:
         new = self._new_checkout(credentials, request, idempotency_key)
         return CheckoutToStore(self._answer(new.id), new)
 
+    @on_database_thread
     async def store_with_sessions(
         self, conn: Connection, stored: Sequence[tuple[CheckoutToStore, AnsweredSession]]
     ) -> None:

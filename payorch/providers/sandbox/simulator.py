@@ -30,6 +30,7 @@ from typing import Any
 
 from payorch.storage import sandbox as store
 from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 
 _BASE62 = string.digits + string.ascii_letters
 
@@ -165,6 +166,7 @@ def _checkout_data(checkout: store.SandboxCheckout) -> dict[str, Any]:
     }
 
 
+@on_database_thread
 async def _queue(
     conn: Connection,
     checkout: store.SandboxCheckout,
@@ -208,6 +210,7 @@ class PaymentResult:
     failure_code: str | None = None
 
 
+@on_database_thread
 async def pay_checkout(
     conn: Connection, checkout_id: str, entry: str, *, dispute_delay_ms: int, now: datetime
 ) -> PaymentResult:
@@ -256,6 +259,7 @@ class RefundOrder:
     reason: str | None
 
 
+@on_database_thread
 async def refund_checkout(
     conn: Connection, order: RefundOrder, *, refund_delay_ms: int, now: datetime
 ) -> store.SandboxRefund:

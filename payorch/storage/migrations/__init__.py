@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from payorch.storage.database import Connection, Database
+from payorch.storage.database_thread import on_database_thread
 
 _LOCK_ID = 0x7061796F7263  # "payorc"
 
@@ -54,6 +55,7 @@ def available_migrations() -> list[Migration]:
     return sorted(found, key=lambda migration: migration.version)
 
 
+@on_database_thread
 async def _apply_pending(conn: Connection, migrations: list[Migration]) -> list[str]:
     await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_ID)
     await conn.execute(
