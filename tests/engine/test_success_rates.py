@@ -9,7 +9,7 @@ import random
 import pytest
 
 from payorch.config import Settings
-from payorch.engine.payments.states import SessionEvent
+from payorch.engine.payments.states import SessionEvent, first_outcome
 from payorch.engine.routing.sessions import learned_settings
 from payorch.engine.routing.success_rates import (
     PRIOR,
@@ -19,7 +19,6 @@ from payorch.engine.routing.success_rates import (
     RoutingSettings,
     SegmentFigures,
     SuccessRates,
-    first_outcome,
     recent_run,
 )
 

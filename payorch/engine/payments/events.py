@@ -10,8 +10,7 @@ import uuid
 from datetime import datetime
 
 from payorch.engine.payments.records import event_body, new_event_id, session_record
-from payorch.engine.payments.states import SessionEvent, TransitionRefused, transition
-from payorch.engine.routing.success_rates import first_outcome
+from payorch.engine.payments.states import SessionEvent, TransitionRefused, first_outcome, transition
 from payorch.metrics import Metrics
 from payorch.storage import outbox, routing_outcomes, sessions
 from payorch.storage.database import Connection

@@ -31,7 +31,7 @@ import enum
 from dataclasses import dataclass
 
 from payorch.engine.body_types import EventType
-from payorch.values.statuses import FailureReason, SessionStatus
+from payorch.values.statuses import FailureReason, Outcome, SessionStatus
 
 
 class SessionEvent(enum.StrEnum):
@@ -100,3 +100,15 @@ def status_for_refunded(total_minor: int, refunded_minor: int) -> SessionStatus:
     if refunded_minor < total_minor:
         return SessionStatus.PARTIALLY_REFUNDED
     return SessionStatus.REFUNDED
+
+
+def first_outcome(event: SessionEvent) -> Outcome | None:
+    """The outcome `event` gives a session that has none yet (a session has one: the first);
+    None for an event that says nothing about the provider's approval (a lost dispute)."""
+    if event is SessionEvent.PAYMENT_SUCCEEDED:
+        return Outcome.SUCCESS
+    if event is SessionEvent.PAYMENT_DECLINED:
+        return Outcome.FAILURE
+    if event is SessionEvent.EXPIRED:
+        return Outcome.ABANDONMENT
+    return None

@@ -1,8 +1,8 @@
 """Success rates learned from payment outcomes, per provider and segment (docs/routing.md).
 
 Pure code. A session's outcome at the provider that created its checkout is the first of these to
-happen to it (`first_outcome`): the payment succeeds (success), the provider declines an attempt
-(failure), or the checkout expires unpaid (abandonment: a failure that weighs
+happen to it (`engine.payments.states.first_outcome`): the payment succeeds (success), the provider
+declines an attempt (failure), or the checkout expires unpaid (abandonment: a failure that weighs
 `abandonment_weight`, since the customer may simply have left). A success counts 1 success and 1
 attempt, a failure 0 and 1, an abandonment 0 and `abandonment_weight`.
 
@@ -57,7 +57,6 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Literal
 
-from payorch.engine.payments.states import SessionEvent
 from payorch.values.statuses import Outcome  # defined there: the database's CHECK is written from it
 
 FIRST_RUN = 5  # the newest outcomes, always in the run
@@ -65,18 +64,6 @@ BLOCKS = (10, 20)  # the run stops where this many older outcomes differ from it
 CHANGE_Z = 4.0  # a block this many standard errors away from the run ends it
 PRIOR_SUCCESSES, PRIOR_ATTEMPTS = 1.0, 2.0  # Beta(1, 1): 0.5 with two pseudo-outcomes
 OPTIMISM = 1.0  # standard deviations of its rate a provider is ranked above its rate
-
-
-def first_outcome(event: SessionEvent) -> Outcome | None:
-    """The outcome `event` gives a session that has none yet (a session has one: the first);
-    None for an event that says nothing about the provider's approval (a lost dispute)."""
-    if event is SessionEvent.PAYMENT_SUCCEEDED:
-        return Outcome.SUCCESS
-    if event is SessionEvent.PAYMENT_DECLINED:
-        return Outcome.FAILURE
-    if event is SessionEvent.EXPIRED:
-        return Outcome.ABANDONMENT
-    return None
 
 
 @dataclass(frozen=True)
