@@ -30,7 +30,9 @@
   bare Quart-Trio POST at the same rates for its CPU per request (`bench/steady.py`);
 - routing: a simulation of routing quality driving payorch's real routing code (approvals against
   an oracle's, recovery after an outage, exploration's cost), and microseconds per routing
-  decision with 20 rules and 3 providers (`bench/routing.py`); no payorch is started.
+  decision with 20 rules and 3 providers (`bench/routing.py`); then the same sessions with 1, 2
+  and 3 attempts under a recovery policy, against an oracle (`bench/recovery.py`); no payorch is
+  started.
 
 payorch runs in this process (`payorch.service.run`) on a fresh embedded PostgreSQL; the bare app
 (`bench/bare.py`) after it, the same way; but for workers, where both run as processes of their own,
@@ -62,6 +64,7 @@ from bench.payorch_target import (
     read_target,
     running_payorch,
 )
+from bench.recovery import measure_recovery
 from bench.report import Isolation, Results, report
 from bench.routing import measure_decision_cost, measure_quality
 from bench.shop import Merchant, new_session, sandbox_link, signed_up_merchant, stripe_link
@@ -318,6 +321,7 @@ async def main(args: argparse.Namespace) -> None:
     if "routing" in wanted:  # pure computation: first, while nothing else runs
         progress("routing: simulating routing quality, then timing decisions")
         results.routing = measure_quality()
+        results.recovery = measure_recovery()
         results.decision_cost = measure_decision_cost()
     with tempfile.TemporaryDirectory(prefix="payorch-bench-") as temporary:
         work_dir = Path(temporary)

@@ -14,6 +14,7 @@ from bench.lists import ListTimes
 from bench.load import STRAGGLER_DEADLINE_S, LoadResult
 from bench.measure import Measurement, cpu_count
 from bench.neighbours import Neighbours
+from bench.recovery import ORACLE_RECOVERY_GOAL, SOURCE, RecoveryQuality
 from bench.routing import (
     DECISION_US_GOAL,
     EXPLORATION_COST_GOAL,
@@ -90,6 +91,7 @@ class Results:
     neighbours: Neighbours | None = None
     lists: ListTimes | None = None
     routing: RoutingQuality | None = None
+    recovery: RecoveryQuality | None = None
     decision_cost: DecisionCost | None = None
     steady: list[SteadyRun] = field(default_factory=list)
     bare_steady: list[SteadyRun] = field(default_factory=list)  # the bare POST at the same rates
@@ -483,6 +485,46 @@ def _routing_goals(quality: RoutingQuality | None, cost: DecisionCost | None) ->
         )
 
 
+def _recovery(quality: RecoveryQuality) -> Iterator[str]:
+    yield (
+        f"recovery: {quality.sessions:,} simulated sessions over the same providers and segments, "
+        f"each with 1, 2 and 3 attempts ({quality.seconds:.1f} s)"
+    )
+    yield f"declines from {SOURCE}:"
+    yield (
+        "  about 25% soft, about 20% of those approved at another processor (at each segment's best "
+        f"provider); this world's first attempts: {quality.soft_share:.0%} of declines soft, "
+        f"{quality.fallback_recovery:.0%} of those approved at the next provider"
+    )
+    columns = ("approved", "oracle", "of oracle", "2nd att.", "recovered")
+    yield f"{'':<{LABEL_WIDTH}}" + "".join(f"{name:>11}" for name in columns)
+    for run in quality.runs:
+        yield (
+            f"{f'payorch, at most {run.attempts} attempt' + ('s' if run.attempts > 1 else ''):<{LABEL_WIDTH}}"
+            f"{run.approvals:>11,}{quality.oracle:>11,}{run.approvals / quality.oracle:>11.1%}"
+            f"{run.second_attempts / quality.sessions:>11.1%}{run.recovered:>11,}"
+        )
+    yield (
+        f"the oracle knows which providers approve each customer: it approves all {quality.oracle:,} "
+        f"with any number of attempts, {quality.oracle_recovered:,} of them lost by payorch's first attempt"
+    )
+    yield ""
+
+
+def _recovery_goals(quality: RecoveryQuality | None) -> Iterator[str]:
+    if quality is None:
+        return
+    share = quality.oracle_share_recovered
+    yield goal_line(
+        "recovery: 2 attempts, recovered / oracle's",
+        f"{share:.1%}",
+        f">= {ORACLE_RECOVERY_GOAL:.0%}",
+        share >= ORACLE_RECOVERY_GOAL,
+    )
+    one, two = quality.run(1).approvals, quality.run(2).approvals
+    yield goal_line("recovery: approvals, 2 attempts - 1", f"{two - one:+,}", ">= 0", two >= one)
+
+
 def _cores(measurements: list[Measurement]) -> Iterator[str]:
     if not measurements:
         return
@@ -591,6 +633,7 @@ def _goals(results: Results) -> Iterator[str]:
     yield from _steady_goals(results.steady, results.bare_steady)
     yield from _workers_goals(results.workers)
     yield from _routing_goals(results.routing, results.decision_cost)
+    yield from _recovery_goals(results.recovery)
     yield from _routing_share(results.create_one, results.decision_cost)
 
 
@@ -677,6 +720,8 @@ def report(results: Results, background: float | None) -> Iterator[str]:
         yield from _steady(results.steady, results.bare_steady)
     if results.routing is not None or results.decision_cost is not None:
         yield from _routing(results.routing, results.decision_cost)
+    if results.recovery is not None:
+        yield from _recovery(results.recovery)
     yield from _cores(results.measurements())
     yield from _goals(results)
     for m in results.measurements() + results.workers_measurements():

@@ -538,6 +538,14 @@ class RoutingDocumentUpdate(Body):
         ),
     ] = None
     objective: Annotated[Any, Field(description="`approval` (the default) or `net` (of fees)")] = None
+    recovery: Annotated[
+        Any,
+        Field(
+            description="`{maxAttempts: 1..5, retryOn?: [failure reasons], neverRetry?: [decline codes]}`: "
+            "a declined attempt is followed by the next provider's; hard declines never are. "
+            "Left out: one attempt"
+        ),
+    ] = None
     version: Annotated[Any, Field(description="ignored: a document read may be sent back as it is")] = None
     updatedAt: Annotated[Any, Field(description="ignored, as `version`")] = None
 

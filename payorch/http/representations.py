@@ -18,10 +18,11 @@ from typing_extensions import TypedDict  # pydantic needs this one on Python < 3
 from payorch.engine.body_types import CLOSED, EventType, MajorUnits, Timestamp, Uuid, listed
 from payorch.engine.routing.decision import PlaceReason
 from payorch.engine.routing.document import Objective, RouteType
+from payorch.engine.routing.recovery import DECLINE_CODE, MAX_ATTEMPTS, RETRYABLE_REASONS
 from payorch.http.models import Organization
 from payorch.providers.base import EventDelivery
 from payorch.storage.applications import ApiKeyStatus
-from payorch.values.statuses import DeliveryStatus, WebhookTestStatus
+from payorch.values.statuses import DeliveryStatus, RoutingReason, WebhookTestStatus
 
 # --- Common -------------------------------------------------------------------------------------
 
@@ -204,6 +205,17 @@ class RoutingFee(TypedDict):
 
 
 @with_config(CLOSED)
+class RoutingRecovery(TypedDict):
+    """The recovery policy (docs/routing.md "Recovery"): at most `maxAttempts` attempts per session,
+    a declined one followed by the next provider only when its failure reason is one of `retryOn`
+    and its provider's code none of `neverRetry`; hard declines never. Left out: one attempt."""
+
+    maxAttempts: Annotated[int, Field(ge=1, le=MAX_ATTEMPTS)]
+    retryOn: list[Annotated[str, WithJsonSchema({"enum": list(RETRYABLE_REASONS), "type": "string"})]]
+    neverRetry: list[Annotated[str, Field(pattern=f"^{DECLINE_CODE.pattern}$")]]
+
+
+@with_config(CLOSED)
 class RoutingDocument(TypedDict):
     """The application's routing document in force (docs/routing.md); `version` 0 and `updatedAt`
     null: none was ever stored, and this default routes every session dynamically."""
@@ -214,6 +226,16 @@ class RoutingDocument(TypedDict):
     objective: Objective
     version: Annotated[int, Field(ge=0)]
     updatedAt: Timestamp | None
+    recovery: NotRequired[RoutingRecovery]
+
+
+@with_config(CLOSED)
+class RoutingAttempt(TypedDict):
+    """One attempt the session would get: its provider, and why (the decision's reason for the
+    first, `cascade` when the decision's first provider cannot be tried now, `recovery` after)."""
+
+    provider: str
+    reason: Annotated[RoutingReason, listed(RoutingReason)]
 
 
 @with_config(CLOSED)
@@ -239,6 +261,7 @@ class RoutingEvaluation(TypedDict):
     version: Annotated[int, Field(ge=0)] | None
     selectedProvider: str | None
     ranking: list[RankedProvider]
+    attempts: list[RoutingAttempt]
 
 
 Ratio = Annotated[Decimal, WithJsonSchema({"type": "number", "minimum": 0, "maximum": 1})]

@@ -87,6 +87,10 @@ class RoutingReason(enum.StrEnum):
     CASCADE = "cascade"
     """The provider the decision put first did not create the checkout (it failed, or its circuit
     was open): a later one in the order did."""
+    RECOVERY = "recovery"
+    """An earlier attempt of the session was declined, and the application's recovery policy sent
+    the customer on to this provider, the next of the decision's order
+    (`engine.routing.recovery`)."""
 
 
 class Outcome(enum.StrEnum):

@@ -315,7 +315,7 @@ def facts(
         pytest.param(
             {"rules": [], "priority": []},
             "priority",
-            "unknown key of a routing document: use rules, default, fees or objective",
+            "unknown key of a routing document: use rules, default, fees, objective or recovery",
             id="unknown-document-key",
         ),
         pytest.param(

@@ -483,6 +483,7 @@ async def test_evaluate_answers_the_decision_and_creates_nothing(
         "version": 1,
         "selectedProvider": "sandbox",
         "ranking": [{"provider": "sandbox", "score": Decimal("0.7887"), "eligible": True, "reason": "rule"}],
+        "attempts": [{"provider": "sandbox", "reason": "rule"}],
     }
     assert (await _count(db, "checkout_sessions"), await _count(db, "idempotency_keys")) == before
 

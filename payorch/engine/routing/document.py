@@ -15,11 +15,15 @@ The JSON form (numbers arrive as `int` or `Decimal`, never `float`; see `payorch
                 "route": {"type": "priority", "providers": ["mollie", "stripe"]}}],
      "default": {"type": "dynamic"},
      "fees": {"stripe": {"percent": "1.4", "fixed": {"PLN": "1.00", "EUR": "0.25"}}},
-     "objective": "approval"}
+     "objective": "approval",
+     "recovery": {"maxAttempts": 2, "retryOn": ["CARD_DECLINED", "INSUFFICIENT_FUNDS"],
+                  "neverRetry": ["do_not_honor"]}}
 
 Every key may be left out (or be `null`): no rules, a dynamic default, no fees, objective
-`approval`. The `version` and `updatedAt` that answers add are ignored, so a document read can be
-sent back as it is.
+`approval`, no recovery (one attempt per session; `engine.routing.recovery`). A `recovery` given
+is written back whole, its `retryOn` and `neverRetry` as parsed (their defaults when left out).
+The `version` and `updatedAt` that answers add are ignored, so a document read can be sent back as
+it is.
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any, ClassVar, Literal, NamedTuple
 
+from payorch.engine.routing.recovery import DEFAULT_POLICY, RETRYABLE_REASONS, RecoveryPolicy
 from payorch.engine.routing.validation import routing_document_problems
 from payorch.values.errors import FieldProblem, InvalidInput
 from payorch.values.money import Money, currency_exponent
+from payorch.values.statuses import FailureReason
 
 MAX_DOCUMENT_BYTES = 64 * 1024  # the HTTP layer refuses a larger body before parsing it
 _CANDIDATE_KEYS = 4096  # kinds of session (method, currency, country) whose candidate rules are kept
@@ -198,6 +204,7 @@ class RoutingDocument:
     default: Route = DynamicRoute()
     fees: Mapping[str, Fee] = field(default_factory=dict)
     objective: Objective = "approval"
+    recovery: RecoveryPolicy | None = None  # None: left out, one attempt (`recovery_policy`)
     # By payment method, currency and billing country: the rules whose lists admit such a session,
     # in order, each with its amount bounds in that currency's minor units, worked out on first use
     # (for at most `_CANDIDATE_KEYS` kinds of session at a time).
@@ -223,6 +230,11 @@ class RoutingDocument:
                 and (rule.when.countries is None or country in rule.when.countries)
             )
         return found
+
+    @property
+    def recovery_policy(self) -> RecoveryPolicy:
+        """The recovery policy in force: the document's, or one attempt when it has none."""
+        return DEFAULT_POLICY if self.recovery is None else self.recovery
 
 
 class SessionDraws(NamedTuple):
@@ -327,6 +339,7 @@ def _parsed(raw: object, problems: list[FieldProblem]) -> RoutingDocument:
         default=DynamicRoute() if raw.get("default") is None else _route(raw["default"]),
         fees={name: _fee(item) for name, item in (raw.get("fees") or {}).items()},
         objective=objective,
+        recovery=None if raw.get("recovery") is None else _recovery(raw["recovery"]),
     )
 
 
@@ -372,6 +385,20 @@ def _fee(raw: dict[str, Any]) -> Fee:
     fixed = {currency: Decimal(amount) for currency, amount in (raw.get("fixed") or {}).items()}
     percent = _decimal(raw.get("percent"))
     return Fee(percent=Decimal(0) if percent is None else percent, fixed=fixed)
+
+
+def _recovery(raw: dict[str, Any]) -> RecoveryPolicy:
+    retry_on = raw.get("retryOn")
+    known = {str(reason) for reason in FailureReason}
+    return RecoveryPolicy(
+        max_attempts=raw["maxAttempts"],
+        # A stored document's reasons were checked when it was stored: one payorch no longer knows
+        # retries nothing.
+        retry_on=RETRYABLE_REASONS
+        if retry_on is None
+        else tuple(FailureReason(reason) for reason in retry_on if reason in known),
+        never_retry=tuple(raw.get("neverRetry") or ()),
+    )
 
 
 def _texts(raw: list[str] | None) -> tuple[str, ...] | None:
@@ -430,9 +457,21 @@ def document_json(document: RoutingDocument) -> dict[str, Any]:
         }
         for name, fee in document.fees.items()
     }
-    return {
+    found = {
         "rules": rules,
         "default": route_json(document.default),
         "fees": fees,
         "objective": document.objective,
+    }
+    if document.recovery is not None:
+        found["recovery"] = recovery_json(document.recovery)
+    return found
+
+
+def recovery_json(policy: RecoveryPolicy) -> dict[str, Any]:
+    """`policy` as the document writes it."""
+    return {
+        "maxAttempts": policy.max_attempts,
+        "retryOn": [str(reason) for reason in policy.retry_on],
+        "neverRetry": list(policy.never_retry),
     }

@@ -24,6 +24,7 @@ from payorch.engine.hot_state import DEFAULT_ROUTING, RoutingInForce
 from payorch.engine.provider_health import eligible_providers
 from payorch.engine.routing.decision import Decision, RankedProvider, decide, plan_decided_route
 from payorch.engine.routing.document import RouteType, RoutingDocument, SessionFacts, stored_routing_document
+from payorch.engine.routing.recovery import PlannedAttempt, planned_attempts
 from payorch.engine.routing.success_rates import RoutingSettings, SegmentFigures, SuccessRates
 from payorch.providers.catalogue import ProviderCatalogue
 from payorch.storage import provider_configs, routing_documents, routing_outcomes
@@ -156,14 +157,16 @@ def plan_session(
 @dataclass(frozen=True)
 class Evaluation:
     """How a session would be routed now: the decision, the version of the document that made it
-    (None: a document tried instead of the stored one), and the provider a create would try first
-    (None when none can be tried: not one eligible, or every one's circuit open)."""
+    (None: a document tried instead of the stored one), the provider a create would try first
+    (None when none can be tried: not one eligible, or every one's circuit open), and the attempts
+    the session would get in order under the document's recovery policy (the first at `selected`)."""
 
     rule: str | None
     route_type: RouteType
     version: int | None
     selected: str | None
     ranking: tuple[RankedProvider, ...]
+    attempts: tuple[PlannedAttempt, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -181,17 +184,19 @@ class EvaluateRouting:
         # An id of its own, as a new session has: a split or an exploration draws from it.
         decision, _ = decide_session(context, inputs, self.draft, str(uuid.uuid4()), document)
         now = trio.current_time()
-        admitted = (
+        admitted = [
             place.provider
             for place in decision.ranking
             if place.eligible and context.health.admits(account_of(inputs.configs[place.provider]), now)
-        )
+        ]
+        unavailable = {name for name in decision.order if name not in admitted}
         reply.send(
             Evaluation(
                 rule=decision.rule,
                 route_type=decision.route_type,
                 version=inputs.routing.version if self.document is None else None,
-                selected=next(admitted, None),
+                selected=admitted[0] if admitted else None,
                 ranking=decision.ranking,
+                attempts=planned_attempts(decision, document.recovery_policy, unavailable=unavailable),
             )
         )

@@ -15,6 +15,11 @@ at most 100) and with at most `MAX_DECIMAL_PLACES` after it. A stored document i
 `as_stored`: it was checked when it was stored, by the rules of that day, so only its shape is
 checked again, and the engine routes by whatever numbers it holds without failing
 (`engine.routing.document.Fee`).
+
+A `recovery` policy (`engine.routing.recovery`) holds `maxAttempts` (a whole number from 1 to
+`MAX_ATTEMPTS`), `retryOn` (failure reasons a decline may carry that another provider may approve,
+each once) and `neverRetry` (at most `MAX_NEVER_RETRY` provider decline codes, each once, each a
+`DECLINE_CODE`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,13 @@ from collections.abc import Collection
 from decimal import Decimal
 from typing import Any, TypeGuard
 
+from payorch.engine.routing.recovery import (
+    DECLINE_CODE,
+    HARD_REASONS,
+    MAX_ATTEMPTS,
+    MAX_NEVER_RETRY,
+    RETRYABLE_REASONS,
+)
 from payorch.values.countries import is_country, known_countries
 from payorch.values.errors import FieldProblem
 from payorch.values.money import known_currencies
@@ -34,7 +46,9 @@ MAX_RULE_NAME_LENGTH = 100
 ROUTE_TYPES = ("priority", "split", "dynamic")
 OBJECTIVES = ("approval", "net")
 WHEN_KEYS = ("paymentMethods", "currencies", "amount", "countries")
-DOCUMENT_KEYS = ("rules", "default", "fees", "objective")
+DOCUMENT_KEYS = ("rules", "default", "fees", "objective", "recovery")
+RECOVERY_KEYS = ("maxAttempts", "retryOn", "neverRetry")
+MAX_RETRY_ON = 10
 ANSWER_KEYS = frozenset({"version", "updatedAt"})  # what an answer adds: ignored when sent back
 CURRENCY = re.compile(r"[A-Z]{3}")
 COUNTRY = re.compile(r"[A-Z]{2}")
@@ -127,6 +141,7 @@ class _Checker:
         objective = raw.get("objective")
         if objective is not None and objective not in OBJECTIVES:
             self.problem(_inside(at, "objective"), f"must be {_listed(OBJECTIVES)}")
+        self.recovery(raw.get("recovery"), _inside(at, "recovery"))
 
     def rules(self, raw: object, at: str) -> None:
         if raw is None:
@@ -296,6 +311,58 @@ class _Checker:
                 sound = self.problem(_inside(at, name), "must be a whole number from 0 to 100")
         if sound and sum(raw.values()) != 100:
             self.problem(at, f"must sum to 100, not {sum(raw.values())}")
+
+    def recovery(self, raw: object, at: str) -> None:
+        if raw is None:
+            return
+        if not isinstance(raw, dict):
+            self.problem(at, f"must be an object with {_listed(RECOVERY_KEYS)}")
+            return
+        self.unknown_keys(raw, RECOVERY_KEYS, at, "a recovery policy")
+        attempts, where = raw.get("maxAttempts"), _inside(at, "maxAttempts")
+        if attempts is None:
+            self.problem(where, f"required: the most attempts a session gets, 1 to {MAX_ATTEMPTS}")
+        elif not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= MAX_ATTEMPTS:
+            self.problem(where, f"must be a whole number from 1 to {MAX_ATTEMPTS}")
+        reasons = [str(reason) for reason in RETRYABLE_REASONS]
+        retry_on = _inside(at, "retryOn")
+        for index, reason in self.distinct(raw.get("retryOn"), retry_on, MAX_RETRY_ON):
+            if reason in HARD_REASONS:
+                self.problem(
+                    _inside(retry_on, index), f"{reason} is a hard decline: never retried at another provider"
+                )
+            elif reason not in reasons and not self.as_stored:
+                self.problem(
+                    _inside(retry_on, index),
+                    f"{_shown(reason)} is not a decline's reason: use {_listed(reasons)}",
+                )
+        never_retry = _inside(at, "neverRetry")
+        for index, code in self.distinct(raw.get("neverRetry"), never_retry, MAX_NEVER_RETRY, empty=True):
+            if not DECLINE_CODE.fullmatch(code):
+                self.problem(
+                    _inside(never_retry, index),
+                    "must be a provider's decline code: 1 to 64 letters, digits, _, . or -",
+                )
+
+    def distinct(self, raw: object, at: str, most: int, *, empty: bool = False) -> list[tuple[int, str]]:
+        """The strings of the list `raw` (at most `most` of them, each once; empty only when `empty`),
+        each with its index (a problem noted for anything else)."""
+        if raw is None:
+            return []
+        if isinstance(raw, list) and len(raw) > most:
+            self.problem(at, f"at most {most} values, not {len(raw)}")
+            return []
+        if empty and raw == []:
+            return []
+        first_at: dict[str, int] = {}
+        found = []
+        for index, item in self.texts(raw, at):
+            if item in first_at:
+                self.problem(_inside(at, index), f"{_shown(item)} is listed twice")
+            else:
+                first_at[item] = index
+                found.append((index, item))
+        return found
 
     def fees(self, raw: object, at: str) -> None:
         if raw is None:

@@ -169,7 +169,7 @@ def routing_body(stored: StoredRoutingDocument | None) -> bodies.RoutingDocument
     """The document in force as the API answers it: the stored one with its version and when it was
     stored, or the default (version 0, `updatedAt` null) when none was ever stored."""
     document = DEFAULT_DOCUMENT if stored is None else stored.document
-    return {
+    body: bodies.RoutingDocument = {
         "rules": document["rules"],
         "default": document["default"],
         "fees": document["fees"],
@@ -177,6 +177,9 @@ def routing_body(stored: StoredRoutingDocument | None) -> bodies.RoutingDocument
         "version": 0 if stored is None else stored.version,
         "updatedAt": None if stored is None else iso(stored.created_at),
     }
+    if "recovery" in document:  # left out: one attempt
+        body["recovery"] = document["recovery"]
+    return body
 
 
 def evaluation_body(evaluation: Evaluation) -> bodies.RoutingEvaluation:
@@ -193,6 +196,9 @@ def evaluation_body(evaluation: Evaluation) -> bodies.RoutingEvaluation:
                 "reason": place.reason,
             }
             for place in evaluation.ranking
+        ],
+        "attempts": [
+            {"provider": planned.provider, "reason": planned.reason} for planned in evaluation.attempts
         ],
     }
 
