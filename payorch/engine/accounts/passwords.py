@@ -1,6 +1,15 @@
 """Admin passwords: argon2id hashes through libpass. Hashing is slow on purpose and takes memory on
-purpose, so it runs in threads of its own share, at most `PasswordHasher`'s turns at once; a login or
+purpose, so it runs in threads of its own, at most `PasswordHasher`'s turns at once; a login or
 signup that finds every turn taken is answered 503 before any hash starts.
+
+The threads are the hasher's own (`HashingThreads`), never Trio's cached ones, and run at the least
+priority (nice 19): a hash is tens of milliseconds of one core, and at the server's priority a
+stranger's login flood, bounded to a hash at a time, still took a core away from the threads
+serving every merchant whenever the machine had no other free, so the others' creates waited
+behind it (their p99 several times what it was alone, on two cores). At nice 19 a hash takes what
+the serving threads leave, and a login waits a little longer when the machine is busy. Trio's
+cached threads could not be lowered: a thread of its cache runs any later `to_thread` work, and an
+unprivileged process cannot raise a thread's priority back.
 
 The parameters are OWASP's (Password Storage Cheat Sheet) first argon2id choice, m = 46 MiB, t = 1,
 p = 1, chosen from a measurement on the service's machine (docs/operations.md, "Password hashing"):
@@ -12,14 +21,18 @@ choice, stayed in each thread's heap after the hash). Hashes made with other par
 
 from __future__ import annotations
 
+import contextlib
 import os
+import queue
+import threading
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cache
-from typing import Literal
+from functools import cache, partial
+from typing import Any, Literal
 
+import outcome
 import trio
 from passlib.hash import argon2
 
@@ -66,14 +79,70 @@ def hashes_at_once(setting: int | Literal["auto"]) -> int:
     return max(1, cores // 2)
 
 
+HASHING_NICENESS = 19  # the hashing threads' priority: the least
+
+
+def _lower_this_thread() -> None:
+    """Give the calling thread the least priority (Linux: a thread's nice value is its own)."""
+    # A system without per-thread priorities: the hashes run at the process's.
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), HASHING_NICENESS)
+
+
+class HashingThreads:
+    """`count` threads of the hasher's own, at the least priority, started at the first hash and
+    ending with the process (daemons, idle between hashes, holding nothing). `run` hands one a
+    function and waits for its result; the turns (`PasswordHasher`) keep at most `count` functions
+    running at once, so none waits for a thread."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Callable[[outcome.Outcome[Any]], None]]]
+        self._jobs = queue.SimpleQueue()
+        self._started = 0
+        self._starting = threading.Lock()
+
+    def _start(self) -> None:
+        with self._starting:
+            while self._started < self.count:
+                threading.Thread(target=self._serve, name="payorch password hashing", daemon=True).start()
+                self._started += 1
+
+    def _serve(self) -> None:
+        _lower_this_thread()
+        while True:
+            work, deliver = self._jobs.get()
+            deliver(outcome.capture(work))
+
+    async def run(self, work: Callable[[], Any]) -> Any:
+        """`work()` in one of the threads; its result, or its exception raised here. Not cancelled
+        midway, as `trio.to_thread.run_sync` is not: a hash is tens of milliseconds."""
+        if self._started < self.count:
+            self._start()
+        token = trio.lowlevel.current_trio_token()
+        done = trio.Event()
+        result: list[outcome.Outcome[Any]] = []
+
+        def deliver(finished: outcome.Outcome[Any]) -> None:
+            result.append(finished)
+            token.run_sync_soon(done.set)
+
+        self._jobs.put((work, deliver))
+        with trio.CancelScope(shield=True):
+            await done.wait()
+        return result[0].unwrap()
+
+
 class PasswordHasher:
     """The process's password hashing: at most `at_once` turns at a time, each running its hashes
-    one at a time in a thread of its own limiter, never the default thread limiter that DNS and
-    other work share. There is no queue: a turn asked for while all are taken is refused at once
-    (`ServiceBusy`), so a flood of logins holds at most `at_once` hashes' memory and cores."""
+    one at a time on the hasher's own threads at the least priority (`HashingThreads`), never
+    Trio's threads that DNS and other work share. There is no queue: a turn asked for while all
+    are taken is refused at once (`ServiceBusy`), so a flood of logins holds at most `at_once`
+    hashes' memory and cores."""
 
     def __init__(self, at_once: int) -> None:
         self.turns = trio.CapacityLimiter(at_once)
+        self.threads = HashingThreads(at_once)
 
     @contextmanager
     def turn(self) -> Iterator[PasswordTurn]:
@@ -88,30 +157,28 @@ class PasswordHasher:
                 retry_after=BUSY_RETRY_AFTER_S,
             ) from None
         try:
-            yield PasswordTurn(trio.CapacityLimiter(1))
+            yield PasswordTurn(self.threads)
         finally:
             self.turns.release_on_behalf_of(holder)
 
 
 @dataclass(frozen=True)
 class PasswordTurn:
-    """A turn at hashing (`PasswordHasher.turn`): its hashes run one at a time, in a thread of
-    `thread`, its own limiter of one."""
+    """A turn at hashing (`PasswordHasher.turn`): its hashes run one after another on the hasher's
+    `threads`."""
 
-    thread: trio.CapacityLimiter
+    threads: HashingThreads
 
     async def hash(self, password: str) -> str:
         """The argon2id hash of `password`, with a new salt."""
-        return str(await trio.to_thread.run_sync(_hasher.hash, password, limiter=self.thread))
+        return str(await self.threads.run(partial(_hasher.hash, password)))
 
     async def verify(self, password: str, stored_hash: str | None) -> bool:
         """Whether `password` matches `stored_hash`; with no hash, spend the same time and say no."""
         candidate = stored_hash
         if candidate is None:
-            candidate = await trio.to_thread.run_sync(_dummy_hash, limiter=self.thread)
-        matches = bool(
-            await trio.to_thread.run_sync(_hasher.verify, password, candidate, limiter=self.thread)
-        )
+            candidate = await self.threads.run(_dummy_hash)
+        matches = bool(await self.threads.run(partial(_hasher.verify, password, candidate)))
         return matches and stored_hash is not None
 
 
