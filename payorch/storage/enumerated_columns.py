@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 
 from payorch.values.statuses import (
+    AttemptStatus,
     DeliveryStatus,
     FailureReason,
     Outcome,
@@ -60,6 +61,9 @@ ENUMERATED_COLUMNS = (
     EnumeratedColumn("checkout_sessions", "status", SessionStatus),
     EnumeratedColumn("checkout_sessions", "failure_reason", FailureReason),
     EnumeratedColumn("checkout_sessions", "routing_reason", RoutingReason),
+    EnumeratedColumn("payment_attempts", "status", AttemptStatus),
+    EnumeratedColumn("payment_attempts", "failure_reason", FailureReason),
+    EnumeratedColumn("payment_attempts", "routing_reason", RoutingReason),
     EnumeratedColumn("refunds", "status", RefundStatus),
     EnumeratedColumn("refunds", "failure_reason", FailureReason),
     EnumeratedColumn("webhook_deliveries", "status", DeliveryStatus),

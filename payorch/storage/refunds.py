@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from payorch.storage import due_work
+from payorch.storage.attempts import EndedAttempt, ended_attempts, ended_attempts_of
 from payorch.storage.database import Connection
 from payorch.storage.database_thread import on_database_thread
 from payorch.storage.pages import items_of
@@ -117,24 +118,27 @@ _SESSION_THEN_REFUND_COLUMNS = ", ".join(
 )
 
 
+_SESSION_WITH_REFUNDS = f"""
+    SELECT {_SESSION_THEN_REFUND_COLUMNS}, ended.attempts AS ended_attempts
+    FROM checkout_sessions s
+    LEFT JOIN LATERAL ({ended_attempts_of("s.id")}) ended (attempts) ON true
+    LEFT JOIN refunds r ON r.session_id = s.id
+    WHERE s.id = $1 ORDER BY r.created_at, r.id"""
+
+
 @on_database_thread
 async def session_with_refunds(
     conn: Connection, session_id: uuid.UUID
-) -> tuple[CheckoutSession, list[Refund]] | None:
-    """The session and its refunds, oldest first, in one statement: one round trip, and one
-    snapshot, so the refunds are never from before or after the session's status. None when
-    there is no such session."""
-    rows = await conn.fetch(
-        f"""SELECT {_SESSION_THEN_REFUND_COLUMNS}
-            FROM checkout_sessions s LEFT JOIN refunds r ON r.session_id = s.id
-            WHERE s.id = $1 ORDER BY r.created_at, r.id""",
-        session_id,
-    )
+) -> tuple[CheckoutSession, list[Refund], list[EndedAttempt]] | None:
+    """The session, its refunds and its ended attempts, oldest first, in one statement: one round
+    trip, and one snapshot, so the refunds and attempts are never from before or after the session's
+    status. None when there is no such session."""
+    rows = await conn.fetch(_SESSION_WITH_REFUNDS, session_id)
     if not rows:
         return None
     session = checkout_session(rows[0])
     found = [_refund(row, prefix="r_") for row in rows if row["r_id"] is not None]
-    return session, found
+    return session, found, ended_attempts(rows[0]["ended_attempts"])
 
 
 _REFUNDS_OF_SESSIONS = (

@@ -10,6 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 from payorch.storage import due_work
+from payorch.storage.attempts import EndedAttempt, ended_attempts, ended_attempts_of
 from payorch.storage.database import Connection
 from payorch.storage.database_thread import on_database_thread
 from payorch.storage.pages import read_page
@@ -232,11 +233,21 @@ async def count_sessions(conn: Connection, application_id: uuid.UUID) -> int:
     return int(count or 0)
 
 
+# A page's sessions, each with its ended attempts (a scalar subquery: evaluated for the page's rows
+# only, and never by the count of a filtered list).
+_PAGE_COLUMNS = f"{_COLUMNS}, ({ended_attempts_of('checkout_sessions.id')}) AS ended_attempts"
+
+
+def _with_ended_attempts(row: Mapping[str, Any]) -> tuple[CheckoutSession, list[EndedAttempt]]:
+    return checkout_session(row), ended_attempts(row["ended_attempts"])
+
+
 @on_database_thread
 async def list_sessions(
     conn: Connection, application_id: uuid.UUID, page: PageRequest, where: SessionFilter = ALL_SESSIONS
-) -> tuple[list[CheckoutSession], int]:
-    """A page of the application's sessions that `where` holds, newest first, and how many it holds.
+) -> tuple[list[tuple[CheckoutSession, list[EndedAttempt]]], int]:
+    """A page of the application's sessions that `where` holds, newest first, each with its ended
+    attempts (oldest first, `storage.attempts`), and how many it holds: one statement for the page.
 
     The total comes first: without a filter (the API's list) from the application's counter, with
     one (the console's) by counting. A page past the end is then answered without reading any
@@ -245,11 +256,11 @@ async def list_sessions(
     return await read_page(
         conn,
         page,
-        columns=_COLUMNS,
+        columns=_PAGE_COLUMNS,
         rows_from=f"checkout_sessions WHERE {clause}",
         args=args,
         order_by="created_at DESC, id DESC",
-        item=checkout_session,
+        item=_with_ended_attempts,
         total=await count_sessions(conn, application_id) if where == ALL_SESSIONS else None,
     )
 

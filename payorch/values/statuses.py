@@ -1,6 +1,6 @@
-"""What a session, a refund, a webhook delivery and a webhook test can be, why a session or a
-refund failed, why a session was routed where it was and how its payment turned out there: each
-enumeration's one definition.
+"""What a session, a payment attempt, a refund, a webhook delivery and a webhook test can be, why a
+session or a refund failed, why a session was routed where it was and how its payment turned out
+there: each enumeration's one definition.
 
 They live on the lowest floor because every floor speaks them: the engine moves sessions and
 refunds between them (`engine.payments.states`, `engine.payments.refund_rules`), the providers translate
@@ -53,6 +53,26 @@ class WebhookTestStatus(enum.StrEnum):
 
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
+
+
+class AttemptStatus(enum.StrEnum):
+    """A payment attempt's state (a session has one or more, docs/api.md "Attempts"): OPEN while its
+    checkout may still be paid, then how it ended. The open attempt's is its session's status
+    (`engine.payments.records.current_attempt_status`); an ended attempt keeps its own."""
+
+    OPEN = "OPEN"
+    """Its checkout is the session's now: the customer may pay there."""
+    SUCCEEDED = "SUCCEEDED"
+    """The customer paid at its provider."""
+    DECLINED = "DECLINED"
+    """The provider declined the payment (its `failureReason`, and the provider's own code)."""
+    CANCELED = "CANCELED"
+    """The customer gave up at the provider's page and came back unpaid."""
+    CLOSED = "CLOSED"
+    """payorch closed its checkout at the provider, its outcome unknown: no decline nor cancel came
+    back before the next attempt opened."""
+    EXPIRED = "EXPIRED"
+    """Its session expired while it was open, unpaid."""
 
 
 class FailureReason(enum.StrEnum):

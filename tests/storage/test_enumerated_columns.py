@@ -14,7 +14,7 @@ import pytest
 from payorch.storage.database import Connection, Database
 from payorch.storage.enumerated_columns import ENUMERATED_COLUMNS, EnumeratedColumn, sql_literal
 from payorch.values import statuses
-from payorch.values.statuses import DeliveryStatus, RefundStatus, SessionStatus
+from payorch.values.statuses import AttemptStatus, DeliveryStatus, RefundStatus, SessionStatus
 
 COLUMN_NAMES = [f"{column.table}.{column.column}" for column in ENUMERATED_COLUMNS]
 # A text column with one of these names holds a status, a failure reason, a routing reason or an
@@ -81,8 +81,19 @@ async def _one_row_each(conn: Connection) -> dict[str, Any]:
         application,
         session,
     )
+    attempt = uuid.uuid4()
+    await conn.execute(
+        """INSERT INTO payment_attempts (id, session_id, application_id, number, provider_name,
+                                         provider_reference, status, created_at, ended_at)
+           VALUES ($1, $2, $3, 1, 'sandbox', 'chk_1', $4, now(), now())""",
+        attempt,
+        session,
+        application,
+        AttemptStatus.DECLINED,
+    )
     return {
         "checkout_sessions": session,
+        "payment_attempts": attempt,
         "refunds": refund,
         "webhook_configs": config,
         "webhook_deliveries": delivery,
@@ -157,6 +168,7 @@ def test_every_value_of_every_enumeration_is_its_own_sql_literal() -> None:
     # need escaping.
     for enumeration in (
         statuses.SessionStatus,
+        statuses.AttemptStatus,
         statuses.RefundStatus,
         statuses.DeliveryStatus,
         statuses.WebhookTestStatus,

@@ -9,7 +9,7 @@ import logging
 import uuid
 from datetime import datetime
 
-from payorch.engine.payments.records import event_body, new_event_id, session_record
+from payorch.engine.payments.records import event_body, new_event_id, session_event_data
 from payorch.engine.payments.states import SessionEvent, TransitionRefused, first_outcome, transition
 from payorch.metrics import Metrics
 from payorch.storage import outbox, routing_outcomes, sessions
@@ -71,7 +71,7 @@ async def apply_session_event(
             session_id=session_id,
             event_type=change.emits,
             payload=event_body(
-                event_id, change.emits, updated.updated_at, application_id, session_record(updated)
+                event_id, change.emits, updated.updated_at, application_id, session_event_data(updated)
             ),
         )
     return True

@@ -1,5 +1,5 @@
-"""Reads of sessions as the interface shows them: a session with its refunds, and a page of them.
-Each is consistent by itself: one statement, or one snapshot."""
+"""Reads of sessions as the interface shows them: a session with its refunds and attempts, and a page
+of them. Each is consistent by itself: one statement, or one snapshot."""
 
 from __future__ import annotations
 
@@ -18,14 +18,14 @@ from payorch.values.pagination import PageRequest
 async def session_with_record(
     conn: Connection, session_id: uuid.UUID
 ) -> tuple[sessions.CheckoutSession, SessionRecord] | None:
-    """The session and its read record with its refunds (one statement: `Database.autocommit` is enough
-    for the two to agree); None when there is no such session."""
+    """The session and its read record with its refunds and attempts (one statement:
+    `Database.autocommit` is enough for them to agree); None when there is no such session."""
     read = await refunds.session_with_refunds(conn, session_id)
     if read is None:
         return None
-    session, found = read
+    session, found, ended = read
     shown = found if session.status in WITH_REFUNDS else []
-    return session, session_record(session, [refund_record(refund) for refund in shown])
+    return session, session_record(session, [refund_record(refund) for refund in shown], ended)
 
 
 @on_database_thread
@@ -36,8 +36,10 @@ async def session_page(
     where: sessions.SessionFilter = sessions.ALL_SESSIONS,
 ) -> tuple[list[SessionRecord], int]:
     """A page of the application's session records that `where` holds (all by default), with their
-    refunds. Run it in `Database.snapshot`, so the sessions and their refunds are read as of one
-    moment."""
+    refunds and attempts (the attempts read with the page's sessions). Run it in `Database.snapshot`,
+    so the sessions and their refunds are read as of one moment."""
     found, total = await sessions.list_sessions(conn, application_id, page, where)
-    by_session = await refunds.refunds_of_sessions(conn, [item.id for item in found])
-    return [session_record(item, [refund_record(r) for r in by_session[item.id]]) for item in found], total
+    by_session = await refunds.refunds_of_sessions(conn, [item.id for item, _ in found])
+    return [
+        session_record(item, [refund_record(r) for r in by_session[item.id]], ended) for item, ended in found
+    ], total

@@ -8,6 +8,7 @@ the one definition of what a session holds."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Annotated
@@ -26,10 +27,11 @@ from payorch.engine.body_types import (
     listed,
 )
 from payorch.engine.payments.refund_rules import RefundEventData, RefundRecord
-from payorch.engine.payments.states import WITH_REFUNDS
+from payorch.engine.payments.states import PAID, WITH_REFUNDS
+from payorch.storage.attempts import EndedAttempt
 from payorch.storage.sessions import CheckoutSession
 from payorch.values.money import to_major_units
-from payorch.values.statuses import RoutingReason, SessionStatus
+from payorch.values.statuses import AttemptStatus, FailureReason, RoutingReason, SessionStatus
 from payorch.values.timefmt import iso
 
 SessionStatusField = Annotated[SessionStatus, listed(SessionStatus)]
@@ -68,9 +70,10 @@ def session_routing(session: CheckoutSession) -> Routing | None:
 
 
 @with_config(CLOSED)
-class SessionRecord(TypedDict):
-    """A checkout session. `refunds` is a list in SUCCEEDED, PARTIALLY_REFUNDED, REFUNDED and
-    REVERSED, null otherwise."""
+class SessionEventData(TypedDict):
+    """`data` of a session's webhook event: the session read record (`SessionRecord`) without its
+    `attempts`. `refunds` is a list in SUCCEEDED, PARTIALLY_REFUNDED, REFUNDED and REVERSED, null
+    otherwise."""
 
     id: Uuid
     orderReference: str
@@ -91,8 +94,10 @@ class SessionRecord(TypedDict):
     refunds: list[RefundRecord] | None
 
 
-def session_record(session: CheckoutSession, refunds: list[RefundRecord] | None = None) -> SessionRecord:
-    """The session read record of section 2.8; `refunds` only in the states that carry them."""
+def session_event_data(
+    session: CheckoutSession, refunds: list[RefundRecord] | None = None
+) -> SessionEventData:
+    """The session as its webhook events carry it; `refunds` only in the states that carry them."""
     status = session.status
     return {
         "id": str(session.id),
@@ -110,6 +115,104 @@ def session_record(session: CheckoutSession, refunds: list[RefundRecord] | None 
         "routing": session_routing(session),
         "refunds": (refunds or []) if status in WITH_REFUNDS else None,
     }
+
+
+@with_config(CLOSED)
+class AttemptRecord(TypedDict):
+    """A payment attempt of the session: a checkout at one provider. The last is the session's
+    current one: OPEN while the session is PENDING, else as the session ended."""
+
+    number: Annotated[int, Field(ge=1, description="the session's first attempt is 1")]
+    provider: str
+    status: Annotated[AttemptStatus, listed(AttemptStatus)]
+    failureReason: Annotated[
+        FailureReason | None,
+        WithJsonSchema({"anyOf": [listed(FailureReason).json_schema, {"type": "null"}]}),
+        Field(description="why the provider declined, or the session failed"),
+    ]
+    providerCode: Annotated[str | None, Field(description="the provider's own decline code")]
+    reason: Annotated[
+        RoutingReason,
+        listed(RoutingReason),
+        Field(description="why the attempt went to its provider, as the session's `routing.reason`"),
+    ]
+    createdAt: Timestamp
+    endedAt: Annotated[
+        Timestamp | None,
+        Field(
+            description="null while OPEN; for the current attempt once ended, when the session "
+            "expired, or else when it last changed"
+        ),
+    ]
+
+
+@with_config(CLOSED)
+class SessionRecord(SessionEventData):
+    """A checkout session. `refunds` is a list in SUCCEEDED, PARTIALLY_REFUNDED, REFUNDED and
+    REVERSED, null otherwise. `attempts` lists its payment attempts, oldest first; `providerName`
+    and `routing` are its current (last) attempt's."""
+
+    attempts: list[AttemptRecord]
+
+
+def current_attempt_status(session: CheckoutSession) -> AttemptStatus:
+    """The status of the session's current attempt (its row's), from the session's: OPEN while it is
+    PENDING, SUCCEEDED once paid, EXPIRED or DECLINED once it FAILED."""
+    if session.status is SessionStatus.PENDING:
+        return AttemptStatus.OPEN
+    if session.status in PAID:
+        return AttemptStatus.SUCCEEDED
+    if session.failure_reason is FailureReason.EXPIRED:
+        return AttemptStatus.EXPIRED
+    return AttemptStatus.DECLINED
+
+
+def _current_attempt(session: CheckoutSession, ended: Sequence[EndedAttempt]) -> AttemptRecord | None:
+    if session.provider_name is None:
+        return None  # no provider created a checkout for it
+    status = current_attempt_status(session)
+    ended_at = None
+    if status is AttemptStatus.EXPIRED:
+        ended_at = session.expires_at
+    elif status is not AttemptStatus.OPEN:
+        ended_at = session.updated_at
+    return {
+        "number": len(ended) + 1,
+        "provider": session.provider_name,
+        "status": status,
+        "failureReason": session.failure_reason,
+        "providerCode": None,
+        "reason": session.routing_reason or RoutingReason.DYNAMIC,
+        "createdAt": iso(ended[-1].ended_at if ended else session.created_at),
+        "endedAt": iso(ended_at),
+    }
+
+
+def attempt_records(session: CheckoutSession, ended: Sequence[EndedAttempt]) -> list[AttemptRecord]:
+    """The session's attempts, oldest first: its `ended` ones, then its current one (its row's)."""
+    records: list[AttemptRecord] = [
+        {
+            "number": attempt.number,
+            "provider": attempt.provider_name,
+            "status": attempt.status,
+            "failureReason": attempt.failure_reason,
+            "providerCode": attempt.provider_code,
+            "reason": attempt.routing_reason or RoutingReason.DYNAMIC,
+            "createdAt": iso(attempt.created_at),
+            "endedAt": iso(attempt.ended_at),
+        }
+        for attempt in ended
+    ]
+    current = _current_attempt(session, ended)
+    return [*records, current] if current is not None else records
+
+
+def session_record(
+    session: CheckoutSession, refunds: list[RefundRecord], ended: Sequence[EndedAttempt]
+) -> SessionRecord:
+    """The session read record of section 2.8: its refunds (shown only in the states that carry
+    them) and its attempts, the `ended` ones then its current one."""
+    return {**session_event_data(session, refunds), "attempts": attempt_records(session, ended)}
 
 
 @with_config(CLOSED)
@@ -139,7 +242,7 @@ class Event(TypedDict):
     type: EventType | TestEventType
     createdAt: Timestamp
     applicationId: Uuid
-    data: SessionRecord | RefundEventData | WebhookTestData
+    data: SessionEventData | RefundEventData | WebhookTestData
 
 
 def new_event_id() -> str:
@@ -151,7 +254,7 @@ def event_body(
     event_type: EventType | TestEventType,
     created_at: datetime,
     application_id: uuid.UUID,
-    data: SessionRecord | RefundEventData | WebhookTestData,
+    data: SessionEventData | RefundEventData | WebhookTestData,
 ) -> Event:
     """The body of a webhook delivery, as the outbox stores it."""
     return {

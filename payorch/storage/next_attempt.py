@@ -1,0 +1,116 @@
+"""Ending a session's open payment attempt and opening the next, in one transaction under the
+session's row lock.
+
+The open attempt is the session's row (`storage.sessions.CheckoutSession`); ending it writes it into
+`payment_attempts` (`storage.attempts`) as it ended, and the session's row takes the next attempt's
+provider, checkout reference, checkout URL and routing, in one statement. The caller names the
+attempt it ends by its checkout: a second call for the same attempt (a double return, a reload, two
+tabs, two processes) waits for the first's lock, then finds another attempt open and changes
+nothing. So a session never has two attempts open, however many ask at once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
+from payorch.storage.sessions import CheckoutSession, checkout_session, lock_session
+from payorch.values.statuses import AttemptStatus, FailureReason, RoutingReason, SessionStatus
+
+
+@dataclass(frozen=True)
+class AttemptEnding:
+    """How the session's open attempt, named by its checkout, ended."""
+
+    provider_name: str
+    provider_reference: str
+    status: AttemptStatus  # how it ended: any but OPEN
+    failure_reason: FailureReason | None = None
+    provider_code: str | None = None  # the provider's own decline code
+
+    def __post_init__(self) -> None:
+        if self.status is AttemptStatus.OPEN:
+            raise ValueError("an attempt that ends is no longer OPEN")
+
+
+@dataclass(frozen=True)
+class NextAttempt:
+    """The checkout a provider created for the session's next attempt, and why routing sent it there."""
+
+    provider_name: str
+    provider_reference: str
+    checkout_url: str
+    routing_score: Decimal
+    routing_rule: str | None  # the rule whose order the attempt follows; None: the default route
+    routing_reason: RoutingReason
+    routing_version: int  # of the routing document whose decision gave the provider
+
+
+_NEXT_COLUMNS = list(NextAttempt.__dataclass_fields__)
+_SESSION_COLUMNS = ", ".join(CheckoutSession.__dataclass_fields__)
+
+# $1 the session, $2 the ended attempt's id, $3-$5 how it ended, $6 now, then the next attempt's
+# columns. The ended attempt is the session's row as it was (a CTE reads the statement's snapshot),
+# numbered after the session's last ended one and opened when that one ended (or with the session).
+_END_AND_OPEN_NEXT = f"""
+    WITH ended AS (
+        INSERT INTO payment_attempts (id, session_id, application_id, number, provider_name,
+                                      provider_reference, status, failure_reason, provider_code,
+                                      routing_reason, created_at, ended_at)
+        SELECT $2::uuid, s.id, s.application_id, coalesce(last.number, 0) + 1, s.provider_name,
+               s.provider_reference, $3::text, $4::text, $5::text, s.routing_reason,
+               coalesce(last.ended_at, s.created_at), $6::timestamptz
+        FROM checkout_sessions s
+        LEFT JOIN LATERAL (
+            SELECT number, ended_at FROM payment_attempts
+            WHERE session_id = s.id ORDER BY number DESC LIMIT 1
+        ) last ON true
+        WHERE s.id = $1
+    )
+    UPDATE checkout_sessions
+    SET {", ".join(f"{name} = ${index}" for index, name in enumerate(_NEXT_COLUMNS, start=7))},
+        updated_at = $6
+    WHERE id = $1
+    RETURNING {_SESSION_COLUMNS}"""
+
+
+@on_database_thread
+async def open_next_attempt(
+    conn: Connection,
+    *,
+    application_id: uuid.UUID,
+    session_id: uuid.UUID,
+    ending: AttemptEnding,
+    next_attempt: NextAttempt,
+    now: datetime,
+) -> CheckoutSession | None:
+    """End the session's open attempt as `ending` says and open `next_attempt` at `now`, in the
+    caller's transaction, holding the session's row lock to its end: the session as it now is.
+
+    None, with nothing changed, unless the session is `application_id`'s, still PENDING, and its open
+    attempt is still the checkout `ending` names. Which provider comes next, and whether one may, is
+    the caller's to decide (`engine.routing.recovery`); this only keeps the session's attempts whole."""
+    session = await lock_session(conn, session_id)
+    if (
+        session is None
+        or session.application_id != application_id
+        or session.status is not SessionStatus.PENDING
+        or session.provider_name != ending.provider_name
+        or session.provider_reference != ending.provider_reference
+    ):
+        return None
+    row = await conn.fetchrow(
+        _END_AND_OPEN_NEXT,
+        session_id,
+        uuid.uuid4(),
+        ending.status,
+        ending.failure_reason,
+        ending.provider_code,
+        now,
+        *(getattr(next_attempt, name) for name in _NEXT_COLUMNS),
+    )
+    return checkout_session(row)
