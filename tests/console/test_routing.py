@@ -191,6 +191,62 @@ async def test_a_good_document_is_stored_as_the_next_version_and_the_page_says_s
     assert "<code>eur-split</code>" in html
 
 
+RECOVERING = {
+    **SANDBOX_FIRST,
+    "recovery": {"maxAttempts": 3, "retryOn": ["INSUFFICIENT_FUNDS"], "neverRetry": ["51"]},
+}
+
+
+async def test_a_document_with_a_recovery_policy_round_trips_through_the_page(
+    app: PayorchApp, client: Client, shop: Shop
+) -> None:
+    console, csrf = await signed_in_browser(app, shop.merchant.email)
+    _, html = await page(console, routing_path(shop))
+    assert "one attempt per session: a declined payment is not retried" in html
+    example = re.search(r"For example <code>(.*?)</code>", html)
+    assert example, html
+    assert (
+        loads_exact("{" + unescape(example.group(1)) + "}")["recovery"]["maxAttempts"] == 2
+    )  # JSON as it is
+
+    response, _ = await submit(
+        console, routing_path(shop), {"csrf_token": csrf, "document": dumps_exact(RECOVERING)}
+    )
+    assert response.status_code == 303
+    assert (await api_document(client, shop))["recovery"] == RECOVERING["recovery"]
+    _, html = await page(console, routing_path(shop))
+    assert (
+        '<dd id="routing-recovery">up to 3 attempts per session: a decline for insufficient funds goes on '
+        "to the next provider, except the provider codes 51; hard declines never</dd>"
+    ) in html
+    # The text area holds the policy: storing it unchanged is the document in force, nothing new.
+    shown = unescape(textarea(html))
+    assert loads_exact(shown)["recovery"] == RECOVERING["recovery"]
+    response, _ = await submit(console, routing_path(shop), {"csrf_token": csrf, "document": shown})
+    assert response.status_code == 303
+    stored = await api_document(client, shop)
+    assert (stored["version"], stored["recovery"]) == (1, RECOVERING["recovery"])
+
+
+async def test_a_bad_recovery_policy_names_its_field_and_stores_nothing(
+    app: PayorchApp, client: Client, shop: Shop
+) -> None:
+    await put_routing(client, shop, SANDBOX_FIRST)
+    console, csrf = await signed_in_browser(app, shop.merchant.email)
+    bad = {**SANDBOX_FIRST, "recovery": {"maxAttempts": 6, "retryOn": ["LOST_OR_STOLEN_CARD"]}}
+    response, html = await submit(
+        console, routing_path(shop), {"csrf_token": csrf, "document": dumps_exact(bad)}
+    )
+    assert response.status_code == 400
+    assert problems_shown(html) == [
+        "<code>recovery.maxAttempts</code>: must be a whole number from 1 to 5",
+        "<code>recovery.retryOn.0</code>: LOST_OR_STOLEN_CARD is a hard decline: "
+        "never retried at another provider",
+    ]
+    stored = await api_document(client, shop)
+    assert stored["version"] == 1 and "recovery" not in stored
+
+
 def large_document(countries_per_rule: int) -> str:
     """100 rules, each matching `countries_per_rule` countries: compact JSON, mostly quotes and
     commas, which a form's URL encoding writes in three characters each."""

@@ -15,7 +15,11 @@ import trio
 from payorch.config import Settings
 from payorch.http.services import PayorchApp
 from payorch.storage import outbox
+from payorch.storage import sessions as sessions_store
 from payorch.storage.database import Connection, Database
+from payorch.storage.next_attempt import AttemptEnding, NextAttempt, open_next_attempt
+from payorch.values.clock import SYSTEM_CLOCK
+from payorch.values.statuses import AttemptStatus, FailureReason, RoutingReason
 from tests.console.helpers import csrf_of, page, signed_in_browser
 from tests.helpers import Client, Shop, create_session, lose_dispute, new_shop, post_json, session_body
 from tests.http.test_refunds import paid_session, record_of, record_when
@@ -185,6 +189,78 @@ async def test_a_pending_session_has_no_refund_form(client: Client, shop: Shop, 
     assert response.status_code == 200
     assert "idempotency_key" not in html
     assert "A pending session was not paid, so it cannot be refunded." in html
+
+
+_ATTEMPT_ROW = re.compile(r'<tr id="attempt-([0-9]+)">(.*?)</tr>', re.DOTALL)
+
+
+def attempt_rows(html: str) -> list[tuple[int, str]]:
+    """The rows of the page's attempts, as they come: each one's number and its cells' text."""
+    return [
+        (int(number), " ".join(re.sub(r"<[^>]+>", "", cells).split()))
+        for number, cells in _ATTEMPT_ROW.findall(html)
+    ]
+
+
+async def test_a_paid_sessions_page_shows_its_one_attempt(
+    client: Client, shop: Shop, console: Client
+) -> None:
+    session_id = await paid_session(client, shop)
+    [attempt] = (await record_of(client, shop, session_id))["attempts"]
+    _, html = await page(console, f"/console/sessions/{session_id}")
+    assert "1 attempt, oldest first" in html
+    [(number, cells)] = attempt_rows(html)
+    assert number == 1
+    assert cells.startswith(f"1 Sandbox Succeeded {attempt['reason'].capitalize()} ")
+    assert f'<time datetime="{attempt["createdAt"]}"' in html
+    assert f'<time datetime="{attempt["endedAt"]}"' in html
+
+
+async def test_a_sessions_page_shows_a_declined_attempt_then_the_next_oldest_first(
+    client: Client, db: Database, shop: Shop, console: Client
+) -> None:
+    session_id = await pending_session(client, shop)
+    stored = await db.autocommit(sessions_store.get_session, uuid.UUID(session_id))
+    assert stored is not None and stored.provider_name and stored.provider_reference
+    ending = AttemptEnding(
+        provider_name=stored.provider_name,
+        provider_reference=stored.provider_reference,
+        status=AttemptStatus.DECLINED,
+        failure_reason=FailureReason.INSUFFICIENT_FUNDS,
+        provider_code="<b>51</b>",  # the provider's text, shown escaped
+    )
+    following = NextAttempt(
+        provider_name="stripe",
+        provider_reference="cs_test_next",
+        checkout_url="https://checkout.stripe.example/c/pay/cs_test_next",
+        routing_score=Decimal("0.8000"),
+        routing_rule=None,
+        routing_reason=RoutingReason.RECOVERY,
+        routing_version=0,
+    )
+    opened = await db.transaction(
+        open_next_attempt,
+        application_id=uuid.UUID(shop.application_id),
+        session_id=stored.id,
+        ending=ending,
+        next_attempt=following,
+        now=SYSTEM_CLOCK.now(),
+    )
+    assert opened is not None
+    declined, current = (await record_of(client, shop, session_id))["attempts"]
+
+    _, html = await page(console, f"/console/sessions/{session_id}")
+
+    assert "2 attempts, oldest first" in html
+    assert [number for number, _ in attempt_rows(html)] == [1, 2]
+    (_, first), (_, second) = attempt_rows(html)
+    assert first.startswith("1 Sandbox Declined (Insufficient funds) code &lt;b&gt;51&lt;/b&gt; ")
+    assert "<b>51</b>" not in html
+    assert second.startswith("2 Stripe Open Recovery ")
+    assert second.endswith("—")  # still open: not ended
+    assert '<span title="INSUFFICIENT_FUNDS">Insufficient funds</span>' in html
+    assert f'<time datetime="{declined["endedAt"]}"' in html
+    assert current["createdAt"] == declined["endedAt"]
 
 
 # --- Refunds -----------------------------------------------------------------------------------

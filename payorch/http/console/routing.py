@@ -1,6 +1,7 @@
-"""An application's routing: the document in force (its rules, default route, fees and objective,
-its version and when it was stored), a form to replace it or to backtest it, the success rates
-routing learned per provider and segment, and a form trying how a session would be routed now.
+"""An application's routing: the document in force (its rules, default route, fees, objective and
+recovery policy, its version and when it was stored), a form to replace it or to backtest it, the
+success rates routing learned per provider and segment, and a form trying how a session would be
+routed now.
 
     GET  /console/applications/<id>/routing            the page
     POST /console/applications/<id>/routing            replace the document (`document`, its JSON)
@@ -31,8 +32,10 @@ from werkzeug.datastructures import MultiDict
 
 from payorch.engine.routing.backtest import MAX_DAYS
 from payorch.engine.routing.document import MAX_DOCUMENT_BYTES
+from payorch.engine.routing.recovery import MAX_ATTEMPTS, RETRYABLE_REASONS
 from payorch.http import representations as bodies
 from payorch.http.auth import application_for
+from payorch.http.console.display import label
 from payorch.http.console.kit import (
     Session,
     action,
@@ -73,6 +76,12 @@ EVALUATED_EMAIL = "customer@example.com"
 EVALUATED_ADDRESS = {"line1": "-", "city": "-", "postalCode": "-"}
 _AMOUNT = re.compile(r"[0-9]{1,16}(\.[0-9]{1,16})?")
 _DAYS = re.compile(r"[0-9]{1,3}")
+# The policy the page shows as an example (docs/routing.md "Recovery"): valid as it is.
+RECOVERY_EXAMPLE = {
+    "maxAttempts": 2,
+    "retryOn": ["CARD_DECLINED", "INSUFFICIENT_FUNDS"],
+    "neverRetry": ["do_not_honor"],
+}
 DONE = {"saved": "Saved: the document below is in force from the application's next session on."}
 RATE_LEVELS = {
     "segment": "these outcomes",
@@ -173,6 +182,19 @@ def fee_text(fee: bodies.RoutingFee) -> str:
     return f"{fee['percent']}%" + (f" + {' or '.join(fixed)}" if fixed else "")
 
 
+def recovery_text(policy: bodies.RoutingRecovery | None) -> str:
+    """The recovery policy in words: how many attempts a session gets, and which declines are retried."""
+    if policy is None or policy["maxAttempts"] == 1:
+        return "one attempt per session: a declined payment is not retried at another provider"
+    text = (
+        f"up to {policy['maxAttempts']} attempts per session: a decline for "
+        f"{_listed([label(reason) for reason in policy['retryOn']]).lower()} goes on to the next provider"
+    )
+    if policy["neverRetry"]:
+        text += f", except the provider codes {_listed(policy['neverRetry'])}"
+    return f"{text}; hard declines never"
+
+
 def percent(ratio: Decimal | None) -> str:
     """A ratio of the API's (4 decimals) as a percentage with one decimal; "none" for null."""
     return "none" if ratio is None else f"{(ratio * 100).quantize(Decimal('0.1'))}%"
@@ -213,12 +235,7 @@ async def _routing_page(
     )
     enabled = sorted({method for config in configs if config.is_active for method in config.payment_methods})
     # What the text area holds: the document without the `version` and `updatedAt` the API adds.
-    shown = {
-        "rules": in_force["rules"],
-        "default": in_force["default"],
-        "fees": in_force["fees"],
-        "objective": in_force["objective"],
-    }
+    shown = {key: value for key, value in in_force.items() if key not in ("version", "updatedAt")}
     return await render_page(
         "console/routing.html",
         session,
@@ -232,6 +249,10 @@ async def _routing_page(
         ],
         default_route=route_text(in_force["default"]),
         fees={name: fee_text(fee) for name, fee in in_force["fees"].items()},
+        recovery=recovery_text(in_force.get("recovery")),
+        recovery_example=dumps_exact(RECOVERY_EXAMPLE),
+        max_attempts=MAX_ATTEMPTS,
+        retryable=RETRYABLE_REASONS,
         document_text=document.text if document else dumps_exact(shown, indent=2) if text is None else text,
         document=document,
         backtest=backtest or BacktestForm(str(MAX_DAYS)),

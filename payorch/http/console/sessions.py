@@ -1,7 +1,9 @@
-"""An application's checkout sessions, a session's page with its refunds and events, and its refund form.
+"""An application's checkout sessions, a session's page with its payment attempts, refunds and events,
+and its refund form.
 
     GET  /console/applications/<id>/sessions     the sessions, newest first (filters: status, from, to)
-    GET  /console/sessions/<session_id>          one session: its record, refunds and events
+    GET  /console/sessions/<session_id>          one session: its record, its payment attempts oldest
+                                                 first, its refunds and events
     POST /console/sessions/<session_id>/refunds  refund it, in full or in part
 
 The list is the API's (`operations.sessions.list_sessions`, with the filters the API does not
@@ -220,6 +222,7 @@ async def _session_page(
         particulars=particulars,
         shipping=to_major_units(particulars.shipping_minor, checkout.currency) if particulars else None,
         tax=to_major_units(particulars.tax_minor, checkout.currency) if particulars else None,
+        attempts=record["attempts"],  # oldest first: the last is the one the session describes
         refunds=refunds,
         events=history.events,
         refunded=record["amount"] - remaining,
