@@ -10,6 +10,8 @@
   session's. Answers the key's `Answer`: 201 or 202 with the refund, or the replay of an earlier one.
 - `SubmitRefund` (`engine/payments/refunds.py`), from the refund loop (`supervisors/refund_loop.py`);
   lane: its refund's. Answers `bool`: the provider took the refund.
+- `ReturnFromCheckout` (`engine/payments/recovery.py`), from `GET /checkout/<id>/return`; lane: its
+  session's. Answers `str | None`: where to send the customer (None: not the application's session).
 - `EvaluateRouting` (`engine/routing/sessions.py`), from `POST /api/v1/applications/<id>/routing/evaluate`;
   lane: the application's. Answers an `Evaluation`: how a session would be routed now (creates
   nothing, calls no provider).
@@ -35,6 +37,7 @@ from payorch.engine.idempotency import Answer
 from payorch.engine.payments.checkout import CreateSession
 from payorch.engine.payments.expiry import ExpireSession
 from payorch.engine.payments.provider_events import ApplyProviderEvent
+from payorch.engine.payments.recovery import ReturnFromCheckout
 from payorch.engine.payments.refunds import CreateRefund, SubmitRefund
 from payorch.engine.routing.sessions import EvaluateRouting, Evaluation
 
@@ -45,6 +48,7 @@ __all__ = [
     "EvaluateRouting",
     "ExpireSession",
     "PaymentActors",
+    "ReturnFromCheckout",
     "SubmitRefund",
 ]
 
@@ -65,6 +69,8 @@ class PaymentActors(ActorRegistry[Context]):
     async def ask(self, application_id: uuid.UUID, command: SubmitRefund) -> bool: ...
     @overload
     async def ask(self, application_id: uuid.UUID, command: EvaluateRouting) -> Evaluation: ...
+    @overload
+    async def ask(self, application_id: uuid.UUID, command: ReturnFromCheckout) -> str | None: ...
 
     async def ask(self, application_id: uuid.UUID, command: Command[Context, Any]) -> Any:
         return await super().ask(application_id, command)

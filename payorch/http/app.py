@@ -18,6 +18,7 @@ from payorch.http.routes import (
     accounts,
     applications,
     checkout_result,
+    checkout_return,
     docs,
     health,
     metrics,
@@ -121,6 +122,7 @@ def create_app(services: Services) -> PayorchApp:
         refunds.blueprint,
         webhooks.blueprint,
         checkout_result.blueprint,
+        checkout_return.blueprint,
         console.blueprint,
     ):
         app.register_blueprint(blueprint)

@@ -73,6 +73,7 @@ class CheckoutRequest:
     success_url: str | None
     failure_url: str | None
     order_items: list[dict[str, Any]] = field(default_factory=list)
+    attempt: int = 1  # the session's attempt this checkout is for (1: the one the create opens)
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,16 @@ class CheckoutClosed(enum.Enum):
 
     CLOSED = "closed"  # nobody can pay it any more, and nobody did
     PAID = "paid"  # the customer paid before it closed: the payment stands
+
+
+@dataclass(frozen=True)
+class CheckoutState:
+    """What a provider says of one of its checkouts when the customer comes back from it
+    (`ReportsCheckoutState`): paid, or its last decline (the provider's code, and payorch's reason)."""
+
+    paid: bool
+    decline_code: str | None = None  # None: not declined (still open, or paid)
+    decline_reason: FailureReason | None = None
 
 
 class EventKind(enum.Enum):
@@ -156,6 +167,13 @@ def result_page_url(public_base_url: str, session_id: uuid.UUID, *, cancelled: b
     whose merchant gave no `redirectUrls` (`http/routes/checkout_result.py`)."""
     url = f"{public_base_url.rstrip('/')}/checkout/{session_id}/result"
     return f"{url}?checkout=cancelled" if cancelled else url
+
+
+def return_url(public_base_url: str, session_id: uuid.UUID, attempt: int) -> str:
+    """payorch's return route for a session's `attempt` (`http/routes/checkout_return.py`): where a
+    provider that returns through payorch sends the customer back after paying or failing to pay,
+    and payorch reads the attempt's state and sends them on."""
+    return f"{public_base_url.rstrip('/')}/checkout/{session_id}/return?attempt={attempt}"
 
 
 def provider_events_url(public_base_url: str, provider: str, application_id: uuid.UUID) -> str:
@@ -225,6 +243,17 @@ class Provider(Protocol):
         objects (looked up with a call to the provider): `[event]` when nothing needs looking up,
         several when it reports on several objects (each with an id of its own), none when they
         are nothing of payorch's."""
+        ...
+
+
+@runtime_checkable
+class ReportsCheckoutState(Protocol):
+    """A provider that says at once, when the customer comes back, whether its checkout is paid or
+    was declined and with which code (the sandbox: its checkouts are in payorch's database). payorch
+    opens a next attempt (docs/routing.md "Recovery") only after a decline a provider reported so."""
+
+    async def checkout_state(self, credentials: Credentials, reference: str) -> CheckoutState:
+        """The checkout `reference`'s state now; `ProviderError` for one the account does not have."""
         ...
 
 

@@ -7,6 +7,9 @@ provider, checkout reference, checkout URL and routing, in one statement. The ca
 attempt it ends by its checkout: a second call for the same attempt (a double return, a reload, two
 tabs, two processes) waits for the first's lock, then finds another attempt open and changes
 nothing. So a session never has two attempts open, however many ask at once.
+
+`returning_session` reads what deciding on the next attempt takes: the session, the request it was
+created from (to route it again), and its ended attempts (the providers already tried).
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
+from payorch.storage.attempts import EndedAttempt, ended_attempts, ended_attempts_of
 from payorch.storage.database import Connection
 from payorch.storage.database_thread import on_database_thread
-from payorch.storage.sessions import CheckoutSession, checkout_session, lock_session
+from payorch.storage.sessions import CheckoutSession, SessionDraft, checkout_session, lock_session
+from payorch.values.money import Money
 from payorch.values.statuses import AttemptStatus, FailureReason, RoutingReason, SessionStatus
 
 
@@ -73,7 +78,7 @@ _END_AND_OPEN_NEXT = f"""
     )
     UPDATE checkout_sessions
     SET {", ".join(f"{name} = ${index}" for index, name in enumerate(_NEXT_COLUMNS, start=7))},
-        updated_at = $6
+        next_attempt_asked_at = NULL, updated_at = $6
     WHERE id = $1
     RETURNING {_SESSION_COLUMNS}"""
 
@@ -114,3 +119,51 @@ async def open_next_attempt(
         *(getattr(next_attempt, name) for name in _NEXT_COLUMNS),
     )
     return checkout_session(row)
+
+
+@on_database_thread
+async def next_attempt_asked_at(
+    conn: Connection, session_id: uuid.UUID, provider_reference: str, now: datetime
+) -> datetime | None:
+    """When the next attempt after the session's open attempt (the checkout `provider_reference`)
+    was first asked for: `now` for the first return that asks, the first one's moment for every
+    later or racing return, on any process, so that all of them ask the next provider for the same
+    checkout with the same parameters (its idempotency key meets the same request). None when the
+    session's open attempt is no longer that checkout."""
+    asked: datetime | None = await conn.fetchval(
+        """UPDATE checkout_sessions SET next_attempt_asked_at = coalesce(next_attempt_asked_at, $3)
+           WHERE id = $1 AND provider_reference = $2 RETURNING next_attempt_asked_at""",
+        session_id,
+        provider_reference,
+        now,
+    )
+    return asked
+
+
+@dataclass(frozen=True)
+class ReturningSession:
+    """A session as its customer comes back from an attempt's checkout: the session (its open
+    attempt), the merchant's request it was created from, and its ended attempts, oldest first."""
+
+    session: CheckoutSession
+    draft: SessionDraft
+    ended: list[EndedAttempt]
+
+
+_DRAFT_COLUMNS = [name for name in SessionDraft.__dataclass_fields__ if name != "amount"]
+_RETURNING = f"""
+    SELECT {_SESSION_COLUMNS}, {", ".join(f"{name} AS draft_{name}" for name in _DRAFT_COLUMNS)},
+           ({ended_attempts_of("checkout_sessions.id")}) AS ended_attempts
+    FROM checkout_sessions WHERE id = $1"""
+
+
+@on_database_thread
+async def returning_session(conn: Connection, session_id: uuid.UUID) -> ReturningSession | None:
+    """The session `session_id` with its request and ended attempts, in one statement; None when
+    there is no such session."""
+    row = await conn.fetchrow(_RETURNING, session_id)
+    if row is None:
+        return None
+    values = {name: row[f"draft_{name}"] for name in _DRAFT_COLUMNS}
+    draft = SessionDraft(amount=Money(row["amount_minor"], row["currency"]), **values)
+    return ReturningSession(checkout_session(row), draft, ended_attempts(row["ended_attempts"]))

@@ -7,6 +7,7 @@ clock, as a provider's clock agrees with its merchants'.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -246,6 +247,20 @@ async def close_checkout(
         now,
     )
     return _checkout(row) if row else None
+
+
+@on_database_thread
+async def last_failure_code(conn: Connection, checkout_id: str) -> str | None:
+    """The failure code of the checkout's latest declined payment; None when none was declined."""
+    body = await conn.fetchval(
+        """SELECT body FROM sandbox_events WHERE checkout_id = $1 AND type = 'checkout.payment_failed'
+           ORDER BY created_at DESC LIMIT 1""",
+        checkout_id,
+    )
+    if body is None:
+        return None
+    code = json.loads(body)["data"].get("failure_code")
+    return code if isinstance(code, str) else None
 
 
 @on_database_thread

@@ -92,7 +92,29 @@ async def test_payment_redirects_to_the_merchants_success_url(client: Client, sh
     )
     paid = await client.post(urlsplit(created["checkoutUrl"]).path, form={"card_number": "4242424242424242"})
     assert paid.status_code == 303
-    assert paid.headers["Location"] == "https://shop.example/ok"
+    # Back through payorch, which reads the outcome and sends the customer on to the merchant.
+    back = urlsplit(paid.headers["Location"])
+    assert (back.path, back.query) == (f"/checkout/{created['sessionId']}/return", "attempt=1")
+    onward = await client.get(f"{back.path}?{back.query}")
+    assert onward.status_code == 303
+    assert onward.headers["Location"] == "https://shop.example/ok"
+
+
+async def test_a_declined_payment_redirects_to_the_merchants_failure_url(client: Client, shop: Shop) -> None:
+    created = await _created(
+        client,
+        shop,
+        redirectUrls={"success": "https://shop.example/ok", "failure": "https://shop.example/ko"},
+    )
+    declined = await client.post(
+        urlsplit(created["checkoutUrl"]).path, form={"card_number": "4000000000000002"}
+    )
+    assert declined.status_code == 303
+    back = urlsplit(declined.headers["Location"])
+    onward = await client.get(f"{back.path}?{back.query}")
+    assert onward.status_code == 303
+    assert onward.headers["Location"] == "https://shop.example/ko"
+    assert (await _record(client, shop, created["sessionId"]))["status"] == "PENDING"
 
 
 async def test_declined_card_leaves_the_session_pending(client: Client, shop: Shop, db: Database) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any, cast
 
@@ -16,7 +17,7 @@ import trio
 from payorch.config import Settings
 from payorch.storage import attempts, refunds, sessions
 from payorch.storage.database import Connection, Database
-from payorch.storage.next_attempt import AttemptEnding, NextAttempt, open_next_attempt
+from payorch.storage.next_attempt import AttemptEnding, NextAttempt, next_attempt_asked_at, open_next_attempt
 from payorch.values.clock import SYSTEM_CLOCK
 from payorch.values.statuses import AttemptStatus, FailureReason, RoutingReason
 from tests.helpers import Client, Shop, create_session, expire_now, new_shop
@@ -298,3 +299,19 @@ async def test_the_session_list_shows_each_sessions_attempts(
     ]
     single = await record_of(client, shop, moved["sessionId"])
     assert listed[moved["sessionId"]]["attempts"] == single["attempts"]
+
+
+async def test_racing_returns_ask_the_next_provider_with_the_first_returns_moment_until_it_opens(
+    client: Client, db: Database, shop: Shop
+) -> None:
+    session = await _stored(db, (await _created(client, shop))["sessionId"])
+    assert session.provider_reference is not None
+    first, later = SYSTEM_CLOCK.now(), SYSTEM_CLOCK.now() + timedelta(minutes=3)
+    # The first return writes its moment; a later or racing one, on any process, reads it back.
+    assert await db.autocommit(next_attempt_asked_at, session.id, session.provider_reference, first) == first
+    assert await db.autocommit(next_attempt_asked_at, session.id, session.provider_reference, later) == first
+    assert await _open_next(db, shop, session, _at_stripe()) is not None
+    # The attempt that was asked about has ended: nobody asks for a next one after it any more.
+    assert await db.autocommit(next_attempt_asked_at, session.id, session.provider_reference, later) is None
+    # The attempt now open starts afresh.
+    assert await db.autocommit(next_attempt_asked_at, session.id, "cs_test_second", later) == later

@@ -171,7 +171,10 @@ async def test_create_checkout_stores_what_the_page_and_events_need(
     assert checkout.client_reference == str(request.session_id)
     assert checkout.application_id == request.application_id
     assert (checkout.order_reference, checkout.customer_email) == ("ORDER-42", "buyer@example.com")
-    assert (checkout.success_url, checkout.failure_url) == ("https://shop.example/ok", None)
+    # The customer comes back through payorch's return route (for the session's first attempt),
+    # after a payment and after a decline alike: payorch sends them on to the merchant.
+    way_back = f"http://payorch.test/checkout/{request.session_id}/return?attempt=1"
+    assert (checkout.success_url, checkout.failure_url) == (way_back, way_back)
     assert checkout.expires_at == request.expires_at
     assert (checkout.status, checkout.expired(sandbox.clock.now())) == ("open", False)
 

@@ -220,29 +220,37 @@ async def test_missing_card_number_is_a_400_page_with_the_form(
 # Redirects
 
 
-async def test_success_redirects_303_to_the_success_url(
-    client: Client, provider: SandboxProvider, credentials: Credentials
+# With the merchant's URLs given, the customer goes back through payorch's return route, which sends
+# them on to those URLs (tests/providers/test_recovery_way_back.py, tests/http/test_checkout_flow.py).
+
+
+async def test_success_redirects_303_to_payorchs_return_route(
+    client: Client, provider: SandboxProvider, credentials: Credentials, settings: Settings
 ) -> None:
-    path = await _checkout_path(
+    made, checkout_id = await new_checkout(
         provider,
         credentials,
         success_url="https://shop.example/ok?o=1",
         failure_url="https://shop.example/ko",
     )
-    response = await client.post(path, form={"card_number": "4242424242424242"})
+    response = await client.post(f"/sandbox/checkout/{checkout_id}", form={"card_number": "4242424242424242"})
     assert response.status_code == 303
-    assert response.headers["Location"] == "https://shop.example/ok?o=1"
+    assert response.headers["Location"] == (
+        f"{settings.server.public_base_url}/checkout/{made.session_id}/return?attempt=1"
+    )
 
 
-async def test_decline_redirects_303_to_the_failure_url(
-    client: Client, provider: SandboxProvider, credentials: Credentials
+async def test_decline_redirects_303_to_payorchs_return_route(
+    client: Client, provider: SandboxProvider, credentials: Credentials, settings: Settings
 ) -> None:
-    path = await _checkout_path(
+    made, checkout_id = await new_checkout(
         provider, credentials, success_url="https://shop.example/ok", failure_url="https://shop.example/ko"
     )
-    response = await client.post(path, form={"card_number": "4000000000009995"})
+    response = await client.post(f"/sandbox/checkout/{checkout_id}", form={"card_number": "4000000000009995"})
     assert response.status_code == 303
-    assert response.headers["Location"] == "https://shop.example/ko"
+    assert response.headers["Location"] == (
+        f"{settings.server.public_base_url}/checkout/{made.session_id}/return?attempt=1"
+    )
 
 
 # Events that follow a payment

@@ -20,6 +20,7 @@ state changes are `engine.payments.events`.)"""
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -67,6 +68,35 @@ SESSION_CREATE_SCOPE = "POST /api/v1/sessions"
 # The sessions whose checkouts one provider prepared, by that provider's name: the provider, and
 # each session with its checkout and what to store.
 _Prepared = dict[str, tuple[CheckoutInDatabase, list[tuple["_Planned", CheckoutToStore, AnsweredSession]]]]
+
+
+def checkout_request(
+    draft: SessionDraft,
+    session_id: uuid.UUID,
+    *,
+    expires_at: datetime,
+    requested_at: datetime,
+    success_url: str | None,
+    failure_url: str | None,
+    attempt: int = 1,
+) -> CheckoutRequest:
+    """What a provider is asked for a session's checkout: the first attempt's (the create's) or a
+    later one's (`engine.payments.recovery`)."""
+    return CheckoutRequest(
+        session_id=session_id,
+        application_id=draft.application_id,
+        amount=draft.amount,
+        payment_method=draft.payment_method,
+        order_reference=draft.order_reference,
+        customer_email=str(draft.customer.get("email", "")),
+        locale=draft.locale,
+        expires_at=expires_at,
+        requested_at=requested_at,
+        success_url=success_url,
+        failure_url=failure_url,
+        order_items=draft.order_items or [],
+        attempt=attempt,
+    )
 
 
 @dataclass(frozen=True)
@@ -133,19 +163,14 @@ class CreateSession(BatchCommand[Context, Answer]):
         decision, ranked = plan_session(context, inputs, draft, session_id)
         requested_at = claim.claimed_at
         expires_at = requested_at + timedelta(seconds=context.settings.sessions.ttl_s)
-        request = CheckoutRequest(
-            session_id=session_id,
-            application_id=draft.application_id,
-            amount=draft.amount,
-            payment_method=draft.payment_method,
-            order_reference=draft.order_reference,
-            customer_email=str(draft.customer.get("email", "")),
-            locale=draft.locale,
+        urls = draft.redirect_urls or {}
+        request = checkout_request(
+            draft,
+            session_id,
             expires_at=expires_at,
             requested_at=requested_at,
-            success_url=(draft.redirect_urls or {}).get("success"),
-            failure_url=(draft.redirect_urls or {}).get("failure"),
-            order_items=draft.order_items or [],
+            success_url=urls.get("success"),
+            failure_url=urls.get("failure"),
         )
         return _Planned(self, reply, decision, inputs.routing.version, ranked, inputs.configs, request)
 

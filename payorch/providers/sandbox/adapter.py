@@ -29,6 +29,7 @@ from payorch.providers.base import (
     CheckoutClosed,
     CheckoutCreated,
     CheckoutRequest,
+    CheckoutState,
     CheckoutToStore,
     Credentials,
     CredentialsRejected,
@@ -43,6 +44,7 @@ from payorch.providers.base import (
     RefundSubmitted,
     WebhookRegistration,
     refuse_outside_limits,
+    return_url,
 )
 from payorch.providers.sandbox import simulator
 from payorch.providers.sandbox.signing import SignatureInvalid, new_signing_secret, verify_signature
@@ -202,6 +204,10 @@ class SandboxProvider:
         refuse_outside_limits(
             "sandbox", self.limits(request.amount.currency, request.payment_method), request
         )
+        # The customer goes back through payorch (which reads the outcome and sends them on) when
+        # there is somewhere to go back to; else the checkout's own page shows the outcome.
+        back = request.success_url or request.failure_url
+        way_back = return_url(self._public_base_url, request.session_id, request.attempt) if back else None
         return store.NewCheckout(
             id=simulator.new_id("cs_sbx_"),
             account=account,
@@ -213,8 +219,8 @@ class SandboxProvider:
             customer_email=request.customer_email,
             client_reference=str(request.session_id),
             application_id=request.application_id,
-            success_url=request.success_url,
-            failure_url=request.failure_url,
+            success_url=way_back,
+            failure_url=way_back,
             expires_at=request.expires_at,
         )
 
@@ -268,6 +274,21 @@ class SandboxProvider:
         if checkout is None:
             raise ProviderError(f"sandbox: no checkout {reference!r} in this account")
         return CheckoutClosed.PAID if checkout.status == "paid" else CheckoutClosed.CLOSED
+
+    async def checkout_state(self, credentials: Credentials, reference: str) -> CheckoutState:
+        """Whether the account's checkout is paid, else its latest decline (`ReportsCheckoutState`);
+        `ProviderError` for a checkout the account does not have."""
+        account = sandbox_account(credentials)
+        with _unavailable_as_provider_error():
+            checkout = await self._db.autocommit(store.get_checkout, reference)
+            if checkout is None or checkout.account != account:
+                raise ProviderError(f"sandbox: no checkout {reference!r} in this account")
+            if checkout.status == "paid":
+                return CheckoutState(paid=True)
+            code = await self._db.autocommit(store.last_failure_code, reference)
+        if code is None:
+            return CheckoutState(paid=False)
+        return CheckoutState(paid=False, decline_code=code, decline_reason=_REASON_OF_CODE.get(code))
 
     def parse_event(self, headers: Mapping[str, str], body: bytes, secret: str) -> ProviderEvent:
         """Verify the `Sandbox-Signature` of `body` (300 s tolerance) and translate the event;

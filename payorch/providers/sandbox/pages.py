@@ -4,8 +4,11 @@
     POST /sandbox/checkout/<id>   form field `card_number` (card, apple_pay) or `blik_code` (blik)
 
 After a POST: 303 to the checkout's success or failure URL when it has one, else a result page (200
-paid, 402 declined). Unknown checkout 404, already paid 409, expired 410, missing field 400. Plain
-HTML with inline style only: no script, no external asset, works in any browser and with curl.
+paid, 402 declined). The adapter gives a checkout payorch's return route as both when the merchant
+gave `redirectUrls` (`providers.base.return_url`): payorch reads the outcome there and sends the
+customer on, to the merchant or to a next attempt's checkout. Unknown checkout 404, already paid
+409, expired (or closed) 410, missing field 400. Plain HTML with inline style only: no script, no
+external asset, works in any browser and with curl.
 """
 
 from __future__ import annotations
