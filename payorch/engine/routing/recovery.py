@@ -37,14 +37,11 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import Final, NamedTuple, Protocol
 
 from payorch.values.statuses import FailureReason, RoutingReason
-
-if TYPE_CHECKING:
-    from payorch.engine.routing.decision import Decision
 
 MAX_ATTEMPTS: Final = 5
 MAX_NEVER_RETRY: Final = 100  # codes in `neverRetry`
@@ -235,6 +232,19 @@ def may_retry(
     return retry_verdict(policy, attempt, reason, provider, code) is RetryVerdict.RETRY
 
 
+class DecidedOrder(Protocol):
+    """What the attempts are planned from: a routing decision's order of providers and its reason
+    (`engine.routing.decision.Decision` is one; named here by its shape, so that the routing
+    document, which holds a recovery policy, and the decision, which reads the document, do not
+    import each other through this module)."""
+
+    @property
+    def order(self) -> Sequence[str]: ...
+
+    @property
+    def reason(self) -> str: ...
+
+
 class PlannedAttempt(NamedTuple):
     """One attempt a session would get: its provider, and why it is there."""
 
@@ -243,7 +253,7 @@ class PlannedAttempt(NamedTuple):
 
 
 def planned_attempts(
-    decision: Decision,
+    decision: DecidedOrder,
     policy: RecoveryPolicy,
     *,
     tried: Collection[str] = (),
