@@ -248,9 +248,27 @@ class Metrics:
         )
         self._routing_outcomes = Counter(
             "payorch_routing_outcomes",
-            "Sessions' first outcomes at the provider that created their checkout, as learned routing "
-            "counts them: success, failure (a declined attempt) or abandonment (expired unpaid).",
+            "Payment attempts' outcomes recorded for learned routing, at each attempt's provider: success, "
+            "failure (declined) or abandonment (expired unpaid); a declined attempt later paid at the same "
+            "checkout is counted again, as the success it became.",
             ["provider", "payment_method", "outcome"],
+            registry=self.registry,
+        )
+        self._attempts_ended = Counter(
+            "payorch_payment_attempts_ended",
+            "Payment attempts ended, by provider and outcome (its last verdict): success (paid), failure "
+            "(declined, then the session expired or went on to the next provider) or abandonment.",
+            ["provider", "outcome"],
+            registry=self.registry,
+        )
+        self._sessions_recovered = Counter(
+            "payorch_sessions_recovered",
+            "Sessions paid at an attempt after their first (recovery at the next provider).",
+            registry=self.registry,
+        )
+        self._duplicates_refunded = Counter(
+            "payorch_duplicate_payments_refunded",
+            "Payments refunded in full by payorch because another attempt of their session was paid first.",
             registry=self.registry,
         )
         self._snapshot = _SnapshotCollector()
@@ -278,8 +296,20 @@ class Metrics:
         self._routing_decisions.labels(reason).inc()
 
     def routing_outcome(self, provider: str, payment_method: str, outcome: str) -> None:
-        """Count a session's first outcome at `provider`: success, failure or abandonment."""
+        """Count an attempt's outcome recorded at `provider`: success, failure or abandonment."""
         self._routing_outcomes.labels(provider, payment_method, outcome).inc()
+
+    def payment_attempt_ended(self, provider: str, outcome: str) -> None:
+        """Count a payment attempt ended at `provider` with `outcome`: success, failure or abandonment."""
+        self._attempts_ended.labels(provider, outcome).inc()
+
+    def session_recovered(self) -> None:
+        """Count a session paid at an attempt after its first."""
+        self._sessions_recovered.inc()
+
+    def duplicate_payment_refunded(self) -> None:
+        """Count a payment refunded in full because its session was paid through another attempt."""
+        self._duplicates_refunded.inc()
 
     def refund_transition(self, to_status: str) -> None:
         """Count a refund entering `to_status`."""

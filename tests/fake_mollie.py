@@ -210,9 +210,26 @@ class FakeMollie:
         self._set_remaining(payment)
         return payment
 
-    def fail(self, payment_id: str) -> dict[str, Any]:
-        """The payment fails (the issuer declined it): final at Mollie."""
-        return self._finish(payment_id, "failed", "failedAt")
+    def fail(self, payment_id: str, failure_reason: str | None = None) -> dict[str, Any]:
+        """The payment fails (the issuer declined it): final at Mollie. A card payment's
+        `details.failureReason` says why (Mollie's codes: `card_declined`, `possible_fraud`...)."""
+        payment = self._finish(payment_id, "failed", "failedAt")
+        if failure_reason is not None:
+            payment.setdefault("details", {})["failureReason"] = failure_reason
+        return payment
+
+    def start(self, payment_id: str) -> dict[str, Any]:
+        """The customer started paying and the method has not settled it yet (BLIK waiting for the
+        customer's bank): `pending`, not final."""
+        payment = self._payment(payment_id)
+        assert payment["status"] == "open", payment["status"]
+        payment.update(status="pending")
+        payment.pop("isCancelable", None)
+        return payment
+
+    def cancel(self, payment_id: str) -> dict[str, Any]:
+        """The customer cancels the payment on Mollie's checkout: final at Mollie."""
+        return self._finish(payment_id, "canceled", "canceledAt")
 
     def expire(self, payment_id: str) -> dict[str, Any]:
         """Mollie expires the open payment by itself."""

@@ -257,7 +257,7 @@ class FakeStripe:
         assert checkout["status"] == "open", f"a {checkout['status']} Checkout Session cannot be paid"
         account = self._account_of("checkouts", checkout_id)
         intent = {
-            "id": self._id("pi_"),
+            "id": checkout["payment_intent"] or self._id("pi_"),  # the declined attempt's, if any
             "object": "payment_intent",
             "amount": checkout["amount_total"],
             "amount_received": checkout["amount_total"],
@@ -266,26 +266,38 @@ class FakeStripe:
             "latest_charge": self._id("ch_"),
             "metadata": dict(checkout["_payment_intent_metadata"]),
             "refunded": 0,
+            "last_payment_error": None,
         }
         account.payment_intents[intent["id"]] = intent
         checkout.update(status="complete", payment_status="paid", payment_intent=intent["id"])
         return self._event(account, "checkout.session.completed", checkout)
 
     def decline(self, checkout_id: str, decline_code: str = "insufficient_funds") -> dict[str, Any]:
-        """A payment attempt on the checkout is declined: `payment_intent.payment_failed`."""
+        """A payment attempt on the checkout is declined: `payment_intent.payment_failed`. The
+        customer stays on the open checkout; its PaymentIntent (the one Checkout made for the
+        attempt, again for a later one) keeps the decline as `last_payment_error`."""
         checkout = self._find("checkouts", checkout_id)
+        assert checkout["status"] == "open", f"a {checkout['status']} Checkout Session cannot be declined"
         account = self._account_of("checkouts", checkout_id)
-        intent = {
+        intent = account.payment_intents.get(checkout["payment_intent"] or "") or {
             "id": self._id("pi_"),
             "object": "payment_intent",
-            "status": "requires_payment_method",
+            "amount": checkout["amount_total"],
+            "amount_received": 0,
+            "currency": checkout["currency"],
             "metadata": dict(checkout["_payment_intent_metadata"]),
-            "last_payment_error": {
+            "refunded": 0,
+        }
+        intent.update(
+            status="requires_payment_method",
+            last_payment_error={
                 "type": "card_error",
                 "code": "card_declined",
                 "decline_code": decline_code,
             },
-        }
+        )
+        account.payment_intents[intent["id"]] = intent
+        checkout["payment_intent"] = intent["id"]
         return self._event(account, "payment_intent.payment_failed", intent)
 
     def expire(self, checkout_id: str) -> dict[str, Any]:

@@ -38,6 +38,9 @@ METRIC_NAMES = {
     "payorch_config_reload_failures_total",
     "payorch_provider_circuit_open",
     "payorch_provider_account_circuits_open",
+    "payorch_payment_attempts_ended_total",
+    "payorch_sessions_recovered_total",
+    "payorch_duplicate_payments_refunded_total",
 }
 
 
@@ -81,6 +84,8 @@ async def test_metrics_answers_the_prometheus_text_format_with_every_metric(clie
     assert value(samples, "payorch_outbox_backlog", stage="fan_out") == 0
     assert ("payorch_provider_circuit_open", frozenset({("provider", "sandbox")})) in samples
     assert value(samples, "payorch_provider_account_circuits_open", provider="sandbox") == 0
+    assert ("payorch_sessions_recovered_total", frozenset()) in samples
+    assert ("payorch_duplicate_payments_refunded_total", frozenset()) in samples
 
 
 async def test_session_create_counts_the_request_by_route_and_the_provider_call(

@@ -112,11 +112,15 @@ class CheckoutClosed(enum.Enum):
 @dataclass(frozen=True)
 class CheckoutState:
     """What a provider says of one of its checkouts when the customer comes back from it
-    (`ReportsCheckoutState`): paid, or its last decline (the provider's code, and payorch's reason)."""
+    (`ReportsCheckoutState`): paid, its payment still processing, or its last decline (the
+    provider's code, and payorch's reason)."""
 
     paid: bool
     decline_code: str | None = None  # None: not declined (still open, or paid)
     decline_reason: FailureReason | None = None
+    # The customer's payment is under way and not final yet (BLIK waiting for the customer's bank,
+    # a bank transfer): it may still be paid, so no other attempt may open.
+    processing: bool = False
 
 
 class EventKind(enum.Enum):
@@ -249,8 +253,9 @@ class Provider(Protocol):
 @runtime_checkable
 class ReportsCheckoutState(Protocol):
     """A provider that says at once, when the customer comes back, whether its checkout is paid or
-    was declined and with which code (the sandbox: its checkouts are in payorch's database). payorch
-    opens a next attempt (docs/routing.md "Recovery") only after a decline a provider reported so."""
+    was declined and with which code (the sandbox from payorch's database; Stripe and Mollie from
+    their APIs). payorch opens a next attempt (docs/routing.md "Recovery") only after a decline a
+    provider reported so."""
 
     async def checkout_state(self, credentials: Credentials, reference: str) -> CheckoutState:
         """The checkout `reference`'s state now; `ProviderError` for one the account does not have."""

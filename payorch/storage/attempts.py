@@ -5,6 +5,11 @@ routing: `storage.sessions.CheckoutSession`); the ended ones are rows of `paymen
 when the next attempt opens (`storage.next_attempt`). A read of sessions takes each one's ended
 attempts in the statement that reads the session (`ended_attempts_of`, decoded by `ended_attempts`):
 no round trip more, and nothing more read for a session that has none.
+
+A provider's event about an ended attempt's checkout finds it by that checkout
+(`ended_attempt_of_checkout`, migration 0025); a late payment there marks it SUCCEEDED, or
+DUPLICATE_REFUNDED with the refund payorch made for it, and a refund of the session returns the
+payment of the attempt that was paid (`refunded_payment`).
 """
 
 from __future__ import annotations
@@ -91,3 +96,56 @@ _ATTEMPTS_OF_SESSION = f"SELECT {_COLUMNS} FROM payment_attempts WHERE session_i
 async def attempts_of_session(conn: Connection, session_id: uuid.UUID) -> list[EndedAttempt]:
     """The session's ended attempts, oldest first (its open attempt is the session's row)."""
     return [ended_attempt(row) for row in await conn.fetch(_ATTEMPTS_OF_SESSION, session_id)]
+
+
+_OF_CHECKOUT = f"""SELECT {_COLUMNS} FROM payment_attempts
+                   WHERE provider_name = $1 AND provider_reference = $2"""
+
+
+@on_database_thread
+async def ended_attempt_of_checkout(
+    conn: Connection, provider_name: str, provider_reference: str
+) -> EndedAttempt | None:
+    """The ended attempt whose checkout is `provider_reference` at `provider_name`, read by the
+    index of migration 0025; None when no ended attempt has it (it may be a session's open one)."""
+    row = await conn.fetchrow(_OF_CHECKOUT, provider_name, provider_reference)
+    return None if row is None else ended_attempt(row)
+
+
+@on_database_thread
+async def set_attempt_status(conn: Connection, attempt_id: uuid.UUID, status: AttemptStatus) -> None:
+    """Record how an ended attempt turned out after it ended (a late payment at its provider), in the
+    caller's transaction, which holds its session's row lock."""
+    if status is AttemptStatus.OPEN:
+        raise ValueError("an ended attempt is never OPEN again")
+    await conn.execute("UPDATE payment_attempts SET status = $2 WHERE id = $1", attempt_id, status)
+
+
+@on_database_thread
+async def mark_duplicate_refunded(conn: Connection, attempt_id: uuid.UUID, refund_id: uuid.UUID) -> None:
+    """Record that the ended attempt's payment, made after another attempt of its session was paid,
+    is being returned by the refund `refund_id` payorch created for it, in the caller's transaction."""
+    await conn.execute(
+        "UPDATE payment_attempts SET status = $2, refund_id = $3 WHERE id = $1",
+        attempt_id,
+        AttemptStatus.DUPLICATE_REFUNDED,
+        refund_id,
+    )
+
+
+_REFUNDED_PAYMENT = f"""
+    SELECT provider_name, provider_reference FROM payment_attempts
+    WHERE session_id = $1 AND (refund_id = $2::uuid OR status = '{AttemptStatus.SUCCEEDED}')
+    ORDER BY refund_id = $2::uuid DESC NULLS LAST, number LIMIT 1"""
+
+
+@on_database_thread
+async def refunded_payment(
+    conn: Connection, session_id: uuid.UUID, refund_id: uuid.UUID
+) -> tuple[str, str] | None:
+    """The provider and checkout of the payment the refund `refund_id` of the session returns, when
+    it is an ended attempt's: the duplicate payment payorch refunds by itself, or the session's own
+    payment when a late success of an ended attempt completed the session. None: the session's open
+    attempt's payment (its row's provider and checkout)."""
+    row = await conn.fetchrow(_REFUNDED_PAYMENT, session_id, refund_id)
+    return None if row is None else (row["provider_name"], row["provider_reference"])

@@ -1,6 +1,9 @@
 """Ending a session's open payment attempt and opening the next, in one transaction under the
 session's row lock.
 
+The ended attempt's outcome at its provider, for learned routing (`storage.routing_outcomes`), is
+recorded in the same transaction: a declined attempt is a failure there.
+
 The open attempt is the session's row (`storage.sessions.CheckoutSession`); ending it writes it into
 `payment_attempts` (`storage.attempts`) as it ended, and the session's row takes the next attempt's
 provider, checkout reference, checkout URL and routing, in one statement. The caller names the
@@ -19,12 +22,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
+from payorch.metrics import Metrics
 from payorch.storage.attempts import EndedAttempt, ended_attempts, ended_attempts_of
 from payorch.storage.database import Connection
 from payorch.storage.database_thread import on_database_thread
+from payorch.storage.routing_outcomes import record_outcome
 from payorch.storage.sessions import CheckoutSession, SessionDraft, checkout_session, lock_session
 from payorch.values.money import Money
-from payorch.values.statuses import AttemptStatus, FailureReason, RoutingReason, SessionStatus
+from payorch.values.statuses import AttemptStatus, FailureReason, Outcome, RoutingReason, SessionStatus
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,16 @@ class AttemptEnding:
     def __post_init__(self) -> None:
         if self.status is AttemptStatus.OPEN:
             raise ValueError("an attempt that ends is no longer OPEN")
+
+    @property
+    def outcome(self) -> Outcome:
+        """What the ending is for learned routing: a decline a failure, a payment a success, any
+        other ending (a cancel, a checkout closed unpaid) an abandonment."""
+        if self.status is AttemptStatus.DECLINED:
+            return Outcome.FAILURE
+        if self.status in (AttemptStatus.SUCCEEDED, AttemptStatus.DUPLICATE_REFUNDED):
+            return Outcome.SUCCESS
+        return Outcome.ABANDONMENT
 
 
 @dataclass(frozen=True)
@@ -92,13 +107,17 @@ async def open_next_attempt(
     ending: AttemptEnding,
     next_attempt: NextAttempt,
     now: datetime,
+    metrics: Metrics | None = None,
 ) -> CheckoutSession | None:
     """End the session's open attempt as `ending` says and open `next_attempt` at `now`, in the
     caller's transaction, holding the session's row lock to its end: the session as it now is.
 
     None, with nothing changed, unless the session is `application_id`'s, still PENDING, and its open
-    attempt is still the checkout `ending` names. Which provider comes next, and whether one may, is
-    the caller's to decide (`engine.routing.recovery`); this only keeps the session's attempts whole."""
+    attempt is still the checkout `ending` names. The ended attempt's outcome is recorded for learned
+    routing (`storage.routing_outcomes`; a decline already recorded stays), and counted in `metrics`
+    (the attempt ended; its outcome if this recorded it). Which provider comes
+    next, and whether one may, is the caller's to decide (`engine.routing.recovery`); this only
+    keeps the session's attempts whole."""
     session = await lock_session(conn, session_id)
     if (
         session is None
@@ -108,6 +127,22 @@ async def open_next_attempt(
         or session.provider_reference != ending.provider_reference
     ):
         return None
+    # Before the next attempt opens: until then the session's open attempt is the one that ends.
+    recorded = await record_outcome(
+        conn,
+        application_id=application_id,
+        session_id=session_id,
+        provider=ending.provider_name,
+        payment_method=session.payment_method,
+        currency=session.currency,
+        outcome=ending.outcome,
+        now=now,
+    )
+    if metrics is not None:
+        outcome = recorded.outcome.name.lower()
+        if recorded.written:
+            metrics.routing_outcome(ending.provider_name, session.payment_method, outcome)
+        metrics.payment_attempt_ended(ending.provider_name, outcome)
     row = await conn.fetchrow(
         _END_AND_OPEN_NEXT,
         session_id,

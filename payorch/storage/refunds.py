@@ -48,9 +48,12 @@ def _refund(row: Mapping[str, Any], prefix: str = "") -> Refund:
     return Refund(**values)
 
 
+# An attempt's duplicate payment refunded by payorch (`payment_attempts.refund_id`) is not the
+# session's payment: its refund never counts against the session's balance.
 _REFUNDED_MINOR = f"""
-    SELECT coalesce(sum(amount_minor), 0) FROM refunds
-    WHERE session_id = $1 AND status <> '{RefundStatus.FAILED}'"""
+    SELECT coalesce(sum(amount_minor), 0) FROM refunds r
+    WHERE r.session_id = $1 AND r.status <> '{RefundStatus.FAILED}'
+      AND NOT EXISTS (SELECT FROM payment_attempts a WHERE a.refund_id = r.id)"""
 
 
 @on_database_thread

@@ -1,6 +1,6 @@
 """An application's past sessions as routing saw them, for a backtest (`engine.routing.backtest`):
-each session's payment method, amount, customer's billing country, the provider that created its
-checkout and its outcome there, newest first, read in bounded batches through a server-side cursor.
+each session's payment method, amount, customer's billing country, the provider of its first
+attempt and that attempt's outcome there, newest first, read in bounded batches through a server-side cursor.
 A backtest's worker process reads them over its own connection (`engine.routing.backtest_worker`), never
 the server.
 
@@ -33,13 +33,15 @@ class PastSession(NamedTuple):
     amount_minor: int
     currency: str
     billing_country: str | None
-    provider: str  # the provider that created its checkout
-    outcome: Outcome | None  # its first outcome there; None while it has none
+    provider: str  # the provider of its first attempt: the one routing chose when it was created
+    outcome: Outcome | None  # that attempt's outcome there; None while it has none
 
 
-# The outcome routing learned (`routing_outcomes`, migration 0017: the first, at the provider that
-# created the checkout). A session created before payorch recorded outcomes has none there: its
-# status says what became of it, as far as it can (a REVERSED one cannot say whether it was paid).
+# The outcome routing learned for the session's first attempt (`routing_outcomes`, migrations 0017
+# and 0024: its last verdict, at its provider), so what routing's own choice got, not what recovery
+# at a next provider made of the session. A session created before payorch recorded outcomes has
+# none there: its status says what became of it, as far as it can (a REVERSED one cannot say
+# whether it was paid).
 _PAID = ", ".join(
     sql_literal(status)
     for status in (SessionStatus.SUCCEEDED, SessionStatus.PARTIALLY_REFUNDED, SessionStatus.REFUNDED)
@@ -53,8 +55,10 @@ _OUTCOME = f"""COALESCE(o.outcome, CASE
 
 _PAST_SESSIONS = f"""
     SELECT s.id, s.created_at, s.payment_method, s.amount_minor, s.currency,
-           s.customer #>> '{{billingAddress,country}}' AS country, s.provider_name, {_OUTCOME} AS outcome
-    FROM checkout_sessions s LEFT JOIN routing_outcomes o ON o.session_id = s.id
+           s.customer #>> '{{billingAddress,country}}' AS country,
+           coalesce(o.provider_name, s.provider_name), {_OUTCOME} AS outcome
+    FROM checkout_sessions s
+    LEFT JOIN routing_outcomes o ON o.session_id = s.id AND o.attempt_number = 1
     WHERE s.application_id = $1 AND s.created_at >= $2 AND (s.created_at, s.id) < ($3, $4)
       AND s.provider_name IS NOT NULL
     ORDER BY s.created_at DESC, s.id DESC

@@ -1,5 +1,6 @@
-"""Routing outcomes: each session's first outcome at the provider that created its checkout
-(migration 0017), what learned routing reads its success rates from (`engine.routing.success_rates`)."""
+"""Routing outcomes: each payment attempt's outcome at its own provider, one per attempt (migrations
+0017 and 0024; docs/routing.md, "One outcome"), what learned routing reads its success rates from
+(`engine.routing.success_rates`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,43 @@ from typing import NamedTuple
 
 from payorch.storage.database import Connection
 from payorch.storage.database_thread import on_database_thread
+from payorch.storage.enumerated_columns import sql_literal
 from payorch.values.statuses import Outcome
+
+
+class AttemptOutcome(NamedTuple):
+    """An attempt's outcome as it stands after `record_outcome`."""
+
+    number: int  # the attempt's, in its session: 1 for the attempt the session was created with
+    outcome: Outcome
+    written: bool  # this call recorded it, or changed a decline into a payment
+
+
+# $6 the session, $8 the attempt's number (NULL: the session's open attempt, one after its last
+# ended one). An attempt has one row: its first outcome, but a decline followed by a payment at the
+# same checkout (the customer tried again at the provider's page) becomes a success; an abandonment
+# stays one (a payment after expiry came after the attempt ended). The statement answers the row
+# as it stands, written or not (the CTE's snapshot holds the row it did not change).
+_RECORD = f"""
+    WITH attempt AS (
+        SELECT coalesce($8::integer,
+                        (SELECT coalesce(max(number), 0) + 1 FROM payment_attempts WHERE session_id = $6))
+               AS number
+    ), written AS (
+        INSERT INTO routing_outcomes (application_id, provider_name, payment_method, currency, outcome,
+                                      session_id, attempt_number, recorded_at)
+        SELECT $1, $2, $3, $4, $5, $6, attempt.number, $7 FROM attempt
+        ON CONFLICT (session_id, attempt_number) DO UPDATE
+            SET outcome = excluded.outcome, recorded_at = excluded.recorded_at
+            WHERE routing_outcomes.outcome = {sql_literal(Outcome.FAILURE)}
+              AND excluded.outcome = {sql_literal(Outcome.SUCCESS)}
+        RETURNING attempt_number, outcome
+    )
+    SELECT attempt_number, outcome, true FROM written
+    UNION ALL
+    SELECT o.attempt_number, o.outcome, false FROM routing_outcomes o JOIN attempt
+        ON o.session_id = $6 AND o.attempt_number = attempt.number
+    WHERE NOT EXISTS (SELECT 1 FROM written)"""
 
 
 @on_database_thread
@@ -23,14 +60,14 @@ async def record_outcome(
     currency: str,
     outcome: Outcome,
     now: datetime,
-) -> bool:
-    """Record `outcome` as the session's, at `now`, unless it has one already (the first stays):
-    True when recorded. Run it in the transaction that applies the event it comes from."""
-    inserted = await conn.fetchval(
-        """INSERT INTO routing_outcomes
-               (application_id, provider_name, payment_method, currency, outcome, session_id, recorded_at)
-           VALUES ($1, $2, $3, $4, $5, $6, $7)
-           ON CONFLICT (session_id) DO NOTHING RETURNING 1""",
+    attempt_number: int | None = None,
+) -> AttemptOutcome:
+    """Record `outcome` at `now` as the outcome of the session's attempt `attempt_number` (None:
+    the attempt now open) at `provider`, unless it has one: the attempt's first stays, but a
+    success replaces a failure (its last verdict counts). Answers the attempt's outcome as it now
+    stands. Run it in the transaction that applies the verdict, under the session's row lock."""
+    row = await conn.fetchrow(
+        _RECORD,
         application_id,
         provider,
         payment_method,
@@ -38,8 +75,10 @@ async def record_outcome(
         outcome,
         session_id,
         now,
+        attempt_number,
     )
-    return inserted is not None
+    assert row is not None  # the row is written, or was there
+    return AttemptOutcome(row[0], Outcome(row[1]), row[2])
 
 
 class SegmentOutcomes(NamedTuple):

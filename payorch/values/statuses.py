@@ -73,6 +73,9 @@ class AttemptStatus(enum.StrEnum):
     back before the next attempt opened."""
     EXPIRED = "EXPIRED"
     """Its session expired while it was open, unpaid."""
+    DUPLICATE_REFUNDED = "DUPLICATE_REFUNDED"
+    """Paid after another attempt of its session was: payorch refunded this payment in full by
+    itself (a refund with reason DUPLICATE), the session paid once."""
 
 
 class FailureReason(enum.StrEnum):
@@ -114,9 +117,10 @@ class RoutingReason(enum.StrEnum):
 
 
 class Outcome(enum.StrEnum):
-    """A session's outcome at the provider that created its checkout, for learned routing
-    (`engine.routing.success_rates`): the first of its payment succeeding, the provider declining an
-    attempt, its checkout expiring unpaid. One letter each, as a segment's outcomes are listed."""
+    """A payment attempt's outcome at its provider, for learned routing
+    (`engine.routing.success_rates`; docs/routing.md, "One outcome"): its payment succeeding, the
+    provider declining it, its checkout ending unpaid. One letter each, as a segment's outcomes
+    are listed."""
 
     SUCCESS = "s"
     FAILURE = "f"

@@ -569,24 +569,50 @@ async def _pay(client: Client, created: dict[str, Any], card: str) -> None:
     assert response.status_code == (402 if card == DECLINED_CARD else 200)
 
 
-async def test_a_decline_is_the_sessions_outcome_and_its_later_payment_does_not_replace_it(
+async def test_a_decline_then_a_payment_at_the_same_checkout_is_one_success(
     client: Client, shop: Shop, db: Database
 ) -> None:
     created = await _created(client, shop, "k1")
     await _pay(client, created, DECLINED_CARD)
     assert await eventually(lambda: _outcomes(db, created["sessionId"])) == [("sandbox", "card", "PLN", "f")]
+    _, samples = await scrape(client)
+    assert value(samples, "payorch_payment_attempts_ended_total", provider="sandbox", outcome="failure") == 0
     await _pay(client, created, PAID_CARD)
 
     async def succeeded() -> bool:
         return (await _record(client, shop, created["sessionId"]))["status"] == "SUCCEEDED"
 
     await eventually(succeeded)
-    assert await _outcomes(db, created["sessionId"]) == [("sandbox", "card", "PLN", "f")]
+    assert await _outcomes(db, created["sessionId"]) == [("sandbox", "card", "PLN", "s")]
     _, samples = await scrape(client)
     labels = {"provider": "sandbox", "payment_method": "card"}
+    # Recorded as a failure at the decline, then made the success the attempt ended with.
     assert value(samples, "payorch_routing_outcomes_total", **labels, outcome="failure") == 1
-    assert value(samples, "payorch_routing_outcomes_total", **labels, outcome="success") == 0
+    assert value(samples, "payorch_routing_outcomes_total", **labels, outcome="success") == 1
+    ended = {"provider": "sandbox"}
+    assert value(samples, "payorch_payment_attempts_ended_total", **ended, outcome="success") == 1
+    assert value(samples, "payorch_payment_attempts_ended_total", **ended, outcome="failure") == 0
+    assert value(samples, "payorch_sessions_recovered_total") == 0
     assert value(samples, "payorch_routing_decisions_total", reason="dynamic") == 1
+
+
+async def test_a_decline_then_expiry_ends_the_attempt_as_one_failure(
+    client: Client, shop: Shop, db: Database
+) -> None:
+    created = await _created(client, shop, "declined-then-left")
+    await _pay(client, created, DECLINED_CARD)
+    assert await eventually(lambda: _outcomes(db, created["sessionId"])) == [("sandbox", "card", "PLN", "f")]
+    await expire_now(db, created["sessionId"])
+
+    async def expired() -> bool:
+        return (await _record(client, shop, created["sessionId"]))["status"] == "FAILED"
+
+    await eventually(expired)
+    assert await _outcomes(db, created["sessionId"]) == [("sandbox", "card", "PLN", "f")]
+    _, samples = await scrape(client)
+    ended = "payorch_payment_attempts_ended_total"
+    assert value(samples, ended, provider="sandbox", outcome="failure") == 1
+    assert value(samples, ended, provider="sandbox", outcome="abandonment") == 0
 
 
 async def test_a_payment_is_a_success_and_a_checkout_expired_unpaid_an_abandonment(

@@ -124,7 +124,7 @@ async def test_linking_while_mollie_is_down_is_502_and_stores_nothing(
 # --- Creating a session -------------------------------------------------------------------------------
 
 
-async def test_a_card_session_is_a_mollie_creditcard_payment_returning_to_payorchs_result_page(
+async def test_a_card_session_is_a_mollie_creditcard_payment_returning_through_payorch(
     client: Client, shop: Shop, fake_mollie: FakeMollie
 ) -> None:
     session = await created(client, shop, total="123.45", currency="EUR", method="card", locale="nl_NL")
@@ -132,13 +132,13 @@ async def test_a_card_session_is_a_mollie_creditcard_payment_returning_to_payorc
     assert sent.status == 201
     assert sent.headers["authorization"] == f"Bearer {MOLLIE_KEY}"
     assert sent.headers["idempotency-key"] == f"payorch-session-{session['sessionId']}"
-    result_page = f"{PUBLIC_BASE_URL}/checkout/{session['sessionId']}/result"
+    way_back = f"{PUBLIC_BASE_URL}/checkout/{session['sessionId']}/return?attempt=1"
     assert sent.json == {
         "amount": {"currency": "EUR", "value": "123.45"},
         "description": "Order order-1001",
         "method": "creditcard",
-        "redirectUrl": result_page,
-        "cancelUrl": f"{result_page}?checkout=cancelled",
+        "redirectUrl": way_back,
+        "cancelUrl": way_back,
         "webhookUrl": f"{PUBLIC_BASE_URL}/api/v1/provider-events/mollie/{shop.application_id}",
         "metadata": {
             "payorch_session_id": session["sessionId"],
@@ -152,10 +152,10 @@ async def test_a_card_session_is_a_mollie_creditcard_payment_returning_to_payorc
     assert (stored["providerName"], stored["status"]) == ("mollie", "PENDING")
 
 
-async def test_a_blik_session_is_a_mollie_blik_payment_in_pln_with_the_merchants_urls(
+async def test_a_blik_session_is_a_mollie_blik_payment_in_pln_returning_through_payorch(
     client: Client, shop: Shop, fake_mollie: FakeMollie
 ) -> None:
-    await created(
+    session = await created(
         client,
         shop,
         total="20.00",
@@ -166,10 +166,8 @@ async def test_a_blik_session_is_a_mollie_blik_payment_in_pln_with_the_merchants
     sent = fake_mollie.only("POST", "/v2/payments")
     assert sent.json is not None
     assert (sent.json["method"], sent.json["amount"]) == ("blik", {"currency": "PLN", "value": "20.00"})
-    assert (sent.json["redirectUrl"], sent.json["cancelUrl"]) == (
-        "https://shop.example/ok",
-        "https://shop.example/ko",
-    )
+    way_back = f"{PUBLIC_BASE_URL}/checkout/{session['sessionId']}/return?attempt=1"
+    assert (sent.json["redirectUrl"], sent.json["cancelUrl"]) == (way_back, way_back)
     assert "locale" not in sent.json
 
 

@@ -210,6 +210,9 @@ async def test_creating_a_session_makes_a_checkout_session_as_stripe_documents_i
     assert sent.headers["content-type"] == "application/x-www-form-urlencoded"
     ids = {"payorch_session_id": created["sessionId"], "payorch_application_id": shop.application_id}
     expires_at = int(sent.form.pop("expires_at"))
+    # Back through payorch both ways, which sends the customer on to the merchant's URLs.
+    way_back = sent.form["success_url"]
+    assert way_back.endswith(f"/checkout/{created['sessionId']}/return?attempt=1")
     assert sent.form == {
         "mode": "payment",
         "line_items": [
@@ -226,8 +229,8 @@ async def test_creating_a_session_makes_a_checkout_session_as_stripe_documents_i
         "client_reference_id": created["sessionId"],
         "metadata": ids,
         "payment_intent_data": {"metadata": ids},
-        "success_url": "https://shop.example/ok",
-        "cancel_url": "https://shop.example/ko",
+        "success_url": way_back,
+        "cancel_url": way_back,
         "customer_email": "buyer@example.com",
         "locale": "pl",
     }

@@ -144,14 +144,14 @@ def test_events_are_registered_in_the_sdks_api_version() -> None:
     assert stripe.api_version == EVENTS_API_VERSION
 
 
-async def test_without_redirect_urls_stripe_sends_the_customer_to_payorchs_result_page(
+async def test_without_redirect_urls_stripe_sends_the_customer_back_through_payorch(
     provider: StripeProvider, fake_stripe: FakeStripe
 ) -> None:
     request = _request()
     await provider.create_checkout(KEY, request, idempotency_key="k")
     sent = fake_stripe.only("POST", "/v1/checkout/sessions")
-    result = f"http://payorch.test/checkout/{request.session_id}/result"
-    assert (sent.form["success_url"], sent.form["cancel_url"]) == (result, f"{result}?checkout=cancelled")
+    back = f"http://payorch.test/checkout/{request.session_id}/return?attempt=1"
+    assert (sent.form["success_url"], sent.form["cancel_url"]) == (back, back)
     assert "locale" not in sent.form
 
 

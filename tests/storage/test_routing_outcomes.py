@@ -1,5 +1,6 @@
-"""Routing outcomes: a session's first outcome stays its only one, and each segment's newest outcomes
-are read newest first, at most a window of them, for one application only."""
+"""Routing outcomes: an attempt's first outcome stays its only one but for a decline later paid,
+each attempt of a session has its own, and each segment's newest outcomes are read newest first,
+at most a window of them, for one application only."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import uuid
 from datetime import UTC, datetime
 
 from payorch.storage.database import Connection, Database
-from payorch.storage.routing_outcomes import SegmentOutcomes, record_outcome, segment_outcomes
+from payorch.storage.routing_outcomes import AttemptOutcome, SegmentOutcomes, record_outcome, segment_outcomes
 from payorch.values.statuses import Outcome
 
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
@@ -47,7 +48,8 @@ async def _record(
     provider: str = "sandbox",
     currency: str = "PLN",
     session: uuid.UUID | None = None,
-) -> bool:
+    attempt: int | None = None,
+) -> AttemptOutcome:
     return await record_outcome(
         conn,
         application_id=application,
@@ -57,11 +59,12 @@ async def _record(
         currency=currency,
         outcome=outcome,
         now=NOW,
+        attempt_number=attempt,
     )
 
 
-async def test_a_sessions_first_outcome_is_its_only_one(db: Database) -> None:
-    async def record(conn: Connection) -> tuple[bool, bool, list[SegmentOutcomes]]:
+async def test_an_attempts_first_outcome_is_its_only_one(db: Database) -> None:
+    async def record(conn: Connection) -> tuple[AttemptOutcome, AttemptOutcome, list[SegmentOutcomes]]:
         application = await _application(conn)
         session = await _session(conn, application)
         first = await _record(conn, application, Outcome.ABANDONMENT, session=session)
@@ -69,8 +72,55 @@ async def test_a_sessions_first_outcome_is_its_only_one(db: Database) -> None:
         return first, again, await segment_outcomes(conn, application, 200)
 
     first, again, rows = await db.transaction(record)
-    assert (first, again) == (True, False)
+    assert (first.written, again.written) == (True, False)
+    assert first == (1, Outcome.ABANDONMENT, True)
+    assert again == (1, Outcome.ABANDONMENT, False)
     assert rows == [SegmentOutcomes("sandbox", "card", "PLN", "a")]
+
+
+async def test_a_decline_then_a_payment_of_one_attempt_is_one_success(db: Database) -> None:
+    async def record(conn: Connection) -> tuple[list[AttemptOutcome], list[SegmentOutcomes]]:
+        application = await _application(conn)
+        session = await _session(conn, application)
+        answers = [
+            await _record(conn, application, outcome, session=session)
+            for outcome in (
+                Outcome.FAILURE,
+                Outcome.FAILURE,
+                Outcome.SUCCESS,
+                Outcome.SUCCESS,
+                Outcome.FAILURE,
+            )
+        ]
+        return answers, await segment_outcomes(conn, application, 200)
+
+    answers, rows = await db.transaction(record)
+    assert [(answer.outcome, answer.written) for answer in answers] == [
+        (Outcome.FAILURE, True),
+        (Outcome.FAILURE, False),
+        (Outcome.SUCCESS, True),
+        (Outcome.SUCCESS, False),
+        (Outcome.SUCCESS, False),
+    ]
+    assert rows == [SegmentOutcomes("sandbox", "card", "PLN", "s")]
+
+
+async def test_each_attempt_of_a_session_has_its_own_outcome_at_its_provider(db: Database) -> None:
+    async def record(conn: Connection) -> tuple[AttemptOutcome, AttemptOutcome, list[SegmentOutcomes]]:
+        application = await _application(conn)
+        session = await _session(conn, application)
+        first = await _record(conn, application, Outcome.FAILURE, session=session, attempt=1)
+        second = await _record(
+            conn, application, Outcome.SUCCESS, provider="stripe", session=session, attempt=2
+        )
+        return first, second, await segment_outcomes(conn, application, 200)
+
+    first, second, rows = await db.transaction(record)
+    assert (first, second) == ((1, Outcome.FAILURE, True), (2, Outcome.SUCCESS, True))
+    assert rows == [
+        SegmentOutcomes("sandbox", "card", "PLN", "f"),
+        SegmentOutcomes("stripe", "card", "PLN", "s"),
+    ]
 
 
 async def test_each_segment_reads_its_newest_outcomes_first_at_most_a_window(db: Database) -> None:

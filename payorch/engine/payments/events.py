@@ -1,7 +1,7 @@
 """A session's state changes after creation (a payment, a decline, expiry, a dispute), as one
-transaction with the webhook event each emits (transactional outbox) and the outcome learned
-routing counts (its first: `storage.routing_outcomes`). Run by the commands that learn of them:
-provider events and expiry."""
+transaction with the webhook event each emits (transactional outbox), the outcome learned routing
+counts for the payment attempt the event is about (`storage.routing_outcomes`) and the attempt
+metrics. Run by the commands that learn of them: provider events and expiry."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from payorch.engine.payments.records import event_body, new_event_id, session_ev
 from payorch.engine.payments.states import SessionEvent, TransitionRefused, first_outcome, transition
 from payorch.metrics import Metrics
 from payorch.storage import outbox, routing_outcomes, sessions
+from payorch.storage.attempts import EndedAttempt
 from payorch.storage.database import Connection
 from payorch.storage.database_thread import on_database_thread
 from payorch.values.statuses import SessionStatus
@@ -29,10 +30,11 @@ async def apply_session_event(
     event: SessionEvent,
     metrics: Metrics,
     now: datetime,
+    attempt: EndedAttempt | None = None,
 ) -> bool:
     """Apply `event` to the session in this transaction at `now`, with the webhook event it emits,
-    counted in `metrics`. False when it does not apply (unknown session, or a state the event
-    does not move)."""
+    counted in `metrics`; `attempt` is the ended attempt the event is about, None for the session's
+    open one. False when it does not apply (unknown session, or a state the event does not move)."""
     session = await sessions.lock_session(conn, session_id)
     if session is None or session.application_id != application_id:
         return False
@@ -42,7 +44,7 @@ async def apply_session_event(
         change = transition(SessionStatus(session.status), event)
     except TransitionRefused:
         return False
-    await _record_outcome(conn, session, event, metrics, now)
+    recorded = await _record_outcome(conn, session, attempt, event, metrics, now)
     if (
         change.status == session.status
         and change.failure_reason == session.failure_reason
@@ -53,6 +55,8 @@ async def apply_session_event(
         conn, session_id, change.status, change.failure_reason, now=now, dispute_lost=change.dispute_lost
     )
     metrics.session_transition(session.status, updated.status)
+    if recorded is not None:
+        _count_attempt(session, updated, attempt, recorded, metrics)
     log.info(
         "session state changed",
         extra={
@@ -79,23 +83,50 @@ async def apply_session_event(
 
 @on_database_thread
 async def _record_outcome(
-    conn: Connection, session: sessions.CheckoutSession, event: SessionEvent, metrics: Metrics, now: datetime
-) -> None:
-    """The session's outcome at its provider, for learned routing, if `event` gives one and the
-    session has none yet (a decline is one though the session stays PENDING; a late payment after
-    expiry is not: the abandonment came first)."""
+    conn: Connection,
+    session: sessions.CheckoutSession,
+    attempt: EndedAttempt | None,
+    event: SessionEvent,
+    metrics: Metrics,
+    now: datetime,
+) -> routing_outcomes.AttemptOutcome | None:
+    """The outcome `event` gives the attempt it is about (`attempt`, or the session's open one) at
+    that attempt's provider, for learned routing: the attempt's outcome as it now stands; None when
+    the event gives none. A decline is one though the session stays PENDING; a payment after it at
+    the same checkout makes it a success; a late payment after expiry does not: the abandonment
+    came first."""
     found = first_outcome(event)
-    if found is None or session.provider_name is None:
-        return
+    provider = session.provider_name if attempt is None else attempt.provider_name
+    if found is None or provider is None:
+        return None
     recorded = await routing_outcomes.record_outcome(
         conn,
         application_id=session.application_id,
         session_id=session.id,
-        provider=session.provider_name,
+        provider=provider,
         payment_method=session.payment_method,
         currency=session.currency,
         outcome=found,
         now=now,
+        attempt_number=None if attempt is None else attempt.number,
     )
-    if recorded:
-        metrics.routing_outcome(session.provider_name, session.payment_method, found.name.lower())
+    if recorded.written:
+        metrics.routing_outcome(provider, session.payment_method, recorded.outcome.name.lower())
+    return recorded
+
+
+def _count_attempt(
+    before: sessions.CheckoutSession,
+    after: sessions.CheckoutSession,
+    attempt: EndedAttempt | None,
+    recorded: routing_outcomes.AttemptOutcome,
+    metrics: Metrics,
+) -> None:
+    """Count in `metrics` the session's open attempt ending with it (paid, or expired with its
+    last verdict), and the session recovered when an attempt after its first paid it. An ended
+    attempt was counted when it ended (`engine.payments.recovery`)."""
+    ended = before.status == SessionStatus.PENDING and after.status != SessionStatus.PENDING
+    if ended and attempt is None and before.provider_name is not None:
+        metrics.payment_attempt_ended(before.provider_name, recorded.outcome.name.lower())
+    if after.status == SessionStatus.SUCCEEDED and recorded.number > 1:
+        metrics.session_recovered()

@@ -1,5 +1,7 @@
 """Applying a provider's verified event: once per (provider, application, event id), in one
-transaction with the state change and the webhook event it emits."""
+transaction with the state change and the webhook event it emits. An event about the session's
+open attempt is the session's; one about an attempt that has ended (its checkout found in
+`payment_attempts`) is that attempt's (`engine.payments.late_payments`)."""
 
 from __future__ import annotations
 
@@ -9,14 +11,22 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import datetime
 
+import outcome
+
 from payorch.engine.actors import APPLICATION_LANE, ApplicationActor, Reply, refund_lane, session_lane
 from payorch.engine.context import Context
 from payorch.engine.payments.events import apply_session_event
+from payorch.engine.payments.late_payments import (
+    UNCHANGED,
+    LateOutcome,
+    apply_to_ended_attempt,
+    close_checkout_of,
+)
 from payorch.engine.payments.refunds import apply_refund_outcome
 from payorch.engine.payments.states import SessionEvent
 from payorch.metrics import Metrics
 from payorch.providers.base import EventKind, ProviderEvent
-from payorch.storage import provider_events_seen, sessions
+from payorch.storage import attempts, provider_events_seen, sessions
 from payorch.storage.database import Connection
 from payorch.storage.database_thread import on_database_thread
 
@@ -48,52 +58,85 @@ class ApplyProviderEvent:
 
     async def run(self, actor: ApplicationActor[Context], reply: Reply[bool]) -> None:
         context: Context = actor.context
-        reply.send(
-            await context.db.transaction(
-                self._apply, actor.application_id, context.metrics, context.clock.now()
-            )
+        result = await context.db.transaction(
+            self._apply, actor.application_id, context.metrics, context.clock.now()
         )
+        if result.close is None:
+            reply.send(result.applied)
+            return
+        session = result.close
+
+        async def close_open_checkout() -> None:
+            await close_checkout_of(context, session)
+
+        async def then(closed: outcome.Outcome[None]) -> None:
+            if isinstance(closed, outcome.Error):
+                log.warning(
+                    "could not close the open attempt's checkout after a late payment; it expires",
+                    extra={"sessionId": str(session.id), "error": repr(closed.error)},
+                )
+            reply.send(result.applied)
+
+        actor.spawn(close_open_checkout, then, reply)
 
     @on_database_thread
     async def _apply(
         self, conn: Connection, application_id: uuid.UUID, metrics: Metrics, now: datetime
-    ) -> bool:
+    ) -> LateOutcome:
         if not await provider_events_seen.first_sighting(conn, self.provider, application_id, self.event.id):
-            return False
+            return UNCHANGED
         event = self.event
         if (
             event.kind in (EventKind.REFUND_SUCCEEDED, EventKind.REFUND_FAILED)
             and event.refund_id is not None
         ):
-            return await apply_refund_outcome(
-                conn,
-                application_id=application_id,
-                provider=self.provider,
-                refund_id=event.refund_id,
-                succeeded=event.kind is EventKind.REFUND_SUCCEEDED,
-                reason=event.reason,
-                metrics=metrics,
-                now=now,
+            return LateOutcome(
+                await apply_refund_outcome(
+                    conn,
+                    application_id=application_id,
+                    provider=self.provider,
+                    refund_id=event.refund_id,
+                    succeeded=event.kind is EventKind.REFUND_SUCCEEDED,
+                    reason=event.reason,
+                    metrics=metrics,
+                    now=now,
+                )
             )
         session_event = _SESSION_EVENTS.get(event.kind)
         if session_event is None or event.session_id is None:
-            return False
+            return UNCHANGED
         session = await sessions.get_session(conn, event.session_id)
-        if session is None or session.provider_name != self.provider:
-            return False
-        if event.checkout_reference is not None and event.checkout_reference != session.provider_reference:
-            # Authentic, but about another checkout than the one this session was routed to: a
-            # payment of checkout A must never complete session B.
-            log.warning(
-                "provider event names another checkout than its session's; not applied",
-                extra={
-                    "applicationId": str(application_id),
-                    "sessionId": str(session.id),
-                    "eventId": event.id,
-                    "checkoutReference": event.checkout_reference,
-                },
+        if session is None:
+            return UNCHANGED
+        if session.provider_name != self.provider or (
+            event.checkout_reference is not None and event.checkout_reference != session.provider_reference
+        ):
+            attempt = None
+            if event.checkout_reference is not None:
+                attempt = await attempts.ended_attempt_of_checkout(
+                    conn, self.provider, event.checkout_reference
+                )
+            if attempt is None or attempt.session_id != session.id:
+                # Authentic, but about another checkout than any this session was routed to: a
+                # payment of checkout A must never complete session B.
+                log.warning(
+                    "provider event names another checkout than its session's; not applied",
+                    extra={
+                        "applicationId": str(application_id),
+                        "sessionId": str(session.id),
+                        "eventId": event.id,
+                        "checkoutReference": event.checkout_reference,
+                    },
+                )
+                return UNCHANGED
+            return await apply_to_ended_attempt(
+                conn,
+                application_id=application_id,
+                attempt=attempt,
+                event=session_event,
+                metrics=metrics,
+                now=now,
             )
-            return False
         if session_event is SessionEvent.PAYMENT_DECLINED:
             log.info(
                 "payment declined; the session stays open for another try",
@@ -103,11 +146,13 @@ class ApplyProviderEvent:
                     "reason": event.reason,
                 },
             )
-        return await apply_session_event(
-            conn,
-            application_id=application_id,
-            session_id=session.id,
-            event=session_event,
-            metrics=metrics,
-            now=now,
+        return LateOutcome(
+            await apply_session_event(
+                conn,
+                application_id=application_id,
+                session_id=session.id,
+                event=session_event,
+                metrics=metrics,
+                now=now,
+            )
         )

@@ -171,6 +171,8 @@ def _current_attempt(session: CheckoutSession, ended: Sequence[EndedAttempt]) ->
     if session.provider_name is None:
         return None  # no provider created a checkout for it
     status = current_attempt_status(session)
+    if status is AttemptStatus.SUCCEEDED and any(a.status is AttemptStatus.SUCCEEDED for a in ended):
+        status = AttemptStatus.CLOSED  # a late success of an ended attempt paid the session
     ended_at = None
     if status is AttemptStatus.EXPIRED:
         ended_at = session.expires_at

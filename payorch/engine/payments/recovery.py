@@ -1,12 +1,16 @@
 """The customer's way back from an attempt's checkout, and the next attempt it may open.
 
-A provider that returns through payorch (the sandbox, and every attempt after the first) sends the
-customer to `GET /checkout/<sessionId>/return?attempt=<n>` (`http/routes/checkout_return.py`),
-which asks the session's application actor `ReturnFromCheckout`, in the session's lane. The answer
+A provider that returns through payorch (the sandbox when the merchant gave `redirectUrls`,
+Stripe and Mollie always) sends the customer to `GET /checkout/<sessionId>/return?attempt=<n>`
+(`http/routes/checkout_return.py`), which asks the session's application actor
+`ReturnFromCheckout`, in the session's lane. The answer
 is where to send the customer (303); the URL's query names the attempt, never its outcome:
 
 - the session is paid (or the provider says the attempt's checkout is): `redirectUrls.success`, or
   payorch's result page;
+- the provider says the attempt's payment is still processing (`CheckoutState.processing`):
+  recovery ends there, and the customer goes to payorch's result page, which says the payment is
+  being confirmed and refreshes itself while the session is PENDING;
 - the attempt was declined, the provider reported the decline and its code when asked
   (`providers.base.ReportsCheckoutState`), the application's recovery policy retries it
   (`engine.routing.recovery.retry_verdict`) and the routing decision has a provider not tried in
@@ -125,6 +129,8 @@ class ReturnFromCheckout:
             state = await recovery.checkout_state()
             if state.paid:
                 return _Outcome(ways.success)
+            if state.processing:  # may still be paid: recovery ends, the result page waits for it
+                return _Outcome(ways.confirming)
             if state.decline_code is None:
                 return _Outcome(ways.failure)
             verdict = retry_verdict(policy, current, state.decline_reason, name, state.decline_code)
@@ -182,6 +188,7 @@ class _Ways:
 
     success: str
     failure: str
+    confirming: str  # payorch's result page, which waits for the provider's confirmation
 
 
 def _ways(context: Context, found: ReturningSession) -> _Ways:
@@ -191,6 +198,7 @@ def _ways(context: Context, found: ReturningSession) -> _Ways:
     return _Ways(
         success=urls.get("success") or result_page_url(base, session_id),
         failure=urls.get("failure") or result_page_url(base, session_id, cancelled=True),
+        confirming=result_page_url(base, session_id),
     )
 
 
@@ -311,6 +319,7 @@ class _Recovery:
             ending=found.ending,
             next_attempt=found.next_attempt,
             now=self.context.clock.now(),
+            metrics=self.context.metrics,
         )
         if opened is None:  # another return (here, or in another process) moved the session on
             return await self._where_now()

@@ -67,11 +67,13 @@ from payorch.engine.payments.refund_rules import (
 from payorch.engine.payments.states import WITH_REFUNDS, status_for_refunded
 from payorch.metrics import Metrics
 from payorch.providers.base import ProviderError, RefundRefused, RefundRequest, RefundSubmitted
-from payorch.storage import idempotency_keys, outbox, provider_configs, refunds, sessions
+from payorch.storage import attempts, idempotency_keys, outbox, provider_configs, refunds, sessions
+from payorch.storage.attempts import EndedAttempt
 from payorch.storage.database import Connection
 from payorch.storage.database_thread import on_database_thread
 from payorch.storage.failures import StorageFailure, storage_failure
 from payorch.storage.refunds import Refund
+from payorch.storage.sessions import CheckoutSession
 from payorch.values.errors import (
     NotFound,
 )
@@ -137,6 +139,7 @@ async def _reserve(
         requested = draft.amount.minor if draft.amount is not None else None
         amount = refund_amount(SessionStatus(session.status), requested, session.amount_minor, refunded)
         assert session.provider_name is not None
+        paid_by = await attempts.refunded_payment(conn, session.id, refund_id)
         existing = await refunds.insert_refund(
             conn,
             refund_id=refund_id,
@@ -146,7 +149,7 @@ async def _reserve(
             currency=session.currency,
             reason=draft.reason,
             line_items=draft.line_items,
-            provider_name=session.provider_name,
+            provider_name=session.provider_name if paid_by is None else paid_by[0],
             first_submission_grace_s=FIRST_SUBMISSION_GRACE_S,
             owner=owner,
             now=now,
@@ -154,9 +157,10 @@ async def _reserve(
         metrics.refund_transition(RefundStatus.PENDING)
         await _settle_session_status(conn, session.id, metrics, now)
     config = await provider_configs.get_provider_config(conn, application_id, existing.provider_name)
-    if config is None or session.provider_reference is None:
+    reference = await _payment_reference(conn, session, existing.id)
+    if config is None or reference is None:
         raise NotFound("the provider of this session is no longer linked")
-    return _submission(existing, session.provider_reference, config)
+    return _submission(existing, reference, config)
 
 
 @on_database_thread
@@ -319,6 +323,56 @@ async def _record_submission(
     return "unacknowledged"
 
 
+# The namespace of the ids of the refunds payorch creates by itself for duplicate payments: one
+# refund per attempt, whichever process or redelivered event asks for it.
+_DUPLICATE_REFUNDS = uuid.UUID("5b0f3c1e-8d52-4a57-9d0e-3f6f1c2a7d41")
+
+
+def duplicate_refund_id(attempt_id: uuid.UUID) -> uuid.UUID:
+    """The id of the refund of the attempt's duplicate payment, derived from the attempt: its
+    provider's idempotency key follows (`provider_refund_key`)."""
+    return uuid.uuid5(_DUPLICATE_REFUNDS, str(attempt_id))
+
+
+@on_database_thread
+async def refund_duplicate_payment(
+    conn: Connection, *, session: CheckoutSession, attempt: EndedAttempt, metrics: Metrics, now: datetime
+) -> Refund:
+    """Refund in full, in the caller's transaction (which holds the session's row lock), the payment
+    of `attempt` made after another attempt of the session was paid, and mark the attempt
+    DUPLICATE_REFUNDED. The refund is PENDING and due at once: the refund supervisors submit it and
+    retry it like any other (`SubmitRefund`); its verdict, `refund.completed` or `refund.failed`
+    with reason DUPLICATE, is the merchant's webhook of it. It never counts against the session's
+    balance (`storage.refunds`)."""
+    refund_id = duplicate_refund_id(attempt.id)
+    refund = await refunds.insert_refund(
+        conn,
+        refund_id=refund_id,
+        session_id=session.id,
+        application_id=session.application_id,
+        amount_minor=session.amount_minor,
+        currency=session.currency,
+        reason="DUPLICATE",
+        line_items=None,
+        provider_name=attempt.provider_name,
+        first_submission_grace_s=0.0,
+        owner=None,
+        now=now,
+    )
+    await attempts.mark_duplicate_refunded(conn, attempt.id, refund_id)
+    metrics.refund_transition(RefundStatus.PENDING)
+    log.warning(
+        "an ended attempt was paid after its session was: its payment is refunded in full",
+        extra={
+            "applicationId": str(session.application_id),
+            "sessionId": str(session.id),
+            "attempt": attempt.number,
+            "refundId": str(refund_id),
+        },
+    )
+    return refund
+
+
 @dataclass(frozen=True)
 class CreateRefund:
     idempotency_key: str
@@ -436,9 +490,18 @@ async def _pending_submission(
         return None
     session = await sessions.get_session(conn, refund.session_id)
     config = await provider_configs.get_provider_config(conn, application_id, refund.provider_name)
-    if session is None or session.provider_reference is None or config is None:
+    reference = None if session is None else await _payment_reference(conn, session, refund.id)
+    if reference is None or config is None:
         return None
-    return _submission(refund, session.provider_reference, config)
+    return _submission(refund, reference, config)
+
+
+@on_database_thread
+async def _payment_reference(conn: Connection, session: CheckoutSession, refund_id: uuid.UUID) -> str | None:
+    """The provider's reference of the payment the refund returns: an ended attempt's
+    (`storage.attempts.refunded_payment`), else the session's open attempt's."""
+    paid_by = await attempts.refunded_payment(conn, session.id, refund_id)
+    return session.provider_reference if paid_by is None else paid_by[1]
 
 
 def _submission(
@@ -460,5 +523,7 @@ __all__ = [
     "RefundDraft",
     "SubmitRefund",
     "apply_refund_outcome",
+    "duplicate_refund_id",
+    "refund_duplicate_payment",
     "refund_scope",
 ]

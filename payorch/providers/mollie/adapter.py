@@ -13,6 +13,9 @@ Python SDK (`mollie-api-python`).
 - A refund is a Mollie refund of the payment (Refunds API), tagged with payorch's refund id.
 - When payorch expires a session it cancels the Mollie payment where Mollie allows it
   (`isCancelable`), so the customer cannot pay after the merchant was told `session.expired`.
+- Mollie sends the customer back after any final status (`redirectUrl`, `cancelUrl` when they
+  cancel): both are payorch's return route (`providers.base.return_url`), where `checkout_state`
+  reads the payment (`events.payment_state`).
 
 The SDK is synchronous (`requests`): each operation runs in a worker thread, at most
 `max_concurrent_calls` at once and a quarter of those for one account (`threads`), and is abandoned
@@ -52,6 +55,7 @@ from payorch.providers.base import (
     CheckoutClosed,
     CheckoutCreated,
     CheckoutRequest,
+    CheckoutState,
     Credentials,
     CredentialsRejected,
     EventDelivery,
@@ -65,7 +69,7 @@ from payorch.providers.base import (
     WebhookRegistration,
     provider_events_url,
     refuse_outside_limits,
-    result_page_url,
+    return_url,
 )
 from payorch.providers.mollie.amounts import MOLLIE_METHODS, PAYMENT_METHODS, mollie_limits, to_mollie_amount
 from payorch.providers.mollie.events import (
@@ -73,6 +77,7 @@ from payorch.providers.mollie.events import (
     has_link,
     parse_webhook,
     payment_outcome,
+    payment_state,
     refund_outcome,
 )
 from payorch.providers.mollie.threads import AccountThreads
@@ -234,6 +239,16 @@ class MollieProvider:
             return CheckoutClosed.CLOSED
         raise ProviderError(f"Mollie does not allow cancelling payment {reference} ({status})")
 
+    async def checkout_state(self, credentials: Credentials, reference: str) -> CheckoutState:
+        """The payment `reference` as its customer comes back (`ReportsCheckoutState`,
+        `events.payment_state`). `ProviderError` when Mollie cannot be asked or the key cannot
+        read the payment."""
+        try:
+            payment = await self._run(credentials, lambda client: client.payments.get(reference))
+        except Error as error:
+            raise _unavailable("read the payment", error) from error
+        return payment_state(payment)
+
     def parse_event(self, headers: Mapping[str, str], body: bytes, secret: str) -> ProviderEvent:
         """The payment a webhook call names (`events.parse_webhook`); nothing in it is trusted: the
         call is unsigned (`secret` is empty), and `resolve_event` reads the payment from Mollie."""
@@ -291,14 +306,15 @@ class MollieProvider:
         return await trio.to_thread.run_sync(in_thread, abandon_on_cancel=True, limiter=limiter)
 
     def _payment_params(self, request: CheckoutRequest) -> dict[str, Any]:
+        back = return_url(self._public_base_url, request.session_id, request.attempt)
         params: dict[str, Any] = {
             "amount": to_mollie_amount(request.amount),
             "description": f"Order {request.order_reference}"[:_DESCRIPTION_MAX],
             "method": MOLLIE_METHODS[request.payment_method],
-            # Without the merchant's URLs, payorch's own result page (`http/routes/checkout_result.py`).
-            "redirectUrl": request.success_url or result_page_url(self._public_base_url, request.session_id),
-            "cancelUrl": request.failure_url
-            or result_page_url(self._public_base_url, request.session_id, cancelled=True),
+            # Back through payorch after any final status: it reads the payment there and sends the
+            # customer on (the merchant's URLs, or payorch's result page) or to the next attempt.
+            "redirectUrl": back,
+            "cancelUrl": back,
             "webhookUrl": provider_events_url(self._public_base_url, self.name, request.application_id),
             "metadata": {
                 "payorch_session_id": str(request.session_id),

@@ -9,6 +9,12 @@ payment the key cannot read (nothing happens) or a real one (its real state is a
 
 Each state read becomes an event whose id is the object and its state (`tr_x:paid`,
 `tr_x/re_y:refunded`, `tr_x/chb_z:chargeback`), so it is applied once however often Mollie calls.
+
+When the customer comes back from Mollie's checkout (after any final status), `payment_state` says
+what the payment read then is: paid, still processing (`open`: a bank transfer waiting for its
+money; `pending`: BLIK waiting for the customer's bank), or declined with its code (a card
+payment's `details.failureReason`, else its status `failed`). A payment the customer canceled, or
+one that expired, is none of these.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import parse_qs
 
-from payorch.providers.base import EventKind, EventRejected, ProviderEvent
+from payorch.providers.base import CheckoutState, EventKind, EventRejected, ProviderEvent
 from payorch.values.statuses import FailureReason
 
 # Mollie's final payment statuses -> payorch's event kinds; open, pending and authorized say nothing
@@ -76,6 +82,27 @@ def payment_outcome(payment: Mapping[str, Any]) -> ProviderEvent | None:
         session_id=payorch_id(payment, "payorch_session_id"),
         checkout_reference=_text(payment.get("id")),
         reason=reason,
+    )
+
+
+def payment_state(payment: Mapping[str, Any]) -> CheckoutState:
+    """The payment as its customer comes back from it: paid (or authorized), processing (open or
+    pending: it may still be paid), declined (`failed`: the code is a card payment's
+    `details.failureReason`, else `failed`; the reason is the one its event carries), or none of
+    these (canceled by the customer, expired)."""
+    status = payment.get("status")
+    if status in ("paid", "authorized"):
+        return CheckoutState(paid=True)
+    if status in ("open", "pending"):
+        return CheckoutState(paid=False, processing=True)
+    if status != "failed":
+        return CheckoutState(paid=False)
+    details = payment.get("details")
+    code = details.get("failureReason") if isinstance(details, Mapping) else None
+    return CheckoutState(
+        paid=False,
+        decline_code=code if isinstance(code, str) and code else "failed",
+        decline_reason=_PAYMENT_OUTCOMES["failed"][1],
     )
 
 

@@ -7,6 +7,10 @@
 - A refund is a Stripe Refund of the checkout's PaymentIntent, tagged with payorch's refund id.
 - When payorch expires a session it expires the Checkout Session too (Stripe keeps one open for at
   least 30 minutes), so the customer cannot pay after the merchant was told `session.expired`.
+- The customer comes back through payorch (`providers.base.return_url`) both ways: Checkout's
+  `success_url` after paying and its `cancel_url` when they give up (Checkout keeps them on its page
+  after a decline). There `checkout_state` reads the Checkout Session and, when it is unpaid, the
+  last decline of its PaymentIntent (`last_payment_error`).
 - A lost dispute names only its PaymentIntent: `resolve_event` reads payorch's session id from it.
 
 Every call carries the idempotency key payorch derives from its own ids; the SDK retries network
@@ -32,6 +36,7 @@ from payorch.providers.base import (
     CheckoutClosed,
     CheckoutCreated,
     CheckoutRequest,
+    CheckoutState,
     Credentials,
     CredentialsRejected,
     EventDelivery,
@@ -44,11 +49,12 @@ from payorch.providers.base import (
     RefundSubmitted,
     WebhookRegistration,
     refuse_outside_limits,
-    result_page_url,
+    return_url,
 )
 from payorch.providers.stripe.amounts import PAYMENT_METHODS, stripe_limits, to_stripe_amount
 from payorch.providers.stripe.events import (
     endpoint_params,
+    last_decline,
     parse_stripe_event,
     payorch_session_id,
     refund_outcome,
@@ -248,6 +254,39 @@ class StripeProvider:
         # `complete` but `unpaid` is a delayed payment under way: its outcome still arrives as an event.
         return CheckoutClosed.PAID if checkout.payment_status == "paid" else CheckoutClosed.CLOSED
 
+    async def checkout_state(self, credentials: Credentials, reference: str) -> CheckoutState:
+        """The Checkout Session `reference` as the customer comes back from it
+        (`ReportsCheckoutState`): paid when its `payment_status` is `paid`; else the last decline of
+        its PaymentIntent (`last_payment_error`: the card's `decline_code`), which Checkout keeps
+        while the customer stays on its page and after they give up. Processing: a `complete` but
+        unpaid session (a delayed method under way) or a PaymentIntent `processing`. None of these
+        (nothing was tried): not paid, not declined. `ProviderError` when Stripe cannot be reached
+        or does not know the session."""
+        client = self._client(credentials)
+        try:
+            checkout = await self._request(lambda: client.v1.checkout.sessions.retrieve_async(reference))
+        except stripe.StripeError as error:
+            raise _unavailable("read the checkout", error) from error
+        if checkout.payment_status == "paid":
+            return CheckoutState(paid=True)
+        if checkout.status == "complete":  # unpaid: a delayed method's payment still under way
+            return CheckoutState(paid=False, processing=True)
+        payment_intent = checkout.payment_intent
+        if payment_intent is None:
+            return CheckoutState(paid=False)
+        intent_id = payment_intent if isinstance(payment_intent, str) else payment_intent.id
+        try:
+            intent = await self._request(lambda: client.v1.payment_intents.retrieve_async(intent_id))
+        except stripe.StripeError as error:
+            raise _unavailable("read the checkout's payment", error) from error
+        if intent.status == "processing":
+            return CheckoutState(paid=False, processing=True)
+        declined = last_decline(intent.to_dict())
+        if declined is None or declined[0] is None:
+            return CheckoutState(paid=False)
+        code, reason = declined
+        return CheckoutState(paid=False, decline_code=code, decline_reason=reason)
+
     def parse_event(self, headers: Mapping[str, str], body: bytes, secret: str) -> ProviderEvent:
         """Verify the `Stripe-Signature` of `body` with the SDK (300 s tolerance) and translate the
         event (`events`); `EventRejected` when it is not authentic or not a Stripe event."""
@@ -312,6 +351,7 @@ class StripeProvider:
             "payorch_session_id": str(request.session_id),
             "payorch_application_id": str(request.application_id),
         }
+        back = return_url(self._public_base_url, request.session_id, request.attempt)
         params: SessionCreateParams = {
             "mode": "payment",
             "line_items": [
@@ -330,10 +370,10 @@ class StripeProvider:
             "client_reference_id": str(request.session_id),
             "metadata": ids,
             "payment_intent_data": {"metadata": ids},
-            # Stripe requires a success_url: without the merchant's, payorch's own result page.
-            "success_url": request.success_url or result_page_url(self._public_base_url, request.session_id),
-            "cancel_url": request.failure_url
-            or result_page_url(self._public_base_url, request.session_id, cancelled=True),
+            # Back through payorch both ways: it reads the attempt there and sends the customer on
+            # (the merchant's URLs, or payorch's result page) or to the next attempt's checkout.
+            "success_url": back,
+            "cancel_url": back,
             "expires_at": checkout_expiry(request.expires_at, request.requested_at.timestamp()),
         }
         if request.customer_email:

@@ -111,15 +111,24 @@ def _about_checkout(
 
 
 def _payment_failed(event_id: str, payment_intent: dict[str, Any]) -> ProviderEvent:
-    error = payment_intent.get("last_payment_error")
-    codes = (error.get("decline_code"), error.get("code")) if isinstance(error, dict) else ()
-    reason = next((_DECLINES[code] for code in codes if isinstance(code, str) and code in _DECLINES), None)
+    _, reason = last_decline(payment_intent) or (None, FailureReason.PAYMENT_FAILED)
     return ProviderEvent(
         id=event_id,
         kind=EventKind.PAYMENT_DECLINED,
         session_id=_uuid(_metadata(payment_intent, "payorch_session_id")),
-        reason=reason or FailureReason.PAYMENT_FAILED,
+        reason=reason,
     )
+
+
+def last_decline(payment_intent: Mapping[str, Any]) -> tuple[str | None, FailureReason] | None:
+    """A PaymentIntent's last failed attempt (`last_payment_error`): Stripe's code for it (the
+    card's `decline_code`, else the error's `code`) and payorch's reason; None when it has none."""
+    error = payment_intent.get("last_payment_error")
+    if not isinstance(error, dict):
+        return None
+    codes = [code for code in (error.get("decline_code"), error.get("code")) if isinstance(code, str)]
+    reason = next((_DECLINES[code] for code in codes if code in _DECLINES), FailureReason.PAYMENT_FAILED)
+    return (codes[0] if codes else None), reason
 
 
 def refund_outcome(event_id: str, refund: dict[str, Any]) -> ProviderEvent:
