@@ -128,6 +128,21 @@ async def _refunds(db: Database, session_id: str) -> list[dict[str, Any]]:
     return await db.autocommit(read)
 
 
+async def _paid_at_the_second_attempt(
+    client: Client,
+    shop: Shop,  # noqa: F811
+    fake_stripe: FakeStripe,
+    stripe_sender: httpx.AsyncClient,  # noqa: F811
+) -> dict[str, Any]:
+    """A session declined at the sandbox, recovered at Stripe and paid there: the created body."""
+    created = await _recovered(client, shop)
+    (checkout_id,) = _stripe_checkouts(fake_stripe)
+    (paid,) = await fake_stripe.deliver(fake_stripe.pay(checkout_id), via=stripe_sender)
+    assert paid.status_code == 200
+    await eventually(lambda: _succeeded(client, shop, created["sessionId"]))
+    return created
+
+
 async def test_both_attempts_paid_refunds_the_later_payment_in_full_once(
     client: Client,
     db: Database,
@@ -136,12 +151,7 @@ async def test_both_attempts_paid_refunds_the_later_payment_in_full_once(
     fake_stripe: FakeStripe,
     stripe_sender: httpx.AsyncClient,  # noqa: F811
 ) -> None:
-    created = await _recovered(client, shop)
-    (checkout_id,) = _stripe_checkouts(fake_stripe)
-    (paid,) = await fake_stripe.deliver(fake_stripe.pay(checkout_id), via=stripe_sender)
-    assert paid.status_code == 200
-
-    await eventually(lambda: _succeeded(client, shop, created["sessionId"]))
+    created = await _paid_at_the_second_attempt(client, shop, fake_stripe, stripe_sender)
     for _ in range(2):  # delivered twice: refunded once
         late = await _sandbox_paid_late(client, db, settings, shop, created["sessionId"])
         assert late.status_code == 200
@@ -196,10 +206,7 @@ async def test_a_refunded_duplicate_payment_is_counted(
     fake_stripe: FakeStripe,
     stripe_sender: httpx.AsyncClient,  # noqa: F811
 ) -> None:
-    created = await _recovered(client, shop)
-    (checkout_id,) = _stripe_checkouts(fake_stripe)
-    await fake_stripe.deliver(fake_stripe.pay(checkout_id), via=stripe_sender)
-    await eventually(lambda: _succeeded(client, shop, created["sessionId"]))
+    created = await _paid_at_the_second_attempt(client, shop, fake_stripe, stripe_sender)
     for _ in range(2):
         await _sandbox_paid_late(client, db, settings, shop, created["sessionId"])
     _, samples = await scrape(client)
