@@ -217,6 +217,7 @@ class RequestLimits:
             burst=settings.provider_events_per_address_burst,
         )
         self.provider_event_lookups = InFlightLimit(settings.provider_event_lookups_per_application)
+        self.checkout_returns = InFlightLimit(settings.checkout_returns_per_application)
         self.routing_changes = SharedLimiter(
             "routing-changes",
             store,
@@ -264,6 +265,7 @@ class RequestLimits:
             settings.provider_events_per_address_per_second, settings.provider_events_per_address_burst
         )
         self.provider_event_lookups.per_key = settings.provider_event_lookups_per_application
+        self.checkout_returns.per_key = settings.checkout_returns_per_application
         self.routing_changes.reconfigure(
             settings.routing_changes_per_hour / 3600.0, settings.routing_changes_burst
         )
@@ -404,15 +406,15 @@ class RequestLimits:
         finally:
             self.test_sends.leave(key)
 
-    async def pace_provider_event(self, remote_address: str | None) -> None:
-        """Count one inbound provider event from `remote_address`, first waiting for its token when
-        that is at most `PACE_S` away: an address sending faster than its rate is
-        slowed to it, and a flood costs no more than the rate. `RateLimited` when more than that
-        many seconds' worth of its events already wait."""
+    async def pace_provider_event(self, remote_address: str | None, what: str = "provider events") -> None:
+        """Count one inbound provider event (or customer's return from a checkout: `what` they are)
+        from `remote_address`, first waiting for its token when that is at most `PACE_S` away: an
+        address sending faster than its rate is slowed to it, and a flood costs no more than the
+        rate. `RateLimited` when more than that many seconds' worth of its requests already wait."""
         try:
             wait = await reserve([(self.provider_events_per_address, _address_key(remote_address))], PACE_S)
         except Refused as refused:
-            raise _rate_limited(refused.wait, "provider events from this address") from None
+            raise _rate_limited(refused.wait, f"{what} from this address") from None
         if wait > 0:
             await trio.sleep(wait)
 
@@ -431,6 +433,22 @@ class RequestLimits:
             yield
         finally:
             self.provider_event_lookups.leave(key)
+
+    @contextmanager
+    def checkout_return(self, application_id: uuid.UUID) -> Iterator[None]:
+        """Hold one of the application's customer returns being answered for the block;
+        `ServiceBusy` (503, retry in a second) while `limits.checkout_returns_per_application` are."""
+        key = str(application_id)
+        if not self.checkout_returns.try_enter(key):
+            raise ServiceBusy(
+                f"at most {self.checkout_returns.per_key} returns from a checkout of an application are "
+                "answered at once: retry after 1 s",
+                retry_after=1,
+            )
+        try:
+            yield
+        finally:
+            self.checkout_returns.leave(key)
 
     def check_routing_changes(self, application_id: uuid.UUID) -> None:
         """`RateLimited` when this process knows the application's routing changes are used up

@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from payorch.config import Settings
+from payorch.runtime import Runtime
 from payorch.storage.database import Database
 from tests import fake_stripe as stripe_fake
 from tests.fake_stripe import FakeStripe
@@ -267,3 +268,23 @@ async def test_a_cancel_at_the_next_provider_goes_through_payorch_to_the_failure
     assert await _come_back(client, sent.form["cancel_url"]) == FAILURE
     record = await _record(client, shop, created["sessionId"])
     assert (record["status"], len(record["attempts"]), record["providerName"]) == ("PENDING", 2, "stripe")
+
+
+async def test_returns_past_the_applications_bound_are_503_and_ask_neither_actor_nor_provider(
+    runtime: Runtime, client: Client, shop: Shop, fake_stripe: FakeStripe
+) -> None:
+    created = await _session(client, shop, {"maxAttempts": 2})
+    back = await _pay_at_sandbox(client, created["checkoutUrl"], DECLINED_CARD)
+    returns = runtime.services.limits.checkout_returns
+    key = shop.application_id
+    for _ in range(returns.per_key):  # every place taken, as by a stranger's flood of returns
+        assert returns.try_enter(key)
+    response = await client.get(_local(back))
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == "1"
+    record = await _record(client, shop, created["sessionId"])
+    assert (record["status"], len(record["attempts"])) == ("PENDING", 1)
+    assert _stripe_checkouts(fake_stripe) == set()
+    for _ in range(returns.per_key):
+        returns.leave(key)
+    assert await _come_back(client, back) == _stripe_url(fake_stripe)
