@@ -18,7 +18,7 @@ from tests import fake_stripe as stripe_fake
 from tests.fake_stripe import FakeStripe
 from tests.helpers import SANDBOX_KEY, session_body
 from tests.processes import serving
-from tests.test_two_processes import SHARED_SECRETS, STRIPE_KEY, _json, _post, _shop
+from tests.test_two_processes import STRIPE_KEY, _json, _post, _shop, with_stripe
 
 pytestmark = [
     pytest.mark.long,  # runs for seconds: handed to the test workers first (tests/conftest.py)
@@ -32,12 +32,7 @@ fake_stripe = stripe_fake.fake_stripe
 async def test_returns_raced_through_two_processes_open_one_next_attempt(
     database_dsn: str, db: Database, settings: Settings, tmp_path: Path, fake_stripe: FakeStripe
 ) -> None:
-    fake_stripe.accept_key(STRIPE_KEY)
-    env = {
-        **SHARED_SECRETS,
-        "PAYORCH_PROVIDERS__STRIPE__ENABLED": "true",
-        "PAYORCH_PROVIDERS__STRIPE__API_BASE": fake_stripe.url,
-    }
+    env = with_stripe(fake_stripe)
     async with (
         serving(database_dsn, tmp_path / "first", env) as (_, first_url, _),
         serving(database_dsn, tmp_path / "second", env) as (_, second_url, _),

@@ -137,18 +137,22 @@ async def test_refunds_raced_through_two_processes_never_exceed_the_total(
     assert await db.autocommit(refunded) == 10000
 
 
+def with_stripe(fake_stripe: FakeStripe) -> dict[str, str]:
+    """The environment of a process sharing the others' secrets, with Stripe enabled at its fake,
+    which accepts `STRIPE_KEY`."""
+    fake_stripe.accept_key(STRIPE_KEY)
+    return {
+        **SHARED_SECRETS,
+        "PAYORCH_PROVIDERS__STRIPE__ENABLED": "true",
+        "PAYORCH_PROVIDERS__STRIPE__API_BASE": fake_stripe.url,
+    }
+
+
 async def test_two_processes_route_on_the_same_outcomes(
     database_dsn: str, db: Database, settings: Settings, tmp_path: Path, fake_stripe: FakeStripe
 ) -> None:
     # The sandbox and Stripe (at its fake) linked; the rates read again before every batch.
-    fake_stripe.accept_key(STRIPE_KEY)
-    env = {
-        **SHARED_SECRETS,
-        "PAYORCH_PROVIDERS__STRIPE__ENABLED": "true",
-        "PAYORCH_PROVIDERS__STRIPE__API_BASE": fake_stripe.url,
-        "PAYORCH_ROUTING__REFRESH_S": "0",
-        "PAYORCH_ROUTING__EXPLORATION": "0",
-    }
+    env = {**with_stripe(fake_stripe), "PAYORCH_ROUTING__REFRESH_S": "0", "PAYORCH_ROUTING__EXPLORATION": "0"}
     async with (
         serving(database_dsn, tmp_path / "first", env) as (_, first_url, _),
         serving(database_dsn, tmp_path / "second", env) as (_, second_url, _),
