@@ -358,7 +358,7 @@ class LimitSettings(_Section):
     provider_events_per_address_per_second: PositiveFloat = 50.0
     provider_events_per_address_burst: PositiveInt = 200
     provider_event_lookups_per_application: PositiveInt = 2
-    checkout_returns_per_application: PositiveInt = 4
+    checkout_returns_per_application: PositiveInt = 64
     provider_health_accounts: PositiveInt = 10000
     background_slots: PositiveInt = 64
     background_per_merchant: PositiveInt = 8
