@@ -1,6 +1,6 @@
 """The HTTP server (payorch/http/server.py) over raw sockets: HTTP/1.1 only, connections bounded
 per node and per address, a request's head and body read within `server.read_timeout_s`, and a
-client that closes its connection cancels its request.
+client that closes its connection cancels its request (a held login's hold too).
 
 The service runs in-process (run() on port 0, its own database: the `settings` fixture only).
 A second client address is 127.0.0.2, which Linux routes over loopback like 127.0.0.1.
@@ -20,7 +20,7 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from quart_trio import QuartTrio
 
-from payorch.config import ServerSettings, Settings
+from payorch.config import LimitSettings, ServerSettings, Settings
 from payorch.http import server as http_server
 from payorch.service import RunningService, run
 from tests.helpers import eventually
@@ -311,3 +311,47 @@ async def test_a_client_closing_its_connection_cancels_its_request() -> None:
         with trio.fail_after(2):
             await cancelled.wait()
         shutdown.set()
+
+
+def _login(email: str) -> bytes:
+    body = json.dumps({"email": email, "password": "not-the-password-1"}).encode()
+    head = (
+        f"POST /api/v1/auth/login HTTP/1.1\r\nHost: payorch.test\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+async def test_a_client_closing_its_connection_while_its_login_is_held_ends_the_hold(
+    settings: Settings,
+) -> None:
+    # One refusal held in all, for a minute: while one is held, another group's is answered at once.
+    limits = LimitSettings(
+        login_per_minute=1,
+        login_refusal_hold_s=60.0,
+        login_refusals_held_per_address=1,
+        login_refusals_held=1,
+    )
+    async with _running(settings.model_copy(update={"limits": limits})) as address:
+        for source in ("127.0.0.1", OTHER_ADDRESS):  # each group's one token
+            stream = await _connect(address, source)
+            async with stream:
+                await stream.send_all(_login(f"nobody@{source}.example"))
+                assert b" 401 " in (await _response(stream)).split(b"\r\n")[0]
+        held = await _connect(address)
+        await held.send_all(_login("nobody@held.example"))
+        with trio.move_on_after(0.5) as waited:
+            await held.receive_some()
+        assert waited.cancelled_caught  # held
+        await held.aclose()
+
+        async def other_refusal_is_held() -> bool:
+            stream = await _connect(address, OTHER_ADDRESS)
+            async with stream:
+                await stream.send_all(_login("nobody@other.example"))
+                with trio.move_on_after(0.5) as waiting:
+                    await stream.receive_some()
+            return waiting.cancelled_caught
+
+        # The closed connection's hold has ended: the process's one place is free again.
+        await eventually(other_refusal_is_held)

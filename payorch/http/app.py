@@ -10,7 +10,7 @@ from jinja2 import BytecodeCache
 from jinja2.bccache import Bucket
 from quart import Response, request
 
-from payorch.http import console, openapi
+from payorch.http import console, login_gate, openapi
 from payorch.http.error_responses import install_error_handlers
 from payorch.http.jsonio import ExactJsonProvider
 from payorch.http.requestlog import install_request_log
@@ -83,6 +83,10 @@ class _App(PayorchApp):
         # HTTP/1.1 (h11) refuses such bytes in a request target; HTTP/2 passes them on.
         if scope["type"] == "http":
             scope = {**scope, "query_string": _decodable_query_string(scope["query_string"])}
+            call = await login_gate.charged_call(self.services, scope, receive)
+            if call is None:  # the client left while its login was held
+                return
+            scope, receive = call
         await super().asgi_app(scope, receive, send)
 
 

@@ -9,11 +9,13 @@ long, and each test ends them by cancelling the requests it left held.
 
 from __future__ import annotations
 
+import gc
 import itertools
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
 import trio
+from quart import Request as QuartRequest
 from quart import Response
 
 from payorch.config import LimitSettings, Settings
@@ -141,3 +143,40 @@ async def test_a_login_refusal_known_to_this_process_asks_the_shared_bucket_noth
         with pytest.raises(RateLimited):
             await limits.charge_login(address)
     assert store.takes == 1
+
+
+async def test_a_held_refusal_keeps_no_request_of_quarts_alive(per_address_of_two: Runtime) -> None:
+    """Held at the ASGI call (`http.login_gate`), before Quart builds a request: a flood's hundreds
+    of held refusals are not hundreds of requests, contexts and tasks for the collector to walk."""
+
+    def quart_requests() -> int:
+        gc.collect()
+        return sum(isinstance(alive, QuartRequest) for alive in gc.get_objects())
+
+    flooding = per_address_of_two.app.test_client()
+    assert (await log_in(flooding, "192.0.2.80")).status_code == 401  # the group's one token
+    before = quart_requests()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(log_in, flooding, "192.0.2.80")
+        nursery.start_soon(log_in, flooding, "192.0.2.80")
+        await until_held(per_address_of_two, "192.0.2.80", 2)
+        assert quart_requests() == before
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_refusal_held_before_the_route_is_answered_by_it_with_the_documented_shape(
+    db: Database, settings: Settings
+) -> None:
+    briefly = settings.model_copy(
+        update={"limits": LimitSettings(login_per_minute=1, login_refusal_hold_s=0.01)}
+    )
+    async with open_runtime(briefly, db) as runtime:
+        flooding = runtime.app.test_client()
+        assert (await log_in(flooding, "192.0.2.90")).status_code == 401
+        refused = await log_in(flooding, "192.0.2.90")
+    assert refused.status_code == 429
+    body = await refused.get_json()
+    assert set(body) == {"error", "message", "code", "retryAfter"}
+    assert body["code"] == 429
+    assert "login and signup attempts from this address" in body["message"]
+    assert body["retryAfter"] == int(refused.headers["Retry-After"]) >= 1

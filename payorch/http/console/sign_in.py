@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from quart import Response, render_template, request, url_for
 from werkzeug.datastructures import MultiDict
 
+from payorch.http import login_gate
 from payorch.http.console.kit import (
     COOKIE_PATH,
     SESSION_COOKIE,
@@ -105,7 +106,7 @@ async def sign_in() -> Response:
 async def sign_in_submitted() -> Response:
     """The checks of `POST /api/v1/auth/login`: the address's bucket charged first, the account's
     failed logins, the password; on success the API's access token becomes the session cookie."""
-    await accounts.charge_login_attempt(services(), request.remote_addr)
+    await login_gate.charge_login(services(), request)
     form = await read_form()
     check_csrf(form, request.cookies.get(SIGN_IN_COOKIE))
     email = form.get("email", "")

@@ -13,19 +13,13 @@ from payorch.values.errors import AccountExists, InvalidLogin
 from payorch.values.secrets import token_hash
 
 
-async def charge_login_attempt(services: Services, address: str | None) -> None:
-    """Count one login or signup attempt against the client `address`'s bucket (`RateLimited` when
-    it is empty). Login through the API and the console's sign-in share it."""
-    await services.limits.charge_login(address)
-
-
 async def admin_access_token(services: Services, data: LoginRequest, address: str | None) -> str:
     """The access token (JWT) of the admin whose e-mail and password `data` holds, asked from the
     client `address`: `ServiceBusy` (503) when every password hashing turn is taken, before
     anything else; `RateLimited` when the account has used up its failed logins and this address
     group its own while they are (`RequestLimits.count_login_attempt`); `InvalidLogin` (counted)
     when the e-mail or the password is wrong. The one check behind the API's login and the
-    console's sign-in; the caller charges the client address first (`charge_login_attempt`). The
+    console's sign-in; the caller charges the client address first (`http.login_gate`). The
     attempt is counted as a failure before the password is checked and forgiven once it is right,
     so attempts at once cannot pass the account's limit together."""
     account = data.email.lower()  # logins compare e-mails without regard to case

@@ -9,6 +9,7 @@ from pydantic import TypeAdapter
 from quart import Blueprint, Response, request
 from quart_schema import document_response, security_scheme, tag_blueprint
 
+from payorch.http import login_gate
 from payorch.http import openapi as api
 from payorch.http import representations as bodies
 from payorch.http.auth import Accept, Principal, authenticated
@@ -40,7 +41,7 @@ def _charged_per_address(view: View[Any]) -> View[Any]:
 
     @functools.wraps(view)
     async def charged(*args: Any, **kwargs: Any) -> Any:
-        await accounts.charge_login_attempt(services(), request.remote_addr)
+        await login_gate.charge_login(services(), request)
         return await view(*args, **kwargs)
 
     return charged
