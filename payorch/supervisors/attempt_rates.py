@@ -23,6 +23,13 @@ hundred endpoints fifty times a second to claim one delivery each time, taking t
 CPU, and the rounds every other merchant's deliveries wait behind, for the merchant's own drain.
 Its rate over a second is the same. For the same reason an attempt of such a merchant that ends
 does not wake the loop (`batch_ready`): the loop wakes when the next batch is due (`next_batch_in`).
+
+The attempts one round claims for a merchant start evenly over the time its rate gives them
+(`start_delays`: the k-th k/rate seconds after the round, 20 ms apart at 50 a second), not all at
+once: a batch of ten started together is 20 ms of the serving thread in one burst, which every
+other merchant's requests then wait behind; spread, it is 2 ms every 20 ms. A merchant's first
+attempt of a round starts at once, so a merchant that sends one event to one endpoint waits for
+nothing.
 """
 
 from __future__ import annotations
@@ -43,6 +50,12 @@ def batch_for(burst: int) -> int:
     """The fewest attempts a merchant held to its rate is claimed for at once: a fifth of its
     bucket, at least one."""
     return max(1, burst // 5)
+
+
+def start_delays(attempts: int, rate: float) -> list[float]:
+    """When each of `attempts` attempts one round claimed for a merchant starts, in seconds after
+    the round: evenly at `rate` a second, the first at once."""
+    return [index / rate for index in range(attempts)]
 
 
 class AttemptRates:

@@ -32,7 +32,9 @@ flight are handed back at once, unattempted.
 
 from __future__ import annotations
 
-from collections import Counter
+import uuid
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 import httpx
@@ -45,7 +47,7 @@ from payorch.outbound.client import CurrentClient, close_after, webhook_client
 from payorch.restarts import SupervisorBoard, supervised
 from payorch.storage import webhook_deliveries
 from payorch.storage.notifications import Notifications
-from payorch.supervisors.attempt_rates import AttemptRates, burst_for
+from payorch.supervisors.attempt_rates import AttemptRates, burst_for, start_delays
 from payorch.supervisors.slots import WorkSlots
 from payorch.supervisors.webhook_attempts import attempt_delivery
 
@@ -96,18 +98,28 @@ async def _round(
         allowances=rates.allowances(now),
         default_allowance=rates.burst,
     )
-    for merchant_id, attempts in Counter(delivery.merchant_id for delivery in done.claimed).items():
-        rates.spend(merchant_id, attempts, now)
+    per_merchant: dict[uuid.UUID, list[webhook_deliveries.ClaimedDelivery]] = defaultdict(list)
     for delivery in done.claimed:
-        # A freed slot rings: the delivery's successors in its session may be due too (once its
-        # merchant holds a batch again, if it is held to its rate: `_next_wait` wakes the loop then).
-        slots.start(
-            nursery,
-            delivery.id,
-            delivery.merchant_id,
-            partial(attempt_delivery, context, client, delivery),
-        )
+        per_merchant[delivery.merchant_id].append(delivery)
+    for merchant_id, claimed in per_merchant.items():
+        rates.spend(merchant_id, len(claimed), now)
+        for delivery, delay in zip(claimed, start_delays(len(claimed), rates.rate), strict=True):
+            # A freed slot rings: the delivery's successors in its session may be due too (once its
+            # merchant holds a batch again, if it is held to its rate: `_next_wait` wakes the loop).
+            slots.start(
+                nursery,
+                delivery.id,
+                delivery.merchant_id,
+                partial(_attempt_after, delay, partial(attempt_delivery, context, client, delivery)),
+            )
     return done.fanned_out
+
+
+async def _attempt_after(delay_s: float, attempt: Callable[[], Awaitable[None]]) -> None:
+    """`attempt`, `delay_s` seconds from now (`attempt_rates.start_delays`)."""
+    if delay_s > 0:
+        await trio.sleep(delay_s)
+    await attempt()
 
 
 async def _listen(notes: Notifications, own_origin: str, slots: WorkSlots) -> None:

@@ -14,7 +14,7 @@ import pytest
 from payorch.config import Settings
 from payorch.storage.database import Database
 from payorch.storage.webhook_deliveries import claim_due_deliveries
-from payorch.supervisors.attempt_rates import AttemptRates
+from payorch.supervisors.attempt_rates import AttemptRates, start_delays
 from tests.clock import ShiftedClock
 from tests.storage.test_webhook_deliveries import _application, _endpoint, _events
 
@@ -97,3 +97,9 @@ def test_an_attempt_of_a_merchant_without_a_batch_wakes_nobody_and_the_loop_wait
     assert rates.batch_ready(held, later)
     # Holding a batch, it is claimed for by the round its ended attempts wake: no timed wake.
     assert rates.next_batch_in(later) is None
+
+
+def test_the_attempts_a_round_claims_for_a_merchant_start_evenly_at_its_rate_the_first_at_once() -> None:
+    assert start_delays(1, 50.0) == [0.0]
+    assert start_delays(5, 50.0) == pytest.approx([0.0, 0.02, 0.04, 0.06, 0.08])
+    assert start_delays(0, 50.0) == []
