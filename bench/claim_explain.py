@@ -1,5 +1,5 @@
 """The webhook delivery claim beside one merchant's backlog of a million deliveries: its plans and
-its time, as payorch claimed before migration 0021 (issue 41) and as it claims now.
+its time, as payorch claimed before migration 0021 and as it claims now.
 
 `python -m bench.claim_explain [--deliveries N]` starts an embedded PostgreSQL under a temporary
 directory, migrates it and writes, straight into the tables (INSERT ... SELECT generate_series):

@@ -1,5 +1,5 @@
 """The neighbours scenario: other merchants' creates, and one merchant's webhooks, beside what one party
-can do to a payorch it shares (issue 41): flood login with unknown e-mails from many addresses, leave
+can do to a payorch it shares: flood login with unknown e-mails from many addresses, leave
 a backlog of webhook deliveries to drain, loop routing backtests, flood routing documents.
 
 payorch runs here with its default rate limits, on a fresh embedded PostgreSQL, trusting a throwaway

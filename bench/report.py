@@ -29,13 +29,13 @@ from bench.workers import WorkersRun, workers_label
 
 # Cores found busy before the run beyond which the figures are flagged: other work shares the machine.
 BUSY_MACHINE_CORES = 0.2
-# payorch's goals (issue "Speed"): throughput as a share of the bare endpoint's, and create latency;
+# payorch's goals: throughput as a share of the bare endpoint's, and create latency;
 # the other applications' creates/s beside a slow provider; memory once idle.
 CREATE_RATIO_GOAL, CREATE_P99_GOAL_MS, READ_RATIO_GOAL = 0.5, 50.0, 0.8
 ISOLATION_CHANGE_GOAL = 0.10
 FLOOD_P99_CHANGE_GOAL = 0.20
 # Beside a login flood from many addresses, a merchant's webhook backlog, two merchants' backtest
-# loops and a routing flood (issue 41): the others' create p99 and webhook p50 against alone, and
+# loops and a routing flood: the others' create p99 and webhook p50 against alone, and
 # payorch's memory under the login flood against before.
 NEIGHBOURS_P99_CHANGE_GOAL = 0.25
 NEIGHBOURS_WEBHOOK_P50_CHANGE_GOAL = 0.25
@@ -44,7 +44,7 @@ LOGIN_FLOOD_RSS_GROWTH_GOAL_MIB = 100
 # rows with their refunds) and a page past its end (the counter read alone), p50.
 LIST_FIRST_PAGE_P50_GOAL_MS, LIST_PAST_THE_END_P50_GOAL_MS = 10.0, 5.0
 IDLE_RSS_GROWTH_GOAL = 0.10
-# payorch serve --workers N (issue "Scale on one node"): creates and reads as a share of the bare
+# payorch serve --workers N: creates and reads as a share of the bare
 # endpoint on as many hypercorn workers, and creates/s with two workers against one.
 WORKERS_CREATE_RATIO_GOAL, WORKERS_READ_RATIO_GOAL, WORKERS_SCALING_GOAL = 0.6, 0.8, 1.4
 WEBHOOK_P50_GOAL_MS, WEBHOOK_P99_GOAL_MS = 25.0, 100.0

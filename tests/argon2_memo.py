@@ -1,7 +1,7 @@
 """Argon2 computed once per password in a test process, instead of twice in nearly every test.
 
 Signing a merchant up hashes its password and logging in verifies it: two argon2id computations, slow
-on purpose (about 0.04 s of CPU each; with the 64 MiB parameters before issue 41, 0.14 s of CPU and
+on purpose (about 0.04 s of CPU each; with the earlier 64 MiB parameters, 0.14 s of CPU and
 more wall time), in every test that needs a merchant: on a 2-core machine they were a third of the
 suite's CPU. `install()` wraps argon2-cffi's two primitives, which passlib (and so
 payorch) calls, so that:
