@@ -45,12 +45,15 @@ MAX_NUMBER_EXPONENT = 1000  # far inside numeric's 131072 digits before the poin
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_A_BRACKET = bytes(byte for byte in range(256) if byte not in b"[]{}")
 _DEPTH_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
-# What could put NUL or a lone surrogate into a parsed string; a match only means "look closer".
-_MAYBE_UNSTORABLE = re.compile(r"\\u(?:0000|[dD][89a-fA-F][0-9a-fA-F]{2})|[\x00\ud800-\udfff]")
+# What could put NUL or a lone surrogate into a parsed string (an escape, or the character itself);
+# a match only means "look closer". Two expressions, not one with an alternative: each skips fast to
+# the characters it can start with, and a 35 KB body is scanned in half the time.
+_MAYBE_UNSTORABLE_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F][0-9a-fA-F]{2})")
 _UNSTORABLE_CHARACTER = re.compile(r"[\x00\ud800-\udfff]")
-# Where none of this occurs, no number can be out of bounds (at most 100 digits, and an exponent of two
+# Where neither occurs, no number can be out of bounds (at most 100 digits, and an exponent of two
 # digits moves the point by less than 1000): the parser may then build numbers without asking.
-_MAYBE_OUT_OF_BOUNDS_NUMBER = re.compile(rf"[0-9.]{{{MAX_NUMBER_DIGITS + 1}}}|[eE][+-]?[0-9]{{3}}")
+_LONG_NUMBER = re.compile(rf"[0-9.]{{{MAX_NUMBER_DIGITS + 1}}}")
+_LONG_EXPONENT = re.compile(r"[eE][+-]?[0-9]{3}")
 
 
 def nests_deeper_than(text: str, limit: int) -> bool:
@@ -59,8 +62,19 @@ def nests_deeper_than(text: str, limit: int) -> bool:
     may be yes where a parser would have stopped earlier: either way the body is refused."""
     if text.count("[") + text.count("{") <= limit:
         return False  # the common case, at the cost of two counts
-    brackets = _JSON_STRING.sub("", text).encode("utf-8", "surrogatepass").translate(None, _NOT_A_BRACKET)
+    # Without an escaped quote every quote opens or closes a string: what lies outside them is every
+    # other piece (a fast split); else each string is found where it ends.
+    escaped_quote = '\\"' in text
+    outside = _JSON_STRING.sub("", text) if escaped_quote else "".join(text.split('"')[::2])
+    brackets = outside.encode("utf-8", "surrogatepass").translate(None, _NOT_A_BRACKET)
     return max(itertools.accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0) > limit
+
+
+def _might_hold_unstorable_text(text: str) -> bool:
+    """Whether the JSON `text` may hold, once parsed, a string PostgreSQL cannot store."""
+    return ("\\u" in text and _MAYBE_UNSTORABLE_ESCAPE.search(text) is not None) or (
+        _UNSTORABLE_CHARACTER.search(text) is not None
+    )
 
 
 def unstorable_text_problem(text: str) -> str | None:
@@ -138,7 +152,7 @@ def loads_request_json(data: str | bytes) -> Any:
             [FieldProblem("body", f"arrays and objects nest more than {MAX_NESTING_DEPTH} levels deep")],
         )
     try:
-        if _MAYBE_OUT_OF_BOUNDS_NUMBER.search(text):
+        if _LONG_NUMBER.search(text) or _LONG_EXPONENT.search(text):
             value = loads_exact(text, parse_int=_bounded_integer, parse_float=_bounded_decimal)
         else:
             value = loads_exact(text)
@@ -147,7 +161,7 @@ def loads_request_json(data: str | bytes) -> Any:
         raise InvalidInput(
             "malformed request: the body must be valid JSON", [FieldProblem("body", str(error))]
         ) from None
-    if _MAYBE_UNSTORABLE.search(text):  # rare: walk the values only when the text hints at it
+    if _might_hold_unstorable_text(text):  # rare: walk the values only when the text hints at it
         problem = first_unstorable_text(value)
         if problem is not None:
             raise InvalidInput("request body holds text that cannot be stored", [problem])

@@ -34,6 +34,7 @@ def refusal(text: str) -> FieldProblem:
         ('{"a": {"b": {}}}', True),
         ('{"a": {"b": 1}, "c": {"d": 2}}', False),  # wide is not deep
         ('["[[[[", "{{{{"]', False),  # brackets inside strings do not count
+        ('["]]]]", [[[1]]]]', True),  # closing ones neither: they hide no depth
         ('["\\"[[[[", "\\\\", [1]]', False),  # nor after an escaped quote; an escaped backslash ends
         ('["\\\\"[[[[1]]]]]', True),  # ... so these brackets are outside any string
     ],
