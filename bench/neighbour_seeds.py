@@ -31,9 +31,9 @@ _PAST_SESSIONS = """
 # Each of those sessions' outcome at the sandbox, as `engine.payments.events` records it.
 _PAST_OUTCOMES = """
     INSERT INTO routing_outcomes (application_id, provider_name, payment_method, currency, outcome,
-        session_id, recorded_at)
+        session_id, recorded_at, session_created_at)
     SELECT application_id, provider_name, payment_method, currency,
-        CASE WHEN status = 'SUCCEEDED' THEN 's' ELSE 'f' END, id, created_at
+        CASE WHEN status = 'SUCCEEDED' THEN 's' ELSE 'f' END, id, created_at, created_at
     FROM checkout_sessions WHERE application_id = $1 ORDER BY created_at"""
 
 # `$2` sessions of the application, each with its `session.completed` event, already fanned out,

@@ -20,6 +20,7 @@ from bench.routing import (
     EXPLORATION_COST_GOAL,
     ORACLE_SHARE_GOAL,
     RECOVERY_SESSIONS_GOAL,
+    STEADY_APPROVAL_GOAL,
     DecisionCost,
     RoutingQuality,
 )
@@ -447,6 +448,11 @@ def _routing(quality: RoutingQuality | None, cost: DecisionCost | None) -> Itera
             f"{quality.dynamic.explored:,} sessions explored; against their leader's true approval they lost "
             f"{quality.dynamic.exploration_cost:.0f} expected approvals"
         )
+        yield (
+            f"steady world, {quality.steady_sessions:,} sessions at 3 providers approving 0.90, 0.50 and "
+            f"0.15: approval {quality.steady_approval:.3f} (the best provider alone "
+            f"{quality.steady_best / quality.steady_sessions:.3f}), {quality.steady.explored:,} explored"
+        )
     if cost is not None:
         runs = ", ".join(f"{us:.1f}" for us in cost.runs)
         yield f"decision cost: 20 rules, 3 providers, objective net; µs per decide in each run: {runs}"
@@ -461,6 +467,12 @@ def _routing_goals(quality: RoutingQuality | None, cost: DecisionCost | None) ->
             f"{share:.1%}",
             f">= {ORACLE_SHARE_GOAL:.0%}",
             share >= ORACLE_SHARE_GOAL,
+        )
+        yield goal_line(
+            "routing: steady 0.90/0.50/0.15, approval",
+            f"{quality.steady_approval:.3f}",
+            f"> {STEADY_APPROVAL_GOAL:.3f}",
+            quality.steady_approval > STEADY_APPROVAL_GOAL,
         )
         slowest = quality.slowest_recovery
         yield goal_line(

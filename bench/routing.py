@@ -2,8 +2,9 @@
 
 Quality is a simulation driving payorch's real code: `engine.routing.decision.decide` over a
 dynamic default route, `engine.routing.success_rates.OutcomeWindow` recording each session's outcome when
-a provider event would tell it, and `SuccessRates` rebuilt from the window's rows every
-`REFRESH_EVERY` sessions, as the service refreshes its figures in batches. The world:
+a provider event would tell it, in its place by the session's creation (as the service's window is
+ordered), and `SuccessRates` rebuilt from the window's rows every `REFRESH_EVERY` sessions, as the
+service refreshes its figures in batches. The world:
 - three providers, four segments (payment method x currency), each provider's approval per segment
   drifting slowly (a sine, its own phase) so the best provider of a segment changes over time;
 - customers who are not approved either are declined (the failure is known within a few sessions)
@@ -23,6 +24,10 @@ against the run without exploration, and directly, as the true approval of the l
 of the explored provider, summed over the explored sessions. The world's seed is fixed (26, the
 routing issue's number), so every run prints the same figures; how they spread over other seeds
 is in `payorch/engine/routing/success_rates.py`'s docstring.
+
+A second world (`STEADY_SEGMENTS`): three steady providers far apart, approving 0.90, 0.50 and
+0.15, one segment, no outage: what exploration costs where nothing changes. A fixed 5% spread
+evenly over the others, the worst included, got 0.871 there (`STEADY_BEFORE`, the goal to beat).
 
 Decision cost: microseconds per `decide` with a document of 20 rules (all of them looked at: each
 admits the session's method, currency and country, none its amount) and 3 providers, objective
@@ -57,16 +62,28 @@ DRIFT_PERIOD, DRIFT_AMPLITUDE = 30_000, 0.04
 LEAD_CHECK, LEAD_SHARE = 200, 0.9
 SEED = 26
 
+Segment = tuple[str, str, float, dict[str, tuple[float, float]]]
+
 # Per segment: its share of sessions, and per provider its mean approval and the phase of its drift.
-SEGMENTS: tuple[tuple[str, str, float, dict[str, tuple[float, float]]], ...] = (
+SEGMENTS: tuple[Segment, ...] = (
     ("card", "EUR", 0.40, {"alpha": (0.88, 3.0), "bravo": (0.83, 2.0), "charlie": (0.80, 1.0)}),
     ("card", "PLN", 0.20, {"alpha": (0.80, 1.0), "bravo": (0.84, 3.0), "charlie": (0.76, 5.0)}),
     ("blik", "PLN", 0.25, {"alpha": (0.72, 2.5), "bravo": (0.74, 0.5), "charlie": (0.82, 4.5)}),
     ("card", "USD", 0.15, {"alpha": (0.89, 3.5), "bravo": (0.80, 1.5), "charlie": (0.84, 0.0)}),
 )
 
+# The second world: three steady providers far apart, one segment, no outage. Before exploration
+# scaled with uncertainty, a fixed 5% spread evenly (the worst provider included) got 0.871.
+STEADY_SEGMENTS: tuple[Segment, ...] = (
+    ("card", "EUR", 1.0, {"alpha": (0.90, 0.0), "bravo": (0.50, 0.0), "charlie": (0.15, 0.0)}),
+)
+STEADY_SESSIONS = 20_000
+STEADY_BEFORE = 0.871  # the approval of the routing this one replaced, against 0.90 at best
+
+
 # Goals (the routing issue).
 ORACLE_SHARE_GOAL = 0.97
+STEADY_APPROVAL_GOAL = STEADY_BEFORE  # the steady world's approval must beat it
 RECOVERY_SESSIONS_GOAL = 500
 EXPLORATION_COST_GOAL = 0.015
 DECISION_US_GOAL = 100.0
@@ -78,6 +95,7 @@ class World:
     true approval for it, and the random numbers that settle its outcome."""
 
     seed: int
+    segments: tuple[Segment, ...]
     segment: list[int]
     approval: list[tuple[float, ...]]  # per session, per provider (in PROVIDERS' order)
     approve_draw: list[float]  # approved at a provider when below its approval
@@ -85,22 +103,29 @@ class World:
     delay: list[int]  # sessions until a payment's or a decline's event arrives
 
 
-def build_world(seed: int = SEED, sessions: int = SESSIONS) -> World:
+def build_world(
+    seed: int = SEED,
+    sessions: int = SESSIONS,
+    segments: tuple[Segment, ...] = SEGMENTS,
+    drift: float = DRIFT_AMPLITUDE,
+    outage: bool = True,
+) -> World:
     rng = random.Random(seed)  # noqa: S311 - a simulated world, not a secret
-    shares = [share for _, _, share, _ in SEGMENTS]
-    segment = rng.choices(range(len(SEGMENTS)), weights=shares, k=sessions)
+    shares = [share for _, _, share, _ in segments]
+    segment = rng.choices(range(len(segments)), weights=shares, k=sessions)
     approval = []
     for t, index in enumerate(segment):
-        models = SEGMENTS[index][3]
+        models = segments[index][3]
         row = []
         for provider in PROVIDERS:
             mean, phase = models[provider]
-            value = mean + DRIFT_AMPLITUDE * math.sin(2 * math.pi * t / DRIFT_PERIOD + phase)
-            down = provider == DOWN and OUTAGE_START <= t < OUTAGE_START + OUTAGE_SESSIONS
+            value = mean + drift * math.sin(2 * math.pi * t / DRIFT_PERIOD + phase)
+            down = outage and provider == DOWN and OUTAGE_START <= t < OUTAGE_START + OUTAGE_SESSIONS
             row.append(0.0 if down else min(0.99, max(0.01, value)))
         approval.append(tuple(row))
     return World(
         seed=seed,
+        segments=segments,
         segment=segment,
         approval=approval,
         approve_draw=[rng.random() for _ in range(sessions)],
@@ -126,7 +151,8 @@ def run_dynamic(world: World, settings: RoutingSettings) -> DynamicRun:
     document = RoutingDocument()
     window = OutcomeWindow(settings.window)
     rates = SuccessRates.from_rows([], settings)
-    arriving: dict[int, list[tuple[str, str, str, Outcome]]] = {}
+    # Outcomes by the session they become known at, each with its session's (creation) number.
+    arriving: dict[int, list[tuple[str, str, str, Outcome, int]]] = {}
     index_of = {name: index for index, name in enumerate(PROVIDERS)}
     approvals = explored = 0
     cost = 0.0
@@ -136,7 +162,7 @@ def run_dynamic(world: World, settings: RoutingSettings) -> DynamicRun:
             window.record(*found)
         if t % REFRESH_EVERY == 0:
             rates = SuccessRates.from_rows(window.rows(), settings, previous=rates)
-        method, currency = SEGMENTS[segment][0], SEGMENTS[segment][1]
+        method, currency = world.segments[segment][0], world.segments[segment][1]
         facts = SessionFacts(method, Money(5000, currency), None, f"simulated-{world.seed}-{t}")
         decision = decide(document, facts, PROVIDERS, rates, settings)
         chosen = index_of[decision.ranking[0].provider]
@@ -152,7 +178,7 @@ def run_dynamic(world: World, settings: RoutingSettings) -> DynamicRun:
             outcome, known_at = Outcome.ABANDONMENT, t + EXPIRY_SESSIONS
         else:  # declined (a provider that is down declines every payment)
             outcome, known_at = Outcome.FAILURE, t + world.delay[t]
-        arriving.setdefault(known_at, []).append((PROVIDERS[chosen], method, currency, outcome))
+        arriving.setdefault(known_at, []).append((PROVIDERS[chosen], method, currency, outcome, t))
     return DynamicRun(approvals, explored, cost, leaders)
 
 
@@ -179,7 +205,7 @@ def oracle_choices(world: World) -> list[int]:
 
 def best_static(world: World) -> int:
     """Approvals of the best fixed provider per segment, known in hindsight."""
-    counts = [[0] * len(PROVIDERS) for _ in SEGMENTS]
+    counts = [[0] * len(PROVIDERS) for _ in world.segments]
     for t, segment in enumerate(world.segment):
         for provider in range(len(PROVIDERS)):
             counts[segment][provider] += _approved(world, t, provider)
@@ -204,7 +230,7 @@ def recoveries(world: World, oracle: Sequence[int], leaders: Sequence[int]) -> l
     end = OUTAGE_START + OUTAGE_SESSIONS
     down = PROVIDERS.index(DOWN)
     found = []
-    for index, (method, currency, _, _) in enumerate(SEGMENTS):
+    for index, (method, currency, _, _) in enumerate(world.segments):
         times = [t for t in range(end, len(world.segment)) if world.segment[t] == index]
         if not times or oracle[times[0]] != down:
             continue
@@ -230,6 +256,13 @@ class RoutingQuality:
     recoveries: list[Recovery]
     settings: RoutingSettings
     seconds: float
+    steady: DynamicRun  # the second world: three steady providers, 0.90, 0.50 and 0.15
+    steady_sessions: int
+    steady_best: int  # its approvals at the best provider, always
+
+    @property
+    def steady_approval(self) -> float:
+        return self.steady.approvals / self.steady_sessions
 
     @property
     def oracle_share(self) -> float:
@@ -261,6 +294,8 @@ def measure_quality(settings: RoutingSettings | None = None, seed: int = SEED) -
     oracle = oracle_choices(world)
     dynamic = run_dynamic(world, settings)
     without = run_dynamic(world, RoutingSettings(**{**settings.__dict__, "exploration": 0.0}))
+    steady = build_world(seed, STEADY_SESSIONS, STEADY_SEGMENTS, drift=0.0, outage=False)
+    best = max(range(len(PROVIDERS)), key=lambda provider: STEADY_SEGMENTS[0][3][PROVIDERS[provider]][0])
     return RoutingQuality(
         sessions=len(world.segment),
         dynamic=dynamic,
@@ -271,6 +306,9 @@ def measure_quality(settings: RoutingSettings | None = None, seed: int = SEED) -
         recoveries=recoveries(world, oracle, dynamic.leaders),
         settings=settings,
         seconds=time.perf_counter() - started,
+        steady=run_dynamic(steady, settings),
+        steady_sessions=STEADY_SESSIONS,
+        steady_best=sum(_approved(steady, t, best) for t in range(STEADY_SESSIONS)),
     )
 
 

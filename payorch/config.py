@@ -381,7 +381,7 @@ class RoutingSettings(_Section):
     `refresh_s`: how often an application's actor reads its success rates again)."""
 
     window: Annotated[int, Field(ge=1, le=10_000)] = 200
-    exploration: Annotated[float, Field(ge=0, le=1)] = 0.05
+    exploration: Annotated[float, Field(ge=0, le=1)] = 0.01
     elimination_threshold: Annotated[float, Field(ge=0, le=1)] = 0.2
     abandonment_weight: Annotated[float, Field(ge=0, le=1)] = 0.5
     min_outcomes: PositiveInt = 20

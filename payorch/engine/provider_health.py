@@ -212,6 +212,14 @@ class ProviderHealth:
         (docs/routing.md)."""
         return self._score(self._accounts.get(key) or _Record(), now)
 
+    def creation_figures(self, key: ProviderAccount, now: float) -> tuple[float, float]:
+        """The account's smoothed share of successful calls and their smoothed time in seconds,
+        both faded toward an account never seen (1 and 0): what its checkout creations cost the
+        routing score (`engine.routing.decision.creation_factor`)."""
+        record = self._accounts.get(key) or _Record()
+        weight = self._weight(record, now)
+        return 1 - weight * (1 - record.success), weight * (record.latency_s or 0.0)
+
     def snapshot(self, now: float) -> dict[str, ProviderFigures]:
         """The figures of every provider as a whole (successes and provider-wide failures of all its
         accounts), by name. Hands out no probe."""

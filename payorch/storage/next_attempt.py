@@ -114,8 +114,8 @@ async def open_next_attempt(
 
     None, with nothing changed, unless the session is `application_id`'s, still PENDING, and its open
     attempt is still the checkout `ending` names. The ended attempt's outcome is recorded for learned
-    routing (`storage.routing_outcomes`; a decline already recorded stays), and counted in `metrics`
-    (the attempt ended; its outcome if this recorded it). Which provider comes
+    routing (`storage.routing_outcomes`: a verdict recorded before that says more stays), and
+    counted in `metrics` (the attempt ended; its outcome if this recorded it). Which provider comes
     next, and whether one may, is the caller's to decide (`engine.routing.recovery`); this only
     keeps the session's attempts whole."""
     session = await lock_session(conn, session_id)

@@ -1,6 +1,12 @@
 """Routing outcomes: each payment attempt's outcome at its own provider, one per attempt (migrations
-0017 and 0024; docs/routing.md, "One outcome"), what learned routing reads its success rates from
-(`engine.routing.success_rates`)."""
+0017, 0024 and 0026; docs/routing.md, "One outcome"), what learned routing reads its success rates
+from (`engine.routing.success_rates`).
+
+An attempt's outcome is its final one, whatever the order its verdicts are applied in: paid at any
+time, a success; else declined at any time, a failure; else (it ended with no verdict: a cancel,
+an expiry) an abandonment. Recording keeps the highest of what it held and what it is given
+(`OUTCOME_PRECEDENCE`), so the same verdicts in any order leave the same row. A segment's outcomes
+are read in the order their sessions were created, not the order they arrived in."""
 
 from __future__ import annotations
 
@@ -22,24 +28,34 @@ class AttemptOutcome(NamedTuple):
     written: bool  # this call recorded it, or changed a decline into a payment
 
 
+# An attempt's outcome is the highest verdict it was ever given, in this order: a payment is final
+# (the customer paid, whatever was said before or after), a decline says more than no verdict.
+OUTCOME_PRECEDENCE = (Outcome.ABANDONMENT, Outcome.FAILURE, Outcome.SUCCESS)
+
+
+def _rank(column: str) -> str:
+    cases = " ".join(f"WHEN {sql_literal(o)} THEN {rank}" for rank, o in enumerate(OUTCOME_PRECEDENCE))
+    return f"(CASE {column} {cases} END)"
+
+
 # $6 the session, $8 the attempt's number (NULL: the session's open attempt, one after its last
-# ended one). An attempt has one row: its first outcome, but a decline followed by a payment at the
-# same checkout (the customer tried again at the provider's page) becomes a success; an abandonment
-# stays one (a payment after expiry came after the attempt ended). The statement answers the row
-# as it stands, written or not (the CTE's snapshot holds the row it did not change).
+# ended one). An attempt has one row, holding the highest outcome it was given
+# (`OUTCOME_PRECEDENCE`), and its session's creation time, by which a segment's window is ordered.
+# The statement answers the row as it stands, written or not (the CTE's snapshot holds the row it
+# did not change).
 _RECORD = f"""
     WITH attempt AS (
         SELECT coalesce($8::integer,
                         (SELECT coalesce(max(number), 0) + 1 FROM payment_attempts WHERE session_id = $6))
-               AS number
+               AS number,
+               (SELECT created_at FROM checkout_sessions WHERE id = $6) AS session_created_at
     ), written AS (
         INSERT INTO routing_outcomes (application_id, provider_name, payment_method, currency, outcome,
-                                      session_id, attempt_number, recorded_at)
-        SELECT $1, $2, $3, $4, $5, $6, attempt.number, $7 FROM attempt
+                                      session_id, attempt_number, recorded_at, session_created_at)
+        SELECT $1, $2, $3, $4, $5, $6, attempt.number, $7, attempt.session_created_at FROM attempt
         ON CONFLICT (session_id, attempt_number) DO UPDATE
             SET outcome = excluded.outcome, recorded_at = excluded.recorded_at
-            WHERE routing_outcomes.outcome = {sql_literal(Outcome.FAILURE)}
-              AND excluded.outcome = {sql_literal(Outcome.SUCCESS)}
+            WHERE {_rank("excluded.outcome")} > {_rank("routing_outcomes.outcome")}
         RETURNING attempt_number, outcome
     )
     SELECT attempt_number, outcome, true FROM written
@@ -62,10 +78,11 @@ async def record_outcome(
     now: datetime,
     attempt_number: int | None = None,
 ) -> AttemptOutcome:
-    """Record `outcome` at `now` as the outcome of the session's attempt `attempt_number` (None:
-    the attempt now open) at `provider`, unless it has one: the attempt's first stays, but a
-    success replaces a failure (its last verdict counts). Answers the attempt's outcome as it now
-    stands. Run it in the transaction that applies the verdict, under the session's row lock."""
+    """Record `outcome` at `now` as a verdict of the session's attempt `attempt_number` (None: the
+    attempt now open) at `provider`: the attempt's outcome becomes the higher of the one it had and
+    `outcome` (`OUTCOME_PRECEDENCE`), so the order verdicts arrive in never matters. Answers the
+    attempt's outcome as it now stands. Run it in the transaction that applies the verdict, under
+    the session's row lock."""
     row = await conn.fetchrow(
         _RECORD,
         application_id,
@@ -92,9 +109,10 @@ class SegmentOutcomes(NamedTuple):
 
 
 # Each segment of the application, found by skipping from one to the next through the index (one
-# probe per segment, not a read of every outcome), then its newest `$2` outcomes, newest first, by a
-# backward scan of the same index. So the cost is the segments times the window, however long the
-# history: a `row_number()` over the application's outcomes would read all of them at every refresh.
+# probe per segment, not a read of every outcome), then the outcomes of its `$2` newest sessions
+# (by creation, however late an outcome arrived), newest first, by a backward scan of the same
+# index. So the cost is the segments times the window, however long the history: a `row_number()`
+# over the application's outcomes would read all of them at every refresh.
 _SEGMENTS = """
     WITH RECURSIVE segments AS (
         (SELECT provider_name, payment_method, currency FROM routing_outcomes
@@ -111,17 +129,18 @@ _SEGMENTS = """
     )
     SELECT s.provider_name, s.payment_method, s.currency, window_.outcomes
     FROM segments s CROSS JOIN LATERAL (
-        SELECT string_agg(newest.outcome, '' ORDER BY newest.seq DESC) AS outcomes
-        FROM (SELECT outcome, seq FROM routing_outcomes o
+        SELECT string_agg(newest.outcome, '' ORDER BY newest.session_created_at DESC, newest.seq DESC)
+               AS outcomes
+        FROM (SELECT outcome, session_created_at, seq FROM routing_outcomes o
               WHERE o.application_id = $1 AND o.provider_name = s.provider_name
                 AND o.payment_method = s.payment_method AND o.currency = s.currency
-              ORDER BY o.seq DESC LIMIT $2) newest) window_
+              ORDER BY o.session_created_at DESC, o.seq DESC LIMIT $2) newest) window_
     ORDER BY s.provider_name, s.payment_method, s.currency"""
 
 
 @on_database_thread
 async def segment_outcomes(conn: Connection, application_id: uuid.UUID, window: int) -> list[SegmentOutcomes]:
     """Every segment (provider, payment method, currency) of the application with an outcome, each
-    with its newest `window` outcomes, newest first."""
+    with the outcomes of its newest `window` attempts by session creation, newest first."""
     rows = await conn.fetch(_SEGMENTS, application_id, window)
     return [SegmentOutcomes(*row.values()) for row in rows]

@@ -1,5 +1,6 @@
 """Learned success rates: outcomes and their weights, the sliding window, the recent run after a
-change, the fallback levels, and the in-memory window agreeing with rows read from storage."""
+change, thin segments shrunk toward their parents, and the in-memory window agreeing with rows
+read from storage."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from payorch.engine.payments.states import SessionEvent, first_outcome
 from payorch.engine.routing.sessions import learned_settings
 from payorch.engine.routing.success_rates import (
     PRIOR,
-    Estimate,
     Outcome,
     OutcomeWindow,
     RoutingSettings,
@@ -62,9 +62,11 @@ def test_an_abandonment_weighs_half_a_failure_by_default() -> None:
 def test_rate_is_the_beta_posterior_of_the_weighted_outcomes() -> None:
     outcomes = steady(0.75, 40)
     estimate = rates_of(row(outcomes)).estimate("stripe", "card", "EUR")
-    assert estimate == Estimate(
-        pytest.approx((30 + 1) / (40 + 2)), 40, "segment", pytest.approx(estimate.upper)
-    )
+    rate = (30 + 1) / (40 + 2)
+    assert (estimate.rate, estimate.outcomes, estimate.level) == (pytest.approx(rate), 40, "segment")
+    # Its parents know nothing beyond its own outcomes: they lend it nothing.
+    assert estimate.deviation == pytest.approx(math.sqrt(rate * (1 - rate) / (40 + 2 + 1)))
+    assert estimate.upper == pytest.approx(rate + estimate.deviation)
     with_abandonments = outcomes.replace("f", "a")  # 30 successes, 10 abandonments weighing 5
     assert rates_of(row(with_abandonments)).estimate("stripe", "card", "EUR").rate == pytest.approx(31 / 37)
 
@@ -144,42 +146,84 @@ def test_provider_going_down_is_judged_on_its_failures_since() -> None:
     assert rates_of(row(outcomes)).estimate("stripe", "card", "EUR").rate == pytest.approx(1 / 22)
 
 
-# Fallback while a segment has too few outcomes
+# Thin segments shrunk toward their parents
 
 
-def test_segment_with_enough_outcomes_uses_its_own_rate() -> None:
-    rates = rates_of(row(steady(0.9, 20)), row(steady(0.5, 100), currency="PLN"))
+def shrunk(successes: float, attempts: float, count: int, centre: float) -> float:
+    """The rate of `successes` in `attempts` (`count` outcomes in the window) with a prior of
+    20 outcomes at `centre`, weighing less as the window (200) fills, on Beta(1, 1)."""
+    weight = 20 * (1 - count / 200)
+    return (successes + weight * centre + 1) / (attempts + weight + 2)
+
+
+def test_a_full_window_is_its_own_rate_whatever_its_parent() -> None:
+    rates = rates_of(row(steady(0.9, 200)), row(steady(0.5, 200), currency="PLN"))
     estimate = rates.estimate("stripe", "card", "EUR")
-    assert (estimate.level, estimate.outcomes) == ("segment", 20)
+    assert (estimate.rate, estimate.level, estimate.outcomes) == (pytest.approx(181 / 202), "segment", 200)
 
 
-def test_segment_with_few_outcomes_falls_back_to_the_payment_method() -> None:
+def test_a_thin_segment_is_shrunk_toward_its_payment_methods_rate() -> None:
     rates = rates_of(row(steady(0.9, 10)), row(steady(0.5, 100), currency="PLN"))
+    method = rates.estimate("stripe", "card", "PLN")
+    parent = (9 + 50 + 1) / (110 + 2)  # the method's rate: the application's, the provider's, its own alike
     estimate = rates.estimate("stripe", "card", "EUR")
-    assert (estimate.level, estimate.outcomes) == ("method", 110)
-    assert estimate.rate == pytest.approx((9 + 50 + 1) / (110 + 2))
-    assert rates.estimate("stripe", "card", "USD") == estimate  # no outcome at all in USD
+    assert estimate.rate == pytest.approx(shrunk(9, 10, 10, parent))
+    assert parent < estimate.rate < (9 + 1) / (10 + 2)  # between the parent's and its own
+    assert (estimate.level, estimate.outcomes) == ("method", 110)  # resting mostly on the method's
+    assert method.level == "segment"
 
 
-def test_method_with_few_outcomes_falls_back_to_the_provider() -> None:
+def test_a_segment_without_outcomes_has_its_parents_rate_less_surely() -> None:
+    rates = rates_of(row(steady(0.9, 10)), row(steady(0.5, 100), currency="PLN"))
+    parent = (9 + 50 + 1) / (110 + 2)
+    usd = rates.estimate("stripe", "card", "USD")
+    assert usd.rate == pytest.approx(shrunk(0, 0, 0, parent))
+    assert usd.deviation > rates.estimate("stripe", "card", "EUR").deviation
+
+
+def test_a_thin_method_is_shrunk_toward_the_providers_rate() -> None:
     rates = rates_of(row(steady(0.9, 10)), row(steady(0.5, 30), method="blik", currency="PLN"))
+    provider = (9 + 15 + 1) / (40 + 2)
+    method = shrunk(9, 10, 10, provider)
     estimate = rates.estimate("stripe", "card", "EUR")
+    assert estimate.rate == pytest.approx(shrunk(9, 10, 10, method))
     assert (estimate.level, estimate.outcomes) == ("provider", 40)
-    assert estimate.rate == pytest.approx((9 + 15 + 1) / (40 + 2))
 
 
-def test_provider_with_few_outcomes_anywhere_falls_back_to_the_prior() -> None:
-    rates = rates_of(row("sssss"))
-    estimate = rates.estimate("stripe", "card", "EUR")
-    assert (estimate.level, estimate.outcomes) == ("prior", 5)
-    assert estimate.rate == pytest.approx(6 / 7)
-    assert rates.estimate("mollie", "card", "EUR") == PRIOR
+def test_a_new_provider_starts_at_the_applications_rate() -> None:
+    rates = rates_of(row(steady(0.9, 200)), row(steady(0.7, 200), provider="mollie"))
+    application = (180 + 140 + 1) / (400 + 2)
+    estimate = rates.estimate("sandbox", "card", "EUR")
+    assert estimate.rate == pytest.approx(shrunk(0, 0, 0, application))
+    assert (estimate.level, estimate.outcomes) == ("prior", 0)
+
+
+def test_without_any_outcome_every_provider_is_at_one_half() -> None:
+    estimate = rates_of().estimate("mollie", "card", "EUR")
+    assert estimate.rate == pytest.approx(0.5)
     assert PRIOR.rate == 0.5
 
 
-def test_min_outcomes_is_a_setting() -> None:
+def test_a_provider_with_few_outcomes_anywhere_rests_on_the_prior() -> None:
+    estimate = rates_of(row("sssss")).estimate("stripe", "card", "EUR")
+    assert (estimate.level, estimate.outcomes) == ("prior", 5)
+    assert estimate.rate == pytest.approx(6 / 7)  # its parents are its own outcomes
+
+
+def test_the_parents_weight_is_a_setting() -> None:
     settings = RoutingSettings(min_outcomes=5)
-    assert rates_of(row("sssss"), settings=settings).estimate("stripe", "card", "EUR").level == "segment"
+    rows = (row("sssss"), row(steady(0.5, 100), currency="PLN"))
+    assert rates_of(*rows, settings=settings).estimate("stripe", "card", "EUR").level == "segment"
+    light = rates_of(*rows, settings=RoutingSettings(min_outcomes=1)).estimate("stripe", "card", "EUR")
+    heavy = rates_of(*rows, settings=RoutingSettings(min_outcomes=100)).estimate("stripe", "card", "EUR")
+    assert heavy.rate < light.rate < 6 / 7
+
+
+def test_a_rate_below_its_whole_windows_says_it_fell() -> None:
+    fallen = rates_of(row("f" * 20 + steady(0.9, 180))).estimate("stripe", "card", "EUR")
+    assert fallen.fell and fallen.rate < 0.1
+    assert not rates_of(row(steady(0.1, 200))).estimate("stripe", "card", "EUR").fell
+    assert not rates_of(row("s" * 20 + steady(0.3, 180))).estimate("stripe", "card", "EUR").fell
 
 
 # Settings
@@ -204,3 +248,12 @@ def test_configuration_defaults_are_the_engines() -> None:
     # Every setting of [routing] but how often the rates are read again (the actor's, not theirs).
     assert RoutingSettings(**Settings().routing.model_dump(exclude={"refresh_s"})) == RoutingSettings()
     assert learned_settings(Settings().routing) == RoutingSettings()
+
+
+def test_the_window_keeps_outcomes_in_the_order_their_sessions_were_created() -> None:
+    window = OutcomeWindow(3)
+    for created, outcome in ((2, "s"), (3, "s"), (1, "a"), (4, "f"), (0, "a")):  # as they arrive
+        window.record("stripe", "card", "EUR", Outcome(outcome), created=created)
+    # Newest session first; the abandonments arrived last but belong to the oldest sessions, and
+    # the oldest fall out of the window.
+    assert window.rows() == [row("fss")]

@@ -251,4 +251,6 @@ async def test_dynamic_routing_moves_sessions_to_the_provider_whose_payments_suc
         "ranking"
     ]
     assert [place["provider"] for place in ranking] == ["stripe", "sandbox"]
-    assert ranking[0]["score"] > 0.8 > 0.6 > ranking[1]["score"]
+    # The sandbox's one decline is thin evidence: shrunk toward the application's rate (Stripe's
+    # successes lend it 7 outcomes' weight), it stays well behind all the same.
+    assert ranking[0]["score"] > 0.8 > 0.7 > ranking[1]["score"]

@@ -90,10 +90,11 @@ async def test_with_stripe_and_mollie_linked_the_route_follows_the_merchants_doc
         "version": 0,
     }
     assert (_mollie_creations(fake_mollie), _stripe_creations(fake_stripe)) == ([201], [])
-    # A failure of Mollie's call does not reorder a route (its circuit, closed still, would skip it).
+    # A failed checkout creation at Mollie weighs on its score (docs/routing.md): with its circuit
+    # still closed, the dynamic route now ranks Stripe first.
     mollie = await health_account(db, shop, "mollie")
     runtime.services.context.health.record_failure(mollie, 0.1, trio.current_time(), provider_wide=False)
-    assert (await created(client, shop, "second"))["routing"]["selectedProvider"] == "mollie"
+    assert (await created(client, shop, "second"))["routing"]["selectedProvider"] == "stripe"
     await put_routing(
         client,
         shop,
@@ -113,7 +114,7 @@ async def test_with_stripe_and_mollie_linked_the_route_follows_the_merchants_doc
         "pln-stripe",
         1,
     )
-    assert (_mollie_creations(fake_mollie), _stripe_creations(fake_stripe)) == ([201, 201], [200])
+    assert (_mollie_creations(fake_mollie), _stripe_creations(fake_stripe)) == ([201], [200, 200])
     stored = (await record(client, shop, third["sessionId"]))["routing"]
     assert stored == third["routing"] | {"score": Decimal(str(third["routing"]["score"]))}
 

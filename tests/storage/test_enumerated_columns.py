@@ -75,9 +75,9 @@ async def _one_row_each(conn: Connection) -> dict[str, Any]:
         DeliveryStatus.PENDING,
     )
     outcome = await conn.fetchval(
-        """INSERT INTO routing_outcomes
-               (application_id, provider_name, payment_method, currency, outcome, session_id, recorded_at)
-           VALUES ($1, 'sandbox', 'card', 'PLN', 's', $2, now()) RETURNING seq""",
+        """INSERT INTO routing_outcomes (application_id, provider_name, payment_method, currency, outcome,
+                                         session_id, recorded_at, session_created_at)
+           VALUES ($1, 'sandbox', 'card', 'PLN', 's', $2, now(), now()) RETURNING seq""",
         application,
         session,
     )

@@ -1,11 +1,13 @@
-"""Routing outcomes: an attempt's first outcome stays its only one but for a decline later paid,
-each attempt of a session has its own, and each segment's newest outcomes are read newest first,
-at most a window of them, for one application only."""
+"""Routing outcomes: an attempt's outcome is the highest verdict it was given (paid, declined, no
+verdict), in whatever order they are recorded; each attempt of a session has its own; and each
+segment's outcomes are read by their sessions' creation, newest first, at most a window of them,
+for one application only."""
 
 from __future__ import annotations
 
+import itertools
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from payorch.storage.database import Connection, Database
 from payorch.storage.routing_outcomes import AttemptOutcome, SegmentOutcomes, record_outcome, segment_outcomes
@@ -28,15 +30,18 @@ async def _application(conn: Connection) -> uuid.UUID:
     return application
 
 
-async def _session(conn: Connection, application: uuid.UUID, currency: str = "PLN") -> uuid.UUID:
+async def _session(
+    conn: Connection, application: uuid.UUID, currency: str = "PLN", created_at: datetime = NOW
+) -> uuid.UUID:
     session = uuid.uuid4()
     await conn.execute(
         """INSERT INTO checkout_sessions (id, application_id, order_reference, amount_minor, currency,
-                                         status, payment_method, customer)
-           VALUES ($1, $2, 'order', 100, $3, 'PENDING', 'card', '{}')""",
+                                         status, payment_method, customer, created_at)
+           VALUES ($1, $2, 'order', 100, $3, 'PENDING', 'card', '{}', $4)""",
         session,
         application,
         currency,
+        created_at,
     )
     return session
 
@@ -63,7 +68,7 @@ async def _record(
     )
 
 
-async def test_an_attempts_first_outcome_is_its_only_one(db: Database) -> None:
+async def test_a_payment_after_an_abandonment_makes_the_attempt_a_success(db: Database) -> None:
     async def record(conn: Connection) -> tuple[AttemptOutcome, AttemptOutcome, list[SegmentOutcomes]]:
         application = await _application(conn)
         session = await _session(conn, application)
@@ -72,10 +77,62 @@ async def test_an_attempts_first_outcome_is_its_only_one(db: Database) -> None:
         return first, again, await segment_outcomes(conn, application, 200)
 
     first, again, rows = await db.transaction(record)
-    assert (first.written, again.written) == (True, False)
     assert first == (1, Outcome.ABANDONMENT, True)
-    assert again == (1, Outcome.ABANDONMENT, False)
-    assert rows == [SegmentOutcomes("sandbox", "card", "PLN", "a")]
+    assert again == (1, Outcome.SUCCESS, True)
+    assert rows == [SegmentOutcomes("sandbox", "card", "PLN", "s")]
+
+
+# Every order of these verdicts of one attempt, each verdict possibly twice (a provider's event
+# delivered again): the stored outcome is the same, the highest of them.
+_VERDICT_SETS = {
+    "sfa": Outcome.SUCCESS,
+    "sf": Outcome.SUCCESS,
+    "sa": Outcome.SUCCESS,
+    "fa": Outcome.FAILURE,
+    "ffa": Outcome.FAILURE,
+    "aa": Outcome.ABANDONMENT,
+    "ssf": Outcome.SUCCESS,
+}
+
+
+async def test_an_attempts_outcome_is_the_same_whatever_order_its_verdicts_arrive_in(db: Database) -> None:
+    async def record(conn: Connection) -> dict[tuple[str, ...], str]:
+        application = await _application(conn)
+        stored = {}
+        for verdicts in _VERDICT_SETS:
+            for order in set(itertools.permutations(verdicts)):
+                session = await _session(conn, application)
+                for verdict in order:
+                    answer = await _record(conn, application, Outcome(verdict), session=session)
+                stored[order] = answer.outcome.value
+                found = await conn.fetchval(
+                    "SELECT outcome FROM routing_outcomes WHERE session_id = $1", session
+                )
+                assert found == answer.outcome
+        return stored
+
+    stored = await db.transaction(record)
+    assert len(stored) == 19  # 6 + 2 + 2 + 2 + 3 + 1 + 3 orders
+    for order, outcome in stored.items():
+        assert outcome == _VERDICT_SETS["".join(sorted(order, key="sfa".index))], order
+
+
+async def test_a_segment_is_read_in_the_order_its_sessions_were_created_not_its_outcomes(
+    db: Database,
+) -> None:
+    async def record(conn: Connection) -> list[SegmentOutcomes]:
+        application = await _application(conn)
+        # Created oldest first: a checkout left unpaid, then two paid. The abandonment is recorded
+        # last (at expiry), after the payments of the sessions created after it.
+        left, paid, paid_too = [
+            await _session(conn, application, created_at=NOW + timedelta(seconds=n)) for n in range(3)
+        ]
+        for session in (paid_too, paid):
+            await _record(conn, application, Outcome.SUCCESS, session=session)
+        await _record(conn, application, Outcome.ABANDONMENT, session=left)
+        return await segment_outcomes(conn, application, 2)
+
+    assert await db.transaction(record) == [SegmentOutcomes("sandbox", "card", "PLN", "ss")]
 
 
 async def test_a_decline_then_a_payment_of_one_attempt_is_one_success(db: Database) -> None:

@@ -1,7 +1,8 @@
 """A session's state changes after creation (a payment, a decline, expiry, a dispute), as one
 transaction with the webhook event each emits (transactional outbox), the outcome learned routing
-counts for the payment attempt the event is about (`storage.routing_outcomes`) and the attempt
-metrics. Run by the commands that learn of them: provider events and expiry."""
+counts for the payment attempt the event is about (`storage.routing_outcomes`: its final outcome,
+whatever order its events arrive in) and the attempt metrics. Run by the commands that learn of
+them: provider events and expiry."""
 
 from __future__ import annotations
 
@@ -43,8 +44,10 @@ async def apply_session_event(
     try:
         change = transition(SessionStatus(session.status), event)
     except TransitionRefused:
+        if event in _VERDICTS:  # a decline after expiry, a payment applied again: still its attempt's
+            await record_verdict(conn, session, attempt, event, metrics, now)
         return False
-    recorded = await _record_outcome(conn, session, attempt, event, metrics, now)
+    recorded = await record_verdict(conn, session, attempt, event, metrics, now)
     if (
         change.status == session.status
         and change.failure_reason == session.failure_reason
@@ -81,8 +84,12 @@ async def apply_session_event(
     return True
 
 
+# The provider's verdicts on an attempt: they count for its outcome whatever the session's state.
+_VERDICTS = frozenset({SessionEvent.PAYMENT_SUCCEEDED, SessionEvent.PAYMENT_DECLINED})
+
+
 @on_database_thread
-async def _record_outcome(
+async def record_verdict(
     conn: Connection,
     session: sessions.CheckoutSession,
     attempt: EndedAttempt | None,
@@ -90,11 +97,12 @@ async def _record_outcome(
     metrics: Metrics,
     now: datetime,
 ) -> routing_outcomes.AttemptOutcome | None:
-    """The outcome `event` gives the attempt it is about (`attempt`, or the session's open one) at
-    that attempt's provider, for learned routing: the attempt's outcome as it now stands; None when
-    the event gives none. A decline is one though the session stays PENDING; a payment after it at
-    the same checkout makes it a success; a late payment after expiry does not: the abandonment
-    came first."""
+    """Record what `event` says of the attempt it is about (`attempt`, or the session's open one)
+    at that attempt's provider, for learned routing: the attempt's outcome as it now stands; None
+    when the event gives none. The attempt's outcome is its final one whatever the order
+    (`storage.routing_outcomes`): paid at any time, a success (a decline before or after at the
+    same checkout, or an expiry before a late payment, changes nothing); else declined, a failure;
+    else an abandonment."""
     found = first_outcome(event)
     provider = session.provider_name if attempt is None else attempt.provider_name
     if found is None or provider is None:

@@ -103,10 +103,9 @@ def status_for_refunded(total_minor: int, refunded_minor: int) -> SessionStatus:
 
 
 def first_outcome(event: SessionEvent) -> Outcome | None:
-    """The outcome `event` gives the payment attempt it is about (each attempt has one, written
-    once: its first, but a decline followed by a payment at the same checkout is a success,
-    `storage.routing_outcomes`); None for an event that says nothing about the provider's approval
-    (a lost dispute)."""
+    """The outcome `event` gives the payment attempt it is about (each attempt has one: the highest
+    it was given, a payment above a decline above an expiry, `storage.routing_outcomes`); None for
+    an event that says nothing about the provider's approval (a lost dispute)."""
     if event is SessionEvent.PAYMENT_SUCCEEDED:
         return Outcome.SUCCESS
     if event is SessionEvent.PAYMENT_DECLINED:

@@ -16,11 +16,16 @@ How each route type orders (docs/routing.md):
   success rate's optimistic bound (`Estimate.upper`: the rate plus one standard deviation, so a
   provider with few outcomes since a change is tried) under objective `approval`; under `net`,
   that times the share of the amount the provider's fee leaves ((amount - fee) / amount, which
-  orders as rate x (amount - fee) does). A provider whose rate is below `elimination_threshold`
-  is set aside: it comes after every other, in score order (unless all are below it: then none is
-  set aside), so it is only tried when the others fail to create the checkout. Reason `dynamic`; but with
-  probability `exploration` (drawn from the session's id) a provider other than the leader, set
-  aside or not, is picked uniformly (also from the id) and goes first: reason `exploration`.
+  orders as rate x (amount - fee) does); either way times `creation_factor`, what the account's
+  checkout creations cost (their failures and their time, from provider-call health). A provider
+  whose rate is below `elimination_threshold` is set aside: it comes after every other, in score
+  order (unless all are below it: then none is set aside), so it is only tried when the others
+  fail to create the checkout. Reason `dynamic`; but each provider other than the leader may be
+  explored, sent first for reason `exploration`, with a chance of its own (`exploration_shares`):
+  the chance it is better than the leader, at least `exploration`; set aside, a small fixed
+  probe (`ELIMINATED_PROBE`, `FALLEN_PROBE` for one whose rate fell from a good window: an outage
+  that may end). The draw comes from the session's id, so the same session is always routed the
+  same way and the chance it had is known (`Decision.exploration`, `exploration_chance`).
   Without it, a provider that falls behind would never be seen to recover.
 Exploration and elimination apply to dynamic routes only: a merchant's priority or split is
 followed as written. A provider that a route names but that is not eligible for the session
@@ -29,6 +34,7 @@ appears in the ranking with `eligible` False and is never tried.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
@@ -44,7 +50,7 @@ from payorch.engine.routing.document import (
     route_providers,
     split_order,
 )
-from payorch.engine.routing.success_rates import RoutingSettings, SuccessRates
+from payorch.engine.routing.success_rates import Estimate, RoutingSettings, SuccessRates
 from payorch.values.errors import NoProviderAvailable, ProviderUnavailable
 
 DecisionReason = Literal["rule", "split", "dynamic", "exploration"]
@@ -74,6 +80,9 @@ class Decision:
     route_type: RouteType
     reason: DecisionReason
     ranking: tuple[RankedProvider, ...]
+    # A dynamic route's providers that do not lead, each with the chance exploration had of
+    # sending the session first to it (`exploration_shares`); the leader's is 1 - their sum.
+    exploration: tuple[tuple[str, float], ...] = ()
 
     @property
     def order(self) -> list[str]:
@@ -87,56 +96,98 @@ def decide(
     eligible: Sequence[str],
     rates: SuccessRates,
     settings: RoutingSettings,
+    creation: Mapping[str, CreationFigures] | None = None,
 ) -> Decision:
-    """How to route the session of `facts`, given the providers `eligible` for it (by name). A
-    ranking without an eligible provider means the route has none for this session (the caller
-    answers 422, `NO_PROVIDER_AVAILABLE`, as `plan_decided_route` does)."""
+    """How to route the session of `facts`, given the providers `eligible` for it (by name) and
+    `creation`, what each one's checkout creations cost for this application (None, or a provider
+    left out: nothing known, no cost). A ranking without an eligible provider means the route has
+    none for this session (the caller answers 422, `NO_PROVIDER_AVAILABLE`, as
+    `plan_decided_route` does)."""
+    scoring = _Scoring(document, facts, rates, creation or {})
     rule = matching_rule(document, facts)
     route = document.default if rule is None else rule.route
     named = route_providers(route)
     usable = set(eligible)
     missing = [] if named is None else [name for name in named if name not in usable]
     rule_name = None if rule is None else rule.name
+    explored: tuple[tuple[str, float], ...] = ()
     if isinstance(route, PriorityRoute):
         order = [name for name in route.providers if name in usable]
-        places = [_place(name, document, facts, rates, "rule") for name in order]
+        places = [scoring.place(name, "rule") for name in order]
         reason: DecisionReason = "rule"
     elif isinstance(route, SplitRoute):
         order = split_order(route, usable, facts)
-        places = [_place(name, document, facts, rates, "split") for name in order]
+        places = [scoring.place(name, "split") for name in order]
         reason = "split"
     else:
         candidates = eligible if route.providers is None else [p for p in route.providers if p in usable]
-        places, reason = _dynamic(candidates, document, facts, rates, settings)
-    places += [_place(name, document, facts, rates, "not_eligible", eligible=False) for name in missing]
-    return Decision(rule_name, route.type, reason, tuple(places))
+        places, reason, explored = _dynamic(candidates, scoring, facts, settings)
+    places += [scoring.place(name, "not_eligible", eligible=False) for name in missing]
+    return Decision(rule_name, route.type, reason, tuple(places), explored)
 
 
-def _rate_and_score(
-    provider: str, document: RoutingDocument, facts: SessionFacts, rates: SuccessRates
-) -> tuple[float, float]:
-    """The provider's learned rate, and its score: the rate, or (objective net) the rate times the
-    share of the amount the fee leaves."""
-    estimate = rates.estimate(provider, facts.payment_method, facts.amount.currency)
-    if document.objective == "approval":
-        return estimate.rate, estimate.upper
-    fee = document.fees.get(provider)
-    if fee is None or facts.amount.minor <= 0:
-        return estimate.rate, estimate.upper
-    return estimate.rate, estimate.upper * fee.share_left(facts.amount)
+# What a checkout creation costs a provider's score (`creation_factor`): a failed creation is
+# rescued by the cascade, at the cost of the customer's wait, so failing every creation weighs a
+# quarter of the score; each second a creation takes costs half a percent, up to the creation
+# timeout's 10 s (5%): a customer kept waiting before the provider's page opens leaves more often.
+CREATION_FAILURE_WEIGHT = 0.25
+LATENCY_COST_PER_S = 0.005
+LATENCY_COST_CAP_S = 10.0
+# Exploration's chances (`exploration_shares`): a provider's share follows its chance of being
+# better than the leader up to `EXPLORATION_CAP` (beyond it, the optimistic ranking is what tries a
+# provider that may lead), and all of them together take at most `MAX_EXPLORATION` of sessions.
+EXPLORATION_CAP = 0.1
+MAX_EXPLORATION = 0.5
+ELIMINATED_PROBE = 0.005  # a provider set aside, steadily below the threshold
+FALLEN_PROBE = 0.05  # a provider set aside after its rate fell (an outage): it may come back
 
 
-def _place(
-    provider: str,
-    document: RoutingDocument,
-    facts: SessionFacts,
-    rates: SuccessRates,
-    reason: PlaceReason,
-    *,
-    eligible: bool = True,
-) -> RankedProvider:
-    score = _rate_and_score(provider, document, facts, rates)[1]
-    return RankedProvider(provider, _shown(score), eligible, reason)
+@dataclass(frozen=True)
+class CreationFigures:
+    """How one provider account's checkout creations went (provider-call health,
+    `ProviderHealth.creation_figures`): the smoothed share that succeeded and their smoothed time."""
+
+    success_rate: float  # in [0, 1]; 1 before any
+    latency_s: float  # 0 before any
+
+
+def creation_factor(figures: CreationFigures | None) -> float:
+    """What a provider's checkout creations leave of its score, in (0, 1]: see the constants."""
+    if figures is None:
+        return 1.0
+    failing = CREATION_FAILURE_WEIGHT * (1.0 - min(1.0, max(0.0, figures.success_rate)))
+    slow = LATENCY_COST_PER_S * min(LATENCY_COST_CAP_S, max(0.0, figures.latency_s))
+    return (1.0 - failing) * (1.0 - slow)
+
+
+class _Scored(NamedTuple):
+    provider: str
+    estimate: Estimate
+    factor: float  # the share of the fee (objective net) times the creation factor
+    score: float  # the estimate's upper bound times `factor`
+
+
+@dataclass(frozen=True)
+class _Scoring:
+    document: RoutingDocument
+    facts: SessionFacts
+    rates: SuccessRates
+    creation: Mapping[str, CreationFigures]
+
+    def scored(self, provider: str) -> _Scored:
+        """The provider's learned estimate and its score: the optimistic bound, times (objective
+        net) the share of the amount the fee leaves, times what its creations cost."""
+        facts = self.facts
+        estimate = self.rates.estimate(provider, facts.payment_method, facts.amount.currency)
+        factor = creation_factor(self.creation.get(provider))
+        if self.document.objective == "net" and facts.amount.minor > 0:
+            fee = self.document.fee_of(provider, facts.payment_method)  # by method, else provider
+            if fee is not None:
+                factor *= fee.share_left(facts.amount)
+        return _Scored(provider, estimate, factor, estimate.upper * factor)
+
+    def place(self, provider: str, reason: PlaceReason, *, eligible: bool = True) -> RankedProvider:
+        return RankedProvider(provider, _shown(self.scored(provider).score), eligible, reason)
 
 
 def _shown(score: float) -> float:
@@ -144,32 +195,69 @@ def _shown(score: float) -> float:
 
 
 def _dynamic(
-    candidates: Sequence[str],
-    document: RoutingDocument,
-    facts: SessionFacts,
-    rates: SuccessRates,
-    settings: RoutingSettings,
-) -> tuple[list[RankedProvider], DecisionReason]:
-    # (-score to 4 decimals, name, rate, score shown): sorting orders best first, equal scores by name.
-    ranked = []
-    for name in candidates:
-        rate, score = _rate_and_score(name, document, facts, rates)
-        rounded = round(score, 4)
-        ranked.append((-rounded, name, rate, max(0.0, rounded)))
-    ranked.sort()
+    candidates: Sequence[str], scoring: _Scoring, facts: SessionFacts, settings: RoutingSettings
+) -> tuple[list[RankedProvider], DecisionReason, tuple[tuple[str, float], ...]]:
+    # (-score to 4 decimals, name): sorting orders best first, equal scores by name.
+    scored = sorted(
+        (scoring.scored(name) for name in candidates), key=lambda s: (-round(s.score, 4), s.provider)
+    )
     threshold = settings.elimination_threshold
-    kept = [item for item in ranked if item[2] >= threshold]
-    set_aside = [item for item in ranked if item[2] < threshold] if kept else []
-    order = kept + set_aside if kept else ranked
-    places = [RankedProvider(name, shown, True, "dynamic") for _, name, _, shown in kept or ranked]
-    places += [RankedProvider(name, shown, True, "eliminated") for _, name, _, shown in set_aside]
-    draws = facts.draws
-    if len(order) > 1 and draws.exploration < settings.exploration:
-        index = 1 + draws.pick % (len(order) - 1)
-        explored = places.pop(index)
-        places.insert(0, RankedProvider(explored.provider, explored.score, True, "exploration"))
-        return places, "exploration"
-    return places, "dynamic"
+    kept = [item for item in scored if item.estimate.rate >= threshold]
+    set_aside = [item for item in scored if item.estimate.rate < threshold] if kept else []
+    order = kept + set_aside if kept else scored
+    places = [RankedProvider(item.provider, _shown(item.score), True, "dynamic") for item in kept or scored]
+    places += [RankedProvider(item.provider, _shown(item.score), True, "eliminated") for item in set_aside]
+    shares = exploration_shares(order, {item.provider for item in set_aside}, settings)
+    draw, reached = facts.draws.exploration, 0.0
+    for index, (_, share) in enumerate(shares, start=1):
+        reached += share
+        if draw < reached:
+            explored = places.pop(index)
+            places.insert(0, RankedProvider(explored.provider, explored.score, True, "exploration"))
+            return places, "exploration", shares
+    return places, "dynamic", shares
+
+
+def exploration_shares(
+    order: Sequence[_Scored], set_aside: set[str], settings: RoutingSettings
+) -> tuple[tuple[str, float], ...]:
+    """Each provider of `order` after its leader, in that order, with the chance exploration sends
+    the session first to it: set aside, `FALLEN_PROBE` if its rate fell from a better window
+    (an outage) else `ELIMINATED_PROBE`; otherwise the chance it is better than the leader
+    (`_chance_better`, at most `EXPLORATION_CAP`), at least `settings.exploration`. Together at
+    most `MAX_EXPLORATION` (scaled down in proportion beyond it); none at all when
+    `settings.exploration` is 0."""
+    if len(order) < 2 or settings.exploration <= 0:
+        return ()
+    leader = order[0]
+    shares = []
+    for item in order[1:]:
+        if item.provider in set_aside:
+            share = FALLEN_PROBE if item.estimate.fell else ELIMINATED_PROBE
+        else:
+            share = max(settings.exploration, min(EXPLORATION_CAP, _chance_better(item, leader)))
+        shares.append((item.provider, share))
+    total = sum(share for _, share in shares)
+    if total > MAX_EXPLORATION:
+        shares = [(name, share * MAX_EXPLORATION / total) for name, share in shares]
+    return tuple(shares)
+
+
+def _chance_better(item: _Scored, leader: _Scored) -> float:
+    """The chance `item`'s rate (times its factor) is above the leader's, their posteriors taken as
+    normal: how uncertain the leader's lead is."""
+    gap = item.estimate.rate * item.factor - leader.estimate.rate * leader.factor
+    spread = math.hypot(item.estimate.deviation * item.factor, leader.estimate.deviation * leader.factor)
+    if spread <= 0:
+        return 1.0 if gap > 0 else 0.0
+    return 0.5 * math.erfc(-gap / (spread * math.sqrt(2)))
+
+
+def exploration_chance(decision: Decision, provider: str) -> float:
+    """The chance the session of `decision` had of being sent first to `provider` by exploration:
+    known for every session, since its draw comes from its id (0 for the leader, and for a
+    priority or split route)."""
+    return dict(decision.exploration).get(provider, 0.0)
 
 
 def plan_decided_route(

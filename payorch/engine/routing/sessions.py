@@ -22,7 +22,13 @@ from payorch.engine.actors import ApplicationActor, Reply
 from payorch.engine.context import Context, account_of
 from payorch.engine.hot_state import DEFAULT_ROUTING, RoutingInForce
 from payorch.engine.provider_health import eligible_providers
-from payorch.engine.routing.decision import Decision, RankedProvider, decide, plan_decided_route
+from payorch.engine.routing.decision import (
+    CreationFigures,
+    Decision,
+    RankedProvider,
+    decide,
+    plan_decided_route,
+)
 from payorch.engine.routing.document import RouteType, RoutingDocument, SessionFacts, stored_routing_document
 from payorch.engine.routing.recovery import PlannedAttempt, planned_attempts
 from payorch.engine.routing.success_rates import RoutingSettings, SegmentFigures, SuccessRates
@@ -134,13 +140,19 @@ def decide_session(
     context: Context, inputs: RoutingInputs, draft: SessionDraft, session_id: str, document: RoutingDocument
 ) -> tuple[Decision, list[str]]:
     """The decision of routing the session of `draft` (its id `session_id`) by `document`, and the
-    providers eligible for it."""
+    providers eligible for it; their checkout creations, as provider-call health has seen them on
+    this process, weigh in their scores."""
     eligible = eligible_providers(
         inputs.configs.values(), accepts_of(context.providers), draft.payment_method, draft.amount
     )
     facts = SessionFacts(draft.payment_method, draft.amount, billing_country(draft.customer), session_id)
-    decision = decide(document, facts, eligible, inputs.rates, learned_settings(context.settings.routing))
-    return decision, eligible
+    now = trio.current_time()
+    creation = {
+        name: CreationFigures(*context.health.creation_figures(account_of(inputs.configs[name]), now))
+        for name in eligible
+    }
+    settings = learned_settings(context.settings.routing)
+    return decide(document, facts, eligible, inputs.rates, settings, creation), eligible
 
 
 def plan_session(
