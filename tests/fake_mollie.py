@@ -64,6 +64,9 @@ _TITLES = {
     503: "Service Unavailable",
 }
 _NO_DECIMALS = {"JPY", "ISK"}
+# A payment's statuses before a final one: `open` (nothing done yet, or a method the customer
+# completes later, as a bank transfer) and `pending` (the method started and has not settled).
+_UNSETTLED = ("open", "pending")
 _METHODS = {"creditcard", "applepay", "blik", "ideal", "bancontact", "paypal", "banktransfer"}
 _PAYMENT_PARAMS = {
     "amount",
@@ -201,9 +204,9 @@ class FakeMollie:
         return next(a.refunds[refund_id] for a in self._accounts.values() if refund_id in a.refunds)
 
     def pay(self, payment_id: str) -> dict[str, Any]:
-        """The customer pays the open payment on Mollie's checkout."""
+        """The customer pays the open payment on Mollie's checkout (or the pending one settles)."""
         payment = self._payment(payment_id)
-        assert payment["status"] == "open", payment["status"]
+        assert payment["status"] in _UNSETTLED, payment["status"]
         payment.update(status="paid", paidAt=self.now(), method=payment["method"] or "creditcard")
         payment.pop("isCancelable", None)
         payment["_links"].pop("checkout", None)
@@ -211,8 +214,9 @@ class FakeMollie:
         return payment
 
     def fail(self, payment_id: str, failure_reason: str | None = None) -> dict[str, Any]:
-        """The payment fails (the issuer declined it): final at Mollie. A card payment's
-        `details.failureReason` says why (Mollie's codes: `card_declined`, `possible_fraud`...)."""
+        """The open or pending payment fails (the issuer declined it): final at Mollie. A card
+        payment's `details.failureReason` says why (Mollie's codes: `card_declined`,
+        `insufficient_funds`, `possible_fraud`...)."""
         payment = self._finish(payment_id, "failed", "failedAt")
         if failure_reason is not None:
             payment.setdefault("details", {})["failureReason"] = failure_reason
@@ -514,7 +518,7 @@ class FakeMollie:
 
     def _finish(self, payment_id: str, status: str, at: str) -> dict[str, Any]:
         payment = self._payment(payment_id)
-        assert payment["status"] == "open", payment["status"]
+        assert payment["status"] in _UNSETTLED, payment["status"]
         payment.update({"status": status, at: self.now()})
         payment.pop("isCancelable", None)
         payment["_links"].pop("checkout", None)

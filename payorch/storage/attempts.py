@@ -9,7 +9,9 @@ no round trip more, and nothing more read for a session that has none.
 A provider's event about an ended attempt's checkout finds it by that checkout
 (`ended_attempt_of_checkout`, migration 0025); a late payment there marks it SUCCEEDED, or
 DUPLICATE_REFUNDED with the refund payorch made for it, and a refund of the session returns the
-payment of the attempt that was paid (`refunded_payment`).
+payment of the attempt that was paid (`refunded_payment`). When a late payment paid the session
+and its open attempt's checkout was paid too, that attempt is written here as it ends
+(`insert_ended_attempt`), its checkout still the session row's.
 """
 
 from __future__ import annotations
@@ -110,6 +112,18 @@ async def ended_attempt_of_checkout(
     index of migration 0025; None when no ended attempt has it (it may be a session's open one)."""
     row = await conn.fetchrow(_OF_CHECKOUT, provider_name, provider_reference)
     return None if row is None else ended_attempt(row)
+
+
+_INSERT = f"""INSERT INTO payment_attempts ({_COLUMNS})
+              VALUES ({", ".join(f"${index}" for index in range(1, len(_FIELDS) + 1))})"""
+
+
+@on_database_thread
+async def insert_ended_attempt(conn: Connection, attempt: EndedAttempt) -> None:
+    """Record `attempt` as ended, in the caller's transaction, which holds its session's row lock:
+    the session's open attempt that ends without a next one opening (paid after a late success of
+    an ended attempt paid the session, `engine.payments.late_payments`)."""
+    await conn.execute(_INSERT, *(getattr(attempt, name) for name in _FIELDS))
 
 
 @on_database_thread

@@ -23,6 +23,7 @@ from payorch.engine.routing.recovery import (
     planned_attempts,
     retry_verdict,
 )
+from payorch.providers.mollie import events as mollie_events
 from payorch.providers.sandbox import adapter as sandbox_adapter
 from payorch.providers.sandbox import simulator
 from payorch.providers.stripe import events as stripe_events
@@ -203,12 +204,12 @@ def test_stripes_codes_translate_as_stripes_events_translate_them() -> None:
         assert event.reason is entry.reason, code
 
 
-def test_mollies_codes_translate_as_mollies_events_translate_a_failed_payment() -> None:
-    from payorch.providers.mollie.events import payment_outcome
-
-    failed = payment_outcome({"id": "tr_1", "status": "failed"})
-    assert failed is not None
-    assert {entry.reason for entry in DECLINE_CODES["mollie"].values()} == {failed.reason}
+def test_mollies_codes_translate_as_mollies_events_and_way_back_translate_them() -> None:
+    for code, entry in DECLINE_CODES["mollie"].items():
+        payment = {"id": "tr_1", "status": "failed", "details": {"failureReason": code}}
+        event = mollie_events.payment_outcome(payment)
+        assert event is not None and event.reason is entry.reason, code
+        assert mollie_events.payment_state(payment).decline_reason is entry.reason, code
 
 
 def test_the_sandboxs_codes_are_every_failure_code_it_has_translated_as_its_adapter_does() -> None:

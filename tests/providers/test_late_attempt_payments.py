@@ -1,7 +1,9 @@
 """Never paid twice: a provider's event about an attempt that has ended is that attempt's. A late
 success of the sandbox's first attempt after Stripe's next attempt opened completes the session
 through it; a payment of both attempts leaves the session paid once and refunds the later payment
-in full, by payorch itself."""
+in full, by payorch itself, whichever attempt was paid later: the ended one, or the one open when
+the late success came (Stripe answering its closing with a paid checkout, or its payment event
+arriving after a closing that failed)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from payorch.providers.base import CheckoutState, Credentials
 from payorch.providers.sandbox import SandboxProvider
 from payorch.storage import attempts, sessions
 from payorch.storage.database import Connection, Database
+from payorch.values.statuses import Outcome
 from tests import fake_stripe as stripe_fake
 from tests.fake_stripe import FakeStripe
 from tests.helpers import Client, Shop, eventually
@@ -24,6 +27,7 @@ from tests.http.test_checkout_flow import _deliver, _signed_event
 from tests.providers.api_support import events as _events
 from tests.providers.api_support import record as _record
 from tests.providers.test_merchant_routing import settings, stripe_sender  # noqa: F401
+from tests.providers.test_recovery_outcomes import _outcomes
 from tests.providers.test_recovery_way_back import (
     DECLINED_CARD,
     _come_back,
@@ -175,6 +179,124 @@ async def test_both_attempts_paid_refunds_the_later_payment_in_full_once(
     assert refunded["status"] == "COMPLETED"
     record = await _record(client, shop, created["sessionId"])
     assert record["status"] == "SUCCEEDED"  # the duplicate's refund is not the session's
+
+
+async def _stripe_refund_settled(fake: FakeStripe, sender: httpx.AsyncClient) -> None:
+    """Stripe got payorch's refund and succeeds it: `refund.updated` delivered."""
+
+    async def submitted() -> str | None:
+        sent = [r for r in fake.requests_to("POST", "/v1/refunds") if r.status == 200]
+        return sent[0].answer["id"] if sent else None
+
+    refund_id = await eventually(submitted)
+    (answer,) = await fake.deliver(fake.settle_refund(refund_id), via=sender)
+    assert answer.status_code == 200
+
+
+async def _assert_open_attempt_refunded(
+    client: Client,
+    db: Database,
+    shop: Shop,  # noqa: F811
+    session_id: str,
+) -> None:
+    """The session paid once, through the sandbox's late success; Stripe's attempt, paid too, ended
+    DUPLICATE_REFUNDED with one refund of all of it, reason DUPLICATE."""
+    record = await _record(client, shop, session_id)
+    assert record["status"] == "SUCCEEDED"
+    assert [(a["provider"], a["status"]) for a in record["attempts"]] == [
+        ("sandbox", "SUCCEEDED"),
+        ("stripe", "DUPLICATE_REFUNDED"),
+    ]
+    (refund,) = await _refunds(db, session_id)
+    assert (refund["attempt"], refund["provider_name"], refund["reason"]) == (2, "stripe", "DUPLICATE")
+    session = await db.autocommit(sessions.get_session, uuid.UUID(session_id))
+    assert session is not None and refund["amount_minor"] == session.amount_minor
+
+
+async def test_the_open_attempt_paid_before_its_checkout_closed_is_refunded_in_full_once(
+    client: Client,
+    db: Database,
+    settings: Settings,  # noqa: F811
+    shop: Shop,  # noqa: F811
+    fake_stripe: FakeStripe,
+    stripe_sender: httpx.AsyncClient,  # noqa: F811
+) -> None:
+    created = await _recovered(client, shop)
+    (checkout_id,) = _stripe_checkouts(fake_stripe)
+    stripes_event = fake_stripe.pay(checkout_id)  # paid at Stripe; its event not delivered yet
+
+    late = await _sandbox_paid_late(client, db, settings, shop, created["sessionId"])
+    assert late.status_code == 200
+
+    await _assert_open_attempt_refunded(client, db, shop, created["sessionId"])
+    assert await _outcomes(db, created["sessionId"]) == [
+        (1, "sandbox", Outcome.SUCCESS),
+        (2, "stripe", Outcome.SUCCESS),  # approved at Stripe too: counted for it
+    ]
+    (paid,) = await fake_stripe.deliver(stripes_event, via=stripe_sender)  # Stripe's event, late
+    assert paid.status_code == 200
+    await _assert_open_attempt_refunded(client, db, shop, created["sessionId"])  # refunded once
+    await _stripe_refund_settled(fake_stripe, stripe_sender)
+
+    async def verdict() -> list[str] | None:
+        types = await _event_types(db, created["sessionId"])
+        return types if len(types) == 2 else None
+
+    assert await eventually(verdict) == ["session.completed", "refund.completed"]
+    (refunded,) = await _refunds(db, created["sessionId"])
+    assert refunded["status"] == "COMPLETED"
+    record = await _record(client, shop, created["sessionId"])
+    assert record["status"] == "SUCCEEDED"  # the duplicate's refund is not the session's
+    _, samples = await scrape(client)
+    assert value(samples, "payorch_duplicate_payments_refunded_total") == 1
+
+
+async def test_a_lost_dispute_of_the_refunded_open_attempts_payment_does_not_reverse_the_session(
+    client: Client,
+    db: Database,
+    settings: Settings,  # noqa: F811
+    shop: Shop,  # noqa: F811
+    fake_stripe: FakeStripe,
+    stripe_sender: httpx.AsyncClient,  # noqa: F811
+) -> None:
+    created = await _recovered(client, shop)
+    (checkout_id,) = _stripe_checkouts(fake_stripe)
+    fake_stripe.pay(checkout_id)
+    await _sandbox_paid_late(client, db, settings, shop, created["sessionId"])
+    await _assert_open_attempt_refunded(client, db, shop, created["sessionId"])
+
+    disputed = fake_stripe.lose_dispute(fake_stripe.checkout(checkout_id)["payment_intent"])
+    (answer,) = await fake_stripe.deliver(disputed, via=stripe_sender)
+
+    assert answer.status_code == 200
+    await _assert_open_attempt_refunded(client, db, shop, created["sessionId"])  # not REVERSED
+    assert await _event_types(db, created["sessionId"]) == ["session.completed"]
+
+
+async def test_an_open_attempt_paid_after_its_closing_failed_is_refunded_when_its_event_arrives(
+    client: Client,
+    db: Database,
+    settings: Settings,  # noqa: F811
+    shop: Shop,  # noqa: F811
+    fake_stripe: FakeStripe,
+    stripe_sender: httpx.AsyncClient,  # noqa: F811
+) -> None:
+    created = await _recovered(client, shop)
+    (checkout_id,) = _stripe_checkouts(fake_stripe)
+    fake_stripe.fail_next("POST", f"/v1/checkout/sessions/{checkout_id}/expire", 500, 500, 500)
+
+    late = await _sandbox_paid_late(client, db, settings, shop, created["sessionId"])
+    assert late.status_code == 200
+    record = await _record(client, shop, created["sessionId"])
+    assert [(a["provider"], a["status"]) for a in record["attempts"]] == [
+        ("sandbox", "SUCCEEDED"),
+        ("stripe", "CLOSED"),
+    ]
+    assert fake_stripe.checkout(checkout_id)["status"] == "open"  # Stripe could not be asked
+
+    (paid,) = await fake_stripe.deliver(fake_stripe.pay(checkout_id), via=stripe_sender)
+    assert paid.status_code == 200
+    await _assert_open_attempt_refunded(client, db, shop, created["sessionId"])
 
 
 async def test_a_payment_still_processing_ends_recovery_at_the_result_page(

@@ -1,5 +1,6 @@
 """The Mollie adapter on its own against the fake Mollie: idempotent creation, Mollie's error shape,
-the webhook body, and amounts as Mollie writes them."""
+the webhook body, a failed card payment's reason (its event and the way back alike), what may
+still be paid, and amounts as Mollie writes them."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ import httpx
 import pytest
 import trio
 
-from payorch.providers.base import Credentials, EventKind, EventRejected, ProviderError
+from payorch.engine.routing.recovery import RecoveryPolicy, RetryVerdict, retry_verdict
+from payorch.providers.base import CheckoutState, Credentials, EventKind, EventRejected, ProviderError
 from payorch.providers.mollie import MollieProvider
 from payorch.providers.mollie.amounts import mollie_limits, to_mollie_amount
+from payorch.providers.mollie.events import payment_state
 from payorch.values.money import Money
+from payorch.values.statuses import FailureReason
 from tests import fake_mollie as mollie_fake
 from tests.fake_mollie import FakeMollie, ScriptedFailure
 from tests.providers.helpers import checkout_request
@@ -91,6 +95,44 @@ async def test_mollies_errors_are_hal_json_with_status_title_and_detail(fake_mol
     body = answer.json()
     assert (body["status"], body["title"]) == (401, "Unauthorized Request")
     assert body["detail"] and body["_links"]["documentation"]["type"] == "text/html"
+
+
+async def _failed_as(
+    mollie: MollieProvider, fake: FakeMollie, failure_reason: str
+) -> tuple[FailureReason | None, CheckoutState]:
+    """A card payment failed at Mollie with `failure_reason`: the reason its webhook's event carries,
+    and its state on the way back."""
+    created = await mollie.create_checkout(Credentials(MOLLIE_KEY), checkout_request(), idempotency_key="k")
+    fake.fail(created.reference, failure_reason=failure_reason)
+    webhook = mollie.parse_event({}, f"id={created.reference}".encode(), "")
+    (event,) = await mollie.resolve_event(Credentials(MOLLIE_KEY), webhook)
+    assert event.kind is EventKind.PAYMENT_DECLINED
+    return event.reason, await mollie.checkout_state(Credentials(MOLLIE_KEY), created.reference)
+
+
+async def test_insufficient_funds_at_mollie_is_insufficient_funds_and_is_retried(
+    mollie: MollieProvider, fake_mollie: FakeMollie
+) -> None:
+    reason, state = await _failed_as(mollie, fake_mollie, "insufficient_funds")
+    assert reason is state.decline_reason is FailureReason.INSUFFICIENT_FUNDS
+    assert state.decline_code == "insufficient_funds"
+    policy = RecoveryPolicy(max_attempts=2, retry_on=(FailureReason.INSUFFICIENT_FUNDS,))
+    assert retry_verdict(policy, 1, reason, "mollie", state.decline_code) is RetryVerdict.RETRY
+
+
+async def test_possible_fraud_at_mollie_is_never_retried(
+    mollie: MollieProvider, fake_mollie: FakeMollie
+) -> None:
+    reason, state = await _failed_as(mollie, fake_mollie, "possible_fraud")
+    assert reason is state.decline_reason is FailureReason.PAYMENT_FAILED
+    assert state.decline_code == "possible_fraud"
+    policy = RecoveryPolicy(max_attempts=5, retry_on=tuple(FailureReason))
+    assert retry_verdict(policy, 1, reason, "mollie", state.decline_code) is RetryVerdict.HARD_DECLINE
+
+
+@pytest.mark.parametrize("status", ["open", "pending", "authorized"])
+def test_a_payment_mollie_may_still_complete_is_processing_on_the_way_back(status: str) -> None:
+    assert payment_state({"id": "tr_1", "status": status}) == CheckoutState(paid=False, processing=True)
 
 
 def test_the_webhook_names_a_payment_and_nothing_else_is_trusted() -> None:

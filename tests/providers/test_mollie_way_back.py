@@ -1,15 +1,19 @@
 """The way back from Mollie's checkout goes through payorch: Mollie sends the customer back after any
-final status; payorch then reads the payment (its status, a card payment's `details.failureReason`)
-from Mollie (its fake at the HTTP boundary) and, under the application's recovery policy, opens the
-next attempt at the sandbox."""
+final status; payorch then reads the payment (its status, a card payment's `details.failureReason`,
+translated to payorch's reason) from Mollie (its fake at the HTTP boundary) and, under the
+application's recovery policy, opens the next attempt at the sandbox. A payment Mollie says may
+still be paid (`open`, `pending`) ends recovery on payorch's result page."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 
 from payorch.config import Settings
+from payorch.runtime import Runtime
 from payorch.storage.database import Database
 from tests import fake_mollie as mollie_fake
 from tests.fake_mollie import FakeMollie
@@ -41,15 +45,24 @@ async def shop(client: Client, db: Database, settings: Settings) -> Shop:
     return shop
 
 
+@pytest.fixture
+async def mollie_caller(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
+    """How the fake Mollie reaches payorch's provider-events route: HTTP into the app itself."""
+    transport = httpx.ASGITransport(app=runtime.app)  # type: ignore[arg-type]  # ASGI typing differs
+    async with httpx.AsyncClient(transport=transport) as client:
+        yield client
+
+
 async def _come_back(client: Client, fake: FakeMollie, payment_id: str) -> str:
     """The customer follows the payment's `redirectUrl`, as Mollie sends them after a final status."""
     return await come_back(client, fake.payment(payment_id)["redirectUrl"])
 
 
-async def test_a_soft_card_failure_at_mollie_goes_on_to_the_next_attempt(
+async def test_insufficient_funds_at_mollie_keeps_its_reason_and_goes_on_to_the_next_attempt(
     client: Client, shop: Shop, fake_mollie: FakeMollie
 ) -> None:
-    created = await session_first_at(client, shop, "mollie", {"maxAttempts": 2})
+    recovery = {"maxAttempts": 2, "retryOn": ["INSUFFICIENT_FUNDS"]}  # retried for this reason only
+    created = await session_first_at(client, shop, "mollie", recovery)
     payment_id = payment_of(fake_mollie, created["sessionId"])
     fake_mollie.fail(payment_id, failure_reason="insufficient_funds")
 
@@ -60,7 +73,7 @@ async def test_a_soft_card_failure_at_mollie_goes_on_to_the_next_attempt(
         shop,
         created["sessionId"],
         sent_on,
-        ("mollie", "DECLINED", "PAYMENT_FAILED", "insufficient_funds"),
+        ("mollie", "DECLINED", "INSUFFICIENT_FUNDS", "insufficient_funds"),
     )
 
 
@@ -76,10 +89,11 @@ async def test_a_failure_without_a_reason_is_a_decline_coded_failed(
     )
 
 
-async def test_possible_fraud_at_mollie_goes_to_the_failure_url(
+async def test_possible_fraud_at_mollie_is_never_retried_whatever_the_policy(
     client: Client, shop: Shop, fake_mollie: FakeMollie
 ) -> None:
-    created = await session_first_at(client, shop, "mollie", {"maxAttempts": 2})
+    every_reason = ["CARD_DECLINED", "INSUFFICIENT_FUNDS", "EXPIRED_OR_CANCELED_CARD", "PAYMENT_FAILED"]
+    created = await session_first_at(client, shop, "mollie", {"maxAttempts": 3, "retryOn": every_reason})
     payment_id = payment_of(fake_mollie, created["sessionId"])
     fake_mollie.fail(payment_id, failure_reason="possible_fraud")
     assert await _come_back(client, fake_mollie, payment_id) == FAILURE
@@ -107,14 +121,40 @@ async def test_a_paid_payments_return_goes_on_to_the_success_url_before_mollies_
     assert len((await _record(client, shop, created["sessionId"]))["attempts"]) == 1
 
 
-async def test_a_payment_still_pending_ends_recovery_on_payorchs_result_page(
-    client: Client, shop: Shop, fake_mollie: FakeMollie
+async def _ends_on_the_result_page(client: Client, shop: Shop, fake: FakeMollie, payment_id: str) -> None:
+    """The customer, back from the payment, goes to payorch's result page, which says the payment is
+    being confirmed; the session stays PENDING at Mollie, no next attempt opened."""
+    session_id = fake.payment(payment_id)["metadata"]["payorch_session_id"]
+    where = urlsplit(await _come_back(client, fake, payment_id))
+    assert where.path == f"/checkout/{session_id}/result"
+    record = await _record(client, shop, session_id)
+    assert (record["status"], record["providerName"], len(record["attempts"])) == ("PENDING", "mollie", 1)
+    assert len(fake.requests_to("POST", "/v2/payments")) == 1  # no next checkout
+    assert fake.requests_to("DELETE", f"/v2/payments/{payment_id}") == []  # not cancelled
+    assert "Confirming your payment" in await (await client.get(where.path)).get_data(as_text=True)
+
+
+async def test_a_payment_still_pending_ends_recovery_and_its_webhook_completes_the_session(
+    client: Client, shop: Shop, fake_mollie: FakeMollie, mollie_caller: httpx.AsyncClient
 ) -> None:
     created = await session_first_at(client, shop, "mollie", {"maxAttempts": 2})
     payment_id = payment_of(fake_mollie, created["sessionId"])
-    fake_mollie.start(payment_id)
-    assert urlsplit(await _come_back(client, fake_mollie, payment_id)).path == (
-        f"/checkout/{created['sessionId']}/result"
-    )
+    fake_mollie.start(payment_id)  # BLIK waiting for the customer's bank
+
+    await _ends_on_the_result_page(client, shop, fake_mollie, payment_id)
+
+    fake_mollie.pay(payment_id)  # the bank approved it
+    answer = await fake_mollie.call_webhook(payment_id, via=mollie_caller)
+    assert answer.json() == {"received": True, "applied": True}
     record = await _record(client, shop, created["sessionId"])
-    assert (record["status"], record["providerName"], len(record["attempts"])) == ("PENDING", "mollie", 1)
+    assert (record["status"], [a["status"] for a in record["attempts"]]) == ("SUCCEEDED", ["SUCCEEDED"])
+
+
+async def test_a_payment_still_open_ends_recovery_on_payorchs_result_page(
+    client: Client, shop: Shop, fake_mollie: FakeMollie
+) -> None:
+    # Mollie says an open payment can still be completed by the customer (a bank transfer stays
+    # open for days): it may still be paid, so no other attempt opens.
+    created = await session_first_at(client, shop, "mollie", {"maxAttempts": 2})
+    payment_id = payment_of(fake_mollie, created["sessionId"])
+    await _ends_on_the_result_page(client, shop, fake_mollie, payment_id)

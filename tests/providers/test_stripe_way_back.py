@@ -1,13 +1,15 @@
 """The way back from Stripe Checkout goes through payorch: Checkout keeps the customer on its page
 after a decline and returns through the cancel URL when they give up; payorch then reads the
 Checkout Session and its PaymentIntent's last decline from Stripe (its fake at the HTTP boundary)
-and, under the application's recovery policy, opens the next attempt at the sandbox."""
+and, under the application's recovery policy, opens the next attempt at the sandbox. A session
+completed by a delayed payment still processing ends recovery on payorch's result page."""
 
 from __future__ import annotations
 
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 
 from payorch.config import Settings
@@ -16,7 +18,7 @@ from tests import fake_stripe as stripe_fake
 from tests.fake_stripe import FakeStripe
 from tests.helpers import Client, Shop
 from tests.providers.api_support import record as _record
-from tests.providers.test_merchant_routing import _shop, settings  # noqa: F401
+from tests.providers.test_merchant_routing import _shop, settings, stripe_sender  # noqa: F401
 from tests.providers.way_back_support import (
     FAILURE,
     SUCCESS,
@@ -123,3 +125,32 @@ async def test_without_redirect_urls_the_way_back_ends_on_payorchs_result_page(
     assert urlsplit(await come_back(client, checkout["success_url"])).path == (
         f"/checkout/{created['sessionId']}/result"
     )
+
+
+async def test_a_delayed_payment_still_processing_ends_recovery_on_payorchs_result_page(
+    client: Client,
+    shop: Shop,
+    fake_stripe: FakeStripe,
+    stripe_sender: httpx.AsyncClient,  # noqa: F811
+) -> None:
+    created = await session_first_at(client, shop, "stripe", {"maxAttempts": 2})
+    session_id = created["sessionId"]
+    checkout = _checkout(fake_stripe, session_id)
+    fake_stripe.decline(checkout["id"], "insufficient_funds")  # a card first, then a bank debit
+    completed = fake_stripe.complete_delayed(checkout["id"])
+
+    where = await come_back(client, checkout["success_url"])
+
+    assert urlsplit(where).path == f"/checkout/{session_id}/result"
+    record = await _record(client, shop, session_id)
+    assert (record["status"], record["providerName"], len(record["attempts"])) == ("PENDING", "stripe", 1)
+    assert fake_stripe.requests_to("POST", f"/v1/checkout/sessions/{checkout['id']}/expire") == []
+    assert len(fake_stripe.requests_to("POST", "/v1/checkout/sessions")) == 1  # no next checkout
+    page = await (await client.get(urlsplit(where).path)).get_data(as_text=True)
+    assert "Confirming your payment" in page
+
+    for event in (completed, fake_stripe.pay_delayed(checkout["id"])):
+        (answer,) = await fake_stripe.deliver(event, via=stripe_sender)
+        assert answer.status_code == 200
+    record = await _record(client, shop, session_id)
+    assert (record["status"], [a["status"] for a in record["attempts"]]) == ("SUCCEEDED", ["SUCCEEDED"])

@@ -20,12 +20,14 @@ from payorch.engine.payments.late_payments import (
     UNCHANGED,
     LateOutcome,
     apply_to_ended_attempt,
+    apply_to_paid_session,
     close_checkout_of,
+    settle_closed_checkout,
 )
 from payorch.engine.payments.refunds import apply_refund_outcome
-from payorch.engine.payments.states import SessionEvent
+from payorch.engine.payments.states import PAID, SessionEvent
 from payorch.metrics import Metrics
-from payorch.providers.base import EventKind, ProviderEvent
+from payorch.providers.base import CheckoutClosed, EventKind, ProviderEvent
 from payorch.storage import attempts, provider_events_seen, sessions
 from payorch.storage.database import Connection
 from payorch.storage.database_thread import on_database_thread
@@ -66,15 +68,11 @@ class ApplyProviderEvent:
             return
         session = result.close
 
-        async def close_open_checkout() -> None:
-            await close_checkout_of(context, session)
+        async def close_open_checkout() -> CheckoutClosed | None:
+            return await close_checkout_of(context, session)
 
-        async def then(closed: outcome.Outcome[None]) -> None:
-            if isinstance(closed, outcome.Error):
-                log.warning(
-                    "could not close the open attempt's checkout after a late payment; it expires",
-                    extra={"sessionId": str(session.id), "error": repr(closed.error)},
-                )
+        async def then(closed: outcome.Outcome[CheckoutClosed | None]) -> None:
+            await settle_closed_checkout(context, session, closed)
             reply.send(result.applied)
 
         actor.spawn(close_open_checkout, then, reply)
@@ -137,6 +135,19 @@ class ApplyProviderEvent:
                 metrics=metrics,
                 now=now,
             )
+        if session.status in PAID:
+            # Its open attempt may have been paid too after a late success of an ended one paid
+            # the session, or have ended so (`late_payments`): then the event is that attempt's.
+            late = await apply_to_paid_session(
+                conn,
+                session=session,
+                event=session_event,
+                checkout=event.checkout_reference,
+                metrics=metrics,
+                now=now,
+            )
+            if late is not None:
+                return late
         if session_event is SessionEvent.PAYMENT_DECLINED:
             log.info(
                 "payment declined; the session stays open for another try",

@@ -170,6 +170,9 @@ def current_attempt_status(session: CheckoutSession) -> AttemptStatus:
 def _current_attempt(session: CheckoutSession, ended: Sequence[EndedAttempt]) -> AttemptRecord | None:
     if session.provider_name is None:
         return None  # no provider created a checkout for it
+    checkout = (session.provider_name, session.provider_reference)
+    if any((attempt.provider_name, attempt.provider_reference) == checkout for attempt in ended):
+        return None  # ended among them: paid too after a late success paid the session, refunded
     status = current_attempt_status(session)
     if status is AttemptStatus.SUCCEEDED and any(a.status is AttemptStatus.SUCCEEDED for a in ended):
         status = AttemptStatus.CLOSED  # a late success of an ended attempt paid the session

@@ -10,11 +10,17 @@ payment the key cannot read (nothing happens) or a real one (its real state is a
 Each state read becomes an event whose id is the object and its state (`tr_x:paid`,
 `tr_x/re_y:refunded`, `tr_x/chb_z:chargeback`), so it is applied once however often Mollie calls.
 
+A failed payment's reason is its card's `details.failureReason` translated (`_DECLINES`: an
+issuer's refusal is `CARD_DECLINED`, `insufficient_funds` and `card_expired` keep their meaning,
+every other code `PAYMENT_FAILED`), the same on the way back and in the event; a failed payment
+without one (not a card's) and a canceled one are `PAYMENT_FAILED`.
+
 When the customer comes back from Mollie's checkout (after any final status), `payment_state` says
-what the payment read then is: paid, still processing (`open`: a bank transfer waiting for its
-money; `pending`: BLIK waiting for the customer's bank), or declined with its code (a card
-payment's `details.failureReason`, else its status `failed`). A payment the customer canceled, or
-one that expired, is none of these.
+what the payment read then is: paid; still processing (`open`: Mollie says the customer can still
+complete it, as a bank transfer waiting for its money for days does; `pending`: BLIK waiting for
+the customer's bank; `authorized`: the money is held, not yet captured), so no other attempt may
+open; or declined with its code (a card payment's `details.failureReason`, else its status
+`failed`). A payment the customer canceled, or one that expired, is none of these.
 """
 
 from __future__ import annotations
@@ -30,13 +36,24 @@ from payorch.values.statuses import FailureReason
 
 # Mollie's final payment statuses -> payorch's event kinds; open, pending and authorized say nothing
 # payorch acts on. A failed or canceled Mollie payment cannot be paid any more, but the session stays
-# PENDING (as for a declined attempt anywhere) until it expires.
+# PENDING (as for a declined attempt anywhere) until it expires. A failed one's reason is its code's.
 _PAYMENT_OUTCOMES: Final[Mapping[str, tuple[EventKind, FailureReason | None]]] = {
     "paid": (EventKind.PAYMENT_SUCCEEDED, None),
     "failed": (EventKind.PAYMENT_DECLINED, FailureReason.PAYMENT_FAILED),
     "canceled": (EventKind.PAYMENT_DECLINED, FailureReason.PAYMENT_FAILED),
     "expired": (EventKind.CHECKOUT_EXPIRED, None),
 }
+# A card payment's `details.failureReason` -> payorch's reason; any other code is PAYMENT_FAILED
+# (https://docs.mollie.com/reference/get-payment, `details.failureReason`). Which codes are hard
+# (never retried at another provider) is the decline table's (`engine.routing.recovery`).
+_DECLINES: Final[Mapping[str, FailureReason]] = {
+    "card_declined": FailureReason.CARD_DECLINED,
+    "refused_by_issuer": FailureReason.CARD_DECLINED,
+    "insufficient_funds": FailureReason.INSUFFICIENT_FUNDS,
+    "card_expired": FailureReason.EXPIRED_OR_CANCELED_CARD,
+}
+# Statuses whose payment may still be paid: no other attempt may open while it is one of them.
+_PROCESSING: Final = frozenset({"open", "pending", "authorized"})
 # Mollie's object ids: a prefix naming the kind, an underscore, then letters and digits
 # (`tr_7UhSN1zuXS`). Only such an id is ever put into a Mollie API path.
 _MOLLIE_ID: Final = re.compile(r"[a-z]{1,10}_[A-Za-z0-9]{1,64}")
@@ -76,6 +93,8 @@ def payment_outcome(payment: Mapping[str, Any]) -> ProviderEvent | None:
     if found is None:
         return None
     kind, reason = found
+    if status == "failed":
+        reason = decline(payment)[1]
     return ProviderEvent(
         id=f"{payment.get('id')}:{status}",
         kind=kind,
@@ -86,24 +105,28 @@ def payment_outcome(payment: Mapping[str, Any]) -> ProviderEvent | None:
 
 
 def payment_state(payment: Mapping[str, Any]) -> CheckoutState:
-    """The payment as its customer comes back from it: paid (or authorized), processing (open or
-    pending: it may still be paid), declined (`failed`: the code is a card payment's
-    `details.failureReason`, else `failed`; the reason is the one its event carries), or none of
-    these (canceled by the customer, expired)."""
+    """The payment as its customer comes back from it: paid; processing (open, pending or
+    authorized: it may still be paid); declined (`failed`, with `decline`'s code and reason); or
+    none of these (canceled by the customer, expired)."""
     status = payment.get("status")
-    if status in ("paid", "authorized"):
+    if status == "paid":
         return CheckoutState(paid=True)
-    if status in ("open", "pending"):
+    if status in _PROCESSING:
         return CheckoutState(paid=False, processing=True)
     if status != "failed":
         return CheckoutState(paid=False)
+    code, reason = decline(payment)
+    return CheckoutState(paid=False, decline_code=code, decline_reason=reason)
+
+
+def decline(payment: Mapping[str, Any]) -> tuple[str, FailureReason]:
+    """A failed payment's code (a card payment's `details.failureReason`, else `failed`) and
+    payorch's reason for it."""
     details = payment.get("details")
     code = details.get("failureReason") if isinstance(details, Mapping) else None
-    return CheckoutState(
-        paid=False,
-        decline_code=code if isinstance(code, str) and code else "failed",
-        decline_reason=_PAYMENT_OUTCOMES["failed"][1],
-    )
+    if not isinstance(code, str) or not code:
+        return "failed", FailureReason.PAYMENT_FAILED
+    return code, _DECLINES.get(code, FailureReason.PAYMENT_FAILED)
 
 
 def refund_outcome(payment: Mapping[str, Any], refund: Mapping[str, Any]) -> ProviderEvent | None:

@@ -9,8 +9,10 @@
   least 30 minutes), so the customer cannot pay after the merchant was told `session.expired`.
 - The customer comes back through payorch (`providers.base.return_url`) both ways: Checkout's
   `success_url` after paying and its `cancel_url` when they give up (Checkout keeps them on its page
-  after a decline). There `checkout_state` reads the Checkout Session and, when it is unpaid, the
-  last decline of its PaymentIntent (`last_payment_error`).
+  after a decline). There `checkout_state` reads the Checkout Session and, when it is unpaid,
+  whether its payment is still processing (a delayed notification method: the session `complete`
+  and `unpaid` until `checkout.session.async_payment_succeeded` or `_failed`) or else the last
+  decline of its PaymentIntent (`last_payment_error`).
 - A lost dispute names only its PaymentIntent: `resolve_event` reads payorch's session id from it.
 
 Every call carries the idempotency key payorch derives from its own ids; the SDK retries network
