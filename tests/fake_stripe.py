@@ -16,12 +16,14 @@ speaks, at the HTTP boundary, the part of Stripe's API payorch uses, the way Str
   `resource_missing`, `amount_too_large`...);
 - scripted failures (`fail_next`): an error status, or an answer delayed past the caller's deadline.
 
-The test moves Stripe's side along (`pay`, `expire`, `settle_refund`, `lose_dispute`), each giving
-the event Stripe would send, and `deliver`s it: signed `Stripe-Signature: t=<unix>,v1=<hex
+The test moves Stripe's side along (`pay`, `decline`, `complete_delayed` and `pay_delayed` for a
+delayed notification payment method, `expire`, `settle_refund`, `lose_dispute`), each giving the
+event Stripe would send, and `deliver`s it: signed `Stripe-Signature: t=<unix>,v1=<hex
 HMAC-SHA256 of "{t}.{payload}">` with each subscribed endpoint's `whsec_` secret, POSTed to the
 endpoint's URL through an httpx client the test gives (an ASGI transport to payorch's app).
 
 Every request is recorded (`requests`, `requests_to`, `only`) so tests assert exactly what payorch sent.
+A Checkout Session's hosted page, for a browser, is served too (tests/fake_stripe_checkout.py).
 Stripe's clock (`created`, `expires_at` bounds, signature timestamps) is `clock`, `time.time` unless the
 test sets another, e.g. one that stands still.
 
@@ -55,6 +57,7 @@ import trio
 from quart import request
 from quart_trio import QuartTrio
 
+from tests.fake_stripe_checkout import hosted_checkout
 from tests.loopback import serving_on_loopback
 
 API_VERSION = "2026-10-28.endive"  # what the fake answers in and signs events as
@@ -202,6 +205,9 @@ class FakeStripe:
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.url = ""  # set once the server is bound
         self.clock = clock  # Stripe's time, in Unix seconds
+        # Where Checkout Sessions' pages are (their `url`): Stripe's, or the fake's own `url`, which
+        # serves them (tests/fake_stripe_checkout.py) for a test that drives a browser there.
+        self.checkout_host = "https://checkout.stripe.com"
         self.requests: list[ReceivedStripeRequest] = []
         self.events: list[dict[str, Any]] = []
         self._accounts: dict[str, _Account] = {}  # by secret key
@@ -249,6 +255,9 @@ class FakeStripe:
     def checkout(self, checkout_id: str) -> dict[str, Any]:
         return self._find("checkouts", checkout_id)
 
+    def payment_intent(self, payment_intent_id: str) -> dict[str, Any]:
+        return self._find("payment_intents", payment_intent_id)
+
     # Stripe's side moving on: each gives the event Stripe sends
 
     def pay(self, checkout_id: str) -> dict[str, Any]:
@@ -256,21 +265,50 @@ class FakeStripe:
         checkout = self._find("checkouts", checkout_id)
         assert checkout["status"] == "open", f"a {checkout['status']} Checkout Session cannot be paid"
         account = self._account_of("checkouts", checkout_id)
+        intent = self._attempted(account, checkout, "succeeded")
+        checkout.update(status="complete", payment_status="paid", payment_intent=intent["id"])
+        return self._event(account, "checkout.session.completed", checkout)
+
+    def complete_delayed(self, checkout_id: str) -> dict[str, Any]:
+        """The customer completes the checkout with a delayed notification payment method (a bank
+        debit, a voucher): the session is `complete` and still `unpaid`, its PaymentIntent
+        `processing`; `checkout.session.completed`. The outcome follows as
+        `checkout.session.async_payment_succeeded` (`pay_delayed`) or `_failed`."""
+        checkout = self._find("checkouts", checkout_id)
+        assert checkout["status"] == "open", f"a {checkout['status']} Checkout Session cannot be completed"
+        account = self._account_of("checkouts", checkout_id)
+        intent = self._attempted(account, checkout, "processing")
+        checkout.update(status="complete", payment_status="unpaid", payment_intent=intent["id"], url=None)
+        return self._event(account, "checkout.session.completed", checkout)
+
+    def _attempted(self, account: _Account, checkout: dict[str, Any], status: str) -> dict[str, Any]:
+        """The checkout's PaymentIntent (the declined attempt's, if any) after a payment method was
+        confirmed on it: `succeeded` (the whole amount received) or `processing` (none yet)."""
         intent = {
-            "id": checkout["payment_intent"] or self._id("pi_"),  # the declined attempt's, if any
+            "id": checkout["payment_intent"] or self._id("pi_"),
             "object": "payment_intent",
             "amount": checkout["amount_total"],
-            "amount_received": checkout["amount_total"],
+            "amount_received": checkout["amount_total"] if status == "succeeded" else 0,
             "currency": checkout["currency"],
-            "status": "succeeded",
+            "status": status,
             "latest_charge": self._id("ch_"),
             "metadata": dict(checkout["_payment_intent_metadata"]),
             "refunded": 0,
             "last_payment_error": None,
         }
         account.payment_intents[intent["id"]] = intent
-        checkout.update(status="complete", payment_status="paid", payment_intent=intent["id"])
-        return self._event(account, "checkout.session.completed", checkout)
+        return intent
+
+    def pay_delayed(self, checkout_id: str) -> dict[str, Any]:
+        """The delayed payment of a completed checkout succeeds: the session `paid`, its
+        PaymentIntent `succeeded`; `checkout.session.async_payment_succeeded`."""
+        checkout = self._find("checkouts", checkout_id)
+        assert (checkout["status"], checkout["payment_status"]) == ("complete", "unpaid")
+        account = self._account_of("checkouts", checkout_id)
+        intent = account.payment_intents[checkout["payment_intent"]]
+        intent.update(status="succeeded", amount_received=intent["amount"])
+        checkout["payment_status"] = "paid"
+        return self._event(account, "checkout.session.async_payment_succeeded", checkout)
 
     def decline(self, checkout_id: str, decline_code: str = "insufficient_funds") -> dict[str, Any]:
         """A payment attempt on the checkout is declined: `payment_intent.payment_failed`. The
@@ -616,7 +654,7 @@ class FakeStripe:
             "expires_at": expires_at,
             "created": now,
             "livemode": False,
-            "url": f"https://checkout.stripe.com/c/pay/{checkout_id}#fidkdWxOYHwnPyd1blpxYHZxWjA0",
+            "url": f"{self.checkout_host}/c/pay/{checkout_id}#fidkdWxOYHwnPyd1blpxYHZxWjA0",
             "_payment_intent_metadata": (form.get("payment_intent_data") or {}).get("metadata", {}),
         }
         account.checkouts[checkout_id] = checkout
@@ -723,6 +761,7 @@ def _public(found: dict[str, Any]) -> dict[str, Any]:
 
 def _stripe_app(fake: FakeStripe) -> QuartTrio:
     app = QuartTrio("fake_stripe")
+    app.register_blueprint(hosted_checkout(fake))
 
     @app.route("/<path:path>", methods=["GET", "POST", "DELETE"])
     async def api(path: str) -> tuple[str, int, dict[str, str]]:

@@ -1,10 +1,15 @@
 """Two service processes on one database, one declined session's customer coming back through both
 at once (a double click landing on two nodes): one next attempt opens, at one checkout, and every
-return sends the customer to it. The guard is the database's (`storage.next_attempt`)."""
+return sends the customer to it. The guard is the database's (`storage.next_attempt`).
+`recovering_shop` is the two processes and the application they serve, for the tests of recovery
+on two processes (tests/test_never_paid_twice.py too)."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -29,10 +34,28 @@ pytestmark = [
 fake_stripe = stripe_fake.fake_stripe
 
 
-async def test_returns_raced_through_two_processes_open_one_next_attempt(
-    database_dsn: str, db: Database, settings: Settings, tmp_path: Path, fake_stripe: FakeStripe
-) -> None:
-    env = with_stripe(fake_stripe)
+@dataclass(frozen=True)
+class RecoveringShop:
+    """Two processes serving one application: the sandbox first, Stripe next, two attempts."""
+
+    processes: tuple[httpx.AsyncClient, httpx.AsyncClient]  # each process's own address
+    application_id: str
+    api_headers: dict[str, str]
+
+
+@asynccontextmanager
+async def recovering_shop(
+    database_dsn: str,
+    db: Database,
+    settings: Settings,
+    tmp_path: Path,
+    fake_stripe: FakeStripe,
+    more_env: dict[str, str] | None = None,
+) -> AsyncIterator[RecoveringShop]:
+    """Two `payorch serve` processes on `database_dsn` (their environment `with_stripe` and
+    `more_env`), and a merchant's application linked to the sandbox and Stripe whose routing
+    document sends sessions to the sandbox first and recovers a decline at Stripe."""
+    env = {**with_stripe(fake_stripe), **(more_env or {})}
     async with (
         serving(database_dsn, tmp_path / "first", env) as (_, first_url, _),
         serving(database_dsn, tmp_path / "second", env) as (_, second_url, _),
@@ -46,12 +69,18 @@ async def test_returns_raced_through_two_processes_open_one_next_attempt(
             "default": {"type": "priority", "providers": ["sandbox", "stripe"]},
             "recovery": {"maxAttempts": 2},
         }
-        stored = await first.put(
-            f"/api/v1/applications/{application_id}/routing",
-            json=document,
-            headers=jwt,
+        stored = await second.put(
+            f"/api/v1/applications/{application_id}/routing", json=document, headers=jwt
         )
         assert stored.status_code == 200, stored.text
+        yield RecoveringShop((first, second), application_id, headers)
+
+
+async def test_returns_raced_through_two_processes_open_one_next_attempt(
+    database_dsn: str, db: Database, settings: Settings, tmp_path: Path, fake_stripe: FakeStripe
+) -> None:
+    async with recovering_shop(database_dsn, db, settings, tmp_path, fake_stripe) as shop:
+        (first, second), headers = shop.processes, shop.api_headers
         body = session_body(
             redirectUrls={"success": "https://shop.example/ok", "failure": "https://shop.example/ko"}
         )

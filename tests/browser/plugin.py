@@ -2,7 +2,8 @@
 real browser at payorch's pages, and a line at the end of every run saying whether such tests ran in
 Chromium or were skipped, and why.
 
-    live_service   payorch's app (the test's `runtime`) served by hypercorn on 127.0.0.1 over real HTTP
+    live_service   payorch's app (the test's `runtime`) served by hypercorn on 127.0.0.1 over real HTTP,
+                   at `live_service_bind` (a free port unless the test says otherwise)
     browser        the test process's headless Chromium (started at first use, quit at the end),
                    as a `tests.browser.driver.Browser` writing screenshots to `browser_artifacts`
     browser_artifacts   the test's folder for screenshots, `<--browser-artifacts DIR>/<test name>`,
@@ -111,13 +112,21 @@ class LiveService:
 
 
 @pytest.fixture
-async def live_service(runtime: Runtime) -> AsyncIterator[LiveService]:
-    """The test's app behind hypercorn on a free loopback port, in the test's own trio loop."""
+def live_service_bind() -> str:
+    """Where `live_service` listens, as hypercorn's `bind` takes it: a free loopback port. A test
+    whose pages must link to it (payorch's `public_base_url`) binds a socket first and overrides
+    this with `fd://<its file descriptor>`."""
+    return "127.0.0.1:0"
+
+
+@pytest.fixture
+async def live_service(runtime: Runtime, live_service_bind: str) -> AsyncIterator[LiveService]:
+    """The test's app behind hypercorn on `live_service_bind`, in the test's own trio loop."""
     from hypercorn.config import Config
     from hypercorn.trio import serve
 
     config = Config()
-    config.bind = ["127.0.0.1:0"]
+    config.bind = [live_service_bind]
     config.accesslog = None
     config.graceful_timeout = 1.0
     shutdown = trio.Event()

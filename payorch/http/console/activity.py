@@ -1,10 +1,14 @@
 """The 30-day picture on the applications page: sessions per day by outcome, completed refunds per
-day by currency, for every application of the signed-in merchant.
+day by currency, and the share of sessions recovery saved, for every application of the signed-in
+merchant.
 
 The window is the last 30 UTC days, today (by the service's clock) included. A session counts on
 the day it was created, under the outcome its status has now (`OUTCOMES`); a refund counts on the
 day it was made, once it is COMPLETED. Refunds in different currencies are never added together:
 each currency has a line of its own, on a scale of its own, and a column of its own in the table.
+A session recovered was declined (or given up) at its first attempt, sent on to another provider
+by the application's recovery policy, and paid there (`storage.activity.Recovery`); the share is of
+the window's sessions sent on so.
 
 Drawn here as inline SVG (no chart library, nothing the Content-Security-Policy would refuse:
 classes styled by `console.css`, no `style` attribute, no script), and given as a table too, since
@@ -24,7 +28,7 @@ from markupsafe import Markup
 
 from payorch.http.auth import Principal
 from payorch.http.services import services
-from payorch.storage.activity import Activity, merchant_activity
+from payorch.storage.activity import Activity, Recovery, merchant_activity
 from payorch.values.money import to_major_units
 from payorch.values.statuses import SessionStatus
 
@@ -87,6 +91,7 @@ class ActivityChart:
     totals: DayFigures  # the whole window (its `day` is the last)
     sessions_summary: str
     refunds_summary: str
+    recovery_summary: str
     sessions_svg: Markup
     refunds_svg: Markup | None  # None without a completed refund in the window
     undrawn_currencies: list[str]  # refunded in the window, in the table only
@@ -136,6 +141,7 @@ def activity_chart(activity: Activity, first: date) -> ActivityChart:
         totals=totals,
         sessions_summary=sessions_text,
         refunds_summary=refunds_text,
+        recovery_summary=recovery_summary(days, activity.recovery),
         sessions_svg=sessions_svg(days, sessions_text),
         refunds_svg=refunds_svg(days, drawn, refunds_text) if drawn else None,
         undrawn_currencies=[currency for currency in currencies if currency not in drawn],
@@ -203,6 +209,19 @@ def refunds_summary(days: Sequence[DayFigures], totals: DayFigures) -> str:
         for currency, refunded in sorted(totals.refunds.items())
     )
     return f"Completed refunds {window}: {amounts}."
+
+
+def recovery_summary(days: Sequence[DayFigures], recovery: Recovery) -> str:
+    window = f"from {days[0].day} to {days[-1].day} (UTC)"
+    if not recovery.sent_on:
+        return f"No session created {window} was declined at its first provider and sent on to another."
+    sent_on, recovered = recovery.sent_on, recovery.recovered
+    share = round(Fraction(100 * recovered, sent_on))
+    return (
+        f"Recovered: {recovered} of {sent_on} ({share}%). Of the sessions created {window}, {sent_on} "
+        f"{'was' if sent_on == 1 else 'were'} declined at their first provider and sent on to another; "
+        f"{recovered} of them {'was' if recovered == 1 else 'were'} paid there."
+    )
 
 
 # --- Drawing --------------------------------------------------------------------------------------
