@@ -78,23 +78,29 @@ async def test_a_backtest_of_a_candidate_rule_shows_the_counts_per_provider_and_
         console, routing_path(shop, "backtest"), {"csrf_token": csrf, "document": text, "days": "30"}
     )
     assert response.status_code == 200, html
-    # Per provider: the sessions that went there, those the candidate sends, outcomes, approval.
+    # Per provider: the sessions that went there, those the candidate and the document in force
+    # send there, outcomes, approval.
     assert rows(html, "backtest-providers") == [
-        ["sandbox", "3", "5", "2 (1 paid)", "50.0%"],
-        ["stripe", "3", "1", "3 (2 paid)", "66.7%"],
+        ["sandbox", "3", "5", "6", "2 (1 paid)", "50.0%"],
+        ["stripe", "3", "1", "0", "3 (2 paid)", "66.7%"],
     ]
     assert rows(html, "backtest-rules") == [
         ["polish", "1", "1", "0"],
-        ["default route", "5", "3", "0"],
+        ["default route", "5", "0", "0"],  # changed from the document in force: the sandbox first
     ]
     assert fact(html, "sessions") == "6"
-    assert fact(html, "changed").startswith("4 ")
+    assert fact(html, "changed").startswith("1 ")
     assert fact(html, "unroutable").startswith("0 ")
     assert fact(html, "without-outcome").startswith("1 ")
-    # 3 paid of the 5 with an outcome; by the candidate, Stripe's 3 moved to the sandbox at the 1/2
-    # it showed on PLN cards, the sandbox's own 2 as they went: (3/2 + 1) / 5.
-    assert fact(html, "approval") == "actual 60.0%, this document 50.0% over the 5 sessions with an outcome"
-    assert "This document sends 4 of the 6 sessions replayed first to another provider" in html
+    # 3 paid of the 5 with an outcome. The candidate moves only the open session from the document in
+    # force: both send the 5 with an outcome to the sandbox, estimated alike, a change of nothing.
+    assert fact(html, "approval") == (
+        "this document 50.0%, the document in force 50.0%: 0.0 points (95%: 0.0 points to 0.0 points) "
+        "both replayed the same way over the 5 sessions with an outcome (observed: 60.0%), resting on "
+        "2 sessions' own outcomes"
+    )
+    assert fact(html, "recovery") == "nothing this document's recovery policy would change"
+    assert "This document sends 1 of the 6 sessions replayed first to another provider" in html
     assert re.search(
         r'the sessions created from <time datetime="[0-9T:.-]+Z" title="[0-9T:.-]+Z">[^<]+ UTC</time> '
         r'to <time datetime="[0-9T:.-]+Z" title="[0-9T:.-]+Z">[^<]+ UTC</time></dd>',

@@ -33,6 +33,7 @@ from tests.helpers import (
     new_merchant,
     post_json,
     prefer,
+    put_routing,
 )
 from tests.providers.api_support import created
 from tests.providers.mollie_support import link
@@ -45,6 +46,16 @@ STRIPE_KEY = "sk_test_51ShopKey0123456789abcdef"
 PAID_CARD, DECLINED_CARD = "4242424242424242", "4000000000000002"
 PL_ADDRESS = {"line1": "ul. Prosta 1", "city": "Warszawa", "postalCode": "00-001", "country": "PL"}
 STRIPE_FIRST = {"default": {"type": "priority", "providers": ["stripe", "sandbox"]}}
+# The answer's `recovery` counts (tests/http/test_routing_backtest_recovery.py tells each apart).
+RECOVERY_COUNTS = (
+    "retried",
+    "recovered",
+    "notRecovered",
+    "unknown",
+    "noLongerRetried",
+    "noLongerRecovered",
+    "declinedWithoutCode",
+)
 
 
 @pytest.fixture
@@ -89,11 +100,14 @@ class History:
         self.client, self.shop, self.db, self.fake, self.sender = client, shop, db, fake, sender
         self.count = 0
 
-    async def session(self, provider: str, outcome: str | None, **change: Any) -> str:
-        """A session routed to `provider` (the routing document must send it there), then `paid`,
-        `declined` or left open (None); its id once its outcome is recorded."""
+    async def session(self, provider: str | None, outcome: str | None, **change: Any) -> str:
+        """A session routed to `provider` (the routing document must send it there; None: wherever
+        it sends it), then `paid`, `declined` or left open (None); its id once its outcome is
+        recorded."""
         self.count += 1
         session = await created(self.client, self.shop, f"history-{self.count}", **change)
+        if provider is None:
+            provider = session["routing"]["selectedProvider"]
         assert session["routing"]["selectedProvider"] == provider
         session_id: str = session["sessionId"]
         if outcome is None:
@@ -179,18 +193,47 @@ async def test_a_backtest_counts_per_provider_what_went_there_what_the_candidate
         "sandbox": (3, 0, 2, 1, Decimal("0.5000")),
         "stripe": (3, 6, 3, 2, Decimal("0.6667")),
     }
-    assert (answer["sessions"], answer["changed"], answer["unroutable"]) == (6, 3, 0)
+    # The document in force (version 2, the sandbox first) sends all six to the sandbox.
+    assert answer["inForceVersion"] == 2
+    assert {p["provider"]: p["baseline"] for p in answer["providers"]} == {"sandbox": 6, "stripe": 0}
+    assert (answer["sessions"], answer["changed"], answer["unroutable"]) == (6, 6, 0)
     assert (answer["withoutOutcome"], answer["withoutCountry"], answer["limited"]) == (1, 5, False)
-    # Over the 5 sessions with an outcome: 3 paid; by the candidate, Stripe's own 2 and the
-    # sandbox's 2 moved to Stripe at the 2/3 Stripe showed on PLN cards: (2 + 4/3) / 5.
-    assert answer["estimatedApproval"] == {
+    # Over the 5 sessions with an outcome: 3 paid. By the candidate, Stripe's own 2 of 3 and the
+    # sandbox's 2 moved to Stripe at the 2/3 it showed on PLN cards: (2 + 4/3) / 5. By the document
+    # in force, the sandbox's own 1 of 2 and Stripe's 3 at the sandbox's 1/2: (1 + 3/2) / 5.
+    estimated = answer["estimatedApproval"]
+    assert {key: estimated[key] for key in ("sessions", "actual", "candidate", "baseline", "change")} == {
         "sessions": 5,
         "actual": Decimal("0.6000"),
         "candidate": Decimal("0.6667"),
-        "unestimated": 0,
+        "baseline": Decimal("0.5000"),
+        "change": Decimal("0.1667"),
     }
-    assert answer["rules"] == [{"rule": None, "sessions": 6, "changed": 3, "unroutable": 0}]
+    assert estimated["changeLow"] < estimated["change"] < estimated["changeHigh"]
+    assert (estimated["unestimated"], estimated["effectiveSessions"]) == (0, 3)
+    assert answer["rules"] == [{"rule": None, "sessions": 6, "changed": 6, "unroutable": 0}]
+    assert answer["recovery"] == dict.fromkeys(RECOVERY_COUNTS, 0)
     assert answer["from"] < answer["to"]
+
+
+SPLIT = {"default": {"type": "split", "weights": {"sandbox": 50, "stripe": 50}}}
+
+
+async def test_a_backtest_of_the_document_in_force_changes_nothing_within_its_noise(
+    client: Client, shop: Shop, history: History
+) -> None:
+    # The history made under a split: each session assigned by its id, paid or declined by turns.
+    await put_routing(client, shop, SPLIT)
+    for number in range(12):
+        await history.session(None, "paid" if number % 3 else "declined")
+    answer = await _answer(client, shop, {"routing": SPLIT})
+    assert (answer["sessions"], answer["changed"], answer["inForceVersion"]) == (12, 0, 1)
+    assert all(p["candidate"] == p["baseline"] == p["actual"] for p in answer["providers"])
+    estimated = answer["estimatedApproval"]
+    assert estimated["candidate"] == estimated["baseline"]
+    assert estimated["change"] == 0
+    assert estimated["changeLow"] <= estimated["change"] <= estimated["changeHigh"]
+    assert estimated["actual"] == Decimal("0.6667")
 
 
 async def test_a_candidate_priority_rule_moves_the_sessions_it_matches(
@@ -208,9 +251,10 @@ async def test_a_candidate_priority_rule_moves_the_sessions_it_matches(
         "sandbox": (3, 5),
         "stripe": (3, 1),
     }
+    # Changed from the document in force (the sandbox first): only the Polish customer's.
     assert answer["rules"] == [
         {"rule": "polish", "sessions": 1, "changed": 1, "unroutable": 0},
-        {"rule": None, "sessions": 5, "changed": 3, "unroutable": 0},
+        {"rule": None, "sessions": 5, "changed": 0, "unroutable": 0},
     ]
 
 

@@ -308,6 +308,7 @@ async def test_a_worker_that_cannot_reach_the_database_answers_503_and_is_not_us
         until=now,
         limit=10,
         document=parse_routing_document({}, frozenset({"sandbox"})),
+        in_force=parse_routing_document({}, frozenset({"sandbox"})),
         configs=(),
         segments=(),
         settings=RoutingSettings(),

@@ -11,13 +11,14 @@ message with one frame:
 | message | what the worker does | answer |
 |---|---|---|
 | (on start) | | its process id, once it is ready |
-| `Run` | reads the sessions of the window in batches and decides them | `Ran` |
+| `Run` | reads the window's sessions (and their documents) in batches, decides them | `Ran` |
 | `Limits` | knows what the catalogue's providers take of the kinds it asked of | |
 
 A `Run` is answered `Ran` once every session is decided; before each batch that holds kinds of
 session (payment method and currency) the worker was not told of, it asks `NeedLimits`, and waits
 for the server's `Limits`. The sessions are read by `storage.routing_history.read_past_sessions`,
-the one statement that reads them.
+the one statement that reads them; before each batch that names versions of the routing document it
+has not read yet, it reads those (`routing_documents_of`), in the same transaction.
 
 It reads the sessions on one connection it keeps between backtests (the DSN comes in `Run`, over
 the pipe, never in its arguments), in a read-only REPEATABLE READ transaction, through a
@@ -40,7 +41,7 @@ import traceback
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import asyncpg
 
@@ -51,11 +52,12 @@ from payorch.engine.routing.backtest import (
     Replayer,
     accepts_within,
 )
-from payorch.engine.routing.document import RoutingDocument
+from payorch.engine.routing.document import RoutingDocument, stored_routing_document
 from payorch.engine.routing.success_rates import RoutingSettings, SegmentFigures, SuccessRates
 from payorch.storage.dedicated import CONNECT_TIMEOUT_S
 from payorch.storage.failures import StorageFailure, storage_failure
-from payorch.storage.routing_history import PastSession, read_past_sessions
+from payorch.storage.routing_history import PastSession, read_past_sessions, routing_documents_of
+from payorch.values.errors import InvalidInput
 
 # What the server runs with its own interpreter (`sys.executable -c START`).
 START = "from payorch.engine.routing.backtest_worker import serve; serve()"
@@ -88,9 +90,9 @@ def lower_local_backend_priority(pid: int) -> bool:
 
 @dataclass(frozen=True)
 class Run:
-    """Replay `document` over the application's sessions created from `since` until `until`, the
-    newest `limit` at most, on the application's `configs` and the rates of `segments`, reading
-    them from the database at `dsn`."""
+    """Replay `document`, beside `in_force` (the application's document in force), over the
+    application's sessions created from `since` until `until`, the newest `limit` at most, on the
+    application's `configs` and the rates of `segments`, reading them from the database at `dsn`."""
 
     dsn: str
     application_id: uuid.UUID
@@ -98,6 +100,7 @@ class Run:
     until: datetime
     limit: int
     document: RoutingDocument
+    in_force: RoutingDocument
     configs: tuple[LinkedProvider, ...]
     segments: tuple[SegmentFigures, ...]
     settings: RoutingSettings
@@ -185,14 +188,28 @@ class _Worker:
         """Read and decide the sessions of `run`."""
         limits: AmountLimits = {}
         rates = SuccessRates.from_rows(run.segments, run.settings)
-        replayer = Replayer(run.document, run.configs, accepts_within(limits), rates, run.settings)
+        decided_by: dict[int, RoutingDocument] = {}  # the stored documents that decided, by version
+        replayer = Replayer(
+            run.document,
+            run.configs,
+            accepts_within(limits),
+            rates,
+            run.settings,
+            in_force=run.in_force,
+            decided_by=decided_by,
+        )
         told: set[tuple[str, str]] = set()  # the kinds of session whose limits the server told
+        asked: set[int] = {0}  # the versions read (0: the default document, never stored)
 
         async def decide(batch: list[PastSession]) -> None:
             kinds = {(past.payment_method, past.currency) for past in batch} - told
             if kinds:
                 limits.update(self._limits_of(frozenset(kinds)))
                 told.update(kinds)
+            versions = {past.version for past in batch if past.version is not None} - asked
+            if versions:
+                decided_by.update(_parsed(await routing_documents_of(conn, run.application_id, versions)))
+                asked.update(versions)
             replayer.replay(batch)
 
         conn = await self._connection(run.dsn)
@@ -210,6 +227,18 @@ class _Worker:
         if not isinstance(answer, Limits):
             raise ValueError(f"unexpected message {type(answer).__name__} (limits asked)")
         return answer.limits
+
+
+def _parsed(stored: dict[int, dict[str, Any]]) -> dict[int, RoutingDocument]:
+    """The stored documents `stored` by version; one that no longer reads (a shape payorch stopped
+    taking) is left out, and its sessions' chances are taken as sure."""
+    found = {}
+    for version, raw in stored.items():
+        try:
+            found[version] = stored_routing_document(raw)
+        except InvalidInput:
+            continue
+    return found
 
 
 def _read_frame(inbox: BinaryIO) -> object | None:
