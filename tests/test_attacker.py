@@ -67,6 +67,13 @@ async def victim(client: Client, db: Database, settings: Settings) -> dict[str, 
             f"/api/v1/applications/{shop.application_id}/api-keys", headers=shop.merchant.headers
         )
     ).get_json()
+    routing = await (
+        await client.put(
+            f"/api/v1/applications/{shop.application_id}/routing",
+            json={"rules": [], "default": {"type": "priority", "providers": ["sandbox"]}},
+            headers=shop.merchant.headers,
+        )
+    ).get_json()
     return {
         "shop": shop,
         "application_id": shop.application_id,
@@ -76,6 +83,7 @@ async def victim(client: Client, db: Database, settings: Settings) -> dict[str, 
         "provider_name": "sandbox",
         "delivery_id": str(uuid.uuid4()),
         "id": shop.application_id,
+        "version": routing["version"],
     }
 
 

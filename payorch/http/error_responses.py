@@ -35,6 +35,7 @@ STATUS_OF: dict[type[domain.DomainError], HTTPStatus] = {
     domain.StatusUnchanged: HTTPStatus.CONFLICT,
     domain.LimitReached: HTTPStatus.CONFLICT,
     domain.InviteUsedOrExpired: HTTPStatus.GONE,
+    domain.PreconditionFailed: HTTPStatus.PRECONDITION_FAILED,
     domain.ProviderAlreadyLinked: HTTPStatus.CONFLICT,
     domain.ChangeInProgress: HTTPStatus.CONFLICT,
     domain.UnsupportedPaymentMethod: HTTPStatus.UNPROCESSABLE_ENTITY,

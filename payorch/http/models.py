@@ -521,7 +521,8 @@ class RoutingDocumentUpdate(Body):
         Field(
             description="at most 100 rules, each `{name, when?, route}`, the first matching decides; "
             "`when` holds `paymentMethods`, `currencies`, `countries` (lists) and `amount` "
-            "(`{min?, max?}` in major units, inclusive)"
+            "(`{min?, max?}` in major units, inclusive: amounts of each of the rule's `currencies`, "
+            "which a rule with `amount` names)"
         ),
     ] = None
     default: Annotated[
@@ -534,7 +535,9 @@ class RoutingDocumentUpdate(Body):
     fees: Annotated[
         Any,
         Field(
-            description='by provider: `{percent, fixed: {currency: amount}}`, decimals as strings ("1.40")'
+            description="by provider: `{percent, fixed: {currency: amount}, methods?: {method: {percent, "
+            'fixed}}}`, decimals as strings ("1.40"); a fee for a payment method replaces the '
+            "provider's for its payments"
         ),
     ] = None
     objective: Annotated[Any, Field(description="`approval` (the default) or `net` (of fees)")] = None

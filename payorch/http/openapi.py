@@ -127,6 +127,30 @@ IdempotencyKeyHeader = TypedDict(
 )
 (IDEMPOTENCY_HEADER,) = IdempotencyKeyHeader.__annotations__  # the header's name, written once above
 
+IfMatchHeader = TypedDict(
+    "IfMatchHeader",
+    {
+        "If-Match": NotRequired[
+            Annotated[
+                str,
+                Field(
+                    description="Optional: the entity tag of the version the change is made on, as `ETag` "
+                    'wrote it (`"3"`; `"0"`: none stored yet; several, comma-separated; `*`: any). '
+                    "Another version in force: 412, nothing stored. Compared strongly (RFC 9110): a weak "
+                    'tag (`W/"3"`) matches none; a tag that is not quoted is 400.'
+                ),
+            ]
+        ]
+    },
+)
+# The `ETag` answered by the views marked `entity_tagged()`.
+ETAG: dict[str, Any] = {
+    "description": "The version of the routing document in force as a strong entity tag "
+    '(`"3"`), for `If-Match`.',
+    "schema": {"type": "string"},
+}
+ENTITY_TAGGED_ATTRIBUTE = "_payorch_entity_tagged"
+
 # --- Response documentation shorthands ----------------------------------------------------------
 
 # What each status of shape A means, for `errors()`. 409 and 422 of sessions and refunds are shape B
@@ -140,6 +164,7 @@ ERROR_DESCRIPTIONS: dict[int, str] = {
     404: "No such resource (or not visible to these credentials).",
     409: "Conflict with the current state.",
     410: "The invite token was already used or has expired.",
+    412: "`If-Match` names another version than the one in force: nothing was changed.",
     413: "The request body is too large.",
     422: "The request is well-formed but cannot be carried out.",
     429: "Too many requests: retry after `retryAfter` seconds (also the `Retry-After` header).",
@@ -173,6 +198,12 @@ def errors(*statuses: int) -> Callable[[F], F]:
         return view
 
     return decorator
+
+
+def entity_tagged(view: F) -> F:
+    """Document the `ETag` header of the view's successful answers."""
+    setattr(view, ENTITY_TAGGED_ATTRIBUTE, True)
+    return view
 
 
 def coded_errors(*codes: ErrorCode) -> Callable[[F], F]:
@@ -299,6 +330,8 @@ class PayorchOpenAPIProvider(OpenAPIProvider):
                     _complete_response(
                         int(status), response, idempotent=idempotent, codes=coded.get(int(status), [])
                     )
+                    if getattr(func, ENTITY_TAGGED_ATTRIBUTE, False) and 200 <= int(status) < 300:
+                        response.setdefault("headers", {})["ETag"] = ETAG
         return paths, components
 
     def build_response_object(

@@ -197,11 +197,22 @@ class RoutingRule(TypedDict):
 
 
 @with_config(CLOSED)
-class RoutingFee(TypedDict):
-    """`percent` of the amount plus `fixed` by currency (major units), as decimal strings."""
+class RoutingMethodFee(TypedDict):
+    """A provider's fee for one payment method: `percent` of the amount plus `fixed` by currency
+    (major units), as decimal strings."""
 
     percent: str
     fixed: dict[str, str]
+
+
+@with_config(CLOSED)
+class RoutingFee(TypedDict):
+    """`percent` of the amount plus `fixed` by currency (major units), as decimal strings; `methods`,
+    when written, the provider's fee for a payment method, which replaces this one for it."""
+
+    percent: str
+    fixed: dict[str, str]
+    methods: NotRequired[dict[str, RoutingMethodFee]]
 
 
 @with_config(CLOSED)
@@ -227,6 +238,16 @@ class RoutingDocument(TypedDict):
     version: Annotated[int, Field(ge=0)]
     updatedAt: Timestamp | None
     recovery: NotRequired[RoutingRecovery]
+
+
+@with_config(CLOSED)
+class RoutingVersion(TypedDict):
+    """One kept version of the application's routing document: `updatedAt`, when it was stored, and
+    `updatedBy`, the id of the user who stored it (null: stored before payorch kept it)."""
+
+    version: Annotated[int, Field(ge=1)]
+    updatedAt: Timestamp
+    updatedBy: Uuid | None
 
 
 @with_config(CLOSED)
@@ -265,18 +286,21 @@ class RoutingEvaluation(TypedDict):
 
 
 Ratio = Annotated[Decimal, WithJsonSchema({"type": "number", "minimum": 0, "maximum": 1})]
+SignedRatio = Annotated[Decimal, WithJsonSchema({"type": "number", "minimum": -1, "maximum": 1})]
 Count = Annotated[int, Field(ge=0)]
 
 
 @with_config(CLOSED)
 class BacktestProvider(TypedDict):
     """One provider in a backtest: `actual` sessions went there, the candidate sends `candidate`
-    there first; of its actual sessions, `outcomes` were paid, declined or expired, `succeeded`
-    paid; `approval` is `succeeded / outcomes` (4 decimals), null without outcomes."""
+    there first, the document in force, replayed the same way, `baseline`; of its actual sessions,
+    `outcomes` were paid, declined or expired, `succeeded` paid; `approval` is `succeeded /
+    outcomes` (4 decimals), null without outcomes."""
 
     provider: str
     actual: Count
     candidate: Count
+    baseline: Count
     outcomes: Count
     succeeded: Count
     approval: Ratio | None
@@ -285,7 +309,8 @@ class BacktestProvider(TypedDict):
 @with_config(CLOSED)
 class BacktestRule(TypedDict):
     """One rule of the candidate (`rule` null: its default route): the sessions it matches, those
-    whose first provider it changes, those it can route to no provider (a create would be 422)."""
+    whose first provider it changes from the document in force's, those it can route to no
+    provider (a create would be 422)."""
 
     rule: str | None
     sessions: Count
@@ -295,15 +320,42 @@ class BacktestRule(TypedDict):
 
 @with_config(CLOSED)
 class BacktestEstimate(TypedDict):
-    """The approval observed (`actual`) and the candidate's estimate over the same `sessions`, those
-    with an outcome; a session the candidate moves counts at the approval its new provider showed
-    on the session's payment method and currency. `unestimated`: sessions with an outcome left out,
-    moved to a provider with too few outcomes to tell. Null without sessions."""
+    """Over the same `sessions` (those with an outcome): the approval observed (`actual`), and the
+    doubly robust estimates of the candidate's (`candidate`) and of the document in force's,
+    replayed the same way (`baseline`); `change`, candidate less baseline, with its 95% interval
+    (`changeLow`, `changeHigh`: null under two sessions); `effectiveSessions`, how many sessions'
+    own outcomes the candidate's estimate rests on. `unestimated`: sessions with an outcome left
+    out, sent to a provider with too few outcomes to tell. Null without sessions."""
 
     sessions: Count
     actual: Ratio | None
     candidate: Ratio | None
     unestimated: Count
+    baseline: Ratio | None
+    change: SignedRatio | None
+    changeLow: SignedRatio | None
+    changeHigh: SignedRatio | None
+    effectiveSessions: Count
+
+
+@with_config(CLOSED)
+class BacktestRecovery(TypedDict):
+    """What the candidate's recovery policy would have changed, among the sessions it sends first
+    where their first attempt went (docs/routing.md, "Recovery in a backtest"): `retried`, first
+    declines it follows with another attempt, of which the history shows `recovered` (paid at a
+    next attempt where the candidate's went) or `notRecovered`, or cannot tell (`unknown`: the
+    candidate's next provider is not the one the history tried next); `noLongerRetried`, sessions
+    the history retried and it would not (`noLongerRecovered` of them paid at a next attempt);
+    `declinedWithoutCode`, declined first attempts it may retry whose decline code the history did
+    not keep: whether it would, and what it would get, the history cannot tell."""
+
+    retried: Count
+    recovered: Count
+    notRecovered: Count
+    unknown: Count
+    noLongerRetried: Count
+    noLongerRecovered: Count
+    declinedWithoutCode: Count
 
 
 # `from` is a Python keyword: the two keys of the window are declared in TypedDict's functional form.
@@ -322,21 +374,28 @@ _BacktestWindow = TypedDict(
 @with_config(CLOSED)
 class RoutingBacktest(_BacktestWindow):
     """The candidate document replayed over the application's sessions created from `from` to
-    `to`, routed on the providers linked now and the success rates learned now (docs/routing.md,
-    "Backtest"): per provider, the sessions that went there against those the candidate would send
-    there first, with the approval each showed."""
+    `to`, routed on the providers linked now and the success rates learned now, beside the document
+    in force replayed the same way (docs/routing.md, "Backtest"): per provider, the sessions that
+    went there against those each document would send there first, with the approval each showed."""
 
     limited: Annotated[
         bool, Field(description="the window held more sessions than `limit`: only the newest were replayed")
     ]
     sessions: Annotated[Count, Field(description="sessions replayed")]
-    changed: Annotated[Count, Field(description="sessions the candidate sends first to another provider")]
+    inForceVersion: Annotated[
+        Count, Field(description="the version of the document in force replayed beside it (0: the default)")
+    ]
+    changed: Annotated[
+        Count,
+        Field(description="sessions the candidate sends first elsewhere than the document in force does"),
+    ]
     unroutable: Annotated[Count, Field(description="sessions the candidate routes to no provider")]
     withoutOutcome: Annotated[Count, Field(description="sessions still open: no outcome yet")]
     withoutCountry: Annotated[
         Count, Field(description="sessions without a billing country: no `countries` condition matches them")
     ]
     estimatedApproval: BacktestEstimate
+    recovery: BacktestRecovery
     providers: list[BacktestProvider]
     rules: list[BacktestRule]
 

@@ -67,6 +67,7 @@ Missing = Literal[
     "webhook configuration",
     "delivery",
     "provider configuration",
+    "routing document version",
 ]
 
 
@@ -77,6 +78,11 @@ class NotFound(DomainError):
     def __init__(self, message: str, *, missing: Missing | None = None) -> None:
         super().__init__(message)
         self.missing = missing
+
+
+class PreconditionFailed(DomainError):
+    """The request's precondition (`If-Match`) does not hold for the resource as it is now: nothing
+    was changed."""
 
 
 class InviteInvalid(DomainError):

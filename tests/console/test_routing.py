@@ -15,6 +15,8 @@ from markupsafe import escape
 
 from payorch.config import Settings
 from payorch.engine.routing.document import MAX_DOCUMENT_BYTES
+from payorch.http import representations as bodies
+from payorch.http.console.routing import fee_text
 from payorch.http.operations.applications import APPLICATION_MAX_BODY_BYTES
 from payorch.http.services import PayorchApp
 from payorch.jsonexact import dumps_exact, loads_exact
@@ -417,3 +419,16 @@ async def test_another_merchants_application_is_the_404_page_for_the_page_and_ea
     assert response.status_code == 404
     assert "sandbox-first" not in html
     assert (await api_document(client, shop))["version"] == 1
+
+
+def test_a_providers_fee_reads_with_each_payment_methods_own() -> None:
+    fee: bodies.RoutingFee = {
+        "percent": "1.4",
+        "fixed": {"EUR": "0.25", "PLN": "1"},
+        "methods": {
+            "blik": {"percent": "0.9", "fixed": {}},
+            "apple_pay": {"percent": "1.2", "fixed": {"EUR": "0.1"}},
+        },
+    }
+    assert fee_text(fee) == "1.4% + 0.25 EUR or 1 PLN; BLIK 0.9%, Apple Pay 1.2% + 0.1 EUR"
+    assert fee_text({"percent": "2", "fixed": {}}) == "2%"

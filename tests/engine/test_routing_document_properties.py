@@ -1,9 +1,10 @@
 """No routing document that validation accepts can fail the code that routes by it.
 
 Documents are generated near the edges of what validation accepts (decimals at their bounds in
-digits and magnitude, amount bounds and fees in many currencies, every route type), checked as a
-PUT checks them, stored and read back as the application's actor reads them (`document_json`, the
-jsonb round trip, `stored_routing_document`), and then decided for sessions of many currencies and
+digits and magnitude, amount bounds in their rules' currencies, fees in many currencies, by provider
+and by payment method, every route type), checked as a PUT checks them, stored and read back as the
+application's actor reads them (`document_json`, the jsonb round trip, `stored_routing_document`),
+and then decided for sessions of many currencies and
 amounts by the code the actor's create and evaluate run (`decide`, then the circuit filter
 `plan_decided_route`): nothing but the documented domain errors may come out, and every score is a
 number in [0, 1]. So do documents stored before the bounds (huge fees and amount bounds), as the
@@ -48,15 +49,22 @@ SMALLEST = Decimal(1).scaleb(-MAX_DECIMAL_PLACES)
 EXAMPLES = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def _decimals(most: Decimal) -> st.SearchStrategy[Decimal]:
-    """Decimals from 0 to `most` with at most `MAX_DECIMAL_PLACES` places, the edges often."""
-    places = st.integers(0, MAX_DECIMAL_PLACES)
+def _decimals(most: Decimal, fewest: Decimal = SMALLEST) -> st.SearchStrategy[Decimal]:
+    """Decimals from 0 to `most` in steps of `fewest` (at most `MAX_DECIMAL_PLACES` places), the
+    edges often."""
+    places = st.integers(0, -_exponent(fewest))
     return st.one_of(
-        st.sampled_from([Decimal(0), SMALLEST, most, Decimal("0.01"), Decimal(1)]),
+        st.sampled_from([Decimal(0), fewest, most, max(fewest, Decimal("0.01")), Decimal(1)]),
         places.flatmap(
             lambda n: st.integers(0, int(most.scaleb(n))).map(lambda units: Decimal(units).scaleb(-n))
         ),
     )
+
+
+def _exponent(value: Decimal) -> int:
+    exponent = value.as_tuple().exponent
+    assert isinstance(exponent, int)
+    return exponent
 
 
 AMOUNTS = _decimals(LARGEST)
@@ -69,13 +77,17 @@ def _written(value: Decimal) -> st.SearchStrategy[Any]:
 
 
 @st.composite
-def _fee(draw: st.DrawFn) -> dict[str, Any]:
+def _fee(draw: st.DrawFn, by_method: bool = True) -> dict[str, Any]:
+    """A provider's fee, with fees by payment method when `by_method` (and the draw) says so."""
     fee: dict[str, Any] = {}
     if draw(st.booleans()):
         fee["percent"] = draw(PERCENTS.flatmap(_written))
     if draw(st.booleans()):
         currencies = draw(st.lists(st.sampled_from(CURRENCIES), max_size=6, unique=True))
         fee["fixed"] = {currency: draw(AMOUNTS.flatmap(_written)) for currency in currencies}
+    if by_method and draw(st.booleans()):
+        methods = draw(st.lists(st.sampled_from(METHODS), max_size=3, unique=True))
+        fee["methods"] = {method: draw(_fee(by_method=False)) for method in methods}
     return fee
 
 
@@ -93,10 +105,13 @@ def _route(draw: st.DrawFn) -> dict[str, Any]:
 
 
 @st.composite
-def _amount_range(draw: st.DrawFn) -> dict[str, Any]:
-    low, high = sorted(draw(st.lists(AMOUNTS, min_size=2, max_size=2)))
+def _amount_range(draw: st.DrawFn, currencies: list[str]) -> dict[str, Any]:
+    """Bounds that are amounts of each of `currencies` (the fewest decimals among them), a `max`
+    above 0."""
+    unit = Decimal(1).scaleb(-min(currency_exponent(currency) for currency in currencies))
+    low, high = sorted(draw(st.lists(_decimals(MAX_WHOLE - unit, unit), min_size=2, max_size=2)))
     keys = draw(st.sampled_from([("min",), ("max",), ("min", "max")]))
-    return {key: {"min": low, "max": high}[key] for key in keys}
+    return {key: {"min": low, "max": max(high, unit)}[key] for key in keys}
 
 
 @st.composite
@@ -108,8 +123,10 @@ def _conditions(draw: st.DrawFn) -> dict[str, Any]:
         when["currencies"] = draw(st.lists(st.sampled_from(CURRENCIES), min_size=1, max_size=5))
     if draw(st.booleans()):
         when["countries"] = draw(st.lists(st.sampled_from(COUNTRIES), min_size=1, max_size=5))
-    if draw(st.booleans()):
-        when["amount"] = draw(_amount_range())
+    if draw(st.booleans()):  # amount bounds are in the rule's currencies
+        some = st.sampled_from(["PLN", "EUR", "JPY", "KWD", *CURRENCIES])
+        when["currencies"] = draw(st.lists(some, min_size=1, max_size=3))
+        when["amount"] = draw(_amount_range(when["currencies"]))
     return when
 
 
@@ -166,7 +183,9 @@ HUGE_FEES = st.sampled_from(["1" + "0" * 5000, "9" * 400 + ".5", format(Decimal(
 def documents_stored_before_the_bounds(draw: st.DrawFn) -> dict[str, Any]:
     """A document as stored before its decimals were bounded: some fees and amount bounds huge."""
     stored = _stored(draw(documents()))
-    for fee in stored["fees"].values():
+    fees = [*stored["fees"].values()]
+    fees += [item for fee in fees for item in fee.get("methods", {}).values()]
+    for fee in fees:
         for currency in fee["fixed"]:
             if draw(st.booleans()):
                 fee["fixed"][currency] = draw(HUGE_FEES)
@@ -176,6 +195,10 @@ def documents_stored_before_the_bounds(draw: st.DrawFn) -> dict[str, Any]:
         amount = rule.get("when", {}).get("amount")
         if amount is not None and "max" in amount and draw(st.booleans()):
             amount["max"] = Decimal("1E+999")
+        if amount is not None and draw(st.booleans()):  # bounds of no currency, finer than its unit
+            del rule["when"]["currencies"]
+            low = draw(st.sampled_from([Decimal("0.000001"), Decimal("10.5"), Decimal(0)]))
+            amount["min"] = min(low, amount.get("max", low))
     return stored
 
 
@@ -220,8 +243,8 @@ def test_a_document_stored_before_the_bounds_routes_every_session_without_failin
 
 KEYS = [
     *("rules", "default", "fees", "objective", "name", "when", "route", "type", "providers", "weights"),
-    *("percent", "fixed", "amount", "min", "max", "paymentMethods", "currencies", "countries"),
-    *("sandbox", "stripe", "PLN", "x"),
+    *("percent", "fixed", "methods", "amount", "min", "max", "paymentMethods", "currencies", "countries"),
+    *("sandbox", "stripe", "PLN", "card", "blik", "x"),
 ]
 JSON = st.recursive(
     st.none()

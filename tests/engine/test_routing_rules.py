@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from payorch.engine.routing.decision import decide
 from payorch.engine.routing.document import (
     MAX_DOCUMENT_BYTES,
     AmountRange,
@@ -29,8 +30,9 @@ from payorch.engine.routing.document import (
     split_order,
     stored_routing_document,
 )
+from payorch.engine.routing.success_rates import RoutingSettings, SegmentFigures, SuccessRates
 from payorch.engine.routing.validation import MAX_RULES
-from payorch.jsonexact import loads_exact
+from payorch.jsonexact import dumps_exact, loads_exact
 from payorch.values.errors import FieldProblem, InvalidInput
 from payorch.values.money import Money
 
@@ -241,6 +243,37 @@ def facts(
             "rules.0.when.amount.least",
             "unknown key of an amount range: use min or max",
             id="unknown-amount-key",
+        ),
+        pytest.param(
+            with_rule(when={"amount": {"min": 1000}}),
+            "rules.0.when.amount",
+            "amount bounds are in a currency's major units: name the currencies they apply to in "
+            "currencies (1000 JPY is not 1000 EUR)",
+            id="amount-without-a-currency",
+        ),
+        pytest.param(
+            with_rule(when={"currencies": ["EUR", "JPY"], "amount": {"min": Decimal("10.50")}}),
+            "rules.0.when.amount.min",
+            "must be an amount of JPY: a whole number, not 10.50",
+            id="amount-that-one-of-its-currencies-cannot-hold",
+        ),
+        pytest.param(
+            with_rule(when={"currencies": ["EUR"], "amount": {"max": Decimal("0.005")}}),
+            "rules.0.when.amount.max",
+            "must be an amount of EUR: at most 2 decimal places, not 0.005",
+            id="amount-below-the-minor-unit",
+        ),
+        pytest.param(
+            with_rule(when={"currencies": ["JPY"], "amount": {"min": Decimal("10.5")}}),
+            "rules.0.when.amount.min",
+            "must be an amount of JPY: a whole number, not 10.5",
+            id="amount-with-more-decimals-than-the-currency",
+        ),
+        pytest.param(
+            with_rule(when={"currencies": ["EUR"], "amount": {"max": 0}}),
+            "rules.0.when.amount.max",
+            "must be above 0: a session's amount is, so max 0 matches none",
+            id="amount-up-to-0",
         ),
         pytest.param(
             with_rule(when={"currencies": ["EUR", "eur"]}),
@@ -503,24 +536,50 @@ def test_countries_never_match_a_session_without_a_billing_country() -> None:
     [(999, False), (1000, True), (2500, True), (5000, True), (5001, False)],
 )
 def test_amount_bounds_are_inclusive_in_major_units(minor: int, inside: bool) -> None:
-    rules = [rule("10-to-50", amount={"min": 10, "max": 50})]
+    rules = [rule("10-to-50", currencies=["EUR"], amount={"min": 10, "max": 50})]
     assert (matched(rules, facts(amount=Money(minor, "EUR"))) == "10-to-50") is inside
 
 
 def test_either_amount_bound_may_be_left_out() -> None:
-    assert matched([rule("from-10", amount={"min": 10})], facts(amount=Money(10**12, "EUR"))) == "from-10"
-    assert matched([rule("to-10", amount={"max": 10})], facts(amount=Money(1, "EUR"))) == "to-10"
-    assert matched([rule("to-10", amount={"max": 10})], facts(amount=Money(1001, "EUR"))) is None
+    from_10 = rule("from-10", currencies=["EUR"], amount={"min": 10})
+    to_10 = rule("to-10", currencies=["EUR"], amount={"max": 10})
+    assert matched([from_10], facts(amount=Money(10**12, "EUR"))) == "from-10"
+    assert matched([to_10], facts(amount=Money(1, "EUR"))) == "to-10"
+    assert matched([to_10], facts(amount=Money(1001, "EUR"))) is None
 
 
-def test_amount_bounds_follow_each_currencys_minor_unit() -> None:
-    rules = [rule("range", amount={"min": Decimal("10.5"), "max": Decimal("20.5")})]
-    assert matched(rules, facts(amount=Money(10, "JPY"))) is None  # 10 JPY < 10.5
-    assert matched(rules, facts(amount=Money(11, "JPY"))) == "range"
-    assert matched(rules, facts(amount=Money(20, "JPY"))) == "range"
-    assert matched(rules, facts(amount=Money(21, "JPY"))) is None
+def test_amount_bounds_are_amounts_of_the_rules_currency() -> None:
+    rules = [rule("range", currencies=["KWD"], amount={"min": Decimal("10.5"), "max": Decimal("20.5")})]
     assert matched(rules, facts(amount=Money(10_500, "KWD"))) == "range"  # 10.500 KWD
     assert matched(rules, facts(amount=Money(10_499, "KWD"))) is None
+    assert matched(rules, facts(amount=Money(20_500, "KWD"))) == "range"
+    assert matched(rules, facts(amount=Money(20_501, "KWD"))) is None
+    assert (
+        matched(
+            [rule("whole", currencies=["JPY"], amount={"min": Decimal("5000.00")})],
+            facts(amount=Money(5000, "JPY")),
+        )
+        == "whole"
+    )
+
+
+def test_amount_bounds_apply_in_each_of_the_rules_currencies() -> None:
+    rules = [rule("10-to-50", currencies=["EUR", "JPY"], amount={"min": 10, "max": 50})]
+    assert matched(rules, facts(amount=Money(1000, "EUR"))) == "10-to-50"  # 10.00 EUR
+    assert matched(rules, facts(amount=Money(10, "JPY"))) == "10-to-50"
+    assert matched(rules, facts(amount=Money(51, "JPY"))) is None
+    assert matched(rules, facts(amount=Money(1000, "PLN"))) is None
+
+
+def test_a_stored_document_with_bounds_of_no_currency_still_routes_by_each_minor_unit() -> None:
+    # Stored before bounds were held to one currency: read back, it routes as it did.
+    stored = stored_routing_document(
+        {"rules": [rule("range", amount={"min": Decimal("10.5"), "max": Decimal("20.5")})]}
+    )
+    assert matching_rule(stored, facts(amount=Money(10, "JPY"))) is None  # 10 JPY < 10.5
+    assert matching_rule(stored, facts(amount=Money(11, "JPY"))) is not None
+    assert matching_rule(stored, facts(amount=Money(21, "JPY"))) is None
+    assert matching_rule(stored, facts(amount=Money(10_500, "KWD"))) is not None
 
 
 def test_first_matching_rule_wins() -> None:
@@ -554,6 +613,19 @@ def test_same_session_is_always_assigned_to_the_same_provider() -> None:
     for sid in SESSION_IDS[:100]:
         once = split_order(SPLIT, {"stripe", "mollie"}, facts(session_id=sid))
         assert split_order(SPLIT, {"mollie", "stripe"}, facts(session_id=sid)) == once
+
+
+def test_the_same_weights_in_another_key_order_route_every_session_alike() -> None:
+    written = '{"type": "split", "weights": {%s}}'
+    one_order = parse({"default": loads_exact(written % '"stripe": 60, "sandbox": 10, "mollie": 30')})
+    other_order = parse({"default": loads_exact(written % '"mollie": 30, "stripe": 60, "sandbox": 10')})
+    assert isinstance(one_order.default, SplitRoute) and isinstance(other_order.default, SplitRoute)
+    eligible = {"stripe", "mollie", "sandbox"}
+    for sid in SESSION_IDS[:1_000]:
+        session = facts(session_id=sid)
+        assert split_order(one_order.default, eligible, session) == split_order(
+            other_order.default, eligible, session
+        )
 
 
 def test_cascade_after_the_assigned_provider_goes_heaviest_first() -> None:
@@ -602,7 +674,8 @@ def test_matching_rule_is_the_first_rule_whose_conditions_hold() -> None:
                 when["countries"] = rng.sample(["PL", "DE"], rng.randint(1, 2))
             if rng.random() < 0.5:
                 low = rng.randint(0, 50)
-                when["amount"] = {"min": low, "max": low + rng.randint(0, 50)}
+                when["amount"] = {"min": low, "max": low + rng.randint(1, 50)}
+                when["currencies"] = [rng.choice(currencies)]  # bounds are in one currency
             rules.append(rule(f"rule-{number}", **when))
         document = parse({"rules": rules})
         for _ in range(20):
@@ -615,3 +688,102 @@ def test_matching_rule_is_the_first_rule_whose_conditions_hold() -> None:
 def test_fees_keep_their_digits_even_when_zero() -> None:
     raw = {"fees": {"stripe": {"percent": "0.00", "fixed": {"EUR": "0.00"}}}}
     assert document_json(parse(raw))["fees"] == {"stripe": {"percent": "0.00", "fixed": {"EUR": "0.00"}}}
+
+
+# Fees by payment method
+
+MOLLIE_BLIK_CHEAPER = {
+    "stripe": {"percent": "1.4", "fixed": {"PLN": "1.00"}},
+    "mollie": {"percent": "1.8", "methods": {"blik": {"percent": "0.5"}}},
+}
+
+
+def test_a_providers_fee_for_a_payment_method_replaces_its_fee_for_those_payments() -> None:
+    document = parse({"fees": MOLLIE_BLIK_CHEAPER})
+    assert document.fee_of("mollie", "blik") == Fee(Decimal("0.5"))
+    assert document.fee_of("mollie", "card") == Fee(Decimal("1.8"), methods={"blik": Fee(Decimal("0.5"))})
+    assert document.fee_of("stripe", "blik") == Fee(Decimal("1.4"), {"PLN": Decimal("1.00")})
+    assert document.fee_of("sandbox", "blik") is None
+    fee = document.fee_of("mollie", "blik")
+    assert fee is not None and fee.of(Money(10_000, "PLN")) == 50  # 0.5% of 100 PLN, no fixed part
+
+
+def test_objective_net_ranks_each_payment_by_its_most_specific_fee() -> None:
+    rows = [
+        SegmentFigures(provider, method, "PLN", "s" * 150 + "f" * 50)
+        for provider in ("mollie", "stripe")
+        for method in ("blik", "card")
+    ]
+    rates = SuccessRates.from_rows(rows, RoutingSettings())
+    document = parse({"fees": MOLLIE_BLIK_CHEAPER, "objective": "net"})
+    no_exploration = RoutingSettings(exploration=0.0)
+
+    def first(method: str) -> str:
+        session = facts(method=method, amount=Money(100_000, "PLN"))  # 1,000 PLN
+        return decide(document, session, ["mollie", "stripe"], rates, no_exploration).order[0]
+
+    assert first("blik") == "mollie"  # 0.5% against stripe's 1.4% + 1.00 PLN (1.5%)
+    assert first("card") == "stripe"  # 1.5% against mollie's own 1.8%
+
+
+def test_fees_by_payment_method_are_written_back_and_read_back_from_storage() -> None:
+    written = document_json(parse({"fees": MOLLIE_BLIK_CHEAPER}))
+    assert written["fees"]["mollie"] == {
+        "percent": "1.8",
+        "fixed": {},
+        "methods": {"blik": {"percent": "0.5", "fixed": {}}},
+    }
+    assert "methods" not in written["fees"]["stripe"]  # a fee without them is written as before
+    stored = stored_routing_document(loads_exact(dumps_exact(written)))
+    assert stored.fee_of("mollie", "blik") == Fee(Decimal("0.5"))
+
+
+@pytest.mark.parametrize(
+    ("fees", "field", "message"),
+    [
+        (
+            {"mollie": {"methods": {"cheque": {"percent": "1"}}}},
+            "fees.mollie.methods.cheque",
+            "'cheque' is not a payment method payorch offers: use blik or card",
+        ),
+        (
+            {"mollie": {"methods": {"blik": {"percent": "100.5"}}}},
+            "fees.mollie.methods.blik.percent",
+            "must be a percentage from 0 to 100",
+        ),
+        (
+            {"mollie": {"methods": {"blik": {"fixed": {"PLN": "0.0000001"}}}}},
+            "fees.mollie.methods.blik.fixed.PLN",
+            "must be from 0 to less than 1,000,000,000,000,000 with at most 6 decimal places",
+        ),
+        (
+            {"mollie": {"methods": {"blik": {"methods": {}}}}},
+            "fees.mollie.methods.blik.methods",
+            "unknown key of a fee: use percent or fixed",
+        ),
+        (
+            {"mollie": {"methods": ["blik"]}},
+            "fees.mollie.methods",
+            'must be an object of fees by payment method, such as {"blik": {"percent": "0.9"}}',
+        ),
+        (
+            {"mollie": {"methods": {"blik": "0.9"}}},
+            "fees.mollie.methods.blik",
+            "must be an object with percent or fixed",
+        ),
+    ],
+    ids=[
+        "unknown method",
+        "percent over 100",
+        "fixed 7 places",
+        "nested methods",
+        "not an object",
+        "not a fee",
+    ],
+)
+def test_a_bad_fee_by_payment_method_is_refused_naming_its_place(
+    fees: dict[str, Any], field: str, message: str
+) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        parse_routing_document({"fees": fees}, CATALOGUE, known_methods=["blik", "card"])
+    assert refused.value.details == [FieldProblem(field, message)]

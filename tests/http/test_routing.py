@@ -507,6 +507,28 @@ async def test_evaluate_tries_a_document_given_instead_of_the_stored_one(
     assert [version for version, _ in await _versions(db, shop.application_id)] == [1]
 
 
+async def test_a_fee_for_a_payment_method_is_stored_and_scores_that_methods_payments(
+    client: Client, shop: Shop
+) -> None:
+    fees = {"sandbox": {"percent": "50", "methods": {"blik": {"percent": "0", "fixed": {"PLN": "0.00"}}}}}
+    stored = await _put(client, shop, {"fees": fees, "objective": "net"})
+    assert stored.status_code == 200, await stored.get_data(as_text=True)
+    assert (await stored.get_json())["fees"] == {
+        "sandbox": {
+            "percent": "50",
+            "fixed": {},
+            "methods": {"blik": {"percent": "0", "fixed": {"PLN": "0.00"}}},
+        }
+    }
+    scores = {}
+    for method in ("blik", "card"):
+        answer = await (await _evaluate(client, shop, session_body(method=method))).get_json()
+        scores[method] = answer["ranking"][0]["score"]
+    # The same learned score (the prior: no outcome yet), whole for BLIK, half for card.
+    assert scores["card"] == pytest.approx(scores["blik"] / 2, abs=0.0001)
+    assert scores["card"] < scores["blik"]
+
+
 async def test_evaluate_with_no_provider_that_can_take_the_session_selects_none(
     client: Client, shop: Shop
 ) -> None:

@@ -56,7 +56,9 @@ async def _evaluate(client: Client, shop: Shop, body: Any) -> Any:
     return await post_json(client, f"{_path(shop.application_id)}/evaluate", body, shop.merchant.headers)
 
 
-async def _versions(db: Database, application_id: str) -> list[int]:
+async def stored_versions(db: Database, application_id: str) -> list[int]:
+    """The versions of the application's routing document stored, oldest first."""
+
     async def read(conn: Connection) -> list[int]:
         rows = await conn.fetch(
             "SELECT version FROM routing_documents WHERE application_id = $1 ORDER BY version",
@@ -81,7 +83,7 @@ async def test_changes_beyond_the_applications_burst_are_429_and_store_nothing(
         assert (await _put(client, shop, _named(f"v{n}"))).status_code == 200
     refused = await too_many_requests(await _put(client, shop, _named("one-too-many")))
     assert "routing document changes" in refused["message"]
-    assert await _versions(db, shop.application_id) == [1, 2]
+    assert await stored_versions(db, shop.application_id) == [1, 2]
 
 
 async def test_sending_the_document_in_force_again_takes_no_change(
@@ -92,7 +94,7 @@ async def test_sending_the_document_in_force_again_takes_no_change(
         again = await _put(client, shop, _named("first"))
         assert (again.status_code, (await again.get_json())["version"]) == (200, 1)
     assert (await _put(client, shop, _named("second"))).status_code == 200
-    assert await _versions(db, shop.application_id) == [1, 2]
+    assert await stored_versions(db, shop.application_id) == [1, 2]
 
 
 async def test_a_refused_document_takes_no_change(client: Client, shop: Shop, db: Database) -> None:
@@ -208,7 +210,7 @@ async def test_each_unknown_method_currency_and_country_is_one_problem_and_nothi
         ("rules.0.when.countries.1", "'XX' is not an ISO 3166-1 alpha-2 country code"),
         ("rules.0.when.countries.2", "'EU' is not an ISO 3166-1 alpha-2 country code"),
     ]
-    assert await _versions(db, shop.application_id) == []
+    assert await stored_versions(db, shop.application_id) == []
 
 
 async def test_a_fee_in_a_currency_payorch_does_not_know_is_400(client: Client, shop: Shop) -> None:
@@ -225,6 +227,64 @@ async def test_an_evaluated_document_names_only_catalogue_methods(client: Client
     assert [problem["field"] for problem in (await response.get_json())["details"]] == [
         "routing.rules.0.when.paymentMethods.0"
     ]
+
+
+async def test_a_payment_method_written_in_another_case_is_400_on_put_and_evaluate(
+    client: Client, shop: Shop, db: Database
+) -> None:
+    document = _when(paymentMethods=["Card"])
+    refusals = [
+        await _put(client, shop, document),
+        await _evaluate(client, shop, {**session_body(), "routing": document}),
+    ]
+    for response, at in zip(refusals, ("", "routing."), strict=True):
+        assert response.status_code == 400
+        assert (await response.get_json())["details"] == [
+            {
+                "field": f"{at}rules.0.when.paymentMethods.0",
+                "message": "'Card' is not a payment method payorch offers (names are lower case: 'card'): "
+                "use apple_pay, blik or card",
+            }
+        ]
+    assert await stored_versions(db, shop.application_id) == []
+
+
+@pytest.mark.parametrize(
+    ("when", "field"),
+    [
+        ({"amount": {"min": 1000}}, "rules.0.when.amount"),
+        ({"currencies": ["EUR", "JPY"], "amount": {"min": Decimal("9.99")}}, "rules.0.when.amount.min"),
+        ({"currencies": ["EUR"], "amount": {"min": 0, "max": Decimal("0.001")}}, "rules.0.when.amount.max"),
+        ({"currencies": ["JPY"], "amount": {"min": Decimal("0.5")}}, "rules.0.when.amount.min"),
+        ({"currencies": ["EUR"], "amount": {"max": 0}}, "rules.0.when.amount.max"),
+    ],
+    ids=[
+        "no currency",
+        "a decimal JPY cannot hold",
+        "below the minor unit",
+        "more decimals than JPY",
+        "max 0",
+    ],
+)
+async def test_amount_bounds_that_are_no_amount_of_one_currency_are_400_naming_them(
+    client: Client, shop: Shop, db: Database, when: dict[str, Any], field: str
+) -> None:
+    document = _when(**when)
+    for response, at in [
+        (await _put(client, shop, document), ""),
+        (await _evaluate(client, shop, {**session_body(), "routing": document}), "routing."),
+    ]:
+        assert response.status_code == 400
+        body = await response.get_json()
+        assert (body["code"], [problem["field"] for problem in body["details"]]) == (400, [at + field])
+    assert await stored_versions(db, shop.application_id) == []
+
+
+async def test_amount_bounds_of_the_rules_one_currency_are_stored(client: Client, shop: Shop) -> None:
+    document = _when(currencies=["JPY"], amount={"min": 1000, "max": Decimal("5000.00")})
+    response = await _put(client, shop, document)
+    assert response.status_code == 200, await response.get_data(as_text=True)
+    assert (await response.get_json())["rules"][0]["when"]["amount"] == {"min": 1000, "max": 5000}
 
 
 # --- Every decimal bounded -------------------------------------------------------------------------
@@ -273,14 +333,15 @@ async def test_a_decimal_out_of_bounds_is_400_naming_it_and_nothing_is_stored(
     response = await _put(client, shop, document)
     assert response.status_code == 400, await response.get_data(as_text=True)
     assert [problem["field"] for problem in (await response.get_json())["details"]] == [field]
-    assert await _versions(db, shop.application_id) == []
+    assert await stored_versions(db, shop.application_id) == []
 
 
 async def test_the_largest_decimals_in_bounds_are_stored_and_route(client: Client, shop: Shop) -> None:
     largest = "999999999999999.999999"
+    when = {"currencies": ["KWD"], "amount": {"max": Decimal("999999999999999.999")}}
     document = {
         **_fee(percent="100", fixed={"PLN": largest}),
-        "rules": [{"name": "r", "when": {"amount": {"max": Decimal(largest)}}, "route": {"type": "dynamic"}}],
+        "rules": [{"name": "r", "when": when, "route": {"type": "dynamic"}}],
     }
     response = await _put(client, shop, document)
     assert response.status_code == 200, await response.get_data(as_text=True)

@@ -14,13 +14,16 @@ The JSON form (numbers arrive as `int` or `Decimal`, never `float`; see `payorch
                          "amount": {"min": 0, "max": 5000}, "countries": ["PL"]},
                 "route": {"type": "priority", "providers": ["mollie", "stripe"]}}],
      "default": {"type": "dynamic"},
-     "fees": {"stripe": {"percent": "1.4", "fixed": {"PLN": "1.00", "EUR": "0.25"}}},
+     "fees": {"stripe": {"percent": "1.4", "fixed": {"PLN": "1.00", "EUR": "0.25"}},
+              "mollie": {"percent": "1.8", "methods": {"blik": {"percent": "0.9"}}}},
      "objective": "approval",
      "recovery": {"maxAttempts": 2, "retryOn": ["CARD_DECLINED", "INSUFFICIENT_FUNDS"],
                   "neverRetry": ["do_not_honor"]}}
 
 Every key may be left out (or be `null`): no rules, a dynamic default, no fees, objective
-`approval`, no recovery (one attempt per session; `engine.routing.recovery`). A `recovery` given
+`approval`, no recovery (one attempt per session; `engine.routing.recovery`). A provider's fee for a
+payment method (`methods`) replaces its fee for the payments in that method (`RoutingDocument.fee_of`).
+A split's draw walks its providers by name (`split_order`). A `recovery` given
 is written back whole, its `retryOn` and `neverRetry` as parsed (their defaults when left out).
 The `version` and `updatedAt` that answers add are ignored, so a document read can be sent back as
 it is.
@@ -63,8 +66,9 @@ class PriorityRoute:
 
 @dataclass(frozen=True)
 class SplitRoute:
-    """Assign each session to one provider by integer `weights` (summing to 100), in the document's
-    order; the cascade then tries the others, heaviest first."""
+    """Assign each session to one provider by integer `weights` (summing to 100), walking the
+    providers by name whatever order the document wrote them in; the cascade then tries the
+    others, heaviest first."""
 
     weights: tuple[tuple[str, int], ...]
     type: ClassVar[RouteType] = "split"
@@ -154,10 +158,13 @@ CandidateRule = tuple[Rule, int | None, int | None]
 @dataclass(frozen=True)
 class Fee:
     """What a provider charges per payment in one currency: `percent` of the amount plus
-    `fixed[currency]` (major units; a currency not listed has no fixed part)."""
+    `fixed[currency]` (major units; a currency not listed has no fixed part). A provider's fee may
+    hold its fees by payment method in `methods`: for a payment in one of them, that fee replaces
+    this one whole (`for_method`)."""
 
     percent: Decimal = Decimal(0)
     fixed: Mapping[str, Decimal] = field(default_factory=dict)
+    methods: Mapping[str, Fee] = field(default_factory=dict)
     # By currency: the fixed part in its minor units, worked out on first use.
     _fixed_minor: dict[str, Fraction] = field(default_factory=dict, init=False, compare=False, repr=False)
     # By currency: the percent as a ratio and the fixed part in minor units, as floats for ranking.
@@ -171,6 +178,11 @@ class Fee:
             major = self.fixed.get(currency, Decimal(0))
             fixed = self._fixed_minor[currency] = Fraction(major) * 10 ** currency_exponent(currency)
         return fixed
+
+    def for_method(self, payment_method: str) -> Fee:
+        """The most specific fee of a payment in `payment_method`: the method's own fee when this
+        one has it, else this one."""
+        return self.methods.get(payment_method, self)
 
     def of(self, amount: Money) -> Fraction:
         """The fee on `amount`, exactly, in its currency's minor units (it may hold a fraction of one)."""
@@ -202,7 +214,7 @@ def _ranking_float(ratio: Fraction) -> float:
 class RoutingDocument:
     rules: tuple[Rule, ...] = ()
     default: Route = DynamicRoute()
-    fees: Mapping[str, Fee] = field(default_factory=dict)
+    fees: Mapping[str, Fee] = field(default_factory=dict)  # by provider
     objective: Objective = "approval"
     recovery: RecoveryPolicy | None = None  # None: left out, one attempt (`recovery_policy`)
     # By payment method, currency and billing country: the rules whose lists admit such a session,
@@ -230,6 +242,12 @@ class RoutingDocument:
                 and (rule.when.countries is None or country in rule.when.countries)
             )
         return found
+
+    def fee_of(self, provider: str, payment_method: str) -> Fee | None:
+        """What `provider` charges for a payment in `payment_method`: its fee for that method when
+        the document writes one, else its fee; None when the document gives it none."""
+        fee = self.fees.get(provider)
+        return None if fee is None else fee.for_method(payment_method)
 
     @property
     def recovery_policy(self) -> RecoveryPolicy:
@@ -291,9 +309,10 @@ def matching_rule(document: RoutingDocument, facts: SessionFacts) -> Rule | None
 def split_order(route: SplitRoute, eligible: Collection[str], facts: SessionFacts) -> list[str]:
     """The eligible providers of `route` in the order to try them: first the one the session is
     assigned to, drawn from its id by the weights of the eligible providers (so each provider's share
-    of sessions is its weight over theirs), then the others by weight, heaviest first (ties in the
-    document's order)."""
-    weights = [(provider, weight) for provider, weight in route.weights if provider in eligible]
+    of sessions is its weight over theirs), then the others by weight, heaviest first (ties by name).
+    The draw walks the providers by name, never in the document's key order, which a JSON object
+    does not keep (jsonb reorders it): the same weights in any order assign a session alike."""
+    weights = sorted((provider, weight) for provider, weight in route.weights if provider in eligible)
     if not weights:
         return []
     total = sum(weight for _, weight in weights)
@@ -384,7 +403,8 @@ def _route(raw: dict[str, Any]) -> Route:
 def _fee(raw: dict[str, Any]) -> Fee:
     fixed = {currency: Decimal(amount) for currency, amount in (raw.get("fixed") or {}).items()}
     percent = _decimal(raw.get("percent"))
-    return Fee(percent=Decimal(0) if percent is None else percent, fixed=fixed)
+    methods = {method: _fee(item) for method, item in (raw.get("methods") or {}).items()}
+    return Fee(percent=Decimal(0) if percent is None else percent, fixed=fixed, methods=methods)
 
 
 def _recovery(raw: dict[str, Any]) -> RecoveryPolicy:
@@ -450,13 +470,7 @@ def document_json(document: RoutingDocument) -> dict[str, Any]:
             item["when"] = when
         item["route"] = route_json(rule.route)
         rules.append(item)
-    fees = {
-        name: {
-            "percent": _decimal_text(fee.percent),
-            "fixed": {currency: _decimal_text(amount) for currency, amount in fee.fixed.items()},
-        }
-        for name, fee in document.fees.items()
-    }
+    fees = {name: _fee_json(fee) for name, fee in document.fees.items()}
     found = {
         "rules": rules,
         "default": route_json(document.default),
@@ -465,6 +479,17 @@ def document_json(document: RoutingDocument) -> dict[str, Any]:
     }
     if document.recovery is not None:
         found["recovery"] = recovery_json(document.recovery)
+    return found
+
+
+def _fee_json(fee: Fee) -> dict[str, Any]:
+    """`fee` as the document writes it: `methods` only when it has fees by payment method."""
+    found: dict[str, Any] = {
+        "percent": _decimal_text(fee.percent),
+        "fixed": {currency: _decimal_text(amount) for currency, amount in fee.fixed.items()},
+    }
+    if fee.methods:
+        found["methods"] = {method: _fee_json(item) for method, item in fee.methods.items()}
     return found
 
 

@@ -11,7 +11,10 @@ A document sent now names only the catalogue's providers and payment methods, IS
 payorch knows (`values.money.known_currencies`) and ISO 3166-1 alpha-2 countries
 (`values.countries`), and every decimal in it (an amount bound, a fixed fee, a percentage) is
 bounded: finite, not negative, below `MAX_WHOLE` (at most 15 digits before the point; a percentage
-at most 100) and with at most `MAX_DECIMAL_PLACES` after it. A stored document is read back
+at most 100) and with at most `MAX_DECIMAL_PLACES` after it. A rule's amount bounds are amounts of
+each currency its `currencies` names (which it must name: 1000 is not the same amount in JPY and
+EUR), so every bound can be met by some session. A provider's fee may hold fees by payment method
+(`fees.mollie.methods.blik`), each a fee of its own, bounded alike. A stored document is read back
 `as_stored`: it was checked when it was stored, by the rules of that day, so only its shape is
 checked again, and the engine routes by whatever numbers it holds without failing
 (`engine.routing.document.Fee`).
@@ -39,7 +42,7 @@ from payorch.engine.routing.recovery import (
 )
 from payorch.values.countries import is_country, known_countries
 from payorch.values.errors import FieldProblem
-from payorch.values.money import known_currencies
+from payorch.values.money import currency_exponent, known_currencies
 
 MAX_RULES = 100
 MAX_RULE_NAME_LENGTH = 100
@@ -48,6 +51,8 @@ OBJECTIVES = ("approval", "net")
 WHEN_KEYS = ("paymentMethods", "currencies", "amount", "countries")
 DOCUMENT_KEYS = ("rules", "default", "fees", "objective", "recovery")
 RECOVERY_KEYS = ("maxAttempts", "retryOn", "neverRetry")
+FEE_KEYS = ("percent", "fixed", "methods")  # a provider's fee; `methods`: its fees by payment method
+METHOD_FEE_KEYS = ("percent", "fixed")
 MAX_RETRY_ON = 10
 ANSWER_KEYS = frozenset({"version", "updatedAt"})  # what an answer adds: ignored when sent back
 CURRENCY = re.compile(r"[A-Z]{3}")
@@ -190,9 +195,12 @@ class _Checker:
                 self.problem(_inside(at, key), f"unknown condition: use {_listed(WHEN_KEYS)}")
         for index, method in self.texts(raw.get("paymentMethods"), _inside(at, "paymentMethods")):
             if self.methods is not None and method not in self.methods:
+                meant = (
+                    f" (names are lower case: {method.lower()!r})" if method.lower() in self.methods else ""
+                )
                 self.problem(
                     _inside(_inside(at, "paymentMethods"), index),
-                    f"{_shown(method)} is not a payment method payorch offers: "
+                    f"{_shown(method)} is not a payment method payorch offers{meant}: "
                     f"use {_listed(sorted(self.methods)) or 'none'}",
                 )
         # A known code is sound in either mode: only the others are looked at, and named where they are
@@ -205,7 +213,7 @@ class _Checker:
         for index, country in self.texts(raw.get("countries"), countries_at):
             if country not in countries:
                 self.country(country, _inside(countries_at, index))
-        self.amount(raw.get("amount"), _inside(at, "amount"))
+        self.amount(raw.get("amount"), _inside(at, "amount"), raw.get("currencies"))
 
     def texts(self, raw: object, at: str) -> list[tuple[int, str]]:
         """The non-empty strings of the list `raw`, each with its index (a problem noted for
@@ -240,7 +248,8 @@ class _Checker:
             return self.problem(at, f"{_shown(code)} is not an ISO 3166-1 alpha-2 country code")
         return True
 
-    def amount(self, raw: object, at: str) -> None:
+    def amount(self, raw: object, at: str, currencies: object) -> None:
+        """An amount range of a rule's `when` whose `currencies` are `currencies` (as sent)."""
         if raw is None:
             return
         if not isinstance(raw, dict):
@@ -257,7 +266,40 @@ class _Checker:
                 sound = False
         low, high = raw.get("min"), raw.get("max")
         if sound and low is not None and high is not None and low > high:
-            self.problem(at, f"min ({low}) must not be greater than max ({high})")
+            sound = self.problem(at, f"min ({low}) must not be greater than max ({high})")
+        if sound and not self.as_stored:
+            self.amount_in_currency(raw, at, currencies)
+
+    def amount_in_currency(self, raw: dict[Any, Any], at: str, currencies: object) -> None:
+        """Sound bounds `raw` (at `at`) held to the currencies they are in: a rule with amount
+        bounds names its `currencies` (1000 is not the same amount in JPY and in EUR), the bounds
+        apply in each one's major units, and each bound must be an amount of every one (no more
+        decimals than its minor unit has; a `max` of at least one minor unit, as a session's amount
+        is above 0), so that some session of each can match. A bound a currency cannot hold is one
+        problem, naming the currency with the fewest decimals."""
+        if not isinstance(currencies, list):
+            self.problem(
+                at,
+                "amount bounds are in a currency's major units: name the currencies they apply to "
+                "in currencies (1000 JPY is not 1000 EUR)",
+            )
+            return
+        known = [code for code in currencies if isinstance(code, str) and code in _known_currencies()]
+        if not known:
+            return  # the currencies' own problems are noted
+        exponent, currency = min((currency_exponent(code), code) for code in known)
+        for key in ("min", "max"):
+            value = raw.get(key)
+            if value is None:
+                continue
+            places = max(0, -_exponent(Decimal(value).normalize()))  # 5000.00 is whole
+            if places > exponent:
+                most = f"at most {exponent} decimal places" if exponent else "a whole number"
+                self.problem(_inside(at, key), f"must be an amount of {currency}: {most}, not {value}")
+            elif key == "max" and value == 0:
+                self.problem(
+                    _inside(at, key), "must be above 0: a session's amount is, so max 0 matches none"
+                )
 
     def route(self, raw: object, at: str) -> None:
         if not isinstance(raw, dict):
@@ -372,14 +414,40 @@ class _Checker:
             return
         for name, item in raw.items():
             where = _inside(at, name)
-            if not self.provider_name(name, where):
-                continue
-            if not isinstance(item, dict):
-                self.problem(where, "must be an object with percent, fixed or both")
-                continue
-            self.unknown_keys(item, ("percent", "fixed"), where, "a fee")
-            self.decimal(item.get("percent"), _inside(where, "percent"), percent=True)
-            self.fixed(item.get("fixed"), _inside(where, "fixed"))
+            if self.provider_name(name, where):
+                self.fee(item, where, FEE_KEYS)
+
+    def fee(self, raw: object, at: str, keys: tuple[str, ...]) -> None:
+        """A fee at `at`, of `keys`: a provider's (which may hold its fees by payment method) or
+        one payment method's."""
+        if not isinstance(raw, dict):
+            self.problem(at, f"must be an object with {_listed(keys)}")
+            return
+        self.unknown_keys(raw, keys, at, "a fee")
+        self.decimal(raw.get("percent"), _inside(at, "percent"), percent=True)
+        self.fixed(raw.get("fixed"), _inside(at, "fixed"))
+        if "methods" in keys:
+            self.method_fees(raw.get("methods"), _inside(at, "methods"))
+
+    def method_fees(self, raw: object, at: str) -> None:
+        """A provider's fees by payment method, each a fee of `METHOD_FEE_KEYS`."""
+        if raw is None:
+            return
+        if not isinstance(raw, dict):
+            self.problem(
+                at, 'must be an object of fees by payment method, such as {"blik": {"percent": "0.9"}}'
+            )
+            return
+        for method, item in raw.items():
+            where = _inside(at, method)
+            if self.methods is not None and method not in self.methods:
+                self.problem(
+                    where,
+                    f"{_shown(method)} is not a payment method payorch offers: "
+                    f"use {_listed(sorted(self.methods)) or 'none'}",
+                )
+            else:
+                self.fee(item, where, METHOD_FEE_KEYS)
 
     def fixed(self, raw: object, at: str) -> None:
         if raw is None:
@@ -420,12 +488,17 @@ class _Checker:
             return None
         if self.as_stored:
             return value
-        exponent = value.as_tuple().exponent
-        assert isinstance(exponent, int)  # a finite number's is
-        if value >= MAX_WHOLE or -exponent > MAX_DECIMAL_PLACES:
+        if value >= MAX_WHOLE or -_exponent(value) > MAX_DECIMAL_PLACES:
             self.problem(at, f"must be {_range(percent)}")
             return None
         return value
+
+
+def _exponent(value: Decimal) -> int:
+    """The exponent of the finite `value` as written: -2 for `1.50`, 0 for `15`."""
+    exponent = value.as_tuple().exponent
+    assert isinstance(exponent, int)  # a finite number's is
+    return exponent
 
 
 def _range(percent: bool) -> str:

@@ -177,9 +177,15 @@ def route_text(route: bodies.RoutingRoute) -> str:
     return f"priority: {', '.join(providers or ())}, in this order"
 
 
-def fee_text(fee: bodies.RoutingFee) -> str:
+def _fee_amounts(fee: bodies.RoutingMethodFee | bodies.RoutingFee) -> str:
     fixed = [f"{amount} {currency}" for currency, amount in fee["fixed"].items()]
     return f"{fee['percent']}%" + (f" + {' or '.join(fixed)}" if fixed else "")
+
+
+def fee_text(fee: bodies.RoutingFee) -> str:
+    """A provider's fee in words, then each payment method's own."""
+    methods = [f"{label(method)} {_fee_amounts(own)}" for method, own in fee.get("methods", {}).items()]
+    return _fee_amounts(fee) + (f"; {', '.join(methods)}" if methods else "")
 
 
 def recovery_text(policy: bodies.RoutingRecovery | None) -> str:
@@ -193,6 +199,14 @@ def recovery_text(policy: bodies.RoutingRecovery | None) -> str:
     if policy["neverRetry"]:
         text += f", except the provider codes {_listed(policy['neverRetry'])}"
     return f"{text}; hard declines never"
+
+
+def points(change: Decimal | None) -> str:
+    """A change of ratios (4 decimals) in percentage points, signed, with one decimal."""
+    if change is None:
+        return "none"
+    shown = (change * 100).quantize(Decimal("0.1"))
+    return f"{'+' if shown > 0 else ''}{shown} points"
 
 
 def percent(ratio: Decimal | None) -> str:
@@ -259,6 +273,7 @@ async def _routing_page(
         backtested=backtest is not None,
         max_days=MAX_DAYS,
         percent=percent,
+        points=points,
         rates=rates,
         rate_source=rate_source,
         settings=context.settings.routing,

@@ -1,7 +1,8 @@
-"""An application's routing: its routing document read and replaced, a session's route tried out
-without creating it, a candidate document replayed over the application's last sessions, and the
-success rates routing learned (docs/routing.md); with the bodies the API answers them with, which
-the console's routing page shows too."""
+"""An application's routing: its routing document read and replaced (on the condition of the
+version in force, when the caller names one), its versions listed and each read back, a session's
+route tried out without creating it, a candidate document replayed over the application's last
+sessions, and the success rates routing learned (docs/routing.md); with the bodies the API answers
+them with, which the console's routing page shows too."""
 
 from __future__ import annotations
 
@@ -18,13 +19,15 @@ from payorch.engine.routing.success_rates import Estimate, SegmentFigures, Succe
 from payorch.http import representations as bodies
 from payorch.http.auth import Principal, application_for
 from payorch.http.models import RoutingBacktestRequest, RoutingEvaluateRequest
+from payorch.http.operations.pages import application_page
 from payorch.http.operations.sessions import session_draft
 from payorch.http.services import Services
 from payorch.providers.catalogue import ProviderCatalogue
 from payorch.storage import routing_documents as routing_store
 from payorch.storage import routing_outcomes
-from payorch.storage.routing_documents import StoredRoutingDocument
-from payorch.values.errors import NotPermitted
+from payorch.storage.routing_documents import MAX_VERSION, RoutingVersion, StoredRoutingDocument
+from payorch.values.errors import NotFound, NotPermitted, PreconditionFailed
+from payorch.values.pagination import PageRequest
 from payorch.values.statuses import Outcome
 from payorch.values.timefmt import iso
 
@@ -53,28 +56,67 @@ async def read_routing_document(
 
 
 async def replace_routing_document(
-    services: Services, principal: Principal, application_id: str, raw: Any
+    services: Services,
+    principal: Principal,
+    application_id: str,
+    raw: Any,
+    *,
+    if_version: frozenset[int] | None = None,
 ) -> StoredRoutingDocument:
     """Store `raw` (parsed JSON) as the application's next routing document, in force from its
     application actors' next session on; the same document as the one in force stores nothing and
     answers that one. `InvalidInput` (400), every problem listed, when it is not a sound document;
     `RateLimited` (429) when the application's changes are used up (`limits.routing_changes_*`,
-    a document that changes nothing takes none); nothing is stored then."""
+    a document that changes nothing takes none); `PreconditionFailed` (412) when `if_version` (the
+    versions `If-Match` names; 0 for none stored yet) does not hold the version in force; nothing
+    is stored then. The version records the caller's user as its author."""
     application = await application_for(principal, application_id)
     context, limits = services.context, services.limits
     document = checked_routing_document(context.providers, raw)
     await limits.charge_routing_change(application.id)
-    stored, new = await context.db.transaction(
-        routing_store.store_routing_document,
-        application.id,
-        document_json(document),
-        now=context.clock.now(),
-    )
+    try:
+        stored, new = await context.db.transaction(
+            routing_store.store_routing_document,
+            application.id,
+            document_json(document),
+            now=context.clock.now(),
+            stored_by=principal.user_id,
+            if_version=if_version,
+        )
+    except PreconditionFailed:
+        await limits.forgive_routing_change(application.id)
+        raise
     if new:
         services.actors.forget_application(application.id)  # the next session routes by it
     else:
         await limits.forgive_routing_change(application.id)
     return stored
+
+
+async def list_routing_versions(
+    services: Services, principal: Principal, application_id: str, page: PageRequest
+) -> tuple[list[RoutingVersion], int]:
+    """A page of the application's routing document versions, newest first, and how many it has."""
+    return await application_page(
+        services, principal, application_id, routing_store.list_routing_versions, page
+    )
+
+
+async def read_routing_version(
+    services: Services, principal: Principal, application_id: str, version: str
+) -> StoredRoutingDocument:
+    """Version `version` (as the path writes it) of the application's routing document: `NotFound`
+    (404) for a version it does not keep (0, the default, is not stored) or text that is no version."""
+    application = await application_for(principal, application_id)
+    number = int(version) if version.isascii() and version.isdigit() and len(version) <= 10 else 0
+    found = None
+    if 1 <= number <= MAX_VERSION:
+        found = await services.context.db.autocommit(
+            routing_store.routing_document_version, application.id, number
+        )
+    if found is None:
+        raise NotFound("routing document version not found", missing="routing document version")
+    return found
 
 
 async def charge_routing_evaluation(services: Services, principal: Principal) -> None:
@@ -182,6 +224,19 @@ def routing_body(stored: StoredRoutingDocument | None) -> bodies.RoutingDocument
     return body
 
 
+def routing_version_body(version: RoutingVersion) -> bodies.RoutingVersion:
+    return {
+        "version": version.version,
+        "updatedAt": iso(version.created_at),
+        "updatedBy": None if version.stored_by is None else str(version.stored_by),
+    }
+
+
+def entity_tag(version: int) -> str:
+    """The strong entity tag (RFC 9110) of the routing document at `version`: `"3"`."""
+    return f'"{version}"'
+
+
 def evaluation_body(evaluation: Evaluation) -> bodies.RoutingEvaluation:
     return {
         "rule": evaluation.rule,
@@ -203,20 +258,23 @@ def evaluation_body(evaluation: Evaluation) -> bodies.RoutingEvaluation:
     }
 
 
-def _ratio(value: Fraction | None) -> Decimal | None:
+def _ratio(value: Fraction | float | None) -> Decimal | None:
     """`value` with 4 decimals, as scores are written; None stays None."""
     if value is None:
         return None
+    if isinstance(value, float):
+        return Decimal(value).quantize(Decimal("0.0001")) + 0  # + 0: never -0.0000
     return (Decimal(value.numerator) / Decimal(value.denominator)).quantize(Decimal("0.0001"))
 
 
 def backtest_body(backtest: Backtest) -> bodies.RoutingBacktest:
     replay = backtest.replay
-    estimated = replay.estimated
+    estimated, recovery = replay.estimated, replay.recovery
     return {
         "from": iso(backtest.since),
         "to": iso(backtest.until),
         "limited": backtest.limited,
+        "inForceVersion": backtest.in_force_version,
         "sessions": replay.sessions,
         "changed": replay.changed,
         "unroutable": replay.unroutable,
@@ -227,12 +285,27 @@ def backtest_body(backtest: Backtest) -> bodies.RoutingBacktest:
             "actual": _ratio(estimated.actual),
             "candidate": _ratio(estimated.candidate),
             "unestimated": estimated.unestimated,
+            "baseline": _ratio(estimated.baseline),
+            "change": _ratio(estimated.change),
+            "changeLow": _ratio(estimated.low),
+            "changeHigh": _ratio(estimated.high),
+            "effectiveSessions": estimated.effective_sessions,
+        },
+        "recovery": {
+            "retried": recovery.retried,
+            "recovered": recovery.recovered,
+            "notRecovered": recovery.not_recovered,
+            "unknown": recovery.unknown,
+            "noLongerRetried": recovery.no_longer_retried,
+            "noLongerRecovered": recovery.no_longer_recovered,
+            "declinedWithoutCode": recovery.declined_without_code,
         },
         "providers": [
             {
                 "provider": tally.provider,
                 "actual": tally.actual,
                 "candidate": tally.candidate,
+                "baseline": tally.baseline,
                 "outcomes": tally.outcomes,
                 "succeeded": tally.succeeded,
                 "approval": _ratio(tally.approval),
