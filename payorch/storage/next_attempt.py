@@ -175,6 +175,21 @@ async def next_attempt_asked_at(
     return asked
 
 
+@on_database_thread
+async def next_attempt_asked(
+    conn: Connection, session_id: uuid.UUID, provider_reference: str
+) -> datetime | None:
+    """When a return first asked for the next attempt after the session's open attempt (the checkout
+    `provider_reference`, `next_attempt_asked_at`); None when none has, or the open attempt is no
+    longer that checkout."""
+    asked: datetime | None = await conn.fetchval(
+        "SELECT next_attempt_asked_at FROM checkout_sessions WHERE id = $1 AND provider_reference = $2",
+        session_id,
+        provider_reference,
+    )
+    return asked
+
+
 @dataclass(frozen=True)
 class ReturningSession:
     """A session as its customer comes back from an attempt's checkout: the session (its open

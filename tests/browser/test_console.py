@@ -313,8 +313,8 @@ async def test_an_admin_reads_and_changes_the_routing_and_tries_a_session_with_t
         lambda driver: (found := driver.find_elements(By.ID, "backtest-summary")) and found[0].text
     )
     assert summary == (
-        "This document sends 0 of the 1 session replayed first to another provider than the document in force "
-        "(version 1) does."
+        "This document sends 0 of the 1 session replayed first to another provider than the document "
+        "in force (version 1) does."
     )
     assert "sandbox 1 1 1 1 (1 paid) 100.0%" in await text_of(browser, "table.backtest-providers")
     assert "default route 1 0 0" in await text_of(browser, "table.backtest-rules")

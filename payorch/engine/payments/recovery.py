@@ -61,6 +61,7 @@ from payorch.storage.next_attempt import (
     AttemptEnding,
     NextAttempt,
     ReturningSession,
+    next_attempt_asked,
     next_attempt_asked_at,
     open_next_attempt,
     returning_session,
@@ -71,6 +72,10 @@ from payorch.values.statuses import AttemptStatus, SessionStatus
 log = logging.getLogger("payorch.recovery")
 
 _PROVIDER_FAILURES = (ProviderError, CredentialsRejected, trio.TooSlowError)
+# A return that could not make the next checkout while another return, which asked first, makes it
+# looks at the session this often, and at most the provider timeout and this margin long.
+MOVED_ON_POLL_S = 0.05
+MOVED_ON_MARGIN_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -126,7 +131,11 @@ class ReturnFromCheckout:
         )
 
         async def way_on() -> _Outcome:
-            state = await recovery.checkout_state()
+            try:
+                state = await recovery.checkout_state()
+            except _PROVIDER_FAILURES:
+                await recovery.after_another_return()
+                raise
             if state.paid:
                 return _Outcome(ways.success)
             if state.processing:  # may still be paid: recovery ends, the result page waits for it
@@ -245,11 +254,13 @@ class _Recovery:
                 )
         except _PROVIDER_FAILURES as error:
             self._log("could not close the attempt's checkout; no next attempt opens", error)
+            await self.after_another_return()
             return _Outcome(self.ways.failure)
         if closed is CheckoutClosed.PAID:
             return _Outcome(self.ways.success)
+        now = self.context.clock.now()
         asked_at = await self.context.db.autocommit(
-            next_attempt_asked_at, self.found.session.id, ending.provider_reference, self.context.clock.now()
+            next_attempt_asked_at, self.found.session.id, ending.provider_reference, now
         )
         if asked_at is None:  # another return has opened the next attempt meanwhile
             return _Outcome(self.ways.failure)
@@ -261,7 +272,34 @@ class _Recovery:
                 continue
             next_attempt = replace(routing, provider_reference=created.reference, checkout_url=created.url)
             return _Outcome(created.url, ending, next_attempt)
+        if asked_at != now:
+            # Another return asked first and is making the same checkout (a provider refuses a
+            # request whose idempotency key is in flight): wait for it to open the attempt.
+            await self._until_moved_on()
         return _Outcome(self.ways.failure)
+
+    async def after_another_return(self) -> None:
+        """When another return (here or in another process) has asked for the next attempt, and so
+        may be making it now: return once it is open (`_until_moved_on`). This return's own call
+        failed, but the customer goes where the other one sends them, not back to the merchant."""
+        session = self.found.session
+        assert session.provider_reference is not None
+        asked = await self.context.db.autocommit(next_attempt_asked, session.id, session.provider_reference)
+        if asked is not None:
+            await self._until_moved_on()
+
+    async def _until_moved_on(self) -> None:
+        """Return once the session has moved on from the attempt this return came back from (the
+        next attempt opened, or the session ended), or after the other return's provider calls
+        could have ended (`_timeout_s` and a second)."""
+        with trio.move_on_after(self._timeout_s + MOVED_ON_MARGIN_S):
+            while True:
+                now = await self.context.db.autocommit(returning_session, self.found.session.id)
+                if now is None or now.session.status is not SessionStatus.PENDING:
+                    return
+                if len(now.ended) > len(self.found.ended):
+                    return
+                await trio.sleep(MOVED_ON_POLL_S)
 
     async def _create(self, name: str, asked_at: datetime) -> CheckoutCreated:
         provider = self.context.providers.get(name)
