@@ -58,7 +58,14 @@ async def recovering_shop(
     env = {**with_stripe(fake_stripe), **(more_env or {})}
     async with (
         serving(database_dsn, tmp_path / "first", env) as (_, first_url, _),
-        serving(database_dsn, tmp_path / "second", env) as (_, second_url, _),
+        # One public address for both, as behind a proxy in front of several processes: the links
+        # each process gives a provider (the way back) are the same, so are its requests for the
+        # same checkout, which the provider's idempotency key then meets.
+        serving(database_dsn, tmp_path / "second", {**env, "PAYORCH_SERVER__PUBLIC_BASE_URL": first_url}) as (
+            _,
+            second_url,
+            _,
+        ),
         httpx.AsyncClient(base_url=first_url, timeout=30) as first,
         httpx.AsyncClient(base_url=second_url, timeout=30) as second,
     ):
