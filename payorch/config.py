@@ -341,10 +341,16 @@ class MollieSettings(_ExternalProviderSettings):
     max_concurrent_calls: Annotated[int, Field(ge=1, le=1000)] = 16
 
 
+class PayuSettings(_ExternalProviderSettings):
+    """PayU (docs/providers.md), a POS's credentials per application; `api_base` empty: PayU's address
+    for the POS's environment (https://secure.payu.com, or https://secure.snd.payu.com for the sandbox)."""
+
+
 class ProviderSettings(_Section):
     sandbox: SandboxSettings = SandboxSettings()
     stripe: StripeSettings = StripeSettings()
     mollie: MollieSettings = MollieSettings()
+    payu: PayuSettings = PayuSettings()
 
 
 class LimitSettings(_Section):

@@ -62,7 +62,7 @@ from payorch.values.secretbox import SecretBox
 log = logging.getLogger("payorch.runtime")
 
 # Every provider payorch has an adapter for, as named in `[providers.<name>]`.
-PROVIDER_NAMES = ("sandbox", "stripe", "mollie")
+PROVIDER_NAMES = ("sandbox", "stripe", "mollie", "payu")
 # A replaced client or adapter is closed this long after the longest its calls may still take.
 RETIRE_MARGIN_S = 5.0
 
@@ -114,6 +114,13 @@ def provider_adapter(
             timeout_s=mollie.timeout_s,
             max_concurrent_calls=mollie.max_concurrent_calls,
         )
+    if name == "payu":
+        from payorch.providers.payu import PayuProvider
+
+        payu = settings.providers.payu
+        return PayuProvider(
+            public_base_url=settings.server.public_base_url, api_base=payu.api_base, timeout_s=payu.timeout_s
+        )
     raise ValueError(f"no provider adapter is named {name!r}")
 
 
@@ -126,6 +133,7 @@ def longest_provider_call_s(settings: Settings) -> float:
         settings.refunds.submit_timeout_s,
         stripe.timeout_s * (stripe.max_network_retries + 2),  # its tries, and payorch's one after a 429
         mollie.timeout_s,
+        settings.providers.payu.timeout_s * 4,  # a token, the call, and both again after a 401
     )
 
 

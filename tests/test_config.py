@@ -630,9 +630,9 @@ UNKNOWN_VARIABLES = {
         "(did you mean providers.stripe.api_base?)",
     ),
     "unknown_provider": (
-        "PAYORCH_PROVIDERS__PAYPAL__ENABLED",
-        "providers.paypal",
-        'PAYORCH_PROVIDERS__PAYPAL__ENABLED: unknown section "providers.paypal"',
+        "PAYORCH_PROVIDERS__ADYEN__ENABLED",
+        "providers.adyen",
+        'PAYORCH_PROVIDERS__ADYEN__ENABLED: unknown section "providers.adyen"',
     ),
     "key_in_the_wrong_section": (
         "PAYORCH_SERVER__CA_BUNDLE",

@@ -440,8 +440,19 @@ class PaymentMethodsQuery(Query):
 # --- Providers ---------------------------------------------------------------------------------
 
 
+CredentialValue = Annotated[str, StringConstraints(min_length=1, max_length=500)]
+
+
 class ProviderCredentials(Body):
-    apiKey: Annotated[str, StringConstraints(min_length=1, max_length=500)]
+    """A provider's API key (`apiKey`), or for PayU the five values of a point of sale (each
+    required for PayU, and only for it)."""
+
+    apiKey: CredentialValue | None = None
+    posId: CredentialValue | None = None
+    clientId: CredentialValue | None = None
+    clientSecret: CredentialValue | None = None
+    secondKey: CredentialValue | None = None
+    environment: Literal["sandbox", "production"] | None = None
 
 
 PaymentMethods = Annotated[
@@ -455,8 +466,8 @@ class ProviderLinkRequest(Body):
     credentials: ProviderCredentials
 
 
-class ProviderApiKeyRequest(Body):
-    apiKey: Annotated[str, StringConstraints(min_length=1, max_length=500)]
+class ProviderApiKeyRequest(ProviderCredentials):
+    """The new credentials of a linked provider, as `ProviderCredentials`."""
 
 
 class ProviderPaymentMethodsRequest(Body):

@@ -110,7 +110,9 @@ class ProviderCatalogueEntry(TypedDict):
             description="how the provider's events reach payorch: `registered_endpoint`, an endpoint "
             "payorch registers with the provider when a key is linked (signed events); "
             "`per_payment_url`, the URL payorch names in each payment (payorch reads the payment "
-            "back with the linked key before applying anything). Nothing to set up either way."
+            "back with the linked key before applying anything); `signed_per_payment_url`, the URL "
+            "payorch names in each payment, signed with a key linked with the account (PayU's second "
+            "key). Nothing to set up any way."
         ),
     ]
 

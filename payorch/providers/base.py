@@ -41,7 +41,13 @@ class RefundRefused(ProviderError):
 
 
 class CredentialsRejected(Exception):
-    """The provider says the credentials are not valid (a 401 from it)."""
+    """The provider says the credentials are not valid (a 401 from it). `fields` names the linking
+    request's credential fields at fault, for a provider whose credentials are several fields
+    (`TakesCredentialFields`): the API then answers 400 naming them."""
+
+    def __init__(self, message: str = "", *, fields: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.fields = fields
 
 
 class EventRejected(Exception):
@@ -154,6 +160,9 @@ class ProviderEvent:
     checkout_reference: str | None = None
     reason: FailureReason | None = None
     payment_reference: str | None = None
+    # The provider's id of the refund, for an event that names a refund only so (PayU's refund
+    # notification): `resolve_event` finds payorch's refund id from it.
+    refund_reference: str | None = None
 
 
 def refuse_outside_limits(provider: str, limits: Limits | None, request: CheckoutRequest) -> None:
@@ -188,14 +197,38 @@ def provider_events_url(public_base_url: str, provider: str, application_id: uui
 
 @dataclass(frozen=True)
 class Credentials:
+    """What payorch stores sealed for one linked account: a provider's API key, or, for a provider
+    whose credentials are several fields (`TakesCredentialFields`), its own encoding of them."""
+
     api_key: str
+
+
+@runtime_checkable
+class TakesCredentialFields(Protocol):
+    """A provider linked with several named credentials (PayU: `posId`, `clientId`...) instead of
+    one `apiKey`. The linking request's `credentials` carry them; the provider checks their form,
+    encodes them into the one sealed `Credentials`, and says how they are fingerprinted."""
+
+    # Each credential field the linking request must carry, with its form in words (the console
+    # shows it by the field).
+    credential_fields: Mapping[str, str]
+
+    def credentials_from(self, fields: Mapping[str, str]) -> Credentials:
+        """The credentials `fields` give; `CredentialsRejected` naming each field that is missing
+        or not of the provider's form (nothing asked of the provider)."""
+        ...
+
+    def fingerprint(self, credentials: Credentials) -> str:
+        """Enough of `credentials` to recognise them, never to use them."""
+        ...
 
 
 # How a provider's events reach payorch: to an endpoint payorch registers with the provider when
 # a key is linked, signed with a secret the provider gives (`registered_endpoint`), or to the URL
 # payorch names in each payment it creates, unsigned, so payorch reads the object back with the
-# merchant's key before it believes anything (`per_payment_url`).
-EventDelivery = Literal["registered_endpoint", "per_payment_url"]
+# merchant's key before it believes anything (`per_payment_url`), or signed with a key the
+# merchant links with the account (`signed_per_payment_url`: PayU's second key).
+EventDelivery = Literal["registered_endpoint", "per_payment_url", "signed_per_payment_url"]
 
 
 class Provider(Protocol):

@@ -26,6 +26,8 @@ from payorch.values.timefmt import iso
 LABELS = {
     "apple_pay": "Apple Pay",
     "blik": "BLIK",
+    "google_pay": "Google Pay",
+    "pay_by_link": "Pay by link",
 }
 
 

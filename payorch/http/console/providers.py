@@ -7,6 +7,9 @@ methods, replace its API key. Only a key's fingerprint is ever shown.
     POST /console/applications/<id>/providers/payment-methods   (`provider`, `paymentMethods`)
     POST /console/applications/<id>/providers/api-key           (`provider`, `apiKey`)
 
+A provider linked with several credentials (PayU: `TakesCredentialFields`) has a field for each
+instead of `apiKey`, named as the API names them (`posId`, `clientId`...), each with its form.
+
 Every action calls the operation the API's route calls (`operations/providers.py`), so ownership,
 validation, the provider's checks and rate limits are the API's. A refusal shows the page again with
 the API's status and message next to the field it is about, the ticked methods kept and the key
@@ -43,7 +46,7 @@ from payorch.http.jsonio import unstorable_text_problem
 from payorch.http.models import ProviderApiKeyRequest, ProviderLinkRequest, ProviderPaymentMethodsRequest
 from payorch.http.operations import providers as operations
 from payorch.http.services import services
-from payorch.providers.base import Provider
+from payorch.providers.base import Provider, TakesCredentialFields
 from payorch.storage.provider_configs import ProviderConfig
 from payorch.values import errors as domain
 
@@ -66,6 +69,7 @@ FORM_FIELD = {"paymentMethods": "paymentMethods", "credentials": "apiKey", "apiK
 EVENT_DELIVERY = {
     "registered_endpoint": "payorch registers an endpoint for them with the provider",
     "per_payment_url": "each payment tells the provider where to send them",
+    "signed_per_payment_url": "each payment tells the provider where to send them, signed with your key",
 }
 DONE = {
     "linked": "{name} is linked.",
@@ -98,8 +102,13 @@ def _refused(form: str, ticked: list[str], error: domain.DomainError) -> Refused
     status = api_status(error) or 500  # each of REFUSALS has the API's status
     errors: dict[str, str] = {}
     if isinstance(error, domain.InvalidInput):
+        for problem in error.details:  # a credential field of its own (`credentials.posId`)
+            name = problem.field.removeprefix("credentials.")
+            if name in _CREDENTIAL_FIELDS:
+                errors.setdefault(name, problem.message)
         for field, message in field_errors(error).items():
-            errors.setdefault(FORM_FIELD.get(field, "form"), message)
+            if not errors or field not in ("credentials", *_CREDENTIAL_FIELDS):
+                errors.setdefault(FORM_FIELD.get(field, "form"), message)
         errors = errors or {"form": error.message}
     elif isinstance(error, domain.UnsupportedPaymentMethod):
         errors["paymentMethods"] = error.message
@@ -108,6 +117,18 @@ def _refused(form: str, ticked: list[str], error: domain.DomainError) -> Refused
     else:
         errors["form"] = error.message
     return Refused(form, ticked, errors, status)
+
+
+# Every credential field a provider of payorch's may take besides `apiKey`.
+_CREDENTIAL_FIELDS = ("posId", "clientId", "clientSecret", "secondKey", "environment")
+
+
+def _credentials(form: MultiDict[str, str]) -> dict[str, str]:
+    """The credentials the form gives: the provider's own fields when it takes several, else `apiKey`
+    (fields left empty are left out, so the API says they are required)."""
+    provider = services().context.providers.get(form.get("provider", ""))
+    names = tuple(provider.credential_fields) if isinstance(provider, TakesCredentialFields) else ("apiKey",)
+    return {name: value for name, value in text_fields(form, names).items() if value}
 
 
 def _ticked(form: MultiDict[str, str]) -> list[str]:
@@ -163,6 +184,11 @@ async def _providers_page(
         linked=linked,
         unlinked=unlinked,
         event_delivery=EVENT_DELIVERY,
+        credential_fields={
+            provider.name: provider.credential_fields
+            for provider in catalogue
+            if isinstance(provider, TakesCredentialFields)
+        },
         notice=_done_notice(linked) if refused is None else None,
         # After a link, the step that follows it (`guide.py`).
         progress=await progress_of(session.principal, application_id)
@@ -207,14 +233,10 @@ async def link_provider(application_id: str, session: Session, form: MultiDict[s
     """Link the provider `provider` with the key `apiKey` and the ticked `paymentMethods`."""
 
     async def link() -> None:
-        fields = text_fields(form, ("provider", "apiKey"))
+        fields = text_fields(form, ("provider",))
         data = validated(
             ProviderLinkRequest,
-            {
-                "name": fields["provider"],
-                "paymentMethods": _ticked(form),
-                "credentials": {"apiKey": fields["apiKey"]},
-            },
+            {"name": fields["provider"], "paymentMethods": _ticked(form), "credentials": _credentials(form)},
         )
         await operations.link_provider(services(), session.principal, application_id, data)
 
@@ -242,8 +264,8 @@ async def provider_api_key(application_id: str, session: Session, form: MultiDic
     """Replace the key of the linked provider `provider` with `apiKey`."""
 
     async def replace_key() -> None:
-        fields = text_fields(form, ("provider", "apiKey"))
-        data = validated(ProviderApiKeyRequest, {"apiKey": fields["apiKey"]})
+        fields = text_fields(form, ("provider",))
+        data = validated(ProviderApiKeyRequest, _credentials(form))
         await operations.replace_provider_key(
             services(), session.principal, application_id, fields["provider"], data
         )

@@ -11,7 +11,12 @@ import uuid
 import trio
 
 from payorch.http.auth import Principal, application_for
-from payorch.http.models import ProviderApiKeyRequest, ProviderLinkRequest, ProviderPaymentMethodsRequest
+from payorch.http.models import (
+    ProviderApiKeyRequest,
+    ProviderCredentials,
+    ProviderLinkRequest,
+    ProviderPaymentMethodsRequest,
+)
 from payorch.http.operations.pages import application_page
 from payorch.http.services import Services
 from payorch.providers.base import (
@@ -19,12 +24,15 @@ from payorch.providers.base import (
     CredentialsRejected,
     Provider,
     ProviderError,
+    TakesCredentialFields,
     WebhookRegistration,
     provider_events_url,
 )
 from payorch.storage import provider_configs as provider_configs_store
 from payorch.storage.provider_configs import ProviderConfig
 from payorch.values.errors import (
+    FieldProblem,
+    InvalidInput,
     NotFound,
     ProviderCredentialsRejected,
     ProviderUnavailable,
@@ -51,24 +59,61 @@ def _check_methods(provider: Provider, methods: list[str]) -> list[str]:
     return list(dict.fromkeys(methods))  # keep order, drop repeats
 
 
-async def _check_key(provider: Provider, api_key: str) -> None:
-    """Ask the provider whether it accepts the key (no side effect there)."""
+def _credentials(provider: Provider, given: ProviderCredentials, prefix: str) -> Credentials:
+    """The credentials the request gives for `provider`: its `apiKey`, or the fields of a provider
+    that takes several (`TakesCredentialFields`). `InvalidInput` (400) naming each field (under
+    `prefix`) that is missing, of the wrong form, or not the provider's."""
+    given_fields = {name: value for name, value in given.model_dump().items() if value is not None}
+    wanted = provider.credential_fields if isinstance(provider, TakesCredentialFields) else {"apiKey": ""}
+    foreign = sorted(set(given_fields) - set(wanted))
+    if foreign:
+        raise InvalidInput(
+            f"{provider.name} takes the credentials {', '.join(wanted)}",
+            [FieldProblem(f"{prefix}{name}", f"{provider.name} does not take it") for name in foreign],
+        )
+    if not isinstance(provider, TakesCredentialFields):
+        if given.apiKey is None:
+            raise InvalidInput("apiKey is required", [FieldProblem(f"{prefix}apiKey", "is required")])
+        return Credentials(api_key=given.apiKey)
     try:
-        await provider.validate_credentials(Credentials(api_key=api_key))
+        return provider.credentials_from(given_fields)
     except CredentialsRejected as error:
+        raise _naming_fields(provider, error, prefix) from None
+
+
+def _naming_fields(provider: Provider, error: CredentialsRejected, prefix: str) -> InvalidInput:
+    return InvalidInput(
+        f"{provider.name} rejected the credentials: {error}",
+        [FieldProblem(f"{prefix}{name}", str(error)) for name in error.fields],
+    )
+
+
+def _fingerprint(provider: Provider, credentials: Credentials) -> str:
+    if isinstance(provider, TakesCredentialFields):
+        return provider.fingerprint(credentials)
+    return key_fingerprint(credentials.api_key)
+
+
+async def _check_key(provider: Provider, credentials: Credentials, prefix: str) -> None:
+    """Ask the provider whether it accepts the credentials (no side effect there)."""
+    try:
+        await provider.validate_credentials(credentials)
+    except CredentialsRejected as error:
+        if error.fields:
+            raise _naming_fields(provider, error, prefix) from None
         raise ProviderCredentialsRejected(f"{provider.name} rejected the API key: {error}") from None
     except ProviderError as error:
         raise ProviderUnavailable(f"{provider.name} could not be reached: {error}") from None
 
 
 async def _register(
-    services: Services, provider: Provider, api_key: str, application_id: uuid.UUID
+    services: Services, provider: Provider, credentials: Credentials, application_id: uuid.UUID
 ) -> WebhookRegistration:
     """Register payorch's endpoint for the provider's events on this account."""
     base_url = services.context.settings.server.public_base_url
     try:
         return await provider.register_webhook(
-            Credentials(api_key=api_key), provider_events_url(base_url, provider.name, application_id)
+            credentials, provider_events_url(base_url, provider.name, application_id)
         )
     except CredentialsRejected as error:
         raise ProviderCredentialsRejected(f"{provider.name} rejected the API key: {error}") from None
@@ -91,18 +136,18 @@ async def _finish_change(
     services: Services,
     application_id: uuid.UUID,
     provider: Provider,
-    api_key: str,
+    credentials: Credentials,
     registration: WebhookRegistration,
 ) -> ProviderConfig:
-    """Store the checked `api_key` and the endpoint registered with it, sealed, ending a link or a key
-    change; the application's actors route with it from their next session on."""
+    """Store the checked `credentials` and the endpoint registered with them, sealed, ending a link or
+    a key change; the application's actors route with them from their next session on."""
     secrets = services.context.secrets
     changed = await services.context.db.transaction(
         provider_configs_store.finish_change,
         application_id=application_id,
         provider=provider.name,
-        credentials=secrets.seal(api_key),
-        key_fingerprint=key_fingerprint(api_key),
+        credentials=secrets.seal(credentials.api_key),
+        key_fingerprint=_fingerprint(provider, credentials),
         webhook_reference=registration.reference,
         webhook_secret=secrets.seal(registration.secret),
         now=services.context.clock.now(),
@@ -129,24 +174,25 @@ async def link_provider(
     provider = _provider(services, data.name)
     methods = _check_methods(provider, data.paymentMethods)
     db, secrets = services.context.db, services.context.secrets
-    await _check_key(provider, data.credentials.apiKey)
+    credentials = _credentials(provider, data.credentials, "credentials.")
+    await _check_key(provider, credentials, "credentials.")
     await db.transaction(
         provider_configs_store.begin_link,
         application_id=application.id,
         provider=provider.name,
         payment_methods=methods,
-        credentials=secrets.seal(data.credentials.apiKey),
-        key_fingerprint=key_fingerprint(data.credentials.apiKey),
+        credentials=secrets.seal(credentials.api_key),
+        key_fingerprint=_fingerprint(provider, credentials),
         owner=services.context.node.id,
         now=services.context.clock.now(),
     )
     try:
-        registration = await _register(services, provider, data.credentials.apiKey, application.id)
+        registration = await _register(services, provider, credentials, application.id)
     except BaseException:
         with trio.CancelScope(shield=True):
             await db.transaction(provider_configs_store.abandon_link, application.id, provider.name)
         raise
-    return await _finish_change(services, application.id, provider, data.credentials.apiKey, registration)
+    return await _finish_change(services, application.id, provider, credentials, registration)
 
 
 async def list_provider_configs(
@@ -169,7 +215,8 @@ async def replace_provider_key(
     anew for it; the configuration as it is then (its new fingerprint)."""
     application = await application_for(principal, application_id)
     provider = await _linked(services, application.id, provider_name)
-    await _check_key(provider, data.apiKey)
+    credentials = _credentials(provider, data, "")
+    await _check_key(provider, credentials, "")
     db = services.context.db
     await db.transaction(
         provider_configs_store.begin_key_change,
@@ -179,12 +226,12 @@ async def replace_provider_key(
         now=services.context.clock.now(),
     )
     try:
-        registration = await _register(services, provider, data.apiKey, application.id)
+        registration = await _register(services, provider, credentials, application.id)
     except BaseException:
         with trio.CancelScope(shield=True):
             await db.transaction(provider_configs_store.end_key_change, application.id, provider.name)
         raise
-    return await _finish_change(services, application.id, provider, data.apiKey, registration)
+    return await _finish_change(services, application.id, provider, credentials, registration)
 
 
 async def set_payment_methods(
