@@ -41,7 +41,7 @@ from tests.databases import POOL_MAX, POOL_MIN, ReusedDatabase, TestDatabases, d
 from tests.helpers import Client, Merchant, new_merchant
 
 # The browser tests' fixtures (live_service, browser) and hooks, for tests of any folder.
-pytest_plugins = ("tests.browser.plugin",)
+pytest_plugins = ("tests.browser.plugin", "tests.leftovers")
 
 # Each pytest-xdist worker ("gw0", "gw1"...) clones from a template of its own: CREATE DATABASE fails
 # while another session is connected to its template, so two workers must never share one.

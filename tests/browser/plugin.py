@@ -33,7 +33,9 @@ if TYPE_CHECKING:
 # Chromium's old headless mode, a build of the same engine without the desktop browser around it (the
 # package `chromium-headless-shell`): a page load costs it about half the CPU of `chromium --headless`,
 # which runs the whole browser without a window. The browser tests use it where it is installed.
-HEADLESS_SHELL = Path("/usr/bin/chromium-headless-shell")
+# Debian's headless shell, the binary itself: `/usr/bin/chromium-headless-shell` is a shell script
+# that runs it without `exec`, so ChromeDriver's quit would end the script and leave the browser.
+HEADLESS_SHELL = Path("/usr/lib/chromium/chromium-headless-shell")
 FULL_CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 MARKER = "browser"
