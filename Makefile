@@ -50,8 +50,9 @@ $(STAMP): pyproject.toml
 run: $(RUNTIME)
 	PAYORCH_WEBHOOKS__ALLOW_LOOPBACK="$${PAYORCH_WEBHOOKS__ALLOW_LOOPBACK:-true}" $(BIN)/payorch serve
 
+# `make dev-receiver PORT=9000` for another port than 8787.
 dev-receiver: $(RUNTIME)
-	$(BIN)/payorch dev-receiver
+	$(BIN)/payorch dev-receiver $(if $(PORT),--port $(PORT))
 
 migrate: $(RUNTIME)
 	$(BIN)/payorch migrate

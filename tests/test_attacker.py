@@ -44,9 +44,9 @@ VALID_BODIES: dict[tuple[str, str], Any] = {
 # Routes that take no merchant credential by design: their own checks are tested elsewhere (the
 # customer pages, sandbox/ and checkout/, show the customer their own payment by its unguessable id;
 # the console takes its session cookie, not a JWT or API key, and tests/console/test_attacker.py walks
-# it with another merchant's session).
+# it with another merchant's session; `/` leads a browser to the console).
 PUBLIC = re.compile(
-    r"^/(healthz|readyz|metrics|docs.*|sandbox/.*|checkout/.*|console.*|"
+    r"^/(|healthz|readyz|metrics|docs.*|sandbox/.*|checkout/.*|console.*|"
     r"api/v1/(openapi\.json|merchants/signup|auth/login|provider-events/.*))$"
 )
 

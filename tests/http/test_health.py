@@ -105,3 +105,9 @@ async def test_once_the_database_loop_has_stopped_readyz_and_requests_are_503(
     assert (await response.get_json())["checks"]["database"] is False
     created = await create_session(client, shop, "after-the-loop-stopped")
     assert created.status_code == 503, await created.get_data(as_text=True)
+
+
+async def test_the_services_own_address_leads_a_browser_to_the_console(client: Client) -> None:
+    response = await client.get("/")
+    assert response.status_code == 303
+    assert response.headers["Location"] == "/console/"

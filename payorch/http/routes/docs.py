@@ -16,6 +16,7 @@ from quart import Blueprint, Response, url_for
 from quart_schema import hide
 
 from payorch.values.errors import NotFound
+from payorch.values.html import see_other
 
 blueprint = Blueprint("docs", __name__)
 
@@ -95,6 +96,14 @@ async def _asset(name: str) -> bytes:
     if name not in _cache:
         _cache[name] = await trio.Path(_asset_directory() / name).read_bytes()
     return _cache[name]
+
+
+@blueprint.get("/")
+@hide
+async def root() -> Response:
+    """The service's address in a browser: on to the merchant console (its sign-in page when
+    signed out). The API's routes are under /api/v1; its reference is at /docs."""
+    return see_other(url_for("console.home"))
 
 
 @blueprint.get("/docs")
