@@ -209,10 +209,13 @@ async def test_an_admin_takes_a_payment_and_refunds_half_of_it_from_the_console_
     assert "1,234.50 PLN" in await browser.text() or "1234.50 PLN" in await browser.text()
     await check_page(browser, "session-paid")
 
-    # Refund half: "Part of it", the amount, Enter.
-    await press(browser, "#kind-full", Keys.ARROW_DOWN)  # Tab reaches a radio group's checked one
-    assert await browser.run(lambda driver: driver.find_element(By.ID, "kind-part").is_selected())
+    # Refund half: the amount typed (nothing is filled in), Enter, then the confirmation naming it.
     await press(browser, "#amount", "617.25", Keys.ENTER)
+    await browser.wait_for(lambda driver: driver.find_elements(By.ID, "refund-confirm-text"))
+    confirmation = await text_of(browser, "#refund-confirm-text")
+    assert confirmation.startswith("Refund 617.25 PLN of session order-42 (")
+    await check_page(browser, "session-refund-confirm")
+    await press(browser, "#refund-confirm-button", Keys.ENTER)
     assert "Refund of 617.25 PLN requested" in await notice(browser)
     await reload_until(browser, "Completed")
     page_text = await browser.text()
@@ -386,11 +389,10 @@ async def test_every_kind_of_console_page_has_labelled_fields_and_no_console_err
 
     # Forms answered with a refusal or a result: each a page of its own.
     await browser.open(live_service.url(f"/console/sessions/{session_id}"))
-    await press(browser, "#kind-full", Keys.ARROW_DOWN)
-    await press(browser, "#amount", "100000", Keys.ENTER)  # more than was paid
+    await press(browser, "#amount", "100000", Keys.ENTER)  # more than was paid: refused at the review
     await browser.wait_for(lambda driver: driver.find_elements(By.CSS_SELECTOR, '[role="alert"]'))
-    assert "Refund" in await browser.text()
-    await check_page(browser, "refund-refused", status=422)
+    assert "remains to refund" in await browser.text()
+    await check_page(browser, "refund-refused", status=400)
 
     await browser.open(live_service.url(f"/console/applications/{app_id}/providers"))
     await press(browser, "#key-sandbox-apiKey", "not a sandbox key", Keys.ENTER)

@@ -7,6 +7,7 @@ import re
 import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
+from html import unescape
 from typing import Any
 
 import pytest
@@ -65,6 +66,13 @@ async def refund_form(console: Client, session_id: str, **fields: str) -> dict[s
 
 
 async def send_refund(console: Client, session_id: str, form: dict[str, str]) -> Any:
+    """The refund form's confirmation sent: the review's own form, `confirmed` (see
+    `test_the_form_refunds_nothing_until_its_amount_currency_and_session_are_confirmed`)."""
+    return await console.post(f"/console/sessions/{session_id}/refunds", form={**form, "confirmed": "yes"})
+
+
+async def review_refund(console: Client, session_id: str, form: dict[str, str]) -> Any:
+    """The refund form sent as typed: its review."""
     return await console.post(f"/console/sessions/{session_id}/refunds", form=form)
 
 
@@ -270,7 +278,7 @@ async def test_half_a_refund_through_the_form_makes_one_refund_of_half(
     client: Client, shop: Shop, console: Client
 ) -> None:
     session_id = await paid_session(client, shop)
-    form = await refund_form(console, session_id, kind="part", amount="50.00", reason="REQUESTED_BY_CUSTOMER")
+    form = await refund_form(console, session_id, amount="50.00", reason="REQUESTED_BY_CUSTOMER")
     response = await send_refund(console, session_id, form)
     assert response.status_code == 303, await response.get_data(as_text=True)
     (refund,) = await refunds_of(client, shop, session_id)
@@ -285,9 +293,11 @@ async def test_half_a_refund_through_the_form_makes_one_refund_of_half(
     assert "Requested by customer" in html
 
 
-async def test_a_full_refund_is_the_default(client: Client, shop: Shop, console: Client) -> None:
+async def test_the_whole_that_remains_refunded_leaves_no_form(
+    client: Client, shop: Shop, console: Client
+) -> None:
     session_id = await paid_session(client, shop, total="0.30")
-    form = await refund_form(console, session_id, kind="full", amount="", reason="")
+    form = await refund_form(console, session_id, amount="0.30", reason="")
     response = await send_refund(console, session_id, form)
     assert response.status_code == 303
     (refund,) = await refunds_of(client, shop, session_id)
@@ -297,9 +307,45 @@ async def test_a_full_refund_is_the_default(client: Client, shop: Shop, console:
     assert "Nothing remains to be refunded." in html
 
 
+async def test_the_form_refunds_nothing_until_its_amount_currency_and_session_are_confirmed(
+    client: Client, shop: Shop, console: Client
+) -> None:
+    session_id = await paid_session(client, shop)
+    _, html = await page(console, f"/console/sessions/{session_id}")
+    assert re.search(r'<input type="text" id="amount" name="amount" value=""', html)  # typed, not prefilled
+    form = await refund_form(console, session_id, amount="25.00", reason="REQUESTED_BY_CUSTOMER")
+    review = await review_refund(console, session_id, form)
+    html = await review.get_data(as_text=True)
+    assert review.status_code == 200, html
+    assert await refunds_of(client, shop, session_id) == []  # nothing refunded by the review
+    said = " ".join(
+        unescape(re.sub(r"<[^>]+>", "", html.split('id="refund-confirm-text">')[1].split("</p>")[0])).split()
+    )
+    assert said.startswith("Refund 25.00 PLN of session order-1001 (")
+    assert session_id in said and "75.00 PLN will remain" in said
+    assert f'name="idempotency_key" value="{form["idempotency_key"]}"' in html  # the same key
+    assert 'name="confirmed" value="yes"' in html
+    confirmed = await send_refund(console, session_id, form)
+    assert confirmed.status_code == 303
+    (refund,) = await refunds_of(client, shop, session_id)
+    assert refund["amount"] == Decimal("25.00")
+
+
+async def test_a_review_of_more_than_remains_is_400_naming_the_amount(
+    client: Client, shop: Shop, console: Client
+) -> None:
+    session_id = await paid_session(client, shop)
+    form = await refund_form(console, session_id, amount="100.01", reason="")
+    review = await review_refund(console, session_id, form)
+    html = await review.get_data(as_text=True)
+    assert review.status_code == 400
+    assert "at most 100.00 PLN remains to refund" in html
+    assert "refund-confirm-text" not in html
+
+
 async def test_the_same_form_sent_twice_refunds_once(client: Client, shop: Shop, console: Client) -> None:
     session_id = await paid_session(client, shop)
-    form = await refund_form(console, session_id, kind="part", amount="10.00", reason="")
+    form = await refund_form(console, session_id, amount="10.00", reason="")
     first = await send_refund(console, session_id, form)
     second = await send_refund(console, session_id, form)
     assert (first.status_code, second.status_code) == (303, 303)
@@ -309,7 +355,7 @@ async def test_the_same_form_sent_twice_refunds_once(client: Client, shop: Shop,
     _, html = await page(console, second.headers["Location"].split("#")[0])
     assert "This form was already sent" in html
     # A new rendering of the page is a new form: it refunds again.
-    again = await refund_form(console, session_id, kind="part", amount="10.00", reason="")
+    again = await refund_form(console, session_id, amount="10.00", reason="")
     assert (await send_refund(console, session_id, again)).status_code == 303
     assert len(await refunds_of(client, shop, session_id)) == 2
 
@@ -318,7 +364,7 @@ async def test_a_double_click_sending_the_form_twice_at_once_refunds_once(
     client: Client, shop: Shop, console: Client
 ) -> None:
     session_id = await paid_session(client, shop)
-    form = await refund_form(console, session_id, kind="part", amount="10.00", reason="")
+    form = await refund_form(console, session_id, amount="10.00", reason="")
     statuses: list[int] = []
 
     async def click() -> None:
@@ -336,9 +382,9 @@ async def test_a_refund_over_what_remains_is_refused_with_the_message_and_refund
     client: Client, shop: Shop, console: Client
 ) -> None:
     session_id = await paid_session(client, shop)
-    first = await refund_form(console, session_id, kind="part", amount="60.00", reason="")
+    first = await refund_form(console, session_id, amount="60.00", reason="")
     assert (await send_refund(console, session_id, first)).status_code == 303
-    form = await refund_form(console, session_id, kind="part", amount="40.01", reason="")
+    form = await refund_form(console, session_id, amount="40.01", reason="")
     response = await send_refund(console, session_id, form)
     html = await response.get_data(as_text=True)
     assert response.status_code == 422
@@ -354,9 +400,9 @@ async def test_a_refunded_session_refuses_another_refund_with_the_message(
     client: Client, shop: Shop, console: Client
 ) -> None:
     session_id = await paid_session(client, shop)
-    form = await refund_form(console, session_id)
-    assert (await send_refund(console, session_id, {**form, "kind": "full"})).status_code == 303
-    again = {**form, "idempotency_key": f"another-{uuid.uuid4()}", "kind": "full"}
+    form = await refund_form(console, session_id, amount="100.00", reason="")
+    assert (await send_refund(console, session_id, form)).status_code == 303
+    again = {**form, "idempotency_key": f"another-{uuid.uuid4()}", "amount": "1.00"}
     response = await send_refund(console, session_id, again)
     assert response.status_code == 422
     assert "Nothing was refunded" in await response.get_data(as_text=True)
@@ -367,24 +413,19 @@ async def test_a_bad_amount_is_400_with_a_field_error_and_refunds_nothing(
     client: Client, shop: Shop, console: Client
 ) -> None:
     session_id = await paid_session(client, shop)
-    form = await refund_form(console, session_id)
-    for kind, amount in (
-        ("part", "12,50"),
-        ("part", "1.234"),
-        ("part", "0"),
-        ("part", "-5"),
-        ("part", ""),
-        ("part", "1e3"),
-        ("full", "10.00"),
-    ):
-        response = await send_refund(console, session_id, {**form, "kind": kind, "amount": amount})
-        html = await response.get_data(as_text=True)
-        assert response.status_code == 400, (kind, amount, html)
-        assert 'id="amount-error"' in html, (kind, amount)
-        assert 'aria-describedby="amount-hint amount-error"' in html
-    response = await send_refund(
-        console, session_id, {**form, "kind": "part", "amount": "1", "reason": "BORED"}
-    )
+    form = await refund_form(console, session_id, reason="")
+    for amount in ("12,50", "1.234", "0", "-5", "", "1e3", "100.01"):
+        for send in (review_refund, send_refund):
+            response = await send(console, session_id, {**form, "amount": amount})
+            html = await response.get_data(as_text=True)
+            assert response.status_code == (422 if (amount, send) == ("100.01", send_refund) else 400), (
+                amount,
+                html,
+            )
+            if response.status_code == 400:
+                assert 'id="amount-error"' in html, amount
+                assert 'aria-describedby="amount-hint amount-error"' in html
+    response = await send_refund(console, session_id, {**form, "amount": "1", "reason": "BORED"})
     assert response.status_code == 400
     assert 'id="reason-error"' in await response.get_data(as_text=True)
     assert await refunds_of(client, shop, session_id) == []
@@ -399,7 +440,7 @@ async def test_another_merchants_session_is_404_and_is_not_refunded(
     response, html = await page(console, f"/console/sessions/{session_id}")
     assert response.status_code == 404
     assert "order-1001" not in html and "100.00" not in html
-    form = {"csrf_token": csrf, "idempotency_key": "attack", "kind": "full", "amount": "", "reason": ""}
+    form = {"csrf_token": csrf, "idempotency_key": "attack", "amount": "100.00", "reason": ""}
     response = await send_refund(console, session_id, form)
     assert response.status_code == 404
     html = await response.get_data(as_text=True)
@@ -418,7 +459,7 @@ async def test_a_refund_of_a_session_whose_provider_is_no_longer_linked_says_so_
     client: Client, db: Database, shop: Shop, console: Client
 ) -> None:
     session_id = await paid_session(client, shop)
-    form = await refund_form(console, session_id, kind="full", amount="", reason="")
+    form = await refund_form(console, session_id, amount="100.00", reason="")
 
     async def unlink(conn: Connection) -> None:
         await conn.execute(
@@ -438,9 +479,9 @@ async def test_a_refund_without_the_csrf_token_is_403_and_refunds_nothing(
     client: Client, shop: Shop, console: Client
 ) -> None:
     session_id = await paid_session(client, shop)
-    form = await refund_form(console, session_id)
+    form = await refund_form(console, session_id, amount="100.00", reason="")
     for token in ("", "0" * 64):
-        sent = {**form, "csrf_token": token, "kind": "full"}
+        sent = {**form, "csrf_token": token}
         response = await send_refund(console, session_id, sent)
         assert response.status_code == 403
     response = await send_refund(console, session_id, {"idempotency_key": form["idempotency_key"]})

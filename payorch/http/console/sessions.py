@@ -4,13 +4,17 @@ and its refund form.
     GET  /console/applications/<id>/sessions     the sessions, newest first (filters: status, from, to)
     GET  /console/sessions/<session_id>          one session: its record, its payment attempts oldest
                                                  first, its refunds and events
-    POST /console/sessions/<session_id>/refunds  refund it, in full or in part
+    POST /console/sessions/<session_id>/refunds  a refund's review (its amount typed, never
+                                                 prefilled), then with `confirmed` the refund
 
 The list is the API's (`operations.sessions.list_sessions`, with the filters the API does not
 take), the session is read as the API reads it (`operations.sessions.read_session`: another
 merchant's session is 404) and a refund is the API's (`operations.refunds.create_refund`), under an
 Idempotency-Key made when the form was rendered: the same rendered form sent twice refunds once, the
-engine answering the second with the first one's answer.
+engine answering the second with the first one's answer. Money goes out only after the admin has
+seen the amount, the currency and the session named on a confirmation step: the form's amount is
+typed (it is never filled in with what remains), sending it shows the confirmation, and only the
+confirmation's own form (`confirmed=yes`, the same Idempotency-Key) refunds.
 """
 
 from __future__ import annotations
@@ -57,14 +61,14 @@ from payorch.storage import sessions as sessions_store
 from payorch.storage.database import Connection
 from payorch.storage.database_thread import on_database_thread
 from payorch.values import errors as domain
-from payorch.values.money import to_major_units, to_minor_units
+from payorch.values.money import AmountOutOfRange, TooManyDecimals, to_major_units, to_minor_units
 from payorch.values.pagination import PageRequest
 from payorch.values.statuses import RefundStatus, SessionStatus
 
 application_section("Sessions", "sessions")
 
 FILTER_FIELDS = ("status", "from", "to")
-REFUND_FIELDS = ("kind", "amount", "reason", "idempotency_key")
+REFUND_FIELDS = ("amount", "reason", "idempotency_key")
 REASON_LABELS = {reason: reason.replace("_", " ").capitalize() for reason in REFUND_REASONS}
 _DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 _AMOUNT = re.compile(r"[0-9]{1,16}(\.[0-9]{1,16})?")
@@ -199,6 +203,7 @@ async def _session_page(
     form: Mapping[str, str] | None = None,
     errors: dict[str, str] | None = None,
     refund_error: str | None = None,
+    confirming: RefundCreateRequest | None = None,
 ) -> tuple[str, int]:
     checkout, record = await session_operations.read_session(
         services(), session.principal, session_id
@@ -234,9 +239,10 @@ async def _session_page(
         # A new key each time the form is rendered: sending this rendered form again is the same refund.
         idempotency_key=secrets.token_urlsafe(24),
         reasons=REASON_LABELS,
-        form={"kind": "full", "amount": "", "reason": "", **(form or {})},
+        form={"amount": "", "reason": "", "idempotency_key": "", **(form or {})},
         errors=errors or {},
         refund_error=refund_error,
+        confirming=confirming,
         money=money,
     )
 
@@ -252,21 +258,15 @@ async def session_page(session_id: str, session: Session) -> tuple[str, int]:
 
 def refund_request(fields: Mapping[str, str]) -> tuple[RefundCreateRequest, dict[str, Any]]:
     """The refund the form asks for, validated as the API validates its body, and that body (what the
-    Idempotency-Key's fingerprint is taken of): no amount for a full refund."""
+    Idempotency-Key's fingerprint is taken of): the amount typed, always."""
+    typed = fields["amount"].strip()
     problems: list[domain.FieldProblem] = []
-    kind, typed = fields["kind"], fields["amount"].strip()
     body: dict[str, Any] = {}
-    if kind not in ("full", "part"):
-        problems.append(domain.FieldProblem("kind", "choose a full or a partial refund"))
-    elif kind == "full" and typed:
-        problems.append(
-            domain.FieldProblem("amount", "leave it empty for a full refund, or choose a partial refund")
-        )
-    elif kind == "part" and not typed:
-        problems.append(domain.FieldProblem("amount", "enter the amount to refund"))
-    elif kind == "part" and not _AMOUNT.fullmatch(typed):
+    if not typed:
+        problems.append(domain.FieldProblem("amount", "type the amount to refund"))
+    elif not _AMOUNT.fullmatch(typed):
         problems.append(domain.FieldProblem("amount", "must be digits, with a point before any decimals"))
-    elif kind == "part":
+    else:
         body["amount"] = Decimal(typed)
     if fields["reason"]:
         body["reason"] = fields["reason"]
@@ -275,13 +275,33 @@ def refund_request(fields: Mapping[str, str]) -> tuple[RefundCreateRequest, dict
     return validated(RefundCreateRequest, body), body
 
 
+def _within_what_remains(data: RefundCreateRequest, record: SessionRecord) -> None:
+    """`InvalidInput` naming `amount` when the amount to review has more decimals than its currency
+    or is more than what remains to refund (the refund itself is checked again by the engine, under
+    the session's lock)."""
+    remaining, currency = record["amount"] - _refunded(record), record["currency"]
+    if data.amount is None:
+        return
+    try:
+        to_minor_units(data.amount, currency)
+    except (TooManyDecimals, AmountOutOfRange) as error:
+        raise domain.InvalidInput(
+            "the refund is not valid", [domain.FieldProblem("amount", str(error))]
+        ) from None
+    if data.amount > remaining:
+        raise domain.InvalidInput(
+            "the refund is not valid",
+            [domain.FieldProblem("amount", f"at most {remaining} {currency} remains to refund")],
+        )
+
+
 @blueprint.post("/sessions/<session_id>/refunds")
 @action
 async def refund_session(
     session_id: str, session: Session, form: MultiDict[str, str]
 ) -> tuple[str, int] | Response:
-    shown = {name: form.get(name, "") for name in ("kind", "amount", "reason")}
-    await session_operations.read_session(
+    shown = {name: form.get(name, "") for name in ("amount", "reason", "idempotency_key")}
+    _, record = await session_operations.read_session(
         services(), session.principal, session_id
     )  # another merchant's: the 404 page before anything
     try:
@@ -292,6 +312,9 @@ async def refund_session(
                 "this form was not sent from its page: open the session's page and refund from there"
             )
         data, body = refund_request(fields)
+        if form.get("confirmed") != "yes":  # the review: nothing refunded until it is confirmed
+            _within_what_remains(data, record)
+            return await _session_page(session, session_id, 200, form=shown, confirming=data)
         answer = await refund_operations.create_refund(
             services(), session.principal, session_id, key, body, data
         )
