@@ -61,7 +61,7 @@ async def test_every_console_route_of_an_application_refuses_another_merchants_s
         "description": "attacker",
         "active": "false",
         "idempotency_key": "attacker-1",
-        "kind": "full",
+        "confirmed": "yes",  # a refund's confirmation, not only its review
         "reason": "requested_by_customer",
         # A routing document (to store or to backtest) and a session to evaluate, each one the
         # routing page would take.
