@@ -16,7 +16,11 @@ the HTTP boundary, the part of Mollie's API v2 payorch uses, the way Mollie docu
   first answer, byte for byte, with `Idempotent-Replayed: true`; with another request it is 422;
 - a `webhookUrl` Mollie could not reach (localhost, loopback) is 422, as Mollie refuses it;
 - payments: create, get, list, cancel (DELETE, only while `isCancelable`); refunds of a payment:
-  create (only of a paid payment, at most what remains), get, list; chargebacks of a payment: list.
+  create (only of a paid payment, at most what remains), get, list; chargebacks of a payment: list;
+- settlements (`settle`), read with an organization access token only (`accept_organization_token`;
+  an API key gets 403): list, get, and each one's payments, refunds and chargebacks, newest first,
+  paginated with `from` and `limit` (up to 250) and `_links.next`; a settlement's costs per method
+  in its `periods`, its amount their sum unless the test makes one that does not add up.
   Parameters payorch does not send are refused with 422: stricter than Mollie, so a typo shows.
 - scripted failures (`fail_next`): an error status, or an answer delayed past the caller's deadline
   (`status=None`: the request is then served for real after the delay, as a slow Mollie would).
@@ -35,7 +39,7 @@ import json
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -139,6 +143,7 @@ class _Account:
     payments: dict[str, dict[str, Any]] = field(default_factory=dict)
     refunds: dict[str, dict[str, Any]] = field(default_factory=dict)
     chargebacks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    settlements: dict[str, dict[str, Any]] = field(default_factory=dict)  # oldest first
     idempotent: dict[str, tuple[tuple[str, str, bytes], int, str]] = field(default_factory=dict)
 
 
@@ -156,7 +161,12 @@ def mollie_value(value: Any, currency: str, field_name: str) -> int:
 def _written(minor: int, currency: str) -> str:
     if currency in _NO_DECIMALS:
         return str(minor)
-    return f"{minor // 100}.{minor % 100:02d}"
+    sign = "-" if minor < 0 else ""
+    return f"{sign}{abs(minor) // 100}.{abs(minor) % 100:02d}"
+
+
+def _amount(minor: int, currency: str) -> dict[str, str]:
+    return {"currency": currency, "value": _written(minor, currency)}
 
 
 class FakeMollie:
@@ -170,6 +180,9 @@ class FakeMollie:
         self._accounts: dict[str, _Account] = {}
         self._script: list[tuple[str, str, ScriptedFailure]] = []
         self._numbers = itertools.count(1)
+        # Mollie's cost of a card payment of `amount` minor units (1.8% + 0.25, Mollie's card
+        # pricing in the EU), charged per settlement as one line per method.
+        self.fee_of: Callable[[int], int] = lambda amount: round(amount * 0.018) + 25
 
     # The test's side
 
@@ -178,6 +191,12 @@ class FakeMollie:
         found = account or _Account(profile=self._id("pfl_"))
         self._accounts[api_key] = found
         return found
+
+    def accept_organization_token(self, token: str, account: _Account) -> None:
+        """Accept the organization access token `token` (`access_...`) of `account`'s organization:
+        it reads the settlements (and nothing else here)."""
+        assert token.startswith("access_")
+        self._accounts[token] = account
 
     def revoke_key(self, api_key: str) -> None:
         """Stop accepting `api_key` (revoked in Mollie's dashboard): from now on it gets 401."""
@@ -279,6 +298,89 @@ class FakeMollie:
         payment["_links"]["chargebacks"] = self._link(f"/v2/payments/{payment_id}/chargebacks")
         return chargeback
 
+    def settle(
+        self,
+        api_key: str,
+        payments: Sequence[str] = (),
+        refunds: Sequence[str] = (),
+        chargebacks: Sequence[str] = (),
+        *,
+        amount_minor: int | None = None,
+        status: str = "paidout",
+    ) -> dict[str, Any]:
+        """Mollie settles the account's `payments`, `refunds` and `chargebacks` (ids): a settlement
+        paid out now (`settledAt`; none while `open`), its costs one line per payment method
+        (`fee_of` each payment), its amount what they add up to unless the test says otherwise (a
+        settlement that does not add up). Each object settled gets `settlementId` and
+        `settlementAmount` (a refund's and a chargeback's negative)."""
+        account = self._accounts[api_key]
+        settlement_id = self._id("stl_")
+        objects = [account.payments[p] for p in payments]
+        currency = (
+            objects or [account.refunds[r] for r in refunds] or [account.chargebacks[c] for c in chargebacks]
+        )[0]["amount"]["currency"]
+        total, costs = 0, {}
+        for payment in objects:
+            total += payment["_minor"]
+            cost = costs.setdefault(payment["method"], [0, 0])
+            cost[0] += 1
+            cost[1] += self.fee_of(payment["_minor"])
+            payment.update(settlementId=settlement_id, settlementAmount=dict(payment["amount"]))
+        for refund_id in refunds:
+            refund = account.refunds[refund_id]
+            minor = mollie_value(refund["amount"]["value"], currency, "")
+            total -= minor
+            refund.update(settlementId=settlement_id, settlementAmount=_amount(-minor, currency))
+        for chargeback_id in chargebacks:
+            chargeback = account.chargebacks[chargeback_id]
+            minor = mollie_value(chargeback["amount"]["value"], currency, "")
+            total -= minor
+            chargeback.update(settlementId=settlement_id, settlementAmount=_amount(-minor, currency))
+        total -= sum(cost for _, cost in costs.values())
+        now = datetime.fromtimestamp(int(self.clock()), UTC)
+        settlement = {
+            "resource": "settlement",
+            "id": settlement_id,
+            "reference": f"1234567.{now:%y%m}.{len(account.settlements) + 1:02d}",
+            "createdAt": self.now(),
+            "settledAt": None if status == "open" else self.now(),
+            "status": status,
+            "amount": _amount(total if amount_minor is None else amount_minor, currency),
+            "periods": {
+                str(now.year): {
+                    f"{now.month:02d}": {
+                        "revenue": [],
+                        "costs": [
+                            {
+                                "description": method,
+                                "method": method,
+                                "count": count,
+                                "rate": {"fixed": _amount(25, currency), "percentage": "1.80"},
+                                "amountNet": _amount(cost, currency),
+                                "amountVat": None,
+                                "amountGross": _amount(cost, currency),
+                            }
+                            for method, (count, cost) in costs.items()
+                        ],
+                        "invoiceId": None,
+                    }
+                }
+            },
+            "_links": {
+                "self": self._link(f"/v2/settlements/{settlement_id}"),
+                "payments": self._link(f"/v2/settlements/{settlement_id}/payments"),
+                "refunds": self._link(f"/v2/settlements/{settlement_id}/refunds"),
+                "chargebacks": self._link(f"/v2/settlements/{settlement_id}/chargebacks"),
+                "captures": self._link(f"/v2/settlements/{settlement_id}/captures"),
+                "documentation": {
+                    "href": "https://docs.mollie.com/reference/get-settlement",
+                    "type": "text/html",
+                },
+            },
+        }
+        account.settlements[settlement_id] = settlement
+        return settlement
+
     async def call_webhook(
         self, payment_id: str, *, via: httpx.AsyncClient, url: str | None = None
     ) -> httpx.Response:
@@ -367,6 +469,13 @@ class FakeMollie:
 
     def _route(self, account: _Account, received: ReceivedMollieRequest) -> tuple[int, dict[str, Any]]:
         method, parts, data = received.method, received.path.strip("/").split("/"), received.json or {}
+        by_token = (received.api_key or "").startswith("access_")
+        if parts[:2] == ["v2", "settlements"] and method == "GET":
+            if not by_token:
+                raise MollieFailure(403, "This endpoint needs an organization access token, not an API key.")
+            return 200, self._settlements(account, parts[2:], received.query)
+        if by_token:
+            raise MollieFailure(403, "payorch's fake takes payments with an API key only.")
         if parts[:2] != ["v2", "payments"]:
             raise MollieFailure(404, "The resource does not exist.")
         if len(parts) == 2 and method == "GET":
@@ -396,6 +505,47 @@ class FakeMollie:
             found = [_public(c) for c in account.chargebacks.values() if c["paymentId"] == payment["id"]]
             return 200, self._list("chargebacks", found, f"/v2/payments/{payment['id']}/chargebacks")
         raise MollieFailure(404, "The resource does not exist.")
+
+    def _settlements(self, account: _Account, parts: list[str], query: dict[str, str]) -> dict[str, Any]:
+        """`GET /v2/settlements`, `/v2/settlements/{id}` and its `/payments`, `/refunds`,
+        `/chargebacks`: lists newest first, paginated with `from` and `limit` (up to 250)."""
+        if not parts:
+            found = [_public(s) for s in reversed(account.settlements.values())]
+            return self._paged("settlements", found, "/v2/settlements", query)
+        settlement = account.settlements.get(parts[0])
+        if settlement is None:
+            raise MollieFailure(404, f"No settlement exists with token {parts[0]}.")
+        if len(parts) == 1:
+            return _public(settlement)
+        kinds = {"payments": account.payments, "refunds": account.refunds, "chargebacks": account.chargebacks}
+        if len(parts) != 2 or parts[1] not in kinds:
+            raise MollieFailure(404, "The resource does not exist.")
+        found = [_public(o) for o in reversed(kinds[parts[1]].values()) if o.get("settlementId") == parts[0]]
+        return self._paged(parts[1], found, f"/v2/settlements/{parts[0]}/{parts[1]}", query)
+
+    def _paged(
+        self, name: str, found: list[dict[str, Any]], path: str, query: dict[str, str]
+    ) -> dict[str, Any]:
+        """A page of a Mollie list: from the object `from` names (the first by default), `limit`
+        objects (1 to 250, default 50), and `_links.next` to the page that follows, if any."""
+        unknown = sorted(set(query) - {"from", "limit"})
+        if unknown:
+            raise MollieFailure(400, f"Unknown query parameter {unknown[0]}.", unknown[0])
+        limit = int(query.get("limit", "50")) if query.get("limit", "50").isdigit() else 0
+        if not 1 <= limit <= 250:
+            raise MollieFailure(400, "The limit must be between 1 and 250.", "limit")
+        start = 0
+        if "from" in query:
+            start = next((i for i, each in enumerate(found) if each["id"] == query["from"]), -1)
+            if start < 0:
+                raise MollieFailure(404, f"No {name[:-1]} exists with token {query['from']}.")
+        page, rest = found[start : start + limit], found[start + limit :]
+        following = self._link(f"{path}?from={rest[0]['id']}&limit={limit}") if rest else None
+        return {
+            "count": len(page),
+            "_embedded": {name: page},
+            "_links": {"self": self._link(path), "previous": None, "next": following},
+        }
 
     def _create_payment(self, account: _Account, data: dict[str, Any]) -> dict[str, Any]:
         unknown = sorted(set(data) - _PAYMENT_PARAMS)

@@ -10,10 +10,10 @@ speaks, at the HTTP boundary, the part of Stripe's API payorch uses, the way Str
 - `Idempotency-Key` on POSTs, per account: the same key with the same parameters replays the first
   answer, its body byte for byte even when the object changed since (header `Idempotent-Replayed:
   true`), with other parameters it is 400 `idempotency_error`;
-- Stripe's objects (`balance`, `webhook_endpoint`, `checkout.session`, `payment_intent`, `refund`,
-  `dispute`, `event`, `list`) with Stripe's id prefixes, and Stripe's error shape
-  `{"error": {"type", "code", "message", "param"}}` (400 `parameter_missing`, `parameter_unknown`,
-  `resource_missing`, `amount_too_large`...);
+- Stripe's objects (`balance`, `webhook_endpoint`, `checkout.session`, `payment_intent`, `charge`,
+  `refund`, `dispute`, `balance_transaction`, `payout`, `event`, `list`) with Stripe's id prefixes,
+  and Stripe's error shape `{"error": {"type", "code", "message", "param"}}` (400
+  `parameter_missing`, `parameter_unknown`, `resource_missing`, `amount_too_large`...);
 - scripted failures (`fail_next`): an error status, or an answer delayed past the caller's deadline.
 
 The test moves Stripe's side along (`pay`, `decline`, `complete_delayed` and `pay_delayed` for a
@@ -21,6 +21,13 @@ delayed notification payment method, `expire`, `settle_refund`, `lose_dispute`),
 event Stripe would send, and `deliver`s it: signed `Stripe-Signature: t=<unix>,v1=<hex
 HMAC-SHA256 of "{t}.{payload}">` with each subscribed endpoint's `whsec_` secret, POSTed to the
 endpoint's URL through an httpx client the test gives (an ASGI transport to payorch's app).
+
+Money moves as on Stripe: a charge that succeeds (a paid checkout, or `charge` outside any
+checkout) makes a `charge` balance transaction with Stripe's fee (`fee_of`, `fee_details`), available
+`available_after_days` later at midnight UTC; a refund debits one when created (`refund`) and credits
+it back if it fails (`refund_failure`); `pay_out` makes an automatic payout of transactions, which
+`GET /v1/balance_transactions?payout=po_...` lists. Lists page as Stripe's do: newest first,
+`limit` up to 100, `starting_after`, `has_more`; `created` and `arrival_date` bounds; `expand[]`.
 
 Every request is recorded (`requests`, `requests_to`, `only`) so tests assert exactly what payorch sent.
 A Checkout Session's hosted page, for a browser, is served too (tests/fake_stripe_checkout.py).
@@ -78,6 +85,36 @@ _CHECKOUT_PARAMS = {
 }
 _REFUND_PARAMS = {"payment_intent", "charge", "amount", "reason", "metadata"}
 _ENDPOINT_PARAMS = {"url", "enabled_events", "api_version", "description", "metadata"}
+_BALANCE_LIST_PARAMS = {
+    "created",
+    "currency",
+    "ending_before",
+    "expand",
+    "limit",
+    "payout",
+    "source",
+    "starting_after",
+    "type",
+}
+_PAYOUT_LIST_PARAMS = {
+    "arrival_date",
+    "created",
+    "destination",
+    "ending_before",
+    "expand",
+    "limit",
+    "starting_after",
+    "status",
+}
+_REPORTING_CATEGORIES = {
+    "charge": "charge",
+    "payment": "charge",
+    "refund": "refund",
+    "refund_failure": "refund_failure",
+    "payout": "payout",
+    "stripe_fee": "fee",
+    "adjustment": "other_adjustment",
+}
 
 
 class StripeFailure(Exception):
@@ -195,6 +232,10 @@ class _Account:
     checkouts: dict[str, dict[str, Any]] = field(default_factory=dict)
     payment_intents: dict[str, dict[str, Any]] = field(default_factory=dict)
     refunds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    charges: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Oldest first; listed newest first, as Stripe lists.
+    balance_transactions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    payouts: dict[str, dict[str, Any]] = field(default_factory=dict)
     # By Idempotency-Key: the first request's (method, path, body), and its answer's status and JSON body.
     idempotent: dict[str, tuple[tuple[str, str, bytes], int, str]] = field(default_factory=dict)
 
@@ -214,6 +255,10 @@ class FakeStripe:
         self._event_accounts: dict[str, _Account] = {}  # by event id
         self._script: deque[tuple[str, str, ScriptedFailure]] = deque()
         self._numbers = itertools.count(1)
+        # Stripe's fee for a payment of `amount` minor units (2.9% + 30, Stripe's standard card
+        # pricing in the US), and how many days after it the money is available.
+        self.fee_of: Callable[[int], int] = lambda amount: round(amount * 0.029) + 30
+        self.available_after_days = 2
 
     # What the test sets up and reads
 
@@ -297,6 +342,8 @@ class FakeStripe:
             "last_payment_error": None,
         }
         account.payment_intents[intent["id"]] = intent
+        if status == "succeeded":
+            self._charged(account, intent, checkout["payment_method_types"][0])
         return intent
 
     def pay_delayed(self, checkout_id: str) -> dict[str, Any]:
@@ -307,6 +354,7 @@ class FakeStripe:
         account = self._account_of("checkouts", checkout_id)
         intent = account.payment_intents[checkout["payment_intent"]]
         intent.update(status="succeeded", amount_received=intent["amount"])
+        self._charged(account, intent, checkout["payment_method_types"][0])
         checkout["payment_status"] = "paid"
         return self._event(account, "checkout.session.async_payment_succeeded", checkout)
 
@@ -354,6 +402,9 @@ class FakeStripe:
         if status in ("failed", "canceled"):
             intent = account.payment_intents[refund["payment_intent"]]
             intent["refunded"] -= refund["amount"]
+            self._transaction(
+                account, "refund_failure", refund["amount"], refund["currency"], refund["id"], fee=0
+            )
         return self._event(account, "refund.failed" if status == "failed" else "refund.updated", refund)
 
     def charge_refunded(self, payment_intent_id: str) -> dict[str, Any]:
@@ -397,6 +448,162 @@ class FakeStripe:
         return self._event(
             self._account_of("payment_intents", payment_intent_id), "charge.dispute.closed", dispute
         )
+
+    # Money moving: balance transactions and payouts
+
+    def charge(
+        self, api_key: str, amount: int, currency: str = "pln", method: str = "card"
+    ) -> dict[str, Any]:
+        """A payment made on the account outside any Checkout Session payorch made (another
+        integration, the dashboard): a succeeded PaymentIntent, its charge and their balance
+        transaction. No event is given: payorch never hears of it."""
+        account = self._accounts[api_key]
+        intent = {
+            "id": self._id("pi_"),
+            "object": "payment_intent",
+            "amount": amount,
+            "amount_received": amount,
+            "currency": currency,
+            "status": "succeeded",
+            "latest_charge": self._id("ch_"),
+            "metadata": {},
+            "refunded": 0,
+            "last_payment_error": None,
+        }
+        account.payment_intents[intent["id"]] = intent
+        self._charged(account, intent, method)
+        return intent
+
+    def add_transaction(
+        self,
+        api_key: str,
+        transaction_type: str,
+        amount: int,
+        currency: str = "pln",
+        *,
+        source: str | None = None,
+        fee: int = 0,
+        reporting_category: str | None = None,
+    ) -> dict[str, Any]:
+        """A balance transaction of any other kind (an `adjustment`, a `stripe_fee`...)."""
+        return self._transaction(
+            self._accounts[api_key], transaction_type, amount, currency, source, fee, reporting_category
+        )
+
+    def transaction_of(self, source: str) -> dict[str, Any]:
+        """The (first) balance transaction of `source` (a charge `ch_...`, a refund `re_...`)."""
+        return next(
+            t
+            for a in self._accounts.values()
+            for t in a.balance_transactions.values()
+            if t["source"] == source
+        )
+
+    def pay_out(
+        self, api_key: str, transaction_ids: list[str] | None = None, *, amount: int | None = None
+    ) -> dict[str, Any]:
+        """An automatic payout of `transaction_ids` (default: every transaction not paid out yet),
+        arriving on the day the last of them is available; its amount the sum of their nets unless
+        the test says otherwise (a payout that does not add up). Its own `payout` transaction
+        debits the balance."""
+        account = self._accounts[api_key]
+        carried = [
+            account.balance_transactions[t]
+            for t in transaction_ids
+            or [
+                t["id"]
+                for t in account.balance_transactions.values()
+                if t["type"] != "payout" and not t["_payout"]
+            ]
+        ]
+        assert carried, "nothing to pay out"
+        payout = {
+            "id": self._id("po_"),
+            "object": "payout",
+            "amount": sum(t["net"] for t in carried) if amount is None else amount,
+            "currency": carried[0]["currency"],
+            "arrival_date": max(t["available_on"] for t in carried),
+            "automatic": True,
+            "method": "standard",
+            "status": "paid",
+            "type": "bank_account",
+            "created": self.now(),
+            "livemode": False,
+        }
+        account.payouts[payout["id"]] = payout
+        for transaction in carried:
+            transaction["_payout"] = payout["id"]
+        payout["balance_transaction"] = self._transaction(
+            account, "payout", -payout["amount"], payout["currency"], payout["id"], fee=0
+        )["id"]
+        return payout
+
+    def _charged(self, account: _Account, intent: dict[str, Any], method: str) -> None:
+        """The PaymentIntent's charge succeeded: the charge, and its balance transaction with
+        Stripe's fee."""
+        charge = {
+            "id": intent["latest_charge"],
+            "object": "charge",
+            "amount": intent["amount"],
+            "amount_captured": intent["amount"],
+            "currency": intent["currency"],
+            "payment_intent": intent["id"],
+            "paid": True,
+            "status": "succeeded",
+            "payment_method_details": {"type": method},
+            "created": self.now(),
+        }
+        account.charges[charge["id"]] = charge
+        fee = self.fee_of(intent["amount"])
+        charge["balance_transaction"] = self._transaction(
+            account, "charge", intent["amount"], intent["currency"], charge["id"], fee
+        )["id"]
+
+    def _transaction(
+        self,
+        account: _Account,
+        transaction_type: str,
+        amount: int,
+        currency: str,
+        source: str | None,
+        fee: int,
+        reporting_category: str | None = None,
+    ) -> dict[str, Any]:
+        """A balance transaction created now, available `available_after_days` later (midnight
+        UTC, as Stripe's `available_on` is)."""
+        now = self.now()
+        available_on = (now // 86400 + (self.available_after_days if amount > 0 else 0)) * 86400
+        transaction = {
+            "id": self._id("txn_"),
+            "object": "balance_transaction",
+            "amount": amount,
+            "available_on": max(available_on, now // 86400 * 86400),
+            "created": now,
+            "currency": currency,
+            "description": None,
+            "exchange_rate": None,
+            "fee": fee,
+            "fee_details": [
+                {
+                    "amount": fee,
+                    "application": None,
+                    "currency": currency,
+                    "description": "Stripe processing fees",
+                    "type": "stripe_fee",
+                }
+            ]
+            if fee
+            else [],
+            "net": amount - fee,
+            "reporting_category": reporting_category
+            or _REPORTING_CATEGORIES.get(transaction_type, "other_adjustment"),
+            "source": source,
+            "status": "available" if available_on <= now else "pending",
+            "type": transaction_type,
+            "_payout": None,
+        }
+        account.balance_transactions[transaction["id"]] = transaction
+        return transaction
 
     async def deliver(
         self,
@@ -550,7 +757,50 @@ class FakeStripe:
                 "has_more": len(found) > limit,
                 "data": found[:limit],
             }
+        if (method, path) == ("GET", "/v1/balance_transactions"):
+            return self._list_transactions(account, query)
+        if (method, path) == ("GET", "/v1/payouts"):
+            _unknown(query, _PAYOUT_LIST_PARAMS)
+            found = [
+                _public(p)
+                for p in reversed(account.payouts.values())
+                if _within(p["arrival_date"], query.get("arrival_date"), "arrival_date")
+                and _within(p["created"], query.get("created"), "created")
+                and query.get("status") in (None, p["status"])
+            ]
+            return _page(found, query, "/v1/payouts")
         raise StripeFailure(404, "invalid_request_error", f"Unrecognized request URL ({method}: {path}).")
+
+    def _list_transactions(self, account: _Account, query: dict[str, Any]) -> dict[str, Any]:
+        """`GET /v1/balance_transactions`: newest first, filtered as asked; `expand[]=data.source`
+        puts each one's source object in place of its id."""
+        _unknown(query, _BALANCE_LIST_PARAMS)
+        payout = query.get("payout")
+        if payout is not None and payout not in account.payouts:
+            raise _no_such("payout", payout, "payout")
+        expand = query.get("expand") or []
+        found = []
+        for transaction in reversed(account.balance_transactions.values()):
+            if not _within(transaction["created"], query.get("created"), "created"):
+                continue
+            if any(
+                query.get(name) not in (None, transaction[name]) for name in ("currency", "source", "type")
+            ):
+                continue
+            if payout is not None and transaction["_payout"] != payout:
+                continue
+            shown = _public(transaction)
+            if "data.source" in expand and shown["source"]:
+                shown["source"] = _public(self._source(account, shown["source"]))
+            found.append(shown)
+        return _page(found, query, "/v1/balance_transactions")
+
+    def _source(self, account: _Account, source_id: str) -> dict[str, Any]:
+        for kind in ("charges", "refunds", "payouts"):
+            found: dict[str, Any] | None = getattr(account, kind).get(source_id)
+            if found is not None:
+                return found
+        return {"id": source_id, "object": "unknown"}
 
     def _create_endpoint(self, account: _Account, form: dict[str, Any]) -> dict[str, Any]:
         _unknown(form, _ENDPOINT_PARAMS)
@@ -719,6 +969,10 @@ class FakeStripe:
             "created": self.now(),
         }
         account.refunds[refund["id"]] = refund
+        # Stripe debits a refund from the balance when it is created (a failure credits it back).
+        refund["balance_transaction"] = self._transaction(
+            account, "refund", -amount, refund["currency"], refund["id"], fee=0
+        )["id"]
         return refund
 
     # Bookkeeping
@@ -752,6 +1006,43 @@ class FakeStripe:
         self.events.append(event)
         self._event_accounts[event["id"]] = account
         return event
+
+
+def _within(value: int, bounds: Any, param: str) -> bool:
+    """Whether `value` is within a list filter's bounds (`created[gte]=...`, or one exact value)."""
+    if bounds is None:
+        return True
+    if not isinstance(bounds, dict):
+        return value == _integer(bounds, param)
+    _unknown(bounds, {"gt", "gte", "lt", "lte"})
+    tests = {
+        "gt": lambda bound: value > bound,
+        "gte": lambda bound: value >= bound,
+        "lt": lambda bound: value < bound,
+        "lte": lambda bound: value <= bound,
+    }
+    return all(tests[name](_integer(bound, f"{param}[{name}]")) for name, bound in bounds.items())
+
+
+def _page(found: list[dict[str, Any]], query: dict[str, Any], url: str) -> dict[str, Any]:
+    """One page of a list, as Stripe paginates: `limit` (1 to 100, default 10) objects after the
+    one `starting_after` names, and whether more follow (`has_more`)."""
+    limit = _integer(query.get("limit", "10"), "limit", 1)
+    if limit > 100:
+        raise StripeFailure(
+            400,
+            "invalid_request_error",
+            "This value must be less than or equal to 100.",
+            "parameter_invalid_integer",
+            "limit",
+        )
+    after = query.get("starting_after")
+    if after is not None:
+        index = next((i for i, each in enumerate(found) if each["id"] == after), None)
+        if index is None:
+            raise _no_such("object", after, "starting_after")
+        found = found[index + 1 :]
+    return {"object": "list", "url": url, "has_more": len(found) > limit, "data": found[:limit]}
 
 
 def _public(found: dict[str, Any]) -> dict[str, Any]:

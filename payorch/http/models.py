@@ -445,9 +445,11 @@ CredentialValue = Annotated[str, StringConstraints(min_length=1, max_length=500)
 
 class ProviderCredentials(Body):
     """A provider's API key (`apiKey`), or for PayU the five values of a point of sale (each
-    required for PayU, and only for it)."""
+    required for PayU, and only for it); for Mollie, optionally an organization access token
+    besides the key (`organizationToken`: reconciliation reads settlements with it)."""
 
     apiKey: CredentialValue | None = None
+    organizationToken: CredentialValue | None = None
     posId: CredentialValue | None = None
     clientId: CredentialValue | None = None
     clientSecret: CredentialValue | None = None

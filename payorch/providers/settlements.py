@@ -80,3 +80,14 @@ class ReportsSettlements(Protocol):
     def payouts(self, credentials: Credentials, first: date, last: date) -> AsyncIterator[Payout]:
         """Every payout arriving on the UTC days `first` to `last`, page by page."""
         ...
+
+
+@runtime_checkable
+class ListsPayoutItems(Protocol):
+    """A `ReportsSettlements` provider that can say which items one payout carried (Stripe:
+    balance transactions by payout; Mollie: a settlement's payments, refunds and chargebacks), so
+    that reconciliation checks the payout's amount against its items' nets."""
+
+    def payout_items(self, credentials: Credentials, payout: Payout) -> AsyncIterator[SettledItem]:
+        """Every item `payout` carried, each with its `payout_id`, page by page."""
+        ...

@@ -1,7 +1,9 @@
 """Applying a provider's verified event: once per (provider, application, event id), in one
 transaction with the state change and the webhook event it emits. An event about the session's
 open attempt is the session's; one about an attempt that has ended (its checkout found in
-`payment_attempts`) is that attempt's (`engine.payments.late_payments`)."""
+`payment_attempts`) is that attempt's (`engine.payments.late_payments`). A payment's success that
+names the provider's id of the payment (Stripe's PaymentIntent) keeps it with its checkout
+(`storage.payment_references`), for reconciliation."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from payorch.engine.payments.refunds import apply_refund_outcome
 from payorch.engine.payments.states import PAID, SessionEvent
 from payorch.metrics import Metrics
 from payorch.providers.base import CheckoutClosed, EventKind, ProviderEvent
-from payorch.storage import attempts, provider_events_seen, sessions
+from payorch.storage import attempts, payment_references, provider_events_seen, sessions
 from payorch.storage.database import Connection
 from payorch.storage.database_thread import on_database_thread
 
@@ -84,6 +86,16 @@ class ApplyProviderEvent:
         if not await provider_events_seen.first_sighting(conn, self.provider, application_id, self.event.id):
             return UNCHANGED
         event = self.event
+        if event.kind is EventKind.PAYMENT_SUCCEEDED and event.checkout_reference and event.payment_reference:
+            # The payment's own id, where the provider's differs from its checkout's (Stripe's
+            # PaymentIntent): reconciliation matches the provider's settled items by it.
+            await payment_references.record_payment_reference(
+                conn,
+                application_id=application_id,
+                provider=self.provider,
+                checkout_reference=event.checkout_reference,
+                payment_reference=event.payment_reference,
+            )
         if (
             event.kind in (EventKind.REFUND_SUCCEEDED, EventKind.REFUND_FAILED)
             and event.refund_id is not None

@@ -120,7 +120,7 @@ def _refused(form: str, ticked: list[str], error: domain.DomainError) -> Refused
 
 
 # Every credential field a provider of payorch's may take besides `apiKey`.
-_CREDENTIAL_FIELDS = ("posId", "clientId", "clientSecret", "secondKey", "environment")
+_CREDENTIAL_FIELDS = ("posId", "clientId", "clientSecret", "secondKey", "environment", "organizationToken")
 
 
 def _credentials(form: MultiDict[str, str]) -> dict[str, str]:

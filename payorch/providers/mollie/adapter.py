@@ -13,6 +13,9 @@ Python SDK (`mollie-api-python`).
 - A refund is a Mollie refund of the payment (Refunds API), tagged with payorch's refund id.
 - When payorch expires a session it cancels the Mollie payment where Mollie allows it
   (`isCancelable`), so the customer cannot pay after the merchant was told `session.expired`.
+- What Mollie settled (settlements, their payments, refunds, chargebacks and costs) is read for
+  reconciliation with the organization access token an account may be linked with besides its API
+  key (`credentials`, `settlements`); without one, reading raises `OrganizationTokenMissing`.
 - Mollie sends the customer back after any final status (`redirectUrl`, `cancelUrl` when they
   cancel): both are payorch's return route (`providers.base.return_url`), where `checkout_state`
   reads the payment (`events.payment_state`).
@@ -31,8 +34,9 @@ from __future__ import annotations
 
 import logging
 import math
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import date
+from functools import partial
 from typing import Any, Final, TypeVar, cast
 
 import trio
@@ -71,7 +75,16 @@ from payorch.providers.base import (
     refuse_outside_limits,
     return_url,
 )
+from payorch.providers.mollie import settlements
 from payorch.providers.mollie.amounts import MOLLIE_METHODS, PAYMENT_METHODS, mollie_limits, to_mollie_amount
+from payorch.providers.mollie.credentials import (
+    API_KEY,
+    CREDENTIAL_FIELDS,
+    KEY_FORMAT,
+    MollieAccount,
+    account_from_fields,
+    opened,
+)
 from payorch.providers.mollie.events import (
     chargeback_outcome,
     has_link,
@@ -81,14 +94,14 @@ from payorch.providers.mollie.events import (
     refund_outcome,
 )
 from payorch.providers.mollie.threads import AccountThreads
+from payorch.providers.settlements import Payout, SettledItem
+from payorch.values.secretbox import key_fingerprint
 
 log = logging.getLogger("payorch.providers.mollie")
 T = TypeVar("T")
 
 # What linking registers: nothing at Mollie; each payment carries payorch's endpoint as `webhookUrl`.
 WEBHOOK_PER_PAYMENT: Final = "webhookUrl per payment"
-# The SDK's own rule for API keys, checked before the SDK sees a key: its error would quote the key.
-_API_KEY: Final = re.compile(r"(live|test)_\w+")
 _DESCRIPTION_MAX: Final = 255  # Mollie's limit on a payment's description
 _LIST_LIMIT: Final = 250  # Mollie's largest page of refunds or chargebacks
 # The locales Mollie's checkout speaks (create-payment `locale`); payorch's are the same `xx_YY` form.
@@ -116,8 +129,10 @@ class MollieProvider:
     name = "mollie"
     display_name = "Mollie"
     event_delivery: EventDelivery = "per_payment_url"
-    key_format = "An API key from Mollie's dashboard: test_... in test mode (live_... takes real payments)."
+    key_format = KEY_FORMAT
     payment_methods = PAYMENT_METHODS
+    credential_fields = CREDENTIAL_FIELDS
+    settlement_lag_days = settlements.SETTLEMENT_LAG_DAYS
 
     def __init__(
         self,
@@ -135,6 +150,16 @@ class MollieProvider:
         # its own share, never on the others' (`threads`).
         self._threads = AccountThreads(max_concurrent_calls, per_account=max(1, max_concurrent_calls // 4))
 
+    # TakesCredentialFields: the API key, and optionally an organization access token
+
+    def credentials_from(self, fields: Mapping[str, str]) -> Credentials:
+        """See `credentials.account_from_fields`: an API key alone is sealed as it always was."""
+        return account_from_fields(fields).sealed_form()
+
+    def fingerprint(self, credentials: Credentials) -> str:
+        """The API key's fingerprint, as for any key."""
+        return key_fingerprint(opened(credentials).api_key)
+
     # The Provider interface
 
     def limits(self, currency: str, payment_method: str) -> Limits | None:
@@ -144,7 +169,8 @@ class MollieProvider:
     async def validate_credentials(self, credentials: Credentials) -> None:
         """List one payment: the cheapest call that needs a valid API key. `CredentialsRejected`
         with Mollie's reason when it answers 401, or when the key is not a Mollie API key at all."""
-        if not _API_KEY.fullmatch(credentials.api_key):
+        account = opened(credentials)
+        if not API_KEY.fullmatch(account.api_key):
             raise CredentialsRejected("Mollie API keys start with live_ or test_")
         try:
             await self._run(credentials, lambda client: client.payments.list(limit=1))
@@ -152,6 +178,19 @@ class MollieProvider:
             raise CredentialsRejected(f"Mollie answered 401: {_reason(error)}") from None
         except Error as error:
             raise _unavailable("check the key", error) from error
+        if account.organization_token is None:
+            return
+        try:  # the token's scopes: it reads settlements
+            await self._run(credentials, lambda client: client.settlements.list(limit=1), organization=True)
+        except ResponseError as error:
+            if error.status in (401, 403):
+                raise CredentialsRejected(
+                    f"Mollie answered {error.status} for the organization access token: {_reason(error)}",
+                    fields=("organizationToken",),
+                ) from None
+            raise _unavailable("check the organization access token", error) from error
+        except Error as error:
+            raise _unavailable("check the organization access token", error) from error
 
     async def register_webhook(self, credentials: Credentials, url: str) -> WebhookRegistration:
         """Nothing to register: Mollie's Webhooks API does not take API keys, so each payment names
@@ -281,18 +320,85 @@ class MollieProvider:
         except Error as error:
             raise _unavailable("read the payment its webhook names", error) from error
 
+    # What Mollie settled (`providers.settlements`, `settlements`)
+
+    async def settled_items(
+        self, credentials: Credentials, first: date, last: date
+    ) -> AsyncIterator[SettledItem]:
+        """The payments, refunds, chargebacks and costs of every settlement paid out on the UTC days
+        `first` to `last`. `OrganizationTokenMissing` for an account linked without one;
+        `ProviderError` when Mollie fails mid-way (a 429, a 5xx)."""
+        async for payout in self.payouts(credentials, first, last):
+            async for item in self.payout_items(credentials, payout):
+                yield item
+
+    async def payouts(self, credentials: Credentials, first: date, last: date) -> AsyncIterator[Payout]:
+        """The settlements paid out on the UTC days `first` to `last`, newest first; errors as above."""
+        cursor: str | None = None
+        while True:
+            found, cursor = await self._read_settlements(
+                credentials,
+                "list the settlements",
+                partial(settlements.settlements_page, cursor=cursor),
+            )
+            for each in found:
+                payout = settlements.payout(each)
+                if payout is not None and first <= payout.arrives_on <= last:
+                    yield payout
+            if cursor is None or settlements.is_older(found, first):
+                return
+
+    async def payout_items(self, credentials: Credentials, payout: Payout) -> AsyncIterator[SettledItem]:
+        """The payments, refunds and chargebacks the settlement `payout` carried, and its costs."""
+        for which, (_, name, kind) in enumerate(settlements.ITEM_LISTS):
+            cursor: str | None = None
+            while True:
+                found, cursor = await self._read_settlements(
+                    credentials,
+                    f"list the settlement's {name}",
+                    partial(
+                        settlements.items_page, settlement_id=payout.payout_id, which=which, cursor=cursor
+                    ),
+                )
+                for each in found:
+                    yield settlements.settled_item(each, kind, payout)
+                if cursor is None:
+                    break
+        settled = await self._read_settlements(
+            credentials,
+            "read the settlement",
+            lambda client: settlements.settlement(client, payout.payout_id),
+        )
+        for item in settlements.cost_items(settled, payout):
+            yield item
+
+    async def _read_settlements(
+        self, credentials: Credentials, action: str, work: Callable[[Client], T]
+    ) -> T:
+        """`work` with the account's organization access token; Mollie's errors as `ProviderError`."""
+        if opened(credentials).organization_token is None:
+            raise settlements.OrganizationTokenMissing()
+        try:
+            return await self._run(credentials, work, organization=True)
+        except Error as error:
+            raise _unavailable(action, error) from error
+
     # The SDK, off the Trio thread
 
-    async def _run(self, credentials: Credentials, work: Callable[[Client], T]) -> T:
-        """`work(client)` in a worker thread, with a client of its own for `credentials`; abandoned
-        (left to finish within the SDK's timeout) when the caller is cancelled."""
-        if not _API_KEY.fullmatch(credentials.api_key):
+    async def _run(
+        self, credentials: Credentials, work: Callable[[Client], T], *, organization: bool = False
+    ) -> T:
+        """`work(client)` in a worker thread, with a client of its own for `credentials` (their
+        organization access token when `organization`, else their API key); abandoned (left to
+        finish within the SDK's timeout) when the caller is cancelled."""
+        account = opened(credentials)
+        if not API_KEY.fullmatch(account.api_key):
             raise ProviderError("the stored key is not a Mollie API key")
         api_base, timeout_s = self._api_base, self._timeout_s
 
         def in_thread() -> T:
             client = Client(api_endpoint=api_base, timeout=timeout_s, retry=0)
-            client.set_api_key(credentials.api_key)
+            _authenticate(client, account, organization)
             try:
                 return work(client)
             finally:
@@ -302,7 +408,7 @@ class MollieProvider:
 
         # Trio takes any "CapacityLimiter-like object" (acquire/release_on_behalf_of); its type says
         # CapacityLimiter only.
-        limiter = cast(trio.CapacityLimiter, self._threads.limiter(credentials.api_key))
+        limiter = cast(trio.CapacityLimiter, self._threads.limiter(account.api_key))
         return await trio.to_thread.run_sync(in_thread, abandon_on_cancel=True, limiter=limiter)
 
     def _payment_params(self, request: CheckoutRequest) -> dict[str, Any]:
@@ -324,6 +430,13 @@ class MollieProvider:
         if request.locale in _LOCALES:
             params["locale"] = request.locale
         return params
+
+
+def _authenticate(client: Client, account: MollieAccount, organization: bool) -> None:
+    if organization and account.organization_token is not None:
+        client.set_access_token(account.organization_token)
+    else:
+        client.set_api_key(account.api_key)
 
 
 def _embedded(listing: Mapping[str, Any], name: str) -> list[Mapping[str, Any]]:

@@ -14,6 +14,8 @@
   and `unpaid` until `checkout.session.async_payment_succeeded` or `_failed`) or else the last
   decline of its PaymentIntent (`last_payment_error`).
 - A lost dispute names only its PaymentIntent: `resolve_event` reads payorch's session id from it.
+- What Stripe settled (balance transactions, payouts) is read for reconciliation (`settlements`);
+  a payment is matched by its PaymentIntent id, which payorch keeps when the checkout is paid.
 
 Every call carries the idempotency key payorch derives from its own ids; the SDK retries network
 errors, 409 and 5xx with it, and this adapter retries a 429. Stripe's errors become `ProviderError`
@@ -24,11 +26,11 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import replace
-from datetime import datetime
+from datetime import date, datetime
 from functools import partial
-from typing import TYPE_CHECKING, Final, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, cast
 
 import stripe
 import tenacity
@@ -53,6 +55,7 @@ from payorch.providers.base import (
     refuse_outside_limits,
     return_url,
 )
+from payorch.providers.settlements import Payout, SettledItem
 from payorch.providers.stripe.amounts import PAYMENT_METHODS, stripe_limits, to_stripe_amount
 from payorch.providers.stripe.events import (
     endpoint_params,
@@ -61,6 +64,13 @@ from payorch.providers.stripe.events import (
     payorch_session_id,
     refund_outcome,
 )
+from payorch.providers.stripe.settlements import (
+    SETTLEMENT_LAG_DAYS,
+    PageReader,
+    balance_items,
+    payout_items,
+)
+from payorch.providers.stripe.settlements import payouts as stripe_payouts
 
 if TYPE_CHECKING:
     from stripe.params import RefundCreateParams
@@ -316,7 +326,7 @@ class StripeProvider:
             # charge.refunded (or refund.updated) reports it.
             outcomes = [refund_outcome(f"{event.id}/{r.id}", r.to_dict()) for r in refunds.data]
             return [o for o in outcomes if o.kind is not EventKind.IGNORED and o.refund_id is not None]
-        if event.session_id is not None:
+        if event.session_id is not None or event.kind is EventKind.PAYMENT_SUCCEEDED:
             return [event]
         try:
             intent = await self._request(lambda: client.v1.payment_intents.retrieve_async(reference))
@@ -325,6 +335,34 @@ class StripeProvider:
         except stripe.StripeError as error:
             raise _unavailable("read the disputed payment", error) from error
         return [replace(event, session_id=payorch_session_id(intent.metadata.to_dict()))]
+
+    # What Stripe settled (`providers.settlements`, `settlements`)
+
+    settlement_lag_days = SETTLEMENT_LAG_DAYS
+
+    def settled_items(self, credentials: Credentials, first: date, last: date) -> AsyncIterator[SettledItem]:
+        """The balance transactions available on the UTC days `first` to `last`; `ProviderError`
+        when Stripe fails mid-way (a 429 after the retries, a 5xx)."""
+        read = self._pages_of(self._client(credentials).v1.balance_transactions.list_async)
+        return _reading("list the balance transactions", balance_items(read, first, last))
+
+    def payouts(self, credentials: Credentials, first: date, last: date) -> AsyncIterator[Payout]:
+        """The payouts arriving on the UTC days `first` to `last`; `ProviderError` as above."""
+        read = self._pages_of(self._client(credentials).v1.payouts.list_async)
+        return _reading("list the payouts", stripe_payouts(read, first, last))
+
+    def payout_items(self, credentials: Credentials, payout: Payout) -> AsyncIterator[SettledItem]:
+        """The balance transactions `payout` carried; `ProviderError` as above."""
+        read = self._pages_of(self._client(credentials).v1.balance_transactions.list_async)
+        return _reading("list the payout's balance transactions", payout_items(read, payout.payout_id))
+
+    def _pages_of(self, list_async: Callable[[Any], Awaitable[Any]]) -> PageReader:
+        """A reader of one page of a Stripe list, retried on a 429 as every call."""
+
+        async def read_page(params: dict[str, Any]) -> Any:
+            return await self._request(lambda: list_async(params))
+
+        return read_page
 
     # Stripe's side
 
@@ -397,6 +435,15 @@ class StripeProvider:
                 "could not delete an earlier Stripe webhook endpoint; Stripe disables it once it fails on",
                 extra={"url": url, "error": _described(error)},
             )
+
+
+async def _reading(action: str, found: AsyncIterator[T]) -> AsyncIterator[T]:
+    """`found`, with Stripe's errors as `ProviderError`."""
+    try:
+        async for each in found:
+            yield each
+    except stripe.StripeError as error:
+        raise _unavailable(action, error) from error
 
 
 def _described(error: stripe.StripeError) -> str:

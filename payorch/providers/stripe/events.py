@@ -107,6 +107,11 @@ def _about_checkout(
         or _uuid(_metadata(checkout, "payorch_session_id")),
         checkout_reference=_text(checkout.get("id")),
         reason=reason,
+        # The PaymentIntent a paid checkout made: payorch keeps it, as Stripe's balance
+        # transactions name a payment by it (`settlements`).
+        payment_reference=_text(checkout.get("payment_intent"))
+        if kind is EventKind.PAYMENT_SUCCEEDED
+        else None,
     )
 
 
