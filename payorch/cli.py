@@ -12,6 +12,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
+from decimal import Decimal
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -30,7 +31,7 @@ from payorch.config import (
     redacted,
     workers_setting,
 )
-from payorch.config_checks import check_database_settings, check_settings, load_checked_settings
+from payorch.config_checks import bind_in_use, check_database_settings, check_settings, load_checked_settings
 from payorch.logs import configure_logging, set_log_level
 
 # The service, the database and the engine are imported by the commands that use them, when they
@@ -235,7 +236,7 @@ async def _invite(settings: Settings, email: str, as_json: bool) -> None:
 def _check_config(settings: Settings, path: Path, as_json: bool) -> None:
     shown = redacted(settings)
     if as_json:
-        print(json.dumps(shown, indent=2))
+        print(json.dumps(shown, indent=2, default=str))  # a Decimal (a fee's percent) as its exact text
         return
     print(f"# {path}: valid. The configuration as it takes effect (PAYORCH_* variables applied, paths")
     print(f"# resolved, an empty public_base_url following bind), every secret shown as {REDACTED}.")
@@ -260,6 +261,8 @@ def _toml_value(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, int | float):
         return repr(value)
+    if isinstance(value, Decimal):
+        return str(value)  # a TOML number, exactly as written
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(item) for item in value) + "]"
     return json.dumps("" if value is None else str(value))  # a JSON string is a TOML basic string
@@ -338,6 +341,10 @@ def _serve_until_stopped(settings: Settings, path: Path, workers_option: int | L
             import payorch.service  # noqa: F401 - what `serve_as_worker` serves with
         trio.run(serve_as_worker, settings, reload_settings, assignment)
         return 0
+    in_use = bind_in_use(settings)
+    if in_use is not None:
+        print(f"payorch: {in_use}", file=sys.stderr)
+        return 2
     _warn_if_links_point_at_this_host(settings)
     workers = worker_count(workers_option or settings.server.workers)
     if workers > 1:  # the parent: it serves nothing, and leaves the service to its workers
@@ -393,7 +400,8 @@ def main(argv: list[str] | None = None) -> int:
         # needs none (only its certificate, kept there).
         settings = load_settings(path, ensure_secrets=args.command not in ("check-config", "dev-receiver"))
     except ConfigError as exc:
-        return _refused([exc], every=True)
+        # check-config lists every problem of the reading; the other commands name the first.
+        return _refused(exc.every, every=args.command == "check-config")
     # Before anything starts: what serve would fail on later (a CA bundle, the bind address...),
     # and for the commands that only reach the database, what they use of the settings.
     if args.command in ("serve", "check-config"):

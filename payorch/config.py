@@ -14,6 +14,8 @@ import secrets
 import stat
 import time
 import tomllib
+from collections.abc import Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import parse_qs, urlsplit
@@ -28,6 +30,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -67,11 +70,23 @@ MAX_WORKERS = 64
 
 class ConfigError(Exception):
     """The configuration cannot be used; the message is one line that names the key (`key`, dotted,
-    when one setting is to blame)."""
+    when one setting is to blame). `others`: the further problems found in the same reading, each a
+    `ConfigError` of its own (the message says how many: "(and N more)"), for `check-config` to list."""
 
-    def __init__(self, message: str, key: str | None = None) -> None:
+    def __init__(self, message: str, key: str | None = None, others: Sequence[ConfigError] = ()) -> None:
         super().__init__(message)
         self.key = key
+        self.others = list(others)
+
+    @property
+    def every(self) -> list[ConfigError]:
+        """This problem and the others, each with its own line (none saying "and N more")."""
+        return [ConfigError(self.first_line, self.key), *self.others] if self.others else [self]
+
+    @property
+    def first_line(self) -> str:
+        """The message without its "(and N more)"."""
+        return re.sub(r" \(and \d+ more\)$", "", str(self))
 
 
 class _Section(BaseModel):
@@ -306,10 +321,29 @@ class WebhookSettings(_Section):
         return None if value == "" else value
 
 
+class SandboxFee(_Section):
+    """What the sandbox keeps of a payment of one method: `percent` of it, plus `fixed_minor` minor
+    units of its currency."""
+
+    percent: Annotated[Decimal, Field(ge=0, le=100)] = Decimal("0")
+    fixed_minor: Annotated[int, Field(ge=0)] = 0
+
+
+class SandboxFees(_Section):
+    """The sandbox's fee per payment method."""
+
+    card: SandboxFee = SandboxFee(percent=Decimal("1.4"), fixed_minor=25)
+    apple_pay: SandboxFee = SandboxFee(percent=Decimal("1.4"), fixed_minor=25)
+    blik: SandboxFee = SandboxFee(percent=Decimal("1.0"), fixed_minor=0)
+
+
 class SandboxSettings(_Section):
     enabled: bool = True
     refund_delay_ms: Annotated[int, Field(ge=0)] = 500
     dispute_delay_ms: Annotated[int, Field(ge=0)] = 2000
+    # Days after its payment (or refund) on which the sandbox settles it (docs/reconciliation.md).
+    settlement_lag_days: Annotated[int, Field(ge=0, le=30)] = 1
+    settlement_fees: SandboxFees = SandboxFees()
 
 
 class _ExternalProviderSettings(_Section):
@@ -557,7 +591,7 @@ def load_settings(path: Path, *, ensure_secrets: bool = True) -> Settings:
     try:
         loaded: Settings = _FileSettings()
     except ValidationError as exc:
-        raise ConfigError(_first_error_line(exc), key=_error_key(exc)) from None
+        raise _first_of([_error_problem(error) for error in exc.errors()]) from None
     except SettingsError as exc:
         raise ConfigError(_environment_error_line(exc)) from None
     settings = _resolve_paths(loaded, path.resolve().parent)
@@ -577,12 +611,11 @@ def _refuse_unknown_names(path: Path, table: dict[str, Any]) -> None:
     variable, that names no setting; the values are never shown."""
     in_file = unknown_keys(Settings, table)
     in_environment = unknown_variables(Settings, os.environ, ENV_PREFIX, NOT_SETTINGS)
-    count = len(in_file) + len(in_environment)
-    more = f" (and {count - 1} more)" if count > 1 else ""
-    if in_file:
-        raise ConfigError(f"{path}: {in_file[0].text()}{more}", key=in_file[0].key)
-    if in_environment:
-        raise ConfigError(in_environment[0].text() + more, key=in_environment[0].unknown.key)
+    problems = [ConfigError(f"{path}: {name.text()}", key=name.key) for name in in_file] + [
+        ConfigError(variable.text(), key=variable.unknown.key) for variable in in_environment
+    ]
+    if problems:
+        raise _first_of(problems)
 
 
 def check_loopback_webhooks(settings: Settings) -> None:
@@ -616,23 +649,26 @@ def _is_loopback_host(host: str) -> bool:
         return False
 
 
-def _error_key(exc: ValidationError) -> str:
-    return ".".join(str(part) for part in exc.errors()[0]["loc"])
+def _first_of(problems: list[ConfigError]) -> ConfigError:
+    """The first of `problems`, saying how many more there are and carrying them (`others`)."""
+    first, others = problems[0], problems[1:]
+    more = f" (and {len(others)} more)" if others else ""
+    return ConfigError(f"{first}{more}", key=first.key, others=others)
 
 
-def _first_error_line(exc: ValidationError) -> str:
-    error = exc.errors()[0]
-    key = _error_key(exc)
-    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+def _error_problem(error: ErrorDetails) -> ConfigError:
+    """One validation error of the settings as a `ConfigError` naming its key; a value is shown
+    unless it may be a secret."""
+    key = ".".join(str(part) for part in error["loc"])
     if error["type"] == "extra_forbidden":
         # A key of a table given whole as JSON (`PAYORCH_SERVER='{"bnid": 1}'`).
         parts = [str(part) for part in error["loc"]]
         unknown = unknown_path(Settings, parts) or UnknownName(key=key, section=len(parts) == 1)
-        return f"{unknown.text()}{more}"
+        return ConfigError(unknown.text(), key=key)
     value = error.get("input")
     hidden = isinstance(value, dict) or "secret" in key or "key" in key or key == "database.url"  # a password
     shown = "" if hidden else f" (got {value!r})"
-    return f"invalid setting {key}: {error['msg']}{shown}{more}"
+    return ConfigError(f"invalid setting {key}: {error['msg']}{shown}", key=key)
 
 
 def _environment_error_line(exc: SettingsError) -> str:

@@ -271,6 +271,18 @@ class Metrics:
             "Payments refunded in full by payorch because another attempt of their session was paid first.",
             registry=self.registry,
         )
+        self._reconciliation_items = Counter(
+            "payorch_reconciliation_items",
+            "Items reconciliation runs stored, by provider and outcome (docs/reconciliation.md).",
+            ["provider", "outcome"],
+            registry=self.registry,
+        )
+        self._reconciliation_repairs = Counter(
+            "payorch_reconciliation_repairs",
+            "Sessions reconciliation paid: a settled payment payorch had unpaid, applied as its event.",
+            ["provider"],
+            registry=self.registry,
+        )
         self._snapshot = _SnapshotCollector()
         self.registry.register(self._snapshot)
 
@@ -310,6 +322,15 @@ class Metrics:
     def duplicate_payment_refunded(self) -> None:
         """Count a payment refunded in full because its session was paid through another attempt."""
         self._duplicates_refunded.inc()
+
+    def reconciliation_items(self, provider: str, outcome: str, count: int) -> None:
+        """Count `count` items of a reconciliation run at `provider` with `outcome`."""
+        if count:
+            self._reconciliation_items.labels(provider, outcome).inc(count)
+
+    def reconciliation_repair(self, provider: str) -> None:
+        """Count a session reconciliation paid."""
+        self._reconciliation_repairs.labels(provider).inc()
 
     def refund_transition(self, to_status: str) -> None:
         """Count a refund entering `to_status`."""

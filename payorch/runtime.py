@@ -31,6 +31,7 @@ from payorch.engine.accounts.passwords import PasswordHasher, hashes_at_once
 from payorch.engine.commands import PaymentActors
 from payorch.engine.context import Context
 from payorch.engine.provider_health import ProviderHealth, RoutingPolicy
+from payorch.engine.reconciliation.runs import ReconciliationRuns
 from payorch.engine.routing.backtest_processes import BacktestProcesses
 from payorch.http.api_key_cache import ApiKeyCache
 from payorch.http.app import create_app
@@ -90,6 +91,8 @@ def provider_adapter(
             public_base_url=settings.server.public_base_url,
             refund_delay_ms=sandbox.refund_delay_ms,
             dispute_delay_ms=sandbox.dispute_delay_ms,
+            settlement_lag_days=sandbox.settlement_lag_days,
+            settlement_fees=sandbox.settlement_fees,
             clock=clock,
         )
     # Stripe's and Mollie's SDKs are imported only when their provider is enabled: importing them
@@ -310,6 +313,8 @@ async def open_runtime(
             # interpreter; started at their first use, killed and waited for when the runtime stops.
             backtests = BacktestProcesses()
             await nursery.start(backtests.run)
+            reconciliations = ReconciliationRuns(context, actors)
+            await nursery.start(reconciliations.run)
             services = Services(
                 context=context,
                 actors=actors,
@@ -320,6 +325,7 @@ async def open_runtime(
                     settings.auth.api_key_cache_s, miss_ttl_s=settings.auth.api_key_miss_cache_s
                 ),
                 backtests=backtests,
+                reconciliations=reconciliations,
                 passwords=PasswordHasher(hashes_at_once(settings.auth.password_hashes_at_once)),
             )
             app = create_app(services)

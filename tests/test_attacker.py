@@ -40,6 +40,11 @@ VALID_BODIES: dict[tuple[str, str], Any] = {
     ("PATCH", "/api/v1/applications/<application_id>/webhooks/<webhook_id>"): {"isActive": False},
     ("POST", "/api/v1/applications/<application_id>/routing/evaluate"): session_body(),
     ("POST", "/api/v1/applications/<application_id>/routing/backtest"): {"routing": {}},
+    ("POST", "/api/v1/applications/<application_id>/reconciliations"): {
+        "provider": "sandbox",
+        "from": "2026-11-01",
+        "to": "2026-11-02",
+    },
 }
 # Routes that take no merchant credential by design: their own checks are tested elsewhere (the
 # customer pages, sandbox/ and checkout/, show the customer their own payment by its unguessable id;
@@ -74,6 +79,13 @@ async def victim(client: Client, db: Database, settings: Settings) -> dict[str, 
             headers=shop.merchant.headers,
         )
     ).get_json()
+    run = await (
+        await client.post(
+            f"/api/v1/applications/{shop.application_id}/reconciliations",
+            json={"provider": "sandbox", "from": "2026-11-01", "to": "2026-11-02"},
+            headers=shop.merchant.headers,
+        )
+    ).get_json()
     return {
         "shop": shop,
         "application_id": shop.application_id,
@@ -84,6 +96,7 @@ async def victim(client: Client, db: Database, settings: Settings) -> dict[str, 
         "delivery_id": str(uuid.uuid4()),
         "id": shop.application_id,
         "version": routing["version"],
+        "run_id": run["id"],
     }
 
 

@@ -41,6 +41,8 @@ METRIC_NAMES = {
     "payorch_payment_attempts_ended_total",
     "payorch_sessions_recovered_total",
     "payorch_duplicate_payments_refunded_total",
+    "payorch_reconciliation_items_total",
+    "payorch_reconciliation_repairs_total",
 }
 
 

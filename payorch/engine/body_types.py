@@ -52,7 +52,12 @@ CurrencyCode = Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")]
 
 # The events a merchant may subscribe to and receive: the interface's four, and a lost dispute.
 EventType = Literal[
-    "session.completed", "session.expired", "refund.completed", "refund.failed", "session.dispute_lost"
+    "session.completed",
+    "session.expired",
+    "refund.completed",
+    "refund.failed",
+    "session.dispute_lost",
+    "reconciliation.completed",
 ]
 EVENT_TYPES: tuple[EventType, ...] = get_args(EventType)
 # What a configuration created without `subscribedEvents` subscribes to: the interface's four.

@@ -25,6 +25,7 @@ from payorch.http.routes import (
     payment_methods,
     provider_events,
     providers,
+    reconciliations,
     refunds,
     routing,
     sessions,
@@ -125,9 +126,13 @@ def create_app(services: Services) -> PayorchApp:
         payment_methods.blueprint,
         refunds.blueprint,
         webhooks.blueprint,
+        reconciliations.blueprint,
         checkout_result.blueprint,
         checkout_return.blueprint,
         console.blueprint,
     ):
         app.register_blueprint(blueprint)
+    # The invite's signupUrl opened in a browser: the console's signup page (the API's POST of the
+    # same address is the accounts blueprint's).
+    app.add_url_rule("/api/v1/merchants/signup", "signup_page", console.sign_up.signup_page, methods=["GET"])
     return app

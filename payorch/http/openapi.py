@@ -255,6 +255,7 @@ TAGS = [
     Tag(name="Refunds", description="Refunds of paid sessions, in full or in part."),
     Tag(name="Payment methods", description="What an application can offer for a currency and amount."),
     Tag(name="Webhooks", description="Where payorch sends its signed events, and the delivery log."),
+    Tag(name="Reconciliation", description="What a provider settled, matched against what payorch recorded."),
     Tag(name="Provider events", description="Inbound, provider-signed events: called by providers."),
     Tag(name="Operations", description="Probes and metrics for operators."),
 ]

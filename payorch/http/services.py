@@ -14,6 +14,7 @@ from quart_trio import QuartTrio
 from payorch.engine.accounts.passwords import PasswordHasher
 from payorch.engine.commands import PaymentActors
 from payorch.engine.context import Context
+from payorch.engine.reconciliation.runs import ReconciliationRuns
 from payorch.engine.routing.backtest_processes import BacktestProcesses
 from payorch.http.api_key_cache import ApiKeyCache
 from payorch.http.request_limits import RequestLimits
@@ -31,6 +32,7 @@ class Services:
     api_keys: ApiKeyCache  # active API keys recently seen, forgotten on revocation
     passwords: PasswordHasher  # the process's turns at hashing passwords (login, signup)
     backtests: BacktestProcesses  # the worker processes routing backtests are decided in
+    reconciliations: ReconciliationRuns  # reconciliation runs, under way off the request path
 
     @property
     def webhooks(self) -> httpx.AsyncClient:

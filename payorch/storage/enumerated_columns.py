@@ -22,6 +22,7 @@ import enum
 import re
 from dataclasses import dataclass
 
+from payorch.values.reconciliation import ItemOutcome
 from payorch.values.statuses import (
     AttemptStatus,
     DeliveryStatus,
@@ -69,6 +70,7 @@ ENUMERATED_COLUMNS = (
     EnumeratedColumn("webhook_deliveries", "status", DeliveryStatus),
     EnumeratedColumn("webhook_configs", "last_test_status", WebhookTestStatus),
     EnumeratedColumn("routing_outcomes", "outcome", Outcome),
+    EnumeratedColumn("reconciliation_items", "outcome", ItemOutcome),
 )
 
 

@@ -91,7 +91,21 @@ async def _one_row_each(conn: Connection) -> dict[str, Any]:
         application,
         AttemptStatus.DECLINED,
     )
+    run = uuid.uuid4()
+    await conn.execute(
+        """INSERT INTO reconciliation_runs
+               (id, application_id, provider, first_day, last_day, state, created_at)
+           VALUES ($1, $2, 'sandbox', current_date, current_date, 'COMPLETED', now())""",
+        run,
+        application,
+    )
+    await conn.execute(
+        """INSERT INTO reconciliation_items (run_id, seq, outcome, kind, currency)
+           VALUES ($1, 1, 'MATCHED', 'PAYMENT', 'PLN')""",
+        run,
+    )
     return {
+        "reconciliation_items": run,
         "checkout_sessions": session,
         "payment_attempts": attempt,
         "refunds": refund,
@@ -104,7 +118,7 @@ async def _one_row_each(conn: Connection) -> dict[str, Any]:
 async def _set(db: Database, column: EnumeratedColumn, row: Any, value: str | None) -> None:
     async def update(conn: Connection) -> None:
         # The table and column are ENUMERATED_COLUMNS' own names; the value travels as a parameter.
-        key = "seq" if column.table == "routing_outcomes" else "id"
+        key = {"routing_outcomes": "seq", "reconciliation_items": "run_id"}.get(column.table, "id")
         statement = f"UPDATE {column.table} SET {column.column} = $1 WHERE {key} = $2"  # noqa: S608
         await conn.execute(statement, value, row)
 

@@ -19,12 +19,14 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import date
 from typing import Any
 
 import asyncpg
 
+from payorch.config import SandboxFees
 from payorch.providers.base import (
     CheckoutClosed,
     CheckoutCreated,
@@ -47,7 +49,9 @@ from payorch.providers.base import (
     return_url,
 )
 from payorch.providers.sandbox import simulator
+from payorch.providers.sandbox.settlements import SandboxSettlements
 from payorch.providers.sandbox.signing import SignatureInvalid, new_signing_secret, verify_signature
+from payorch.providers.settlements import Payout, SettledItem
 from payorch.storage import sandbox as store
 from payorch.storage.database import Connection, Database
 from payorch.storage.database_thread import on_database_thread
@@ -127,9 +131,15 @@ class SandboxProvider:
         public_base_url: str,
         refund_delay_ms: int = 500,
         dispute_delay_ms: int = 2000,
+        settlement_lag_days: int = 1,
+        settlement_fees: SandboxFees | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.clock = clock  # the sandbox's time is payorch's: its checkouts expire with the sessions
+        self.settlement_lag_days = settlement_lag_days
+        self.settlements = SandboxSettlements(
+            db, clock, settlement_lag_days, settlement_fees or SandboxFees()
+        )
         self._db = db
         self._secrets = secrets
         self._public_base_url = public_base_url.rstrip("/")
@@ -319,6 +329,16 @@ class SandboxProvider:
     async def resolve_event(self, credentials: Credentials, event: ProviderEvent) -> list[ProviderEvent]:
         """Sandbox events carry payorch's ids themselves: nothing to look up."""
         return [event]
+
+    # What it settled (`providers.settlements.ReportsSettlements`; `settlements.py` says how)
+
+    def settled_items(self, credentials: Credentials, first: date, last: date) -> AsyncIterator[SettledItem]:
+        """Every item the account settled on the UTC days `first` to `last`."""
+        return self.settlements.items(sandbox_account(credentials), first, last)
+
+    def payouts(self, credentials: Credentials, first: date, last: date) -> AsyncIterator[Payout]:
+        """Every payout of the account arriving on the UTC days `first` to `last`."""
+        return self.settlements.payouts(sandbox_account(credentials), first, last)
 
     # The sandbox's own side, for its checkout page
 

@@ -29,6 +29,7 @@ from datetime import datetime
 from typing import Any
 
 from payorch.storage import sandbox as store
+from payorch.storage import sandbox_settlements
 from payorch.storage.database import Connection
 from payorch.storage.database_thread import on_database_thread
 
@@ -61,6 +62,14 @@ class Outcome:
     failure_code: str | None = None
     refund_failure_code: str | None = None  # every later refund of the payment fails with this
     dispute_lost: bool = False  # a lost dispute follows the payment
+    settlement_quirk: str | None = None  # settles otherwise than paid (`sandbox_settlements`)
+
+
+# How a paid checkout may settle otherwise than it was paid (docs/reconciliation.md).
+SETTLED_SHORT = "short"  # 1% short, at least one minor unit
+UNREPORTED = "unreported"  # paid and settled, but no event ever tells payorch
+PAYOUT_SHORT = "payout_short"  # settled in full, in a payout one minor unit short
+UNSETTLED = "unsettled"  # paid and reported, never settled
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,30 @@ TEST_CARDS: dict[str, Instrument] = {
             "4000000000000259",
             Outcome(paid=True, dispute_lost=True),
             "payment succeeds; a lost dispute follows",
+        ),
+        Instrument(
+            "card",
+            "4000000000000077",
+            Outcome(paid=True, settlement_quirk=SETTLED_SHORT),
+            "payment succeeds; the sandbox settles it 1% short",
+        ),
+        Instrument(
+            "card",
+            "4000000000000341",
+            Outcome(paid=True, settlement_quirk=UNREPORTED),
+            "payment succeeds and settles, but no event reports it",
+        ),
+        Instrument(
+            "card",
+            "4000000000000093",
+            Outcome(paid=True, settlement_quirk=PAYOUT_SHORT),
+            "payment succeeds; the payout carrying it is one minor unit short",
+        ),
+        Instrument(
+            "card",
+            "4000000000000119",
+            Outcome(paid=True, settlement_quirk=UNSETTLED),
+            "payment succeeds and is reported, but the sandbox never settles it",
         ),
     )
 }
@@ -233,7 +266,10 @@ async def pay_checkout(
     paid = await store.mark_checkout_paid(
         conn, checkout.id, refund_failure_code=outcome.refund_failure_code, now=now
     )
-    await _queue(conn, paid, EventType.CHECKOUT_PAID, _checkout_data(paid), now=now)
+    if outcome.settlement_quirk is not None:
+        await sandbox_settlements.set_settlement_quirk(conn, paid.id, outcome.settlement_quirk)
+    if outcome.settlement_quirk != UNREPORTED:
+        await _queue(conn, paid, EventType.CHECKOUT_PAID, _checkout_data(paid), now=now)
     if outcome.dispute_lost:
         # Both delays count from `now`, which is also `paid_at`.
         data = {**_checkout_data(paid), "dispute_id": new_id("dp_sbx_")}

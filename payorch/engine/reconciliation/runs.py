@@ -1,0 +1,302 @@
+"""Reconciliation runs, off the request path: `ReconciliationRuns.start` stores a RUNNING run and
+hands it to a task of its own nursery, which the runtime starts with the service.
+
+A run of an application's account at a provider over the UTC days `first` to `last`:
+1. streams the provider's settled items (`ReportsSettlements.settled_items`), `_BATCH` at a time:
+   looks each batch's references up among the application's sessions, attempts and refunds in two
+   statements, matches each item (`match.match_settled`) and stores the batch;
+2. repairs each payment payorch has unpaid in one of its sessions (`repair`), as the batch is stored;
+3. reads, a batch at a time, the application's paid sessions and COMPLETED refunds at the provider
+   that were made on the days whose settlement falls in the period (`first - lag` to `last - lag`)
+   and that no item matched: EXPECTED or MISSING_AT_PROVIDER (`match.unsettled_outcome`);
+4. stores each payout arriving in the period beside the nets of the items it carried: those the
+   provider lists for it (`ListsPayoutItems`), else the run's items that name it.
+
+So a run holds one batch in memory, however long the period. Bounds: one RUNNING run per
+application and provider (the database refuses a second: `start` answers None), and this process
+runs `limits.background_per_merchant` runs at once, the others waiting their turn. A run that fails
+(the provider's error, the database's) or is cancelled ends FAILED with its error; its items stay.
+A run left RUNNING by a process that died is ended FAILED by the next start after `ABANDONED_AFTER`.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import UTC, date, datetime, time, timedelta
+
+import trio
+
+from payorch.engine.commands import PaymentActors
+from payorch.engine.context import Context
+from payorch.engine.reconciliation.events import complete_run
+from payorch.engine.reconciliation.match import Finding, match_settled, unsettled_payment, unsettled_refund
+from payorch.engine.reconciliation.repair import repair
+from payorch.providers.base import ProviderError
+from payorch.providers.settlements import ListsPayoutItems, ReportsSettlements, SettledItem, SettledKind
+from payorch.storage import reconciliation_sources as sources
+from payorch.storage import reconciliations as store
+from payorch.storage.provider_configs import ProviderConfig
+from payorch.values.reconciliation import ItemOutcome, RunState
+
+log = logging.getLogger("payorch.reconciliation")
+
+_BATCH = 500
+# A run RUNNING this long was left by a process that died: the next start ends it FAILED. Far
+# beyond any run's length (a period of 100,000 payments takes well under a minute).
+ABANDONED_AFTER = timedelta(hours=1)
+
+
+class ReconciliationRuns:
+    """Starts runs and runs them in its nursery (`run`, started by the runtime)."""
+
+    def __init__(self, context: Context, actors: PaymentActors) -> None:
+        self._context = context
+        self._actors = actors
+        self._nursery: trio.Nursery | None = None
+        self._turns = trio.CapacityLimiter(context.settings.limits.background_per_merchant)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Hold the nursery runs run in until cancelled (the runtime stopping cancels them)."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await trio.sleep_forever()
+
+    async def start(
+        self,
+        application_id: uuid.UUID,
+        config: ProviderConfig,
+        provider: ReportsSettlements,
+        first: date,
+        last: date,
+    ) -> store.Run | None:
+        """A new run, under way in the background; None while the account has one running."""
+        assert self._nursery is not None, "ReconciliationRuns.run was not started"
+        now = self._context.clock.now()
+        run = await self._context.db.transaction(
+            store.start_run,
+            uuid.uuid4(),
+            application_id,
+            config.provider,
+            first,
+            last,
+            now=now,
+            abandoned_before=now - ABANDONED_AFTER,
+        )
+        if run is not None:
+            self._nursery.start_soon(self._execute, run, config, provider)
+        return run
+
+    async def _execute(self, run: store.Run, config: ProviderConfig, provider: ReportsSettlements) -> None:
+        state, error, counted = RunState.FAILED, None, _Counted()
+        try:
+            async with self._turns:
+                await _Reconciliation(self._context, self._actors, run, config, provider, counted).reconcile()
+            state = RunState.COMPLETED
+        except ProviderError as exc:
+            error = f"the provider failed: {exc}"
+        except trio.Cancelled:
+            error = "the service stopped during the run"
+            with trio.CancelScope(shield=True), trio.move_on_after(5):
+                await self._finish(run, state, error, counted)
+            raise
+        except Exception as exc:
+            log.exception("reconciliation run failed", extra={"runId": str(run.id)})
+            error = f"the run failed: {type(exc).__name__}"
+        await self._finish(run, state, error, counted)
+
+    async def _finish(self, run: store.Run, state: RunState, error: str | None, counted: _Counted) -> None:
+        if state is RunState.COMPLETED:
+            now = self._context.clock.now()
+            await self._context.db.transaction(complete_run, run, repaired=counted.repaired, now=now)
+            return
+        await self._context.db.transaction(
+            store.finish_run,
+            run.id,
+            state,
+            error=error,
+            repaired=counted.repaired,
+            now=self._context.clock.now(),
+        )
+
+
+class _Counted:
+    def __init__(self) -> None:
+        self.seq = 0
+        self.repaired = 0
+
+
+class _Reconciliation:
+    """One run's work (see the module docstring)."""
+
+    def __init__(
+        self,
+        context: Context,
+        actors: PaymentActors,
+        run: store.Run,
+        config: ProviderConfig,
+        provider: ReportsSettlements,
+        counted: _Counted,
+    ) -> None:
+        self.context, self.actors, self.run, self.config, self.provider = (
+            context,
+            actors,
+            run,
+            config,
+            provider,
+        )
+        self.counted = counted
+        self.today = context.clock.now().astimezone(UTC).date()
+
+    async def reconcile(self) -> None:
+        credentials = self.context.credentials(self.config)
+        first, last = self.run.first_day, self.run.last_day
+        batch: list[SettledItem] = []
+        async for item in self.provider.settled_items(credentials, first, last):
+            batch.append(item)
+            if len(batch) == _BATCH:
+                await self._settled(batch)
+                batch = []
+        await self._settled(batch)
+        await self._unsettled()
+        async for payout in self.provider.payouts(credentials, first, last):
+            items_minor = None
+            if isinstance(self.provider, ListsPayoutItems):
+                # The payout may carry items settled before the period: the provider lists them.
+                items_minor = 0
+                async for carried in self.provider.payout_items(credentials, payout):
+                    items_minor += carried.net_minor
+            await self.context.db.transaction(
+                store.insert_payout,
+                self.run.id,
+                payout_id=payout.payout_id,
+                currency=payout.currency,
+                amount_minor=payout.amount_minor,
+                arrives_on=payout.arrives_on,
+                reported_as=payout.status,
+                items_minor=items_minor,
+            )
+
+    async def _settled(self, items: list[SettledItem]) -> None:
+        if not items:
+            return
+        db, run = self.context.db, self.run
+        payment_refs = [
+            i.payment_reference for i in items if i.kind is SettledKind.PAYMENT and i.payment_reference
+        ]
+        refund_refs = [
+            i.refund_reference for i in items if i.kind is SettledKind.REFUND and i.refund_reference
+        ]
+        payments = await db.autocommit(
+            sources.recorded_payments, run.application_id, run.provider, payment_refs
+        )
+        refunds = await db.autocommit(sources.recorded_refunds, run.application_id, run.provider, refund_refs)
+        findings = [
+            match_settled(
+                item,
+                payments.get(item.payment_reference or "") if item.kind is SettledKind.PAYMENT else None,
+                refunds.get(item.refund_reference or "") if item.kind is SettledKind.REFUND else None,
+            )
+            for item in items
+        ]
+        first_seq = await self._store(findings)
+        for offset, finding in enumerate(findings):
+            if not finding.repairable or finding.session_id is None or finding.settled is None:
+                continue
+            checkout = payments[finding.settled.payment_reference or ""].checkout_reference
+            if await repair(self.actors, run.application_id, run.provider, finding, checkout):
+                await db.autocommit(store.mark_repaired, run.id, first_seq + offset)
+                self.counted.repaired += 1
+                self.context.metrics.reconciliation_repair(run.provider)
+
+    async def _unsettled(self) -> None:
+        db, run, lag = self.context.db, self.run, self.provider.settlement_lag_days
+        since = datetime.combine(run.first_day - timedelta(days=lag), time(), UTC)
+        until = datetime.combine(run.last_day + timedelta(days=1 - lag), time(), UTC)
+        after: tuple[datetime, uuid.UUID] | None = None
+        while True:
+            payments = await db.autocommit(
+                sources.unsettled_payments,
+                run.id,
+                run.application_id,
+                run.provider,
+                since,
+                until,
+                after,
+                _BATCH,
+            )
+            await self._store([unsettled_payment(payment, lag, self.today) for payment in payments])
+            if len(payments) < _BATCH:
+                break
+            after = (payments[-1].created_at, payments[-1].session_id)
+        after = None
+        while True:
+            refunds = await db.autocommit(
+                sources.unsettled_refunds,
+                run.id,
+                run.application_id,
+                run.provider,
+                since,
+                until,
+                after,
+                _BATCH,
+            )
+            await self._store([unsettled_refund(refund, lag, self.today) for refund in refunds])
+            if len(refunds) < _BATCH:
+                break
+            after = (refunds[-1].created_at, refunds[-1].refund_id)
+
+    async def _store(self, findings: list[Finding]) -> int:
+        """Store `findings` as the run's next items; answers the first one's `seq`."""
+        first_seq = self.counted.seq + 1
+        rows = [_row(first_seq + offset, finding) for offset, finding in enumerate(findings)]
+        await self.context.db.autocommit(store.insert_items, self.run.id, rows)
+        self.counted.seq += len(rows)
+        for outcome in ItemOutcome:
+            count = sum(1 for finding in findings if finding.outcome is outcome)
+            self.context.metrics.reconciliation_items(self.run.provider, outcome.value, count)
+        return first_seq
+
+
+def _row(seq: int, finding: Finding) -> tuple[object, ...]:
+    """An item's values in `store.ITEM_COLUMNS`' order."""
+    item = finding.settled
+    if item is None:
+        kind = SettledKind.REFUND if finding.refund_id is not None else SettledKind.PAYMENT
+        return (
+            seq,
+            finding.outcome.value,
+            kind.value,
+            None,
+            finding.currency,
+            None,
+            None,
+            None,
+            finding.recorded_minor,
+            None,
+            None,
+            None,
+            None,
+            None,
+            finding.session_id,
+            finding.refund_id,
+        )
+    return (
+        seq,
+        finding.outcome.value,
+        item.kind.value,
+        item.item_id,
+        item.currency,
+        item.gross_minor,
+        item.fee_minor,
+        item.net_minor,
+        finding.recorded_minor,
+        item.settled_on,
+        item.payment_reference,
+        item.refund_reference,
+        item.payout_id,
+        item.method,
+        finding.session_id,
+        finding.refund_id,
+    )

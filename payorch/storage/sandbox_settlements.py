@@ -1,0 +1,110 @@
+"""The sandbox's settlements, read from its own tables (`sandbox_checkouts`, `sandbox_refunds`): its
+paid checkouts and succeeded refunds of an account, in the order they settle, a batch at a time
+(keyset pages, so a reader's memory follows a batch, however long the period)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
+
+
+@dataclass(frozen=True)
+class SandboxMovement:
+    """A paid checkout (`refund_id` None) or a succeeded refund of one, as the sandbox settles it."""
+
+    checkout_id: str
+    refund_id: str | None
+    amount_minor: int  # as paid or refunded: positive
+    currency: str
+    payment_method: str
+    moved_at: datetime  # the payment's `paid_at`, the refund's `completes_at`
+    settlement_quirk: str | None  # the payment's (migration 0029); None for a refund
+
+
+@on_database_thread
+async def paid_checkouts(
+    conn: Connection,
+    account: str,
+    since: datetime,
+    until: datetime,
+    after: tuple[datetime, str] | None,
+    batch: int,
+) -> list[SandboxMovement]:
+    """Up to `batch` of the account's checkouts paid in [`since`, `until`) that settle (all but the
+    `unsettled` test data), in (`paid_at`, id) order, after the key `after` (the last one of the
+    previous batch)."""
+    after_at, after_id = after if after is not None else (since, "")
+    rows = await conn.fetch(
+        """SELECT id, amount_minor, currency, payment_method, paid_at, settlement_quirk
+           FROM sandbox_checkouts
+           WHERE account = $1 AND status = 'paid' AND paid_at >= $2 AND paid_at < $3
+             AND settlement_quirk IS DISTINCT FROM 'unsettled'
+             AND (paid_at, id) > ($4, $5)
+           ORDER BY paid_at, id LIMIT $6""",
+        account,
+        since,
+        until,
+        after_at,
+        after_id,
+        batch,
+    )
+    return [
+        SandboxMovement(
+            checkout_id=row["id"],
+            refund_id=None,
+            amount_minor=row["amount_minor"],
+            currency=row["currency"],
+            payment_method=row["payment_method"],
+            moved_at=row["paid_at"],
+            settlement_quirk=row["settlement_quirk"],
+        )
+        for row in rows
+    ]
+
+
+@on_database_thread
+async def succeeded_refunds(
+    conn: Connection,
+    account: str,
+    since: datetime,
+    until: datetime,
+    after: tuple[datetime, str] | None,
+    batch: int,
+) -> list[SandboxMovement]:
+    """Up to `batch` of the account's succeeded refunds completing in [`since`, `until`), in
+    (`completes_at`, id) order, after the key `after`."""
+    after_at, after_id = after if after is not None else (since, "")
+    rows = await conn.fetch(
+        """SELECT r.id, r.checkout_id, r.amount_minor, r.currency, c.payment_method, r.completes_at
+           FROM sandbox_refunds r JOIN sandbox_checkouts c ON c.id = r.checkout_id
+           WHERE r.account = $1 AND r.outcome = 'succeeded' AND r.completes_at >= $2 AND r.completes_at < $3
+             AND (r.completes_at, r.id) > ($4, $5)
+           ORDER BY r.completes_at, r.id LIMIT $6""",
+        account,
+        since,
+        until,
+        after_at,
+        after_id,
+        batch,
+    )
+    return [
+        SandboxMovement(
+            checkout_id=row["checkout_id"],
+            refund_id=row["id"],
+            amount_minor=row["amount_minor"],
+            currency=row["currency"],
+            payment_method=row["payment_method"],
+            moved_at=row["completes_at"],
+            settlement_quirk=None,
+        )
+        for row in rows
+    ]
+
+
+@on_database_thread
+async def set_settlement_quirk(conn: Connection, checkout_id: str, quirk: str) -> None:
+    """Mark a paid checkout to settle otherwise than it was paid (migration 0029 lists the quirks)."""
+    await conn.execute("UPDATE sandbox_checkouts SET settlement_quirk = $2 WHERE id = $1", checkout_id, quirk)
