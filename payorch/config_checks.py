@@ -57,7 +57,7 @@ def load_checked_settings(path: Path) -> Settings:
     problems = check_settings(settings)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise ConfigError(f"{problems[0]}{more}", key=problems[0].key)
+        raise ConfigError(f"{problems[0]}{more}", key=problems[0].key, others=problems[1:])
     return settings
 
 
@@ -65,10 +65,10 @@ def _invalid(key: str, problem: str) -> ConfigError:
     return ConfigError(f"invalid setting {key}: {problem}", key=key)
 
 
-def _bind_problems(settings: Settings) -> list[ConfigError]:
-    """The host of `server.bind` is one this host can listen on, at that port. A port in use is
-    not a problem of the configuration (another process, or this service before a restart)."""
-    host, _, port = settings.server.bind.rpartition(":")
+def _probe_bind(bind: str) -> OSError | None:
+    """Bind a socket to `bind` (HOST:PORT) as hypercorn makes its own, and close it: what refused
+    the bind, or None."""
+    host, _, port = bind.rpartition(":")
     host = host.strip("[]")
     # As hypercorn makes its socket (`hypercorn.config.Config._create_sockets`).
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -76,15 +76,37 @@ def _bind_problems(settings: Settings) -> list[ConfigError]:
         with socket.socket(family, socket.SOCK_STREAM) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind((host, int(port)))
-    except socket.gaierror as error:
+    except OSError as error:  # socket.gaierror among them
+        return error
+    return None
+
+
+def _bind_problems(settings: Settings) -> list[ConfigError]:
+    """The host of `server.bind` is one this host can listen on, at that port. A port in use is
+    not a problem of the configuration (another process, or this service before a restart):
+    `serve` checks that itself before it starts anything (`bind_in_use`)."""
+    bind = settings.server.bind
+    error = _probe_bind(bind)
+    if error is None or error.errno == errno.EADDRINUSE:
+        return []
+    host = bind.rpartition(":")[0].strip("[]")
+    if isinstance(error, socket.gaierror):
         return [_invalid("server.bind", f"cannot resolve the host {host!r} ({error.strerror})")]
-    except OSError as error:
-        if error.errno == errno.EADDRINUSE:
-            return []
-        if error.errno == errno.EADDRNOTAVAIL:
-            return [_invalid("server.bind", f"{host} is not an address of this host")]
-        return [_invalid("server.bind", f"cannot listen on {settings.server.bind} ({error.strerror})")]
-    return []
+    if error.errno == errno.EADDRNOTAVAIL:
+        return [_invalid("server.bind", f"{host} is not an address of this host")]
+    return [_invalid("server.bind", f"cannot listen on {bind} ({error.strerror})")]
+
+
+def bind_in_use(settings: Settings) -> str | None:
+    """The one line `serve` exits with when another process listens on `server.bind` already, before
+    it starts PostgreSQL or takes a node identity; None when the address is free."""
+    error = _probe_bind(settings.server.bind)
+    if error is None or error.errno != errno.EADDRINUSE:
+        return None
+    return (
+        f"cannot serve: server.bind {settings.server.bind} is in use by another process "
+        "(another payorch, or a service of this host): stop it, or set server.bind to a free address"
+    )
 
 
 def _url_problems(key: str, url: str) -> list[ConfigError]:

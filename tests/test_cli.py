@@ -19,6 +19,7 @@ import io
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 import tomllib
@@ -263,6 +264,43 @@ def test_serve_with_a_bad_ca_bundle_exits_2_with_one_line_before_starting_postgr
     (line,) = result.stderr.splitlines()
     assert line.startswith(f"payorch: invalid setting webhooks.ca_bundle: {tmp_path / 'ca.pem'}: ")
     assert not data_dir.exists()
+
+
+def test_serve_on_an_address_another_process_listens_on_exits_2_naming_it_before_starting_postgresql(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "pgdata"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = serve_environment("", tmp_path, port, extra={"PAYORCH_DATABASE__DATA_DIR": str(data_dir)})
+        result = payorch("serve", env=env)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(
+        f"payorch: cannot serve: server.bind 127.0.0.1:{port} is in use by another process"
+    )
+    assert not data_dir.exists()  # no PostgreSQL started, no node identity taken
+
+
+def test_check_config_lists_every_invalid_value_of_a_file(tmp_path: Path) -> None:
+    config = (
+        '[server]\nbind = "127.0.0.1:notaport"\nmax_connections = -5\n[limits]\nlogin_per_minute = "lots"\n'
+    )
+    env = cli_environment(tmp_path, UNREACHABLE_DATABASE, config)
+    checked = payorch_here("check-config", env=env)
+    assert checked.returncode == 2
+    assert [line.split(":", 2)[1].strip() for line in checked.stderr.splitlines()] == [
+        "invalid setting server.bind",
+        "invalid setting server.max_connections",
+        "invalid setting limits.login_per_minute",
+    ]
+    served = payorch_here("serve", env=env)  # the first, and how many more
+    (line,) = served.stderr.splitlines()
+    assert line.startswith("payorch: invalid setting server.bind: ")
+    assert line.endswith(" (and 2 more: `payorch check-config` lists them)")
 
 
 def test_serve_names_the_first_problem_and_counts_the_others(tmp_path: Path) -> None:

@@ -26,7 +26,9 @@ from payorch.http.services import Services
 from payorch.values.errors import RateLimited
 
 # The routes that charge the client address's login bucket: their exact paths, POST only.
-CHARGED_PATHS: Final = frozenset({"/api/v1/auth/login", "/api/v1/merchants/signup", "/console/sign-in"})
+CHARGED_PATHS: Final = frozenset(
+    {"/api/v1/auth/login", "/api/v1/merchants/signup", "/console/sign-in", "/console/sign-up"}
+)
 # In the scope: None (charged), or the refusal's message and Retry-After (not the exception: its
 # traceback would tie the frames that raised it into a cycle for the collector).
 _OUTCOME: Final = "payorch.login_charge"

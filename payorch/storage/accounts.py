@@ -86,6 +86,28 @@ async def check_invite(
     _usable(invite)
 
 
+@dataclass(frozen=True)
+class OpenInvite:
+    """An invite as its signup page shows it: the e-mail it was made for and when it expires."""
+
+    email: str
+    expires_at: datetime
+
+
+@on_database_thread
+async def open_invite(conn: Connection, *, token_hash: bytes, now: datetime) -> OpenInvite:
+    """The invite of `token_hash`, when it may still be used: `InviteInvalid` or `InviteUsedOrExpired`
+    as `check_invite` answers them. Reads only; the signup itself checks it again under its lock."""
+    invite = await conn.fetchrow(
+        f"SELECT email, expires_at, used_at, {_EXPIRED}, true AS for_email FROM invites"
+        " WHERE token_hash = $1",
+        token_hash,
+        now,
+    )
+    usable = _usable(invite)
+    return OpenInvite(email=usable["email"], expires_at=usable["expires_at"])
+
+
 def _usable(invite: asyncpg.Record | None) -> asyncpg.Record:
     """`invite` (a row with `used_at`, `expired` and `for_email`) when it may be used now by the
     signup's admin e-mail; else the error. A signup for another e-mail is refused before anything is

@@ -5,7 +5,26 @@ headers), `display.py` how values are written (times, labels); each area has its
 registers its pages on the blueprint when imported.
 """
 
-from payorch.http.console import applications, display, providers, routing, sessions, sign_in, webhooks
+from payorch.http.console import (
+    applications,
+    display,
+    providers,
+    routing,
+    sessions,
+    sign_in,
+    sign_up,
+    webhooks,
+)
 from payorch.http.console.kit import blueprint
 
-__all__ = ["applications", "blueprint", "display", "providers", "routing", "sessions", "sign_in", "webhooks"]
+__all__ = [
+    "applications",
+    "blueprint",
+    "display",
+    "providers",
+    "routing",
+    "sessions",
+    "sign_in",
+    "sign_up",
+    "webhooks",
+]

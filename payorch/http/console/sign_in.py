@@ -48,7 +48,7 @@ _SIGN_IN_TOKEN = re.compile(r"[A-Za-z0-9_-]{43}")
 # --- Sign-in and sign-out ----------------------------------------------------------------------
 
 
-def _sign_in_token() -> str:
+def sign_in_token() -> str:
     """The sign-in form's CSRF token: the browser's `SIGN_IN_COOKIE` when it has a well-formed one,
     else a new random one (set as the cookie by `_sign_in_form`)."""
     held = request.cookies.get(SIGN_IN_COOKIE, "")
@@ -75,7 +75,7 @@ async def _sign_in_form(
     message: str | None = None,
     errors: dict[str, str] | None = None,
 ) -> Response:
-    token = _sign_in_token()
+    token = sign_in_token()
     html = await render_template(
         "console/sign_in.html",
         title="Sign in",

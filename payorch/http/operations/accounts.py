@@ -49,6 +49,14 @@ async def end_admin_sessions(services: Services, principal: Principal) -> None:
         await services.context.db.autocommit(accounts_store.end_sessions, principal.user_id)
 
 
+async def open_invite(services: Services, token: str) -> accounts_store.OpenInvite:
+    """The invite `token` as its signup page shows it (its e-mail, its expiry), when it may still be
+    used: `InviteInvalid` or `InviteUsedOrExpired` else."""
+    return await services.context.db.autocommit(
+        accounts_store.open_invite, token_hash=token_hash(token), now=services.context.clock.now()
+    )
+
+
 async def sign_up(services: Services, token: str, data: SignupRequest) -> None:
     """Create the merchant and its admin user `data` describes with the one-time invite `token`:
     `InviteInvalid` or `InviteUsedOrExpired` for an invite that cannot be used (checked before the
