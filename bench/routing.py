@@ -21,9 +21,9 @@ Figures: dynamic's approvals against the oracle's; after the outage, in each seg
 recovered provider is the oracle's choice, the segment's sessions until dynamic routing leads with
 it again (and keeps leading in 90% of the next 200); exploration's cost, as the approvals lost
 against the run without exploration, and directly, as the true approval of the leader minus that
-of the explored provider, summed over the explored sessions. The world's seed is fixed (26, the
-routing issue's number), so every run prints the same figures; how they spread over other seeds
-is in `payorch/engine/routing/success_rates.py`'s docstring.
+of the explored provider, summed over the explored sessions. The world's seed is fixed (26), so
+every run prints the same figures; how they spread over other seeds is in
+`payorch/engine/routing/success_rates.py`'s docstring.
 
 A second world (`STEADY_SEGMENTS`): three steady providers far apart, approving 0.90, 0.50 and
 0.15, one segment, no outage: what exploration costs where nothing changes. A fixed 5% spread
@@ -81,7 +81,7 @@ STEADY_SESSIONS = 20_000
 STEADY_BEFORE = 0.871  # the approval of the routing this one replaced, against 0.90 at best
 
 
-# Goals (the routing issue).
+# Goals.
 ORACLE_SHARE_GOAL = 0.97
 STEADY_APPROVAL_GOAL = STEADY_BEFORE  # the steady world's approval must beat it
 RECOVERY_SESSIONS_GOAL = 500

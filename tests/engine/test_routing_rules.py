@@ -39,7 +39,7 @@ from payorch.values.money import Money
 CATALOGUE = frozenset({"mollie", "sandbox", "stripe"})
 EUR_10 = Money(1000, "EUR")
 
-# The issue's example, as the HTTP layer parses it (numbers as int or Decimal).
+# A document with rules of every kind, as the HTTP layer parses it (numbers as int or Decimal).
 EXAMPLE = loads_exact(
     """{"rules": [
         {"name": "blik-pln", "when": {"paymentMethods": ["blik"], "currencies": ["PLN"],

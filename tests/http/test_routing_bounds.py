@@ -351,7 +351,7 @@ async def test_the_largest_decimals_in_bounds_are_stored_and_route(client: Clien
 async def test_a_fee_of_1e400_is_refused_and_creates_still_work(
     client: Client, shop: Shop, db: Database
 ) -> None:
-    # The reproduction: this document was stored, then every create answered 500.
+    # Such a document was once stored, and then every create answered 500.
     response = await client.put(
         _path(shop.application_id),
         data=b'{"fees": {"sandbox": {"fixed": {"PLN": 1e400}}}}',
