@@ -90,7 +90,8 @@ async def wait_until_healthy(
         async def healthy() -> bool:
             if process.returncode is not None:
                 logged = _text(stderr_path) if stderr_path else ""
-                if "Address already in use" in logged:
+                # Taken before serve checked it (its one line), or between its check and its bind.
+                if "is in use by another process" in logged or "Address already in use" in logged:
                     raise PortTaken(base_url)
                 raise AssertionError(f"payorch serve exited before it was healthy:\n{logged[-2000:]}")
             if stderr_path is not None and base_url not in serving_at(stderr_path):
