@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, date, datetime, time, timedelta
+from typing import TypeVar
 
 import trio
 
@@ -42,6 +44,7 @@ from payorch.values.reconciliation import ItemOutcome, RunState
 log = logging.getLogger("payorch.reconciliation")
 
 _BATCH = 500
+R = TypeVar("R")  # a row of what payorch recorded: a payment, a refund
 # A run RUNNING this long was left by a process that died: the next start ends it FAILED. Far
 # beyond any run's length (a period of 100,000 payments takes well under a minute).
 ABANDONED_AFTER = timedelta(hours=1)
@@ -211,41 +214,42 @@ class _Reconciliation:
                 self.context.metrics.reconciliation_repair(run.provider)
 
     async def _unsettled(self) -> None:
-        db, run, lag = self.context.db, self.run, self.provider.settlement_lag_days
+        run, lag = self.run, self.provider.settlement_lag_days
         since = datetime.combine(run.first_day - timedelta(days=lag), time(), UTC)
         until = datetime.combine(run.last_day + timedelta(days=1 - lag), time(), UTC)
-        after: tuple[datetime, uuid.UUID] | None = None
+        await self._each_unsettled(
+            sources.unsettled_payments,
+            since,
+            until,
+            lambda payment: unsettled_payment(payment, lag, self.today),
+            lambda payment: (payment.created_at, payment.session_id),
+        )
+        await self._each_unsettled(
+            sources.unsettled_refunds,
+            since,
+            until,
+            lambda refund: unsettled_refund(refund, lag, self.today),
+            lambda refund: (refund.created_at, refund.refund_id),
+        )
+
+    async def _each_unsettled(
+        self,
+        read: Callable[..., Awaitable[list[R]]],
+        since: datetime,
+        until: datetime,
+        finding: Callable[[R], Finding],
+        key: Callable[[R], tuple[datetime, uuid.UUID]],
+    ) -> None:
+        """Store a finding for each row `read` answers, `_BATCH` at a time, in its keyset's order."""
+        run, after = self.run, None
         while True:
-            payments = await db.autocommit(
-                sources.unsettled_payments,
-                run.id,
-                run.application_id,
-                run.provider,
-                since,
-                until,
-                after,
-                _BATCH,
+            rows = await self.context.db.autocommit(
+                read, run.id, run.application_id, run.provider, since, until, after, _BATCH
             )
-            await self._store([unsettled_payment(payment, lag, self.today) for payment in payments])
-            if len(payments) < _BATCH:
-                break
-            after = (payments[-1].created_at, payments[-1].session_id)
-        after = None
-        while True:
-            refunds = await db.autocommit(
-                sources.unsettled_refunds,
-                run.id,
-                run.application_id,
-                run.provider,
-                since,
-                until,
-                after,
-                _BATCH,
-            )
-            await self._store([unsettled_refund(refund, lag, self.today) for refund in refunds])
-            if len(refunds) < _BATCH:
-                break
-            after = (refunds[-1].created_at, refunds[-1].refund_id)
+            await self._store([finding(row) for row in rows])
+            if len(rows) < _BATCH:
+                return
+            after = key(rows[-1])
 
     async def _store(self, findings: list[Finding]) -> int:
         """Store `findings` as the run's next items; answers the first one's `seq`."""
