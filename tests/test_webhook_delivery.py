@@ -376,3 +376,31 @@ async def test_shutdown_hands_claimed_deliveries_back(
 
     row = await db.autocommit(state)
     assert (row["status"], row["attempts"], row["due"]) == ("PENDING", 0, True)
+
+
+async def test_a_delivery_held_behind_its_sessions_earlier_event_says_which_it_waits_for(
+    client: Client, shop: Shop, webhook_receiver: WebhookReceiver
+) -> None:
+    config = await subscribe(client, shop, webhook_receiver)
+    webhook_receiver.script([500] * 6)  # the session's first event stays PENDING a while
+    session_id = await pay(client, shop)
+
+    async def paid() -> bool:
+        record = await (await client.get(f"/api/v1/sessions/{session_id}", headers=shop.headers)).get_json()
+        return bool(record["status"] == "SUCCEEDED")
+
+    await eventually(paid)
+    refund = await post_json(
+        client, f"/api/v1/sessions/{session_id}/refunds", {}, {**shop.headers, "Idempotency-Key": "w"}
+    )
+    assert refund.status_code == 201
+
+    async def held() -> dict[str, dict[str, Any]] | None:
+        found = {item["eventType"]: item for item in await deliveries(client, shop, config)}
+        waiting = found.get("refund.completed")
+        return found if waiting is not None and waiting["waitsForEventId"] is not None else None
+
+    found = await eventually(held, timeout_s=15)
+    first = found["session.completed"]
+    assert first["status"] == "PENDING" and first["waitsForEventId"] is None
+    assert found["refund.completed"]["waitsForEventId"] == first["eventId"]

@@ -474,6 +474,13 @@ class Delivery(TypedDict):
     lastError: str | None
     deliveredAt: Timestamp | None
     createdAt: Timestamp
+    waitsForEventId: Annotated[
+        str | None,
+        Field(
+            description="a PENDING delivery held behind its session's earlier event to this endpoint, "
+            "still PENDING: that event's id (a session's events reach an endpoint in order); else null"
+        ),
+    ]
     attemptLog: list[DeliveryAttempt]
 
 

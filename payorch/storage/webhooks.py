@@ -238,11 +238,19 @@ class DeliveryView:
     last_error: str | None
     delivered_at: datetime | None
     created_at: datetime
+    # A PENDING delivery's wait behind its session's earlier event to the same configuration, still
+    # PENDING: that event's id (a session's events go out in order; `storage.webhook_deliveries`).
+    waits_for_event_id: str | None
     attempt_log: list[dict[str, Any]]
 
 
-_DELIVERY_COLUMNS = """d.id, e.id AS event_id, e.type AS event_type, d.status, d.attempts, d.next_attempt_at,
-    d.last_attempt_at, d.last_status_code, d.last_error, d.delivered_at, d.created_at"""
+_DELIVERY_COLUMNS = f"""d.id, e.id AS event_id, e.type AS event_type, d.status, d.attempts, d.next_attempt_at,
+    d.last_attempt_at, d.last_status_code, d.last_error, d.delivered_at, d.created_at,
+    CASE WHEN d.status = '{DeliveryStatus.PENDING}' THEN (
+        SELECT pe.id FROM webhook_deliveries earlier JOIN outbox_events pe ON pe.seq = earlier.event_seq
+        WHERE earlier.config_id = d.config_id AND earlier.session_id = d.session_id
+          AND earlier.event_seq < d.event_seq AND earlier.status = '{DeliveryStatus.PENDING}'
+        ORDER BY earlier.event_seq LIMIT 1) END AS waits_for_event_id"""
 
 
 _DELIVERY_COUNT = "SELECT deliveries FROM webhook_delivery_counts WHERE config_id = $1"

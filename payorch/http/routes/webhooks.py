@@ -49,6 +49,7 @@ def delivery_body(delivery: DeliveryView) -> bodies.Delivery:
         "lastError": delivery.last_error,
         "deliveredAt": iso(delivery.delivered_at),
         "createdAt": iso(delivery.created_at),
+        "waitsForEventId": delivery.waits_for_event_id,
         "attemptLog": [
             {
                 "attemptedAt": iso(item["attempted_at"]),
