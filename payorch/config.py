@@ -416,6 +416,15 @@ class LimitSettings(_Section):
     webhooks_per_application: PositiveInt = 100
 
 
+class ReconciliationSettings(_Section):
+    """Daily reconciliation (docs/reconciliation.md)."""
+
+    daily: bool = True
+    run_at_utc: Annotated[str, Field(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")] = "06:00"
+    retry_first_s: PositiveFloat = 60.0
+    retry_max_s: PositiveFloat = 3600.0
+
+
 class RoutingSettings(_Section):
     """Learned routing (docs/routing.md; `engine.routing.success_rates.RoutingSettings` holds the same but
     `refresh_s`: how often an application's actor reads its success rates again)."""
@@ -455,6 +464,7 @@ class Settings(BaseSettings):
     providers: ProviderSettings = ProviderSettings()
     limits: LimitSettings = LimitSettings()
     routing: RoutingSettings = RoutingSettings()
+    reconciliation: ReconciliationSettings = ReconciliationSettings()
     logging: LoggingSettings = LoggingSettings()
 
 

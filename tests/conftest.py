@@ -25,6 +25,7 @@ import trio
 from payorch.config import (
     AuthSettings,
     DatabaseSettings,
+    ReconciliationSettings,
     RoutingSettings,
     SecuritySettings,
     ServerSettings,
@@ -234,6 +235,9 @@ def base_settings() -> Settings:
         # No exploration share: a session's provider would otherwise depend on its random id. The
         # tests of exploration ask for one.
         routing=RoutingSettings(exploration=0.0),
+        # No daily reconciliation runs starting by themselves beside a test (they would after
+        # `run_at_utc`): tests/reconciliation/test_daily_runs.py asks for them.
+        reconciliation=ReconciliationSettings(daily=False),
     )
 
 

@@ -59,6 +59,7 @@ def serve_environment(
         PAYORCH_SERVER__PUBLIC_BASE_URL=f"http://127.0.0.1:{port}",
         PAYORCH_SERVER__STATE_DIR=str(tmp_path / "state"),
         PAYORCH_DATABASE__URL=database_dsn,
+        PAYORCH_RECONCILIATION__DAILY="false",  # no reconciliation run starting by itself beside a test
     )
     env.update(extra or {})
     return env

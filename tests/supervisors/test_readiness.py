@@ -33,6 +33,7 @@ SUPERVISED = (
     "webhook delivery",
     "delivery statistics",
     "sandbox events",
+    "daily reconciliation",
 )
 
 
