@@ -25,19 +25,31 @@ class Claim:
     tries: int
 
 
+def _claimable_again(row: str) -> str:
+    """Whether the day's row `row` may be claimed again: its pause is over, and its run, if any,
+    failed."""
+    return f"""{row}.next_try_at <= $3
+          AND NOT EXISTS (SELECT 1 FROM reconciliation_runs r
+                          WHERE r.id = {row}.run_id AND r.state <> '{RunState.FAILED}')"""
+
+
+# Only the accounts without a row for the day, or whose row may be claimed again, are proposed, so a
+# round with nothing due writes and locks nothing; the conflict's condition checks again under the
+# row's lock, for another process claiming at the same moment.
 _CLAIM = f"""
     INSERT INTO daily_reconciliations AS d (application_id, provider, day, tries, next_try_at)
     SELECT c.application_id, c.provider, $2, 1, $3::timestamptz + make_interval(secs => $4)
     FROM provider_configs c
+    LEFT JOIN daily_reconciliations known
+        ON known.application_id = c.application_id AND known.provider = c.provider AND known.day = $2
     WHERE c.provider = $1 AND c.is_active AND c.webhook_secret IS NOT NULL
+      AND (known.application_id IS NULL OR ({_claimable_again("known")}))
     ON CONFLICT (application_id, provider, day) DO UPDATE
         SET tries = d.tries + 1,
             next_try_at = $3::timestamptz
                 + make_interval(secs => least($4 * power(2, d.tries), $5)),
             run_id = NULL
-        WHERE d.next_try_at <= $3
-          AND NOT EXISTS (SELECT 1 FROM reconciliation_runs r
-                          WHERE r.id = d.run_id AND r.state <> '{RunState.FAILED}')
+        WHERE {_claimable_again("d")}
     RETURNING d.application_id, d.provider, d.day, d.tries"""
 
 
