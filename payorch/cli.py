@@ -1,5 +1,6 @@
-"""payorch serve | migrate | invite | check-config | rotate-credentials: the operator's commands;
-payorch dev-receiver: a webhook receiver for local development (`dev_receiver`)."""
+"""payorch serve | migrate | invite | reset-password | check-config | rotate-credentials: the
+operator's commands; payorch dev-receiver: a webhook receiver for local development
+(`dev_receiver`)."""
 
 from __future__ import annotations
 
@@ -133,6 +134,25 @@ def _parser() -> argparse.ArgumentParser:
         "--email", required=True, help="the merchant admin's e-mail: the link signs up this address only"
     )
     invite.add_argument("--json", action="store_true", help='print {"token", "signupUrl", "expiresAt"}')
+    reset = commands.add_parser(
+        "reset-password",
+        parents=[takes_config],
+        help="make a one-time password reset link for an admin (payorch sends no e-mail)",
+        description=_described(
+            "Make a one-time link that sets a new password for the admin user with this e-mail, "
+            "valid for auth.password_reset_ttl_s, and store only its token's hash; a newer link ends "
+            "the older. payorch sends no e-mail: hand the link on yourself. Using it ends every "
+            "session of the admin. The link starts with server.public_base_url as invite's does. "
+            "Exit 2 and one line when no admin has the e-mail."
+        ),
+        epilog=_examples(
+            "payorch reset-password --email owner@acme.example",
+            "payorch reset-password --email owner@acme.example --json",
+        ),
+        formatter_class=_HELP_FORMAT,
+    )
+    reset.add_argument("--email", required=True, help="the admin's e-mail, as they sign in with it")
+    reset.add_argument("--json", action="store_true", help='print {"token", "resetUrl", "expiresAt"}')
     check = commands.add_parser(
         "check-config",
         parents=[takes_config],
@@ -231,6 +251,29 @@ async def _invite(settings: Settings, email: str, as_json: bool) -> None:
         )
     else:
         print(invite.signup_url)
+
+
+async def _reset_password(settings: Settings, email: str, as_json: bool) -> int:
+    from payorch.engine.accounts.invites import signup_link_base
+    from payorch.engine.accounts.password_resets import NoSuchAdmin, issue_password_reset
+    from payorch.storage.database import database_url, open_database
+    from payorch.storage.migrations import migrate
+    from payorch.values.timefmt import iso
+
+    async with open_database(await database_url(settings), min_size=1, max_size=1) as db:
+        await migrate(db)
+        base = await signup_link_base(db, settings.server)  # the running server's, as invite's
+        try:
+            reset = await issue_password_reset(db, settings, email, public_base_url=base)
+        except NoSuchAdmin:
+            print(f"payorch: no admin user has the e-mail {email!r}", file=sys.stderr)
+            return 2
+    if as_json:
+        shown = {"token": reset.token, "resetUrl": reset.reset_url, "expiresAt": iso(reset.expires_at)}
+        print(json.dumps(shown))
+    else:
+        print(reset.reset_url)
+    return 0
 
 
 def _check_config(settings: Settings, path: Path, as_json: bool) -> None:
@@ -411,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         return _refused(problems, every=args.command == "check-config")
     set_log_level(settings.logging.level)
-    if args.command == "invite" and not _is_email(args.email):
+    if args.command in ("invite", "reset-password") and not _is_email(args.email):
         print(f"payorch: --email {args.email!r} is not an e-mail address", file=sys.stderr)
         return 2
     try:
@@ -425,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
             return trio.run(_rotate_credentials, settings)
         elif args.command == "dev-receiver":
             return dev_receiver.run(settings, args)
+        elif args.command == "reset-password":
+            return trio.run(_reset_password, settings, args.email, args.json)
         else:
             trio.run(_invite, settings, args.email, args.json)
     except Exception:

@@ -212,6 +212,8 @@ class AuthSettings(_Section):
     api_key_miss_cache_s: NonNegativeFloat = 5.0
     # Password hashes running at once per process (engine/accounts/passwords.py); "auto": half the cores.
     password_hashes_at_once: int | Literal["auto"] = "auto"  # noqa: S105  # a count, not a password
+    # Lifetime of a password reset link (`payorch reset-password`), in seconds.
+    password_reset_ttl_s: PositiveInt = 3600
 
     @field_validator("jwt_secret")
     @classmethod

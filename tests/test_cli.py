@@ -37,10 +37,11 @@ import trio
 
 from payorch import cli
 from payorch.cli import _parser
+from payorch.http.services import PayorchApp
 from payorch.storage.database import Connection, Database
 from payorch.storage.migrations import available_migrations
 from tests.conftest import _admin, database_url
-from tests.helpers import PASSWORD, Client, signup_body
+from tests.helpers import PASSWORD, Client, Merchant, signup_body
 from tests.processes import free_port, serve_environment, serving
 
 pytestmark = pytest.mark.long  # runs for seconds: handed to the test workers first (tests/conftest.py)
@@ -656,6 +657,67 @@ def test_invite_with_an_address_that_is_not_an_email_exits_2(tmp_path: Path) -> 
     assert completed.returncode == 2
     assert completed.stderr.strip().count("\n") == 0
     assert "--email" in completed.stderr
+
+
+# payorch reset-password
+
+RESET_TTL_S = 900
+
+
+async def _reset_password(tmp_path: Path, database_dsn: str, email: str, *json_option: str) -> Any:
+    config = (
+        f'[server]\npublic_base_url = "{PUBLIC_BASE_URL}"\n[auth]\npassword_reset_ttl_s = {RESET_TTL_S}\n'
+    )
+    env = cli_environment(tmp_path, database_dsn, config_text=config)
+    return await payorch_async("reset-password", "--email", email, *json_option, env=env)
+
+
+async def test_reset_password_json_prints_token_reset_url_and_expiry_after_its_setting(
+    tmp_path: Path, database_dsn: str, merchant: Merchant
+) -> None:
+    before = datetime.now(UTC)
+    result = await _reset_password(tmp_path, database_dsn, merchant.email, "--json")
+    after = datetime.now(UTC)
+    assert result.returncode == 0, result.stderr
+    (line,) = result.stdout.decode().splitlines()
+    reset = json.loads(line)
+    assert set(reset) == {"token", "resetUrl", "expiresAt"}
+    assert reset["resetUrl"] == f"{PUBLIC_BASE_URL}/console/reset-password?token={reset['token']}"
+    expires_at = datetime.fromisoformat(reset["expiresAt"].replace("Z", "+00:00"))
+    lifetime = timedelta(seconds=RESET_TTL_S)
+    assert before + lifetime - timedelta(seconds=1) <= expires_at <= after + lifetime
+
+
+async def test_reset_password_prints_a_link_to_the_page_for_that_admin_storing_only_its_hash(
+    tmp_path: Path, database_dsn: str, db: Database, app: PayorchApp, merchant: Merchant
+) -> None:
+    result = await _reset_password(tmp_path, database_dsn, merchant.email.upper())
+    assert result.returncode == 0, result.stderr
+    (line,) = result.stdout.decode().splitlines()
+    link = urlsplit(line)
+    token = link.query.removeprefix("token=")
+    response = await app.test_client().get(f"{link.path}?{link.query}")
+    assert response.status_code == 200
+    assert merchant.email in await response.get_data(as_text=True)
+    (row,) = await db.autocommit(_reset_rows)
+    assert bytes(row["token_hash"]) == hashlib.sha256(token.encode()).digest()
+    assert token not in " ".join(f"{value!r} {value!s}" for value in row.values())
+
+
+async def _reset_rows(conn: Connection) -> list[dict[str, Any]]:
+    return [dict(row) for row in await conn.fetch("SELECT * FROM password_resets")]
+
+
+async def test_reset_password_for_an_email_no_admin_has_exits_2_with_one_line_storing_nothing(
+    tmp_path: Path, database_dsn: str, db: Database
+) -> None:
+    result = await _reset_password(tmp_path, database_dsn, "nobody@merchant.example")
+    assert result.returncode == 2
+    assert result.stdout == b""
+    assert result.stderr.decode().splitlines() == [
+        "payorch: no admin user has the e-mail 'nobody@merchant.example'"
+    ]
+    assert await db.autocommit(_reset_rows) == []
 
 
 @pytest.mark.parametrize("workers", ["0", "65", "many"])

@@ -1,8 +1,8 @@
 """A login's or signup's charge to its client address, taken before Quart builds a request.
 
-Login and signup (the API's and the console's sign-in) charge the client address's bucket before
-anything else (`RequestLimits.charge_login`), and a charge its bucket refuses is held for seconds
-first. Held inside a route, each refusal keeps Quart's request, its context and its task alive for
+Login, signup and a password reset (the API's and the console's) charge the client address's
+bucket before anything else (`RequestLimits.charge_login`), and a charge its bucket refuses is held
+for seconds first. Held inside a route, each refusal keeps Quart's request, its context and its task alive for
 that long: under a flood hundreds of them, which every full collection of the cyclic garbage
 collector walks, and every other merchant's request waits for. Charged here, at the ASGI call, a
 held refusal keeps only the connection and the ASGI call's own few objects.
@@ -27,7 +27,13 @@ from payorch.values.errors import RateLimited
 
 # The routes that charge the client address's login bucket: their exact paths, POST only.
 CHARGED_PATHS: Final = frozenset(
-    {"/api/v1/auth/login", "/api/v1/merchants/signup", "/console/sign-in", "/console/sign-up"}
+    {
+        "/api/v1/auth/login",
+        "/api/v1/merchants/signup",
+        "/console/sign-in",
+        "/console/sign-up",
+        "/console/reset-password",
+    }
 )
 # In the scope: None (charged), or the refusal's message and Retry-After (not the exception: its
 # traceback would tie the frames that raised it into a cycle for the collector).

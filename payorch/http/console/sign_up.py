@@ -124,7 +124,7 @@ async def _signup_page(
         sign_in_token=csrf,
         token=token,
         invite=invite,
-        expires_in=_hours_left(invite.expires_at, now) if invite else None,
+        expires_in=time_left(invite.expires_at, now) if invite else None,
         refused=refused,
         message=message,
         organization_fields=ORGANIZATION_FIELDS,
@@ -140,8 +140,8 @@ async def _signup_page(
     return response
 
 
-def _hours_left(expires_at: datetime, now: datetime) -> str:
-    """How long the invite still holds, in words: "in 1 hour 55 minutes", "in 4 minutes"."""
+def time_left(expires_at: datetime, now: datetime) -> str:
+    """How long a link still holds, in words: "in 1 hour 55 minutes", "in 4 minutes"."""
     minutes = max(0, int((expires_at - now).total_seconds() // 60))
     hours, minutes = divmod(minutes, 60)
     parts = ([f"{hours} hour{'' if hours == 1 else 's'}"] if hours else []) + (

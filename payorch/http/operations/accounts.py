@@ -31,14 +31,20 @@ async def admin_access_token(services: Services, data: LoginRequest, address: st
         if not await turn.verify(data.password, found.password_hash if found else None) or found is None:
             raise InvalidLogin("e-mail or password is incorrect")
     await limits.forgive_login_attempt(counted)
-    settings = context.settings
-    return issue_access_token(
+    return access_token(
+        services,
         AccessClaims(
             user_id=found.user_id, merchant_id=found.merchant_id, session_version=found.session_version
         ),
-        secret=settings.auth.jwt_secret,
-        ttl_s=settings.auth.jwt_ttl_s,
-        now=context.clock.now(),
+    )
+
+
+def access_token(services: Services, claims: AccessClaims) -> str:
+    """A new access token (JWT) carrying `claims`, valid `auth.jwt_ttl_s` from now."""
+    context = services.context
+    settings = context.settings
+    return issue_access_token(
+        claims, secret=settings.auth.jwt_secret, ttl_s=settings.auth.jwt_ttl_s, now=context.clock.now()
     )
 
 
