@@ -212,6 +212,8 @@ class AuthSettings(_Section):
     api_key_miss_cache_s: NonNegativeFloat = 5.0
     # Password hashes running at once per process (engine/accounts/passwords.py); "auto": half the cores.
     password_hashes_at_once: int | Literal["auto"] = "auto"  # noqa: S105  # a count, not a password
+    # The share of one core each hashing thread may take (values/cpu_share.py): it rests after a hash.
+    password_hashing_cpu_share: Annotated[float, Field(gt=0, le=1)] = 0.25
     # Lifetime of a password reset link (`payorch reset-password`), in seconds.
     password_reset_ttl_s: PositiveInt = 3600
 
@@ -437,6 +439,8 @@ class RoutingSettings(_Section):
     abandonment_weight: Annotated[float, Field(ge=0, le=1)] = 0.5
     min_outcomes: PositiveInt = 20
     refresh_s: NonNegativeFloat = 5.0
+    # The share of one core a backtest's worker process may take (values/cpu_share.py).
+    backtest_cpu_share: Annotated[float, Field(gt=0, le=1)] = 0.25
 
 
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -492,6 +496,7 @@ RESTART_ONLY = frozenset(
         "database",
         "auth.jwt_secret",
         "auth.password_hashes_at_once",
+        "auth.password_hashing_cpu_share",
         "security",
         "engine.actor_idle_s",
         "engine.mailbox_size",

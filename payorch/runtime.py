@@ -327,7 +327,10 @@ async def open_runtime(
                 ),
                 backtests=backtests,
                 reconciliations=reconciliations,
-                passwords=PasswordHasher(hashes_at_once(settings.auth.password_hashes_at_once)),
+                passwords=PasswordHasher(
+                    hashes_at_once(settings.auth.password_hashes_at_once),
+                    settings.auth.password_hashing_cpu_share,
+                ),
             )
             app = create_app(services)
             runtime = Runtime(services, app, nursery, db, clock)

@@ -8,6 +8,7 @@ hold the hashing capacity full, so whatever the app answers meanwhile was answer
 
 from __future__ import annotations
 
+import secrets
 from datetime import timedelta
 from typing import Any
 
@@ -18,6 +19,7 @@ from quart import Response
 
 from payorch.config import AuthSettings, Settings
 from payorch.engine.accounts.invites import issue_invite
+from payorch.engine.accounts.passwords import HashingThreads, PasswordHasher
 from payorch.runtime import Runtime
 from payorch.storage import accounts
 from payorch.storage.database import Connection, Database
@@ -141,3 +143,19 @@ async def test_password_hashing_does_not_wait_for_the_default_thread_limiter(
         for holder in holders:
             default.release_on_behalf_of(holder)
     assert response.status_code == 200
+
+
+@pytest.mark.parametrize(("cpu_share", "rests"), [(0.25, True), (1.0, False)])
+async def test_a_hashing_thread_rests_after_each_hash_in_proportion_to_its_share_of_a_core(
+    cpu_share: float, rests: bool
+) -> None:
+    taken: list[float] = []
+    threads = HashingThreads(1, cpu_share, rest=taken.append)
+    hasher = PasswordHasher(1)
+    hasher.threads = threads
+    for _ in range(2):
+        with hasher.turn() as turn:
+            # A password of its own: hashed for real, not given from the tests' memo of hashes.
+            await turn.hash(secrets.token_hex(16))
+    # The thread rests after delivering a hash, before it takes the next: the first rest is taken.
+    assert (taken[0] > 0) if rests else (taken[0] == 0.0)

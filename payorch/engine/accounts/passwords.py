@@ -25,6 +25,7 @@ import contextlib
 import os
 import queue
 import threading
+import time
 import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,6 +37,7 @@ import outcome
 import trio
 from passlib.hash import argon2
 
+from payorch.values.cpu_share import CpuShare
 from payorch.values.errors import ServiceBusy
 
 HASH_MEMORY_KIB = 47104  # 46 MiB
@@ -93,10 +95,18 @@ class HashingThreads:
     """`count` threads of the hasher's own, at the least priority, started at the first hash and
     ending with the process (daemons, idle between hashes, holding nothing). `run` hands one a
     function and waits for its result; the turns (`PasswordHasher`) keep at most `count` functions
-    running at once, so none waits for a thread."""
+    running at once. Each thread holds its hashes to `cpu_share` of a core (`values.cpu_share`):
+    after a hash it rests (`rest`) in proportion to the CPU the hash took, its result already
+    delivered, and a turn asked for meanwhile waits for the rest to end: so while a flood keeps
+    every turn taken, the logins beyond them are refused (503) and the hashes that do run take at
+    most that share."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(
+        self, count: int, cpu_share: float = 1.0, rest: Callable[[float], None] = time.sleep
+    ) -> None:
         self.count = count
+        self.cpu_share = cpu_share
+        self._rest = rest
         self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Callable[[outcome.Outcome[Any]], None]]]
         self._jobs = queue.SimpleQueue()
         self._started = 0
@@ -110,9 +120,11 @@ class HashingThreads:
 
     def _serve(self) -> None:
         _lower_this_thread()
+        pacing = CpuShare(self.cpu_share, time.thread_time)
         while True:
             work, deliver = self._jobs.get()
             deliver(outcome.capture(work))
+            self._rest(pacing.rest_s())
 
     async def run(self, work: Callable[[], Any]) -> Any:
         """`work()` in one of the threads; its result, or its exception raised here. Not cancelled
@@ -140,9 +152,9 @@ class PasswordHasher:
     are taken is refused at once (`ServiceBusy`), so a flood of logins holds at most `at_once`
     hashes' memory and cores."""
 
-    def __init__(self, at_once: int) -> None:
+    def __init__(self, at_once: int, cpu_share: float = 1.0) -> None:
         self.turns = trio.CapacityLimiter(at_once)
-        self.threads = HashingThreads(at_once)
+        self.threads = HashingThreads(at_once, cpu_share)
 
     @contextmanager
     def turn(self) -> Iterator[PasswordTurn]:

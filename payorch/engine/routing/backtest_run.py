@@ -124,6 +124,7 @@ async def run_backtest(
             configs=tuple(linked),
             segments=tuple(SegmentFigures(*row) for row in segments),
             settings=settings,
+            cpu_share=section.backtest_cpu_share,
         )
         ran = await worker.backtest(run, lambda kinds: _limits_of(catalogue, names, kinds))
     return Backtest(

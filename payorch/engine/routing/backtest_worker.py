@@ -11,7 +11,7 @@ message with one frame:
 | message | what the worker does | answer |
 |---|---|---|
 | (on start) | | its process id, once it is ready |
-| `Run` | reads the window's sessions (and their documents) in batches, decides them | `Ran` |
+| `Run` | reads the window's sessions (and their documents) in batches, decides them, resting after each batch to hold `Run.cpu_share` of a core (`values.cpu_share`) | `Ran` |
 | `Limits` | knows what the catalogue's providers take of the kinds it asked of | |
 
 A `Run` is answered `Ran` once every session is decided; before each batch that holds kinds of
@@ -37,6 +37,7 @@ import pickle
 import signal
 import struct
 import sys
+import time
 import traceback
 import uuid
 from dataclasses import dataclass
@@ -57,12 +58,15 @@ from payorch.engine.routing.success_rates import RoutingSettings, SegmentFigures
 from payorch.storage.dedicated import CONNECT_TIMEOUT_S
 from payorch.storage.failures import StorageFailure, storage_failure
 from payorch.storage.routing_history import PastSession, read_past_sessions, routing_documents_of
+from payorch.values.cpu_share import CpuShare
 from payorch.values.errors import InvalidInput
 
 # What the server runs with its own interpreter (`sys.executable -c START`).
 START = "from payorch.engine.routing.backtest_worker import serve; serve()"
 HEADER = struct.Struct(">Q")  # a frame's length
-BATCH = 10_000  # sessions fetched from the cursor and decided at a time
+# Sessions fetched from the cursor and decided at a time: small enough that the rests held to the
+# run's share of a core (`Run.cpu_share`) come every few tens of milliseconds, not in bursts.
+BATCH = 2_000
 STATEMENT_TIMEOUT_S = 60  # the most one statement of a backtest's reading may take (each fetch is one)
 # How the worker's connection is named in pg_stat_activity.
 APPLICATION_NAME = "payorch backtest"
@@ -104,6 +108,7 @@ class Run:
     configs: tuple[LinkedProvider, ...]
     segments: tuple[SegmentFigures, ...]
     settings: RoutingSettings
+    cpu_share: float = 1.0  # of one core: the worker rests after each batch (`values.cpu_share`)
 
 
 @dataclass(frozen=True)
@@ -198,6 +203,7 @@ class _Worker:
             in_force=run.in_force,
             decided_by=decided_by,
         )
+        pacing = CpuShare(run.cpu_share, time.process_time)
         told: set[tuple[str, str]] = set()  # the kinds of session whose limits the server told
         asked: set[int] = {0}  # the versions read (0: the default document, never stored)
 
@@ -211,6 +217,7 @@ class _Worker:
                 decided_by.update(_parsed(await routing_documents_of(conn, run.application_id, versions)))
                 asked.update(versions)
             replayer.replay(batch)
+            await asyncio.sleep(pacing.rest_s())
 
         conn = await self._connection(run.dsn)
         async with conn.transaction(isolation="repeatable_read", readonly=True):
