@@ -8,8 +8,9 @@
 # 10,000 applications touched once then idle, webhook latency, a list's pages at a million sessions,
 # other merchants' creates beside floods of deep pages and forged provider events, other merchants'
 # creates and webhooks beside a login flood from 40 addresses, a webhook backlog, backtest loops and
-# a routing flood (neighbours), routing quality in a simulation and the cost of a routing decision;
-# `make soak` loads payorch for 10 minutes.
+# a routing flood (neighbours), routing quality in a simulation and the cost of a routing decision,
+# a reconciliation of 100,000 payments beside others' creates, and payments search, deep pages and
+# CSV export over 100,000 sessions; `make soak` loads payorch for 10 minutes.
 # Each creates .venv and installs what it needs on a machine that has only Python 3.11: `make run` and
 # `make migrate` payorch and its runtime dependencies only, the others the test and lint tools too.
 

@@ -28,6 +28,14 @@
 - steady: creates for one application due at a steady 50, 100 and 200/s for 20 s each (open loop,
   latency from each request's due time): p50, p99, p99.9, errors and server CPU per create, and the
   bare Quart-Trio POST at the same rates for its CPU per request (`bench/steady.py`);
+- payments_search: a merchant's sessions across its 10 applications (`GET /api/v1/sessions`), with
+  100,000 sessions: the first page, a page 1,000 deep (p50 within 1.5x of the first's), a search by
+  order reference and by e-mail, and the CSV export of them all with the server's memory growth
+  (`bench/payments_search.py`);
+- reconciliation: a day of 100,000 payments and 10,000 refunds at one sandbox account (written
+  straight into the database) reconciled through the API, POST then GET until it ends: under 30 s,
+  the server's RSS growing under 50 MiB meanwhile, and other merchants' creates' p99 beside runs
+  within 20% of alone (`bench/reconciliation.py`);
 - routing: a simulation of routing quality driving payorch's real routing code (approvals against
   an oracle's, recovery after an outage, exploration's cost), and microseconds per routing
   decision with 20 rules and 3 providers (`bench/routing.py`); then the same sessions with 1, 2
@@ -56,6 +64,7 @@ from bench.idle import measure_idle
 from bench.lists import measure_lists
 from bench.measure import Shape, background_cores, measure, measure_beside, progress
 from bench.neighbours import NeighbourShape, measure_neighbours
+from bench.payments_search import measure_payments_search, payments_search_lines
 from bench.payorch_target import (
     Payorch,
     bench_settings,
@@ -64,6 +73,7 @@ from bench.payorch_target import (
     read_target,
     running_payorch,
 )
+from bench.reconciliation import ReconciliationShape, measure_reconciliation, reconciliation_lines
 from bench.recovery import measure_recovery
 from bench.report import Isolation, Results, report
 from bench.routing import measure_decision_cost, measure_quality
@@ -85,6 +95,8 @@ SCENARIOS = (
     "lists",
     "floods",
     "neighbours",
+    "payments_search",
+    "reconciliation",
     "routing",
 )
 BARE_CREATE_LABEL, BARE_READ_LABEL = "bare Quart-Trio POST", "bare Quart-Trio GET"
@@ -160,6 +172,21 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--login-addresses", type=int, default=40, help="client addresses flooding login (default 40)"
     )
     parser.add_argument(
+        "--search-sessions",
+        type=int,
+        default=100_000,
+        help="sessions of the merchant whose payments are searched (default 100000)",
+    )
+    parser.add_argument(
+        "--reconcile-payments",
+        type=int,
+        default=100_000,
+        help="payments of the reconciled day (default 100000)",
+    )
+    parser.add_argument(
+        "--reconcile-refunds", type=int, default=10_000, help="refunds of the reconciled day (default 10000)"
+    )
+    parser.add_argument(
         "--list-sessions",
         type=int,
         default=1_000_000,
@@ -197,6 +224,15 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("need 1 <= --backlog, --backtest-sessions <= 10000000 and 1 <= --login-addresses <= 250")
     if not 1 <= args.list_sessions <= 10_000_000:
         parser.error("need 1 <= --list-sessions <= 10000000")
+    if not 1 <= args.search_sessions <= 10_000_000:
+        parser.error("need 1 <= --search-sessions <= 10000000")
+    if (
+        not 10 <= args.reconcile_payments <= 10_000_000
+        or not 0 <= args.reconcile_refunds * 10 <= args.reconcile_payments
+    ):
+        parser.error(
+            "need 10 <= --reconcile-payments <= 10000000 and --reconcile-refunds at most a tenth of them"
+        )
     try:
         args.worker_counts = list(dict.fromkeys(int(count) for count in args.workers_list.split(",")))
     except ValueError:
@@ -318,6 +354,8 @@ async def main(args: argparse.Namespace) -> None:
     results = Results(
         connections=args.connections, seconds=args.seconds, warmup=args.warmup, applications=args.applications
     )
+    payments_lines: list[str] = []
+    reconciliation_figures: list[str] = []
     if "routing" in wanted:  # pure computation: first, while nothing else runs
         progress("routing: simulating routing quality, then timing decisions")
         results.routing = measure_quality()
@@ -388,6 +426,30 @@ async def main(args: argparse.Namespace) -> None:
                 results.floods = await measure_floods(work_dir / "floods", shape)
             finally:
                 results.problems += problems_logged(work_dir / "floods" / "payorch.log")
+        if "payments_search" in wanted:
+            progress("payments search: starting payorch on a fresh embedded PostgreSQL")
+            (work_dir / "payments").mkdir()
+            try:
+                payments = await measure_payments_search(work_dir / "payments", args.search_sessions)
+                payments_lines = list(payments_search_lines(payments))
+            finally:
+                results.problems += problems_logged(work_dir / "payments" / "payorch.log")
+        if "reconciliation" in wanted:
+            progress("reconciliation: starting payorch on a fresh embedded PostgreSQL")
+            (work_dir / "reconciliation").mkdir()
+            reconcile_shape = ReconciliationShape(
+                payments=args.reconcile_payments,
+                refunds=args.reconcile_refunds,
+                applications=10,
+                rate_per_s=args.flood_rate,
+                warmup_s=args.warmup,
+                measured_s=args.seconds,
+            )
+            try:
+                reconciled = await measure_reconciliation(work_dir / "reconciliation", reconcile_shape)
+                reconciliation_figures = list(reconciliation_lines(reconciled))
+            finally:
+                results.problems += problems_logged(work_dir / "reconciliation" / "payorch.log")
         if "neighbours" in wanted:
             progress("neighbours: starting payorch, with its default limits, and two webhook receivers")
             (work_dir / "neighbours").mkdir()
@@ -396,6 +458,10 @@ async def main(args: argparse.Namespace) -> None:
             finally:
                 results.problems += problems_logged(work_dir / "neighbours" / "payorch.log")
     for line in report(results, background):
+        print(line)
+    for line in payments_lines:
+        print(line)
+    for line in reconciliation_figures:
         print(line)
 
 

@@ -317,6 +317,9 @@ class WebhookSettings(_Section):
     # Rows of `webhook_deliveries` changed since its last analysis that make payorch analyse it
     # (`supervisors.delivery_statistics`); 0: leave it to autovacuum.
     analyse_after_changes: NonNegativeInt = 10_000
+    # Days a delivery attempt's details (headers sent and received, the body's first 4 KiB) are kept
+    # (`supervisors.attempt_details`).
+    attempt_details_retention_days: PositiveInt = 30
 
     @field_validator("ca_bundle", mode="before")
     @classmethod
@@ -427,6 +430,14 @@ class ReconciliationSettings(_Section):
     run_at_utc: Annotated[str, Field(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")] = "06:00"
     retry_first_s: PositiveFloat = 60.0
     retry_max_s: PositiveFloat = 3600.0
+    # A page of settlements the provider answers 429 or 5xx is asked again within the run.
+    page_attempts: PositiveInt = 5
+    page_retry_first_s: PositiveFloat = 1.0
+    page_retry_max_s: PositiveFloat = 60.0
+    # The share of the server's time a run may take: it rests after each batch in proportion.
+    time_share: Annotated[float, Field(gt=0, le=1)] = 0.3
+    # The settled days whose matched payments' fees `net` routing weighs (docs/reconciliation.md).
+    fee_window_days: Annotated[int, Field(ge=1, le=366)] = 30
 
 
 class RoutingSettings(_Section):

@@ -50,6 +50,7 @@ from payorch.restarts import SupervisorBoard, supervised
 from payorch.storage.application_changes import keep_fresh
 from payorch.storage.database import Database
 from payorch.storage.nodes import NodeChannels, NodeIdentity, hold_node_identity
+from payorch.supervisors.attempt_details import run_attempt_details_pruning
 from payorch.supervisors.daily_reconciliation import run_daily_reconciliation
 from payorch.supervisors.delivery_loop import run_webhook_supervisor
 from payorch.supervisors.delivery_statistics import run_delivery_statistics
@@ -362,6 +363,7 @@ async def open_runtime(
             await nursery.start(run_idempotency_supervisor, context, board)
             await nursery.start(run_webhook_supervisor, context, board)
             await nursery.start(run_delivery_statistics, context, board)
+            await nursery.start(run_attempt_details_pruning, context, board)
             await nursery.start(run_daily_reconciliation, context, reconciliations, board)
             for provider in providers:
                 runtime.start_connection_keeper(provider)

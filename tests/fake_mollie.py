@@ -116,6 +116,7 @@ class ScriptedFailure:
     status: int | None = 500
     delay_s: float = 0.0
     detail: str = "An internal server error occurred while processing your request."
+    headers: dict[str, str] = field(default_factory=dict)  # e.g. a 429's Retry-After
 
 
 @dataclass
@@ -428,7 +429,8 @@ class FakeMollie:
         )
         self.requests.append(received)
         if scripted is not None and scripted.status is not None:
-            return self._answer(received, scripted.status, error_body(scripted.status, scripted.detail))
+            body = error_body(scripted.status, scripted.detail)
+            return self._answer(received, scripted.status, body, scripted.headers)
         account = self._accounts.get(received.api_key or "")
         if account is None:
             return self._answer(

@@ -137,13 +137,32 @@ class StripeFailure(Exception):
 
 @dataclass(frozen=True)
 class ScriptedFailure:
-    """How the fake answers one matching request instead of serving it."""
+    """How the fake answers one matching request instead of serving it: `status` with `body` and
+    `headers` after `delay_s`, or (`status=None`) the real answer, at once (so that a test scripts
+    a failure of the second such request, not the first)."""
 
-    status: int = 500
+    status: int | None = 500
     delay_s: float = 0.0
     body: dict[str, Any] = field(
         default_factory=lambda: {"error": {"type": "api_error", "message": "An unknown error occurred."}}
     )
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+# Stripe's answer when an account sends too many requests (docs.stripe.com/rate-limits,
+# docs.stripe.com/error-codes#rate-limit).
+RATE_LIMITED = ScriptedFailure(
+    429,
+    body={
+        "error": {
+            "type": "invalid_request_error",
+            "code": "rate_limit",
+            "doc_url": "https://stripe.com/docs/error-codes/rate-limit",
+            "message": "Request rate limit exceeded. Learn more about rate limits here "
+            "https://stripe.com/docs/rate-limits.",
+        }
+    },
+)
 
 
 @dataclass
@@ -649,7 +668,10 @@ class FakeStripe:
         for index, (scripted_method, prefix, failure) in enumerate(self._script):
             if scripted_method == method and path.startswith(prefix):
                 del self._script[index]
-                return (*self._answer(received, failure.status, failure.body)[:3], failure.delay_s)
+                if failure.status is None:  # served for real
+                    break
+                answered = self._answer(received, failure.status, failure.body, failure.headers)
+                return (*answered[:3], failure.delay_s)
         account = self._accounts.get(received.api_key or "")
         if account is None:
             masked = f"{(received.api_key or '')[:8]}****{(received.api_key or '')[-4:]}"

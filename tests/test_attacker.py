@@ -21,10 +21,16 @@ OWN_SCOPE = {
     ("POST", "/api/v1/applications"),
     ("GET", "/api/v1/providers"),
     ("POST", "/api/v1/auth/logout"),  # ends the caller's own tokens (tests/http/test_logout.py)
+    # The caller's own merchant's users and invites (tests/http/test_users.py).
+    ("GET", "/api/v1/merchants/me/users"),
+    ("GET", "/api/v1/merchants/me/invites"),
+    ("POST", "/api/v1/merchants/me/invites"),
+    ("GET", "/api/v1/sessions"),  # the caller's merchant's sessions (tests/http/test_session_search.py)
 }
 # A valid body for each route that needs one: only authorization may refuse the request.
 VALID_BODIES: dict[tuple[str, str], Any] = {
     ("PATCH", "/api/v1/applications/<application_id>/status"): {"isEnabled": False},
+    ("PATCH", "/api/v1/merchants/me/users/<user_id>"): {"role": "read_only"},
     ("POST", "/api/v1/applications/<application_id>/providers"): {
         "name": "sandbox",
         "paymentMethods": ["card"],
@@ -52,7 +58,7 @@ VALID_BODIES: dict[tuple[str, str], Any] = {
 # it with another merchant's session; `/` leads a browser to the console).
 PUBLIC = re.compile(
     r"^/(|healthz|readyz|metrics|docs.*|sandbox/.*|checkout/.*|console.*|"
-    r"api/v1/(openapi\.json|merchants/signup|auth/login|provider-events/.*))$"
+    r"api/v1/(openapi\.json|merchants/signup|users/signup|auth/login|provider-events/.*))$"
 )
 
 
@@ -86,6 +92,14 @@ async def victim(client: Client, db: Database, settings: Settings) -> dict[str, 
             headers=shop.merchant.headers,
         )
     ).get_json()
+    users = await (await client.get("/api/v1/merchants/me/users", headers=shop.merchant.headers)).get_json()
+    invite = await (
+        await client.post(
+            "/api/v1/merchants/me/invites",
+            json={"email": "colleague@victim.example", "role": "read_only"},
+            headers=shop.merchant.headers,
+        )
+    ).get_json()
     return {
         "shop": shop,
         "application_id": shop.application_id,
@@ -97,6 +111,8 @@ async def victim(client: Client, db: Database, settings: Settings) -> dict[str, 
         "id": shop.application_id,
         "version": routing["version"],
         "run_id": run["id"],
+        "user_id": users["items"][0]["id"],
+        "invite_id": invite["id"],
     }
 
 
@@ -125,6 +141,8 @@ async def _snapshot(db: Database) -> list[Any]:
             "webhook_configs",
             "checkout_sessions",
             "refunds",
+            "users",
+            "user_invites",
         ):
             counts.append(await conn.fetchval(f"SELECT count(*) FROM {table}"))  # noqa: S608
         counts.append(await conn.fetchval("SELECT max(updated_at) FROM applications"))
@@ -143,7 +161,14 @@ async def test_every_route_refuses_another_merchants_jwt_and_api_key(
     routes = _routes(app)
     assert len(routes) >= 20  # the walk covers the API, not an empty map
     before = await _snapshot(db)
-    secret_bits = {victim["application_id"], victim["session_id"], victim["webhook_id"], victim["key_id"]}
+    secret_bits = {
+        victim["application_id"],
+        victim["session_id"],
+        victim["webhook_id"],
+        victim["key_id"],
+        victim["user_id"],
+        victim["invite_id"],
+    }
     for credential in (attacker.merchant.headers, attacker.headers):
         for method, rule in routes:
             if (method, rule) in OWN_SCOPE:

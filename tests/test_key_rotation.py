@@ -342,6 +342,8 @@ async def test_every_bytea_column_is_sealed_and_rotated_or_a_hash(db: Database) 
     under the old key, unreadable once that key is removed."""
     hashes = {
         "invites.token_hash",
+        "user_invites.token_hash",
+        "password_resets.token_hash",
         "api_keys.key_hash",
         "idempotency_keys.fingerprint",
         "schema_migrations.checksum",  # of each migration's SQL (storage.migrations)

@@ -12,7 +12,7 @@ A read that started before a `forget` cannot put back what was forgotten (`gener
 It also keeps the application's success rates, learned from payment outcomes. No notification
 tells of a new outcome: they are read again in batches, once they are older than the setting
 `routing.refresh_s` (monotonic seconds), so they are kept whether or not a listener hears, and a
-`forget` leaves them.
+`forget` leaves them. The fees reconciliation observed are read and kept with them.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from payorch.engine.routing.document import RoutingDocument
+from payorch.engine.routing.observed_fees import NO_OBSERVED_FEES, ObservedFees
 from payorch.engine.routing.success_rates import SuccessRates
 from payorch.storage.provider_configs import ProviderConfig
 
@@ -45,6 +46,7 @@ class HotState:
     _routing: RoutingInForce | None = field(default=None, repr=False)
     _rates: SuccessRates | None = field(default=None, repr=False)
     _rates_read_at: float = field(default=0.0, repr=False)  # monotonic time the rates were read at
+    _observed_fees: ObservedFees = field(default=NO_OBSERVED_FEES, repr=False)  # read with the rates
 
     def provider_configs(self) -> tuple[ProviderConfig, ...] | None:
         """The active provider configurations as last read, or None when they must be read."""
@@ -72,10 +74,17 @@ class HotState:
         """Whether the rates must be read (again) at `now`: never read, or read `refresh_s` ago."""
         return self._rates is None or now - self._rates_read_at >= refresh_s
 
-    def keep_rates(self, rates: SuccessRates, read_at: float) -> None:
-        """Keep `rates`, read at `read_at`, unless newer ones are kept already."""
+    def keep_rates(
+        self, rates: SuccessRates, read_at: float, observed_fees: ObservedFees = NO_OBSERVED_FEES
+    ) -> None:
+        """Keep `rates` and `observed_fees`, read at `read_at`, unless newer ones are kept already."""
         if self._rates is None or read_at >= self._rates_read_at:
             self._rates, self._rates_read_at = rates, read_at
+            self._observed_fees = observed_fees
+
+    def observed_fees(self) -> ObservedFees:
+        """The observed fees read with the rates (none before the first read)."""
+        return self._observed_fees
 
     def forget(self) -> None:
         self.generation += 1

@@ -29,6 +29,7 @@ from payorch.http.routes import (
     refunds,
     routing,
     sessions,
+    users,
     webhooks,
 )
 from payorch.http.services import PayorchApp, Services
@@ -118,6 +119,7 @@ def create_app(services: Services) -> PayorchApp:
         metrics.blueprint,
         docs.blueprint,
         accounts.blueprint,
+        users.blueprint,
         applications.blueprint,
         sessions.blueprint,
         providers.blueprint,
@@ -135,4 +137,6 @@ def create_app(services: Services) -> PayorchApp:
     # The invite's signupUrl opened in a browser: the console's signup page (the API's POST of the
     # same address is the accounts blueprint's).
     app.add_url_rule("/api/v1/merchants/signup", "signup_page", console.sign_up.signup_page, methods=["GET"])
+    # The same for a user invited by a merchant's admin (the users blueprint has the POST).
+    app.add_url_rule("/api/v1/users/signup", "join_page", console.join.join_page, methods=["GET"])
     return app

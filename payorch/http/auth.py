@@ -3,6 +3,11 @@
 A merchant's admin presents a JWT (`Authorization: Bearer <jwt>`); a merchant's server presents an
 API key of one application (`X-API-Key: sk_...`). `authenticate` turns the request's credential
 into a `Principal`; `application_for` checks that the principal may act on an application.
+
+Roles are enforced here too, for the API and the console alike (`permit_role`): every access token
+passes `principal_of_access_token`, which refuses a `read_only` user (403) any request but a read
+(GET, HEAD) unless its view is marked `@open_to_read_only`. So a new route that changes something
+is closed to read-only users without a word; one that only reads through a POST says so.
 """
 
 from __future__ import annotations
@@ -15,13 +20,13 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import trio
-from quart import g, request
+from quart import current_app, g, request
 
 from payorch.engine.accounts.access_tokens import verify_access_token
 from payorch.http.requestlog import note_application
 from payorch.http.services import services
-from payorch.storage import accounts as accounts_store
 from payorch.storage import applications as applications_store
+from payorch.storage import users as users_store
 from payorch.storage.applications import Application
 from payorch.values.errors import (
     ApplicationDisabled,
@@ -29,12 +34,18 @@ from payorch.values.errors import (
     Missing,
     NotFound,
     NotPermitted,
+    RoleRefused,
     WrongCredentialKind,
 )
+from payorch.values.roles import READ_ONLY_REFUSAL, Role
 from payorch.values.secrets import looks_like_api_key, token_hash
 
 API_KEY_HEADER = "X-API-Key"
 R = TypeVar("R")
+F = TypeVar("F", bound=Callable[..., Any])
+# The requests that only read: open to every role.
+READING_METHODS = frozenset({"GET", "HEAD"})
+_OPEN_TO_READ_ONLY = "_payorch_open_to_read_only"
 
 
 class Accept(enum.Enum):
@@ -50,10 +61,16 @@ class Principal:
     user_id: uuid.UUID | None = None  # set for a JWT
     application_id: uuid.UUID | None = None  # set for an API key: the one application it serves
     key_id: uuid.UUID | None = None  # set for an API key: which key, for its rate limit
+    role: Role | None = None  # set for a JWT: the user's role as it is now
 
     @property
     def is_api_key(self) -> bool:
         return self.application_id is not None
+
+    @property
+    def is_admin(self) -> bool:
+        """Whether the principal is a user whose role is admin."""
+        return self.role is Role.ADMIN
 
 
 async def authenticate(accept: Accept) -> Principal:
@@ -85,22 +102,48 @@ async def authenticate(accept: Accept) -> Principal:
 
 
 async def principal_of_access_token(token: str) -> Principal:
-    """The admin an access token (JWT) names, charged one token of the merchant's bucket:
-    `AuthenticationRequired` for a forged or expired token or one a sign-out ended, `RateLimited` for
-    an empty bucket. The API's `Authorization: Bearer` and the console's session cookie both come
+    """The user an access token (JWT) names, charged one token of the merchant's bucket:
+    `AuthenticationRequired` for a forged or expired token, one a sign-out ended or whose user was
+    removed, `RateLimited` for an empty bucket, `RoleRefused` for what the user's role may not do
+    (`permit_role`). The API's `Authorization: Bearer` and the console's session cookie both come
     here.
 
     Whether a sign-out ended the token is read from the database, one primary-key read per request:
-    its user's `session_version` against the token's (`sv`). So a sign-out holds at once on every
-    process and node. Only admin calls carry a JWT; merchants' servers use API keys, which are read
+    its user's `session_version` against the token's (`sv`), and the user's role with it. So a
+    sign-out, a removal or a change of role holds at once on every process and node. Only users'
+    calls carry a JWT; merchants' servers use API keys, which are read
     from `api_key_cache` (docs/api.md, "Signing out")."""
     context = services().context
     claims = verify_access_token(token, secret=context.settings.auth.jwt_secret, now=context.clock.now())
     await services().limits.charge_credential(f"merchant:{claims.merchant_id}")
-    current = await context.db.autocommit(accounts_store.session_version, claims.user_id)
-    if current != claims.session_version:
+    current = await context.db.autocommit(users_store.credential_of, claims.user_id)
+    if current is None or current[0] != claims.session_version:
         raise AuthenticationRequired("access token ended by a sign-out: log in again")
-    return Principal(merchant_id=claims.merchant_id, user_id=claims.user_id)
+    principal = Principal(merchant_id=claims.merchant_id, user_id=claims.user_id, role=current[1])
+    permit_role(principal)
+    return principal
+
+
+def open_to_read_only(view: F) -> F:
+    """Mark a view that only reads although its method is not GET (a logout, a routing evaluation):
+    `permit_role` lets a read-only user through. Put it below the route's decorator."""
+    setattr(view, _OPEN_TO_READ_ONLY, True)
+    return view
+
+
+def is_open_to_read_only(view: Callable[..., Any]) -> bool:
+    return bool(getattr(view, _OPEN_TO_READ_ONLY, False))
+
+
+def permit_role(principal: Principal) -> None:
+    """`RoleRefused` (403) for a read-only user on a request that is not a read (GET, HEAD) and whose
+    view is not `@open_to_read_only`: refunds, changes of anything, every answer that shows a
+    secret (those are answers to a POST or a PATCH), inviting users. Every role reads."""
+    if principal.role is not Role.READ_ONLY or request.method in READING_METHODS:
+        return
+    view = current_app.view_functions.get(request.endpoint or "")
+    if view is None or not is_open_to_read_only(view):
+        raise RoleRefused(READ_ONLY_REFUSAL)
 
 
 async def _api_key_principal(api_key: str) -> Principal:

@@ -29,6 +29,8 @@ STATUS_OF: dict[type[domain.DomainError], HTTPStatus] = {
     domain.InvalidLogin: HTTPStatus.UNAUTHORIZED,
     domain.WrongCredentialKind: HTTPStatus.UNAUTHORIZED,
     domain.NotPermitted: HTTPStatus.FORBIDDEN,
+    domain.RoleRefused: HTTPStatus.FORBIDDEN,
+    domain.LastAdmin: HTTPStatus.CONFLICT,
     domain.ApplicationDisabled: HTTPStatus.FORBIDDEN,
     domain.NotFound: HTTPStatus.NOT_FOUND,
     domain.AccountExists: HTTPStatus.CONFLICT,

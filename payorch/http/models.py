@@ -40,6 +40,7 @@ from payorch.http.jsonio import first_unstorable_text
 from payorch.jsonexact import dumps_exact
 from payorch.values.money import known_currencies
 from payorch.values.pagination import DEFAULT_LIMIT, DEFAULT_PAGE, MAX_LIMIT, MAX_PAGE, PageRequest
+from payorch.values.roles import RoleName
 from payorch.values.web_urls import redirect_url_problem, website_url_problem
 
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=255)]
@@ -185,6 +186,21 @@ class SignupQuery(Query):
 class LoginRequest(Body):
     email: Annotated[str, BeforeValidator(_canonical_text), StringConstraints(min_length=1, max_length=320)]
     password: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+
+
+class UserInviteRequest(Body):
+    email: IdentifierEmail
+    role: RoleName
+
+
+class UserRoleRequest(Body):
+    role: RoleName
+
+
+class UserSignupRequest(Body):
+    firstName: Text
+    lastName: Text
+    password: NewPassword
 
 
 class ApplicationCreateRequest(Body):

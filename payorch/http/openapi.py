@@ -248,6 +248,7 @@ refund creation need an `Idempotency-Key` header.
 )
 TAGS = [
     Tag(name="Accounts", description="Merchant signup by invitation, and login."),
+    Tag(name="Users and roles", description="A merchant's users, their roles, and invitations of more."),
     Tag(name="Applications and API keys", description="A merchant's integration units and their keys."),
     Tag(name="Providers", description="The provider catalogue and the providers linked to an application."),
     Tag(name="Routing", description="Which provider an application's sessions go to: its rules, tried out."),

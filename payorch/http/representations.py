@@ -18,6 +18,7 @@ from typing_extensions import TypedDict  # pydantic needs this one on Python < 3
 from payorch.engine.body_types import CLOSED, EventType, MajorUnits, Timestamp, Uuid, listed
 from payorch.engine.routing.decision import PlaceReason
 from payorch.engine.routing.document import Objective, RouteType
+from payorch.engine.routing.observed_fees import FeeSource
 from payorch.engine.routing.recovery import DECLINE_CODE, MAX_ATTEMPTS, RETRYABLE_REASONS
 from payorch.http.models import Organization
 from payorch.providers.base import EventDelivery
@@ -262,16 +263,31 @@ class RoutingAttempt(TypedDict):
 
 
 @with_config(CLOSED)
+class WeighedFee(TypedDict):
+    """The fee a provider's score weighed under objective net, and whose it is: `document`, the
+    routing document's fee of the provider (its fee for the payment method when written), or
+    `observed`, the fee reconciliation observed for the payment's method and currency
+    (docs/reconciliation.md, "Observed fees"). `percent` of the amount plus `fixed` by currency
+    (major units), as decimal strings."""
+
+    source: FeeSource
+    percent: str
+    fixed: dict[str, str]
+
+
+@with_config(CLOSED)
 class RankedProvider(TypedDict):
     """One provider's place in the ranking, and why it holds it: `rule`, `split` or `dynamic` (the
     route put it there), `exploration` (sent first so its figures stay fresh), `eliminated` (its
     success rate is below the elimination threshold: tried after every other), `not_eligible`
-    (the route names it, but it cannot take this session: never tried)."""
+    (the route names it, but it cannot take this session: never tried). `fee`, under objective
+    net, is the fee its score weighed; left out when none was (no fee given nor observed)."""
 
     provider: str
     score: Annotated[Decimal, WithJsonSchema({"type": "number", "minimum": 0, "maximum": 1})]
     eligible: bool
     reason: PlaceReason
+    fee: NotRequired[WeighedFee]
 
 
 @with_config(CLOSED)
@@ -445,7 +461,7 @@ class WebhookTestResult(TypedDict):
 
     success: bool
     httpStatusCode: int | None
-    responseBody: Annotated[str, StringConstraints(max_length=1024)] | None
+    responseBody: Annotated[str, StringConstraints(max_length=4096)] | None
     latencyMs: Annotated[int, Field(ge=0)]
     deliveredAt: Timestamp
     error: Annotated[str, StringConstraints(max_length=500)] | None
@@ -460,8 +476,8 @@ class DeliveryAttempt(TypedDict):
 
 
 @with_config(CLOSED)
-class Delivery(TypedDict):
-    """One event sent to a webhook endpoint, and every attempt."""
+class DeliveryState(TypedDict):
+    """What every delivery record says: the event, the status, and why it waits."""
 
     id: Uuid
     eventId: str
@@ -481,7 +497,66 @@ class Delivery(TypedDict):
             "still PENDING: that event's id (a session's events reach an endpoint in order); else null"
         ),
     ]
+    waitsForDeliveryId: Annotated[
+        Uuid | None, Field(description="the delivery of the event in `waitsForEventId`; else null")
+    ]
+    waitReason: Annotated[
+        str | None,
+        Field(
+            description="why a PENDING delivery waits, in words: held behind an earlier event of the "
+            "same session, its next attempt and when, or being sent now; null when DELIVERED or FAILED"
+        ),
+    ]
+
+
+@with_config(CLOSED)
+class Delivery(DeliveryState):
+    """One event sent to a webhook endpoint, and every attempt."""
+
     attemptLog: list[DeliveryAttempt]
+
+
+@with_config(CLOSED)
+class HeaderField(TypedDict):
+    name: str
+    value: str
+
+
+@with_config(CLOSED)
+class DeliveryAttemptDetails(TypedDict):
+    """One attempt as it went out and came back. Its headers and body excerpt are kept
+    `webhooks.attempt_details_retention_days`, then null, with `detailsRemovedAt`."""
+
+    number: Annotated[int, Field(ge=1, description="1 for the delivery's first attempt")]
+    attemptedAt: Timestamp
+    httpStatusCode: int | None
+    error: Annotated[str | None, Field(description="why there was no answer (DNS, refused, TLS, timeout...)")]
+    latencyMs: int
+    requestHeaders: Annotated[
+        list[HeaderField] | None,
+        Field(description="the headers payorch set, the signature among them (never a secret)"),
+    ]
+    responseHeaders: Annotated[
+        list[HeaderField] | None,
+        Field(description="the receiver's headers in order: at most 50, each value cut to 1000 characters"),
+    ]
+    responseBody: Annotated[
+        str | None, Field(description="the first 4096 bytes of the receiver's body, as text")
+    ]
+    detailsRemovedAt: Timestamp | None
+
+
+@with_config(CLOSED)
+class DeliveryDetails(DeliveryState):
+    """One delivery in detail: the event's body, as every attempt sent it, and its latest attempts."""
+
+    webhookId: Uuid
+    sessionId: Uuid | None
+    requestBody: Annotated[str, Field(description="the body every attempt sent, byte for byte (UTF-8)")]
+    attemptLog: Annotated[
+        list[DeliveryAttemptDetails], Field(description="the latest 50 attempts, oldest first")
+    ]
+    olderAttempts: Annotated[int, Field(ge=0, description="attempts before those of `attemptLog`")]
 
 
 @with_config(CLOSED)

@@ -1,11 +1,15 @@
 """One signed POST to a webhook endpoint, and what came of it, whatever the receiver does.
 
-The answer is read within bounds: the status line and headers, then at most `RESPONSE_EXCERPT`
-bytes of the body, streamed, after which the response is closed (the rest is never read; the
-connection is dropped rather than drained). The whole attempt, from the URL check to the last byte
-of the excerpt, ends within `timeout_s`. Once the status has arrived it stands: a body that breaks
-off or dawdles only shortens the excerpt. An attempt without an answer says why in words
-(`failures`): DNS, the SSRF guard, a refused connection, TLS, a timeout and the step it cut short.
+The answer is read within bounds: the status line and headers (kept within `text.storable_headers`'
+bounds), then at most `RESPONSE_EXCERPT` bytes of the body, streamed, after which the response is
+closed (the rest is never read; the connection is dropped rather than drained). The whole attempt,
+from the URL check to the last byte of the excerpt, ends within `timeout_s`. Once the status has
+arrived it stands: a body that breaks off or dawdles only shortens the excerpt. An attempt without
+an answer says why in words (`failures`): DNS, the SSRF guard, a refused connection, TLS, a timeout
+and the step it cut short.
+The result also carries the headers payorch sent (the signature among them, never a secret), so a
+delivery's log can show each attempt as it went out; its body is the event's stored body
+(`request_body`), the same bytes on every attempt.
 """
 
 from __future__ import annotations
@@ -14,26 +18,34 @@ import logging
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import httpx
 import trio
 
+from payorch.jsonexact import dumps_exact
 from payorch.outbound.failures import Progress, failure_text, timed_out, where
 from payorch.outbound.retry_after import retry_after_s
 from payorch.outbound.signing import webhook_headers
 from payorch.outbound.ssrf import UnsafeWebhookUrl, webhook_host_and_port
-from payorch.outbound.text import storable_excerpt, storable_text
+from payorch.outbound.text import storable_excerpt, storable_headers, storable_text
 from payorch.values.clock import Clock
 
 log = logging.getLogger("payorch.outbound")
 
-RESPONSE_EXCERPT = 1024  # bytes of a receiver's body kept (stored for deliveries, shown for tests)
+RESPONSE_EXCERPT = 4096  # bytes of a receiver's body kept (stored for deliveries, shown for tests)
 ERROR_LENGTH = 500  # characters of an error description kept
 # Statuses as HTTP has them: three digits. Anything else is not an answer payorch can store or judge.
 _STATUS_RANGE = range(100, 1000)
 # Failure reasons (a metric label: a fixed, small set).
 HTTP_STATUS, TIMEOUT, NETWORK, REFUSED, INTERNAL = "http_status", "timeout", "network", "refused", "internal"
+
+Headers = tuple[tuple[str, str], ...]  # (name, value) pairs in order, names lowercase
+
+
+def request_body(payload: Mapping[str, Any]) -> bytes:
+    """The bytes an event's stored body (`outbox_events.payload`) goes out as, on every attempt."""
+    return dumps_exact(payload).encode()
 
 
 @dataclass(frozen=True)
@@ -46,6 +58,8 @@ class AttemptResult:
     error: str | None  # why there was no answer, in words (`failures`); None when there was one
     failure_reason: str | None  # None on 2xx; else HTTP_STATUS, TIMEOUT, NETWORK, REFUSED or INTERNAL
     latency_ms: int
+    request_headers: Headers | None = None  # what payorch sent; None when it sent nothing
+    response_headers: Headers | None = None  # the receiver's, bounded; None with no answer
 
     @property
     def succeeded(self) -> bool:
@@ -58,6 +72,7 @@ class _Answer:
 
     status_code: int | None = None
     retry_after_s: float | None = None
+    headers: Headers = ()
     body: bytes = b""
 
 
@@ -85,11 +100,13 @@ async def send_signed(
     at = ""
     error: str | None = None
     reason: str | None = None
+    sent: Headers | None = None
     try:
         at = where(*webhook_host_and_port(url, allow_loopback=allow_loopback))
         headers = webhook_headers(secrets, message_id, int(clock.now().timestamp()), body, fingerprint)
         # The excerpt is of the body as sent: a compressed answer could inflate far beyond what was read.
         headers["accept-encoding"] = "identity"
+        sent = tuple(headers.items())
         with trio.move_on_after(timeout_s) as deadline:
             await _post_and_read_excerpt(client, url, headers, body, answer, clock, progress)
         if deadline.cancelled_caught and answer.status_code is None:
@@ -110,6 +127,7 @@ async def send_signed(
             error=storable_text(error or "no answer", ERROR_LENGTH),
             failure_reason=reason or NETWORK,
             latency_ms=latency_ms,
+            request_headers=sent,
         )
     # The status arrived: it is the outcome, whatever happened to the body after it.
     succeeded = 200 <= answer.status_code < 300
@@ -120,6 +138,8 @@ async def send_signed(
         error=None,
         failure_reason=None if succeeded else HTTP_STATUS,
         latency_ms=latency_ms,
+        request_headers=sent,
+        response_headers=answer.headers,
     )
 
 
@@ -145,6 +165,7 @@ async def _post_and_read_excerpt(
         if response.status_code not in _STATUS_RANGE:
             raise httpx.RemoteProtocolError(f"invalid HTTP status code {response.status_code}")
         answer.status_code = response.status_code
+        answer.headers = storable_headers(response.headers.raw)
         value = response.headers.get("retry-after")
         if response.status_code in (429, 503) and value is not None:
             answer.retry_after_s = retry_after_s(value, clock.now())

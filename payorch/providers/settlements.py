@@ -12,19 +12,55 @@ provider's refund id (`refund_reference`), so that reconciliation matches both a
 rows without asking the provider again.
 
 Reading is streamed: `settled_items` and `payouts` are async iterators over the provider's pages,
-so memory stays bounded however long the period. A provider's 429 or 5xx mid-stream raises
-`ProviderError` (reconciliation backs that account off and runs again later).
+so memory stays bounded however long the period. Each page is read through the `PageReads` the
+caller gives (`ask_once` by default): a page the provider answered with a 429, a 5xx or not at all
+raises `SettlementsBusy` (with the provider's `Retry-After`, when it sent one) into it, which may
+read that page again (reconciliation waits, for that account alone, and goes on where it was); any
+other failure raises `ProviderError`.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
-from payorch.providers.base import Credentials
+from payorch.providers.base import Credentials, ProviderError
+
+T = TypeVar("T")
+
+
+class SettlementsBusy(ProviderError):
+    """The provider answered a page of settlements with a 429 or a 5xx, or not at all: worth asking
+    again. `retry_after_s` is the wait its `Retry-After` header asked for, when it sent one."""
+
+    def __init__(self, message: str, *, retry_after_s: float | None, provider_wide: bool) -> None:
+        super().__init__(message, provider_wide=provider_wide)
+        self.retry_after_s = retry_after_s
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """The seconds of a `Retry-After` header given in seconds (RFC 9110); None for none, or for the
+    HTTP-date form (the caller's own backoff applies then)."""
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and seconds >= 0 else None
+
+
+class PageReads(Protocol):
+    """How a reader of settlements reads one page: `read()`, once or (after a `SettlementsBusy`)
+    again, as the caller decides."""
+
+    async def __call__(self, read: Callable[[], Awaitable[T]]) -> T: ...
+
+
+async def ask_once(read: Callable[[], Awaitable[T]]) -> T:
+    """Each page asked for once: a `SettlementsBusy` goes to the reader's caller."""
+    return await read()
 
 
 class SettledKind(enum.Enum):
@@ -73,11 +109,15 @@ class ReportsSettlements(Protocol):
     # recorded that is missing at the provider is `expected` while younger than this.
     settlement_lag_days: int
 
-    def settled_items(self, credentials: Credentials, first: date, last: date) -> AsyncIterator[SettledItem]:
+    def settled_items(
+        self, credentials: Credentials, first: date, last: date, reads: PageReads = ask_once
+    ) -> AsyncIterator[SettledItem]:
         """Every item settled on the UTC days `first` to `last` (both included), page by page."""
         ...
 
-    def payouts(self, credentials: Credentials, first: date, last: date) -> AsyncIterator[Payout]:
+    def payouts(
+        self, credentials: Credentials, first: date, last: date, reads: PageReads = ask_once
+    ) -> AsyncIterator[Payout]:
         """Every payout arriving on the UTC days `first` to `last`, page by page."""
         ...
 
@@ -88,6 +128,8 @@ class ListsPayoutItems(Protocol):
     balance transactions by payout; Mollie: a settlement's payments, refunds and chargebacks), so
     that reconciliation checks the payout's amount against its items' nets."""
 
-    def payout_items(self, credentials: Credentials, payout: Payout) -> AsyncIterator[SettledItem]:
+    def payout_items(
+        self, credentials: Credentials, payout: Payout, reads: PageReads = ask_once
+    ) -> AsyncIterator[SettledItem]:
         """Every item `payout` carried, each with its `payout_id`, page by page."""
         ...

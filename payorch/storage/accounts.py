@@ -194,14 +194,6 @@ async def find_login(conn: Connection, email: str) -> LoginRecord | None:
 
 
 @on_database_thread
-async def session_version(conn: Connection, user_id: uuid.UUID) -> int | None:
-    """The user's session version (None: no such user): an access token carrying another one was
-    ended by a sign-out."""
-    version: int | None = await conn.fetchval("SELECT session_version FROM users WHERE id = $1", user_id)
-    return version
-
-
-@on_database_thread
 async def end_sessions(conn: Connection, user_id: uuid.UUID) -> None:
     """Sign the user out everywhere: every access token issued to them so far stops working."""
     await conn.execute("UPDATE users SET session_version = session_version + 1 WHERE id = $1", user_id)

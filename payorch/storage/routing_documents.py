@@ -28,11 +28,13 @@ MAX_VERSION = 2**31 - 1
 @dataclass(frozen=True)
 class RoutingVersion:
     """One version of an application's routing document, without the document: when it was stored
-    and by which user (None: stored before payorch kept it)."""
+    and by which user (None: stored before payorch kept it), with that user's e-mail as it was then
+    (None before payorch kept it: migration 0037)."""
 
     version: int
     created_at: datetime
     stored_by: uuid.UUID | None
+    stored_by_email: str | None = None
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ async def list_routing_versions(
     return await read_page(
         conn,
         page,
-        columns="version, created_at, stored_by",
+        columns="version, created_at, stored_by, stored_by_email",
         rows_from="routing_documents WHERE application_id = $1",
         args=[application_id],
         order_by="version DESC",
@@ -105,10 +107,11 @@ async def store_routing_document(
     if_version: frozenset[int] | None = None,
 ) -> tuple[StoredRoutingDocument, bool]:
     """Store `document` as the application's next version (the previous one plus 1, or 1), created
-    at `now` by the user `stored_by`; the versions before it stay. Run it in a transaction. The
-    answer is the version in force and whether it is new: when `document` equals the one in force
-    (the same JSON values: the same keys, lists and numbers, `1.0` equal to `1`), nothing is stored
-    and that one is answered, so sending a document again changes nothing.
+    at `now` by the user `stored_by` (whose e-mail is kept with it); the versions before it stay.
+    Run it in a transaction. The answer is the version in force and whether it is new: when
+    `document` equals the one in force (the same JSON values: the same keys, lists and numbers,
+    `1.0` equal to `1`), nothing is stored and that one is answered, so sending a document again
+    changes nothing.
 
     `if_version`: the versions the caller allows to be in force (0: none stored yet), `If-Match`'s;
     `PreconditionFailed` (412) and nothing stored when another is. None: any.
@@ -130,8 +133,10 @@ async def store_routing_document(
     if current is not None and current.document == document:
         return current, False
     row = await conn.fetchrow(
-        f"""INSERT INTO routing_documents (application_id, version, document, created_at, stored_by)
-            SELECT $1, coalesce(max(version), 0) + 1, $2, $3, $4
+        f"""INSERT INTO routing_documents
+                (application_id, version, document, created_at, stored_by, stored_by_email)
+            SELECT $1, coalesce(max(version), 0) + 1, $2, $3, $4,
+                   (SELECT email FROM users WHERE id = $4)
             FROM routing_documents WHERE application_id = $1
             RETURNING {_COLUMNS}""",
         application_id,

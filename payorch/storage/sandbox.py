@@ -15,9 +15,16 @@ from datetime import datetime
 
 import asyncpg
 
+from payorch.storage.daily_counters import in_counter_order
 from payorch.storage.database import Connection
 from payorch.storage.database_thread import on_database_thread
-from payorch.storage.sessions import AnsweredSession, answered_statement, answered_values
+from payorch.storage.sessions import (
+    AnsweredSession,
+    answered_statement,
+    answered_values,
+    batch_shard,
+    counter_key,
+)
 
 
 @dataclass(frozen=True)
@@ -176,9 +183,14 @@ async def insert_checkouts_with_sessions(
     `asyncpg.UniqueViolationError` when a checkout's key was used before (a retry of a session whose
     first attempt made its checkout and died before storing it): then nothing is stored, and
     `insert_checkout` finds the checkout made before."""
+    shard = batch_shard([answered for _, answered in stored])
+    ordered = in_counter_order(stored, lambda pair: counter_key(pair[1]))
     await conn.executemany(
         _INSERT_WITH_SESSION,
-        [(*_new_checkout_values(new, now), *answered_values(answered)) for new, answered in stored],
+        [
+            (*_new_checkout_values(new, now), *answered_values(answered, shard, added))
+            for (new, answered), added in ordered
+        ],
     )
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
-from payorch.storage import due_work
+from payorch.storage import daily_counters, due_work
 from payorch.storage.attempts import EndedAttempt, ended_attempts, ended_attempts_of
 from payorch.storage.database import Connection
 from payorch.storage.database_thread import on_database_thread
@@ -44,6 +44,7 @@ class CheckoutSession:
     routing_rule: str | None = None
     routing_reason: RoutingReason | None = None
     routing_version: int | None = None
+    customer: dict[str, Any] | None = None  # as given at create (its JSON object)
 
 
 _COLUMNS = ", ".join(CheckoutSession.__dataclass_fields__)
@@ -126,23 +127,57 @@ class AnsweredSession:
 
 
 def answered_statement(first: int) -> str:
-    """The end of one statement that stores an `AnsweredSession` (its session, and its key's answer),
-    its parameters numbered from `first` in the order `answered_values` gives them: a CTE and the
-    final UPDATE, to follow `WITH` (and the caller's own CTEs)."""
-    created, scope, key, status, body = range(first + len(_NEW_COLUMNS), first + len(_NEW_COLUMNS) + 5)
+    """The end of one statement that stores an `AnsweredSession` (its session, its key's answer,
+    and the created sessions it adds to the daily counters), its parameters numbered from `first`
+    in the order `answered_values` gives them: CTEs and the final UPDATE, to follow `WITH` (and the
+    caller's own CTEs)."""
+    created, scope, key, status, body, shard, added = range(
+        first + len(_NEW_COLUMNS), first + len(_NEW_COLUMNS) + 7
+    )
+
+    def column(name: str) -> int:
+        return first + _NEW_COLUMNS.index(name)
+
+    counted = daily_counters.created_counter(
+        column("application_id"), created, column("provider_name"), column("currency"), shard, added
+    )
     return f"""stored AS (
         INSERT INTO checkout_sessions ({", ".join(_NEW_COLUMNS)}, status, created_at, updated_at)
         VALUES ({", ".join(f"${index}" for index in range(first, first + len(_NEW_COLUMNS)))},
                 '{SessionStatus.PENDING}', ${created}, ${created})
-    )
+    ), {counted}
     UPDATE idempotency_keys SET response_status = ${status}, response_body = ${body}
     WHERE application_id = ${first + _NEW_COLUMNS.index("application_id")}
       AND scope = ${scope} AND key = ${key}"""
 
 
-def answered_values(item: AnsweredSession) -> tuple[object, ...]:
-    """The parameters of `answered_statement` for `item`."""
-    return (*_new_session_values(item.session), item.created_at, item.scope, item.key, item.status, item.body)
+def answered_values(item: AnsweredSession, shard: int, added: int) -> tuple[object, ...]:
+    """The parameters of `answered_statement` for `item`, adding `added` created sessions to its
+    counter row in the counters' `shard`."""
+    return (
+        *_new_session_values(item.session),
+        item.created_at,
+        item.scope,
+        item.key,
+        item.status,
+        item.body,
+        shard,
+        added,
+    )
+
+
+def counter_key(item: AnsweredSession) -> tuple[date, str, str]:
+    """The counter row a new session adds to, but for its application and shard (one per batch)."""
+    return (
+        daily_counters.utc_day(item.created_at),
+        item.session.provider_name,
+        item.session.draft.amount.currency,
+    )
+
+
+def batch_shard(answered: Sequence[AnsweredSession]) -> int:
+    """The counters' shard a batch of new sessions adds to: one for the whole batch."""
+    return daily_counters.shard_of(answered[0].session.id)
 
 
 _INSERT_ANSWERED = f"WITH {answered_statement(1)}"
@@ -150,9 +185,12 @@ _INSERT_ANSWERED = f"WITH {answered_statement(1)}"
 
 @on_database_thread
 async def insert_answered_sessions(conn: Connection, answered: Sequence[AnsweredSession]) -> None:
-    """Store new PENDING sessions, each with the answer of the Idempotency-Key that created it: one
-    round trip for them all, and all or none (asyncpg runs the batch as one implicit transaction)."""
-    await conn.executemany(_INSERT_ANSWERED, [answered_values(item) for item in answered])
+    """Store new PENDING sessions, each with the answer of the Idempotency-Key that created it, and
+    count them in the daily counters: one round trip for them all, and all or none (asyncpg runs
+    the batch as one implicit transaction)."""
+    shard = batch_shard(answered)
+    ordered = daily_counters.in_counter_order(answered, counter_key)
+    await conn.executemany(_INSERT_ANSWERED, [answered_values(item, shard, added) for item, added in ordered])
 
 
 @on_database_thread
@@ -207,19 +245,31 @@ class SessionFilter:
 ALL_SESSIONS = SessionFilter()
 
 
+def add_conditions(
+    clauses: list[str], args: list[object], conditions: Iterable[tuple[str, object | None]]
+) -> None:
+    """Append to `clauses` each of `conditions` whose value is given (not None), and its value to
+    `args`: the condition's `${}` becomes that argument's number."""
+    for condition, value in conditions:
+        if value is not None:
+            args.append(value)
+            clauses.append(condition.format(len(args)))
+
+
 def _where(application_id: uuid.UUID, where: SessionFilter) -> tuple[str, list[object]]:
     """The WHERE clause of `where` and its arguments: only the conditions asked for, so the list
     without a filter (the API's) is the same statement it always was."""
     clauses: list[str] = ["application_id = $1"]
     args: list[object] = [application_id]
-    for condition, value in (
-        ("status = ${}", where.status),
-        ("created_at >= ${}", where.created_from),
-        ("created_at < ${}", where.created_before),
-    ):
-        if value is not None:
-            args.append(value)
-            clauses.append(condition.format(len(args)))
+    add_conditions(
+        clauses,
+        args,
+        (
+            ("status = ${}", where.status),
+            ("created_at >= ${}", where.created_from),
+            ("created_at < ${}", where.created_before),
+        ),
+    )
     return " AND ".join(clauses), args
 
 
@@ -235,10 +285,10 @@ async def count_sessions(conn: Connection, application_id: uuid.UUID) -> int:
 
 # A page's sessions, each with its ended attempts (a scalar subquery: evaluated for the page's rows
 # only, and never by the count of a filtered list).
-_PAGE_COLUMNS = f"{_COLUMNS}, ({ended_attempts_of('checkout_sessions.id')}) AS ended_attempts"
+PAGE_COLUMNS = f"{_COLUMNS}, ({ended_attempts_of('checkout_sessions.id')}) AS ended_attempts"
 
 
-def _with_ended_attempts(row: Mapping[str, Any]) -> tuple[CheckoutSession, list[EndedAttempt]]:
+def with_ended_attempts(row: Mapping[str, Any]) -> tuple[CheckoutSession, list[EndedAttempt]]:
     return checkout_session(row), ended_attempts(row["ended_attempts"])
 
 
@@ -256,11 +306,11 @@ async def list_sessions(
     return await read_page(
         conn,
         page,
-        columns=_PAGE_COLUMNS,
+        columns=PAGE_COLUMNS,
         rows_from=f"checkout_sessions WHERE {clause}",
         args=args,
         order_by="created_at DESC, id DESC",
-        item=_with_ended_attempts,
+        item=with_ended_attempts,
         total=await count_sessions(conn, application_id) if where == ALL_SESSIONS else None,
     )
 
@@ -273,12 +323,14 @@ class SessionParticulars:
     tax_minor: int
     locale: str | None
     redirect_urls: dict[str, Any] | None
+    order_items: list[dict[str, Any]] | None  # as given at create
+    shipping: dict[str, Any] | None  # the shipping's type and method, as given at create
 
 
 @on_database_thread
 async def session_particulars(conn: Connection, session_id: uuid.UUID) -> SessionParticulars | None:
     row = await conn.fetchrow(
-        "SELECT shipping_minor, tax_minor, locale, redirect_urls FROM checkout_sessions WHERE id = $1",
+        f"SELECT {', '.join(SessionParticulars.__dataclass_fields__)} FROM checkout_sessions WHERE id = $1",
         session_id,
     )
     return SessionParticulars(**dict(row.items())) if row else None

@@ -395,14 +395,22 @@ async def release_claims(conn: Connection, delivery_ids: list[uuid.UUID], *, now
     await conn.execute(_RELEASE_CLAIMS, delivery_ids, now)
 
 
-# The delivery after an attempt, its claim ended: `$2` is its outcome, a `DeliveryStatus`.
-_MOVE_ON = f"""
+# The attempt logged (its details beside it: `$8` the body excerpt, `$9` `$10` the headers sent and
+# received) and the delivery moved on, its claim ended, in one statement: `$2` is its outcome, a
+# `DeliveryStatus`.
+_RECORD_ATTEMPT = f"""
+    WITH attempt AS (
+        INSERT INTO webhook_attempts (delivery_id, status_code, error, latency_ms, response_body,
+                                      attempted_at, request_headers, response_headers)
+        VALUES ($1, $3, $4, $7, $8, $6, $9, $10))
     UPDATE webhook_deliveries
        SET status = $2, last_status_code = $3, last_error = $4, claimed_until = NULL, claimed_by = NULL,
            next_attempt_at = CASE WHEN $2 = '{DeliveryStatus.PENDING}'
                                   THEN $6::timestamptz + make_interval(secs => $5) END,
            delivered_at = CASE WHEN $2 = '{DeliveryStatus.DELIVERED}' THEN $6 END
      WHERE id = $1"""
+
+Headers = Sequence[tuple[str, str]]
 
 
 @on_database_thread
@@ -417,26 +425,22 @@ async def record_attempt(
     outcome: DeliveryStatus,
     retry_in_s: float | None,
     now: datetime,
+    request_headers: Headers | None = None,
+    response_headers: Headers | None = None,
 ) -> None:
-    """Log one attempt and move the delivery on, its claim ended: DELIVERED, FAILED, or PENDING
-    again in `retry_in_s`. Text must be fit to store (no NUL); see `payorch.outbound.text`."""
+    """Log one attempt with its details (the headers sent, the receiver's headers and body
+    excerpt) and move the delivery on, its claim ended: DELIVERED, FAILED, or PENDING again in
+    `retry_in_s`; one statement. Text must be fit to store (no NUL); see `payorch.outbound.text`."""
     await conn.execute(
-        """INSERT INTO webhook_attempts (delivery_id, status_code, error, latency_ms, response_body,
-                                         attempted_at)
-           VALUES ($1, $2, $3, $4, $5, $6)""",
-        delivery_id,
-        status_code,
-        error,
-        latency_ms,
-        response_body,
-        now,
-    )
-    await conn.execute(
-        _MOVE_ON,
+        _RECORD_ATTEMPT,
         delivery_id,
         outcome,
         status_code,
         error,
         float(retry_in_s or 0),
         now,
+        latency_ms,
+        response_body,
+        None if request_headers is None else [list(pair) for pair in request_headers],
+        None if response_headers is None else [list(pair) for pair in response_headers],
     )

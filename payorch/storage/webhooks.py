@@ -239,18 +239,28 @@ class DeliveryView:
     delivered_at: datetime | None
     created_at: datetime
     # A PENDING delivery's wait behind its session's earlier event to the same configuration, still
-    # PENDING: that event's id (a session's events go out in order; `storage.webhook_deliveries`).
+    # PENDING: that event's id and that delivery's (a session's events go out in order;
+    # `storage.webhook_deliveries`).
     waits_for_event_id: str | None
+    waits_for_delivery_id: uuid.UUID | None
+    claimed_until: datetime | None  # the lease of an attempt in flight, if one is
     attempt_log: list[dict[str, Any]]
 
 
-_DELIVERY_COLUMNS = f"""d.id, e.id AS event_id, e.type AS event_type, d.status, d.attempts, d.next_attempt_at,
+DELIVERY_COLUMNS = """d.id, e.id AS event_id, e.type AS event_type, d.status, d.attempts, d.next_attempt_at,
     d.last_attempt_at, d.last_status_code, d.last_error, d.delivered_at, d.created_at,
-    CASE WHEN d.status = '{DeliveryStatus.PENDING}' THEN (
-        SELECT pe.id FROM webhook_deliveries earlier JOIN outbox_events pe ON pe.seq = earlier.event_seq
-        WHERE earlier.config_id = d.config_id AND earlier.session_id = d.session_id
+    held.event_id AS waits_for_event_id, held.id AS waits_for_delivery_id, d.claimed_until"""
+# The deliveries of the configuration `$1` with their events, each PENDING one with the first
+# earlier delivery of its session to the same configuration that is still PENDING (`held`).
+DELIVERIES_FROM = f"""webhook_deliveries d JOIN outbox_events e ON e.seq = d.event_seq
+    LEFT JOIN LATERAL (
+        SELECT pe.id AS event_id, earlier.id FROM webhook_deliveries earlier
+        JOIN outbox_events pe ON pe.seq = earlier.event_seq
+        WHERE d.status = '{DeliveryStatus.PENDING}'
+          AND earlier.config_id = d.config_id AND earlier.session_id = d.session_id
           AND earlier.event_seq < d.event_seq AND earlier.status = '{DeliveryStatus.PENDING}'
-        ORDER BY earlier.event_seq LIMIT 1) END AS waits_for_event_id"""
+        ORDER BY earlier.event_seq LIMIT 1) held ON true
+    WHERE d.config_id = $1"""
 
 
 _DELIVERY_COUNT = "SELECT deliveries FROM webhook_delivery_counts WHERE config_id = $1"
@@ -274,8 +284,8 @@ async def list_deliveries(
     rows, total = await read_page(
         conn,
         page,
-        columns=_DELIVERY_COLUMNS,
-        rows_from="webhook_deliveries d JOIN outbox_events e ON e.seq = d.event_seq WHERE d.config_id = $1",
+        columns=DELIVERY_COLUMNS,
+        rows_from=DELIVERIES_FROM,
         args=[webhook_id],
         order_by="d.created_at DESC, d.id DESC",
         item=lambda row: row,
@@ -284,10 +294,13 @@ async def list_deliveries(
     log = await items_of(
         conn, _ATTEMPTS_OF_DELIVERIES, [row["id"] for row in rows], owner="delivery_id", item=_attempt
     )
-    return [
-        DeliveryView(**{**row, "status": DeliveryStatus(row["status"])}, attempt_log=log[row["id"]])
-        for row in rows
-    ], total
+    return [delivery_view(row, log[row["id"]]) for row in rows], total
+
+
+def delivery_view(row: asyncpg.Record, attempt_log: list[dict[str, Any]]) -> DeliveryView:
+    """The delivery a row of `DELIVERY_COLUMNS` holds (other columns left aside), with its attempts."""
+    values = {name: row[name] for name in DeliveryView.__dataclass_fields__ if name != "attempt_log"}
+    return DeliveryView(**{**values, "status": DeliveryStatus(row["status"])}, attempt_log=attempt_log)
 
 
 _RETRY_DELIVERY = f"""

@@ -148,10 +148,17 @@ def _is_cancellation(error: BaseException) -> bool:
     return isinstance(error, trio.Cancelled)
 
 
+_NOT_OF_THE_CLIENT = {
+    "attempts_per_merchant_per_second",
+    "analyse_after_changes",
+    "attempt_details_retention_days",
+}
+
+
 def _client_settings(webhooks: WebhookSettings) -> dict[str, object]:
-    """What the client is built from: the `webhooks.*` settings but the rate of attempts and when
-    the deliveries are analysed."""
-    return webhooks.model_dump(exclude={"attempts_per_merchant_per_second", "analyse_after_changes"})
+    """What the client is built from: the `webhooks.*` settings but the rate of attempts, when the
+    deliveries are analysed and how long attempts' details are kept."""
+    return webhooks.model_dump(exclude=_NOT_OF_THE_CLIENT)
 
 
 def _current_client(context: Context, current: CurrentClient, nursery: trio.Nursery) -> httpx.AsyncClient:

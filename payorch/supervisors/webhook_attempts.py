@@ -15,8 +15,7 @@ from collections.abc import Sequence
 import httpx
 
 from payorch.engine.context import Context
-from payorch.jsonexact import dumps_exact
-from payorch.outbound.attempt import INTERNAL, AttemptResult, send_signed
+from payorch.outbound.attempt import INTERNAL, AttemptResult, request_body, send_signed
 from payorch.outbound.signing_secrets import signing_secrets
 from payorch.storage import webhook_deliveries, webhooks
 from payorch.storage.database import Connection
@@ -83,7 +82,7 @@ async def _send(context: Context, client: httpx.AsyncClient, delivery: ClaimedDe
         secrets=secrets,
         fingerprint=delivery.key_fingerprint,
         message_id=delivery.event_id,
-        body=dumps_exact(delivery.payload).encode(),
+        body=request_body(delivery.payload),
         timeout_s=context.settings.webhooks.timeout_s,
         log_context=_ids(delivery),
         clock=context.clock,
@@ -94,7 +93,8 @@ async def _send(context: Context, client: httpx.AsyncClient, delivery: ClaimedDe
 async def _record(
     context: Context, delivery: ClaimedDelivery, result: AttemptResult
 ) -> tuple[DeliveryStatus, float | None]:
-    """Record the attempt in one transaction; returns the delivery's outcome and the wait before
+    """Record the attempt and its details in one transaction (one statement, and the configuration
+    deactivated on 410); returns the delivery's outcome and the wait before
     its next attempt."""
     schedule = context.settings.webhooks.retry_schedule_s
     gone = result.status_code == 410
@@ -120,6 +120,8 @@ async def _record(
             outcome=outcome,
             retry_in_s=retry_in,
             now=now,
+            request_headers=result.request_headers,
+            response_headers=result.response_headers,
         )
         if gone:
             await webhooks.deactivate(conn, delivery.config_id, "the receiver answered 410 Gone", now=now)

@@ -1,4 +1,5 @@
-"""Background work paced to a share of one core: password hashes and routing backtests.
+"""Background work paced to a share of one core: password hashes, routing backtests and
+reconciliation runs.
 
 On a machine with few cores, a busy core costs the serving threads time whatever its priority: a
 hashing thread at nice 19, or a backtest worker in the idle scheduling class, beside the threads
@@ -17,8 +18,9 @@ from collections.abc import Callable
 
 class CpuShare:
     """How long to rest after each step of work held to `share` (0 < share <= 1) of one core, the
-    CPU it took measured by `cpu_clock` (`time.thread_time` for one thread's work,
-    `time.process_time` for a process's). At 1 it never rests."""
+    time it took measured by `cpu_clock` (`time.thread_time` for one thread's work,
+    `time.process_time` for a process's, or a wall clock less the work's waits for others, as a
+    reconciliation run's). At 1 it never rests."""
 
     def __init__(self, share: float, cpu_clock: Callable[[], float]) -> None:
         if not 0 < share <= 1:

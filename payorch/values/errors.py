@@ -54,6 +54,14 @@ class NotPermitted(DomainError):
     """The credential is valid but may not touch this resource (another merchant's application)."""
 
 
+class RoleRefused(DomainError):
+    """The user's role may not do this (a read-only user asking for a refund or a change): 403."""
+
+
+class LastAdmin(DomainError):
+    """The change would leave the merchant without an admin: 409, nothing changed."""
+
+
 class ApplicationDisabled(DomainError):
     """The application is disabled; its API keys and session creation are refused."""
 
@@ -68,6 +76,8 @@ Missing = Literal[
     "delivery",
     "provider configuration",
     "routing document version",
+    "user",
+    "invite",
 ]
 
 

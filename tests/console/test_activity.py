@@ -150,7 +150,7 @@ def counts(row: dict[str, str]) -> tuple[int, ...]:
 def svgs(html: str) -> list[ET.Element]:
     return [
         ET.fromstring(svg)  # noqa: S314 (our own page)
-        for svg in re.findall(r"<svg .*?</svg>", html, re.DOTALL)
+        for svg in re.findall(r'<svg [^>]*class="activity-chart.*?</svg>', html, re.DOTALL)
     ]
 
 

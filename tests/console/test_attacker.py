@@ -35,6 +35,9 @@ async def test_every_console_route_of_an_application_refuses_another_merchants_s
     await link_sandbox(client, victim, application["id"])
     shop = Shop(merchant=victim, application_id=application["id"], api_key=key["key"])
     session_id = await paid_session(client, shop)
+    runs = f"/api/v1/applications/{application['id']}/reconciliations"
+    period = {"provider": "sandbox", "from": "2026-11-01", "to": "2026-11-01"}
+    run = await (await client.post(runs, json=period, headers=victim.headers)).get_json()
     attacker = await new_merchant(client, db, settings)
     console = app.test_client()
     csrf = await signed_in(console, attacker.email)
@@ -53,6 +56,8 @@ async def test_every_console_route_of_an_application_refuses_another_merchants_s
         "webhook_id": webhook["id"],
         "delivery_id": "00000000-0000-4000-8000-000000000000",
         "session_id": session_id,
+        "version": "1",
+        "run_id": run["id"],
     }
     form = {
         "csrf_token": csrf,
@@ -70,6 +75,8 @@ async def test_every_console_route_of_an_application_refuses_another_merchants_s
         "paymentMethod": "card",
         "amount": "10.00",
         "currency": "PLN",
+        # A reconciliation run to start.
+        **period,
     }
     for method, rule in routes:
         path = re.sub(r"<(?:\w+:)?(\w+)>", lambda match: str(values[match.group(1)]), rule)
@@ -85,6 +92,7 @@ async def test_every_console_route_of_an_application_refuses_another_merchants_s
     assert [item["status"] for item in (await keys.get_json())["items"]] == ["active"]
     routing = await client.get(f"/api/v1/applications/{application['id']}/routing", headers=victim.headers)
     assert (await routing.get_json())["version"] == 0
+    assert (await (await client.get(runs, headers=victim.headers)).get_json())["totalItems"] == 1
     paid = await client.get(f"/api/v1/sessions/{session_id}", headers=victim.headers)
     assert (await paid.get_json())["refunds"] == []
     listed = await client.get(f"/api/v1/applications/{application['id']}/sessions", headers=victim.headers)

@@ -22,6 +22,7 @@ from payorch.http.services import PayorchApp
 from payorch.jsonexact import dumps_exact, loads_exact
 from payorch.storage.database import Connection, Database
 from payorch.values.countries import known_countries
+from payorch.values.statuses import Outcome
 from tests.console.helpers import page, signed_in_browser, submit
 from tests.helpers import (
     Client,
@@ -357,7 +358,9 @@ async def test_evaluate_shows_the_provider_a_session_would_go_to_first_and_creat
     assert "<dt>Route</dt><dd>priority</dd>" in html
     assert "<dt>Document version</dt><dd>1</dd>" in html
     assert re.search(
-        r"<tr><td>sandbox</td><td class=\"number\">[0-9.]+</td><td>yes</td><td>rule</td></tr>", html
+        r"<tr><td>sandbox</td><td class=\"number\">[0-9.]+</td><td>yes</td><td>rule</td>"
+        r"<td class=\"ranked-fee\">none</td></tr>",
+        html,
     )
     assert 'value="100.00"' in html  # the form keeps what was typed
 
@@ -432,3 +435,31 @@ def test_a_providers_fee_reads_with_each_payment_methods_own() -> None:
     }
     assert fee_text(fee) == "1.4% + 0.25 EUR or 1 PLN; BLIK 0.9%, Apple Pay 1.2% + 0.1 EUR"
     assert fee_text({"percent": "2", "fixed": {}}) == "2%"
+
+
+async def test_a_payment_declined_then_paid_at_its_checkout_counts_once_as_paid_and_the_page_says_so(
+    app: PayorchApp, client: Client, db: Database, shop: Shop
+) -> None:
+    response = await create_session(client, shop, f"rates-{uuid.uuid4()}")
+    created: dict[str, Any] = await response.get_json()
+    checkout = urlsplit(created["checkoutUrl"]).path
+    assert (await client.post(checkout, form={"card_number": DECLINED_CARD})).status_code == 402
+    assert (await client.post(checkout, form={"card_number": PAID_CARD})).status_code == 200
+
+    async def outcomes(conn: Connection) -> list[str]:
+        rows = await conn.fetch(
+            "SELECT outcome::text FROM routing_outcomes WHERE application_id = $1",
+            uuid.UUID(shop.application_id),
+        )
+        return [row[0] for row in rows]
+
+    async def paid() -> bool:
+        return await db.autocommit(outcomes) == [Outcome.SUCCESS]
+
+    await eventually(paid)  # one row: the decline was recorded, then the payment took its place
+    console, _ = await signed_in_browser(app, shop.merchant.email)
+    _, html = await page(console, routing_path(shop))
+    assert "1 (1 paid, 0 declined, 0 abandoned)" in re.sub(r"<[^>]+>", "", html)
+    (counted,) = re.findall(r'<p class="hint" id="rates-counted">(.*?)</p>', html, re.DOTALL)
+    assert "a decline before it at the same checkout" in counted
+    assert "declined at one provider and then paid at the next counts one decline" in counted

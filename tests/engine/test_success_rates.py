@@ -245,8 +245,10 @@ def test_inconsistent_settings_are_refused(wrong: dict[str, float]) -> None:
 
 
 def test_configuration_defaults_are_the_engines() -> None:
-    # Every setting of [routing] but how often the rates are read again (the actor's, not theirs).
-    assert RoutingSettings(**Settings().routing.model_dump(exclude={"refresh_s"})) == RoutingSettings()
+    # Every setting of [routing] but how often the rates are read again (the actor's, not theirs)
+    # and the backtest worker's share of a core (the worker's).
+    learned = Settings().routing.model_dump(exclude={"refresh_s", "backtest_cpu_share"})
+    assert RoutingSettings(**learned) == RoutingSettings()
     assert learned_settings(Settings().routing) == RoutingSettings()
 
 

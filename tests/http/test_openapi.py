@@ -32,6 +32,7 @@ from tests.helpers import Client
 OPENAPI_PATH = "/api/v1/openapi.json"
 UNAUTHENTICATED = {
     ("post", "/api/v1/merchants/signup"),
+    ("post", "/api/v1/users/signup"),
     ("post", "/api/v1/auth/login"),
     ("post", "/api/v1/provider-events/{provider_name}/{application_id}"),
 }
@@ -153,9 +154,9 @@ async def test_the_document_validates_against_the_openapi_3_1_schema(document: d
     assert errors == []
 
 
-# Pages for a browser under /api/v1, not operations of the JSON API: the signup page the invite's
-# `signupUrl` opens (API.md, "Accounts"), documented in docs/console.md.
-BROWSER_PAGES = {("get", "/api/v1/merchants/signup")}
+# Pages for a browser under /api/v1, not operations of the JSON API: the signup pages the invites'
+# `signupUrl`s open (API.md, "Accounts"; docs/api.md, "Users and roles"), documented in docs/console.md.
+BROWSER_PAGES = {("get", "/api/v1/merchants/signup"), ("get", "/api/v1/users/signup")}
 
 
 async def test_every_api_route_is_documented(app: PayorchApp, document: dict[str, Any]) -> None:

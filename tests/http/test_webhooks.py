@@ -194,13 +194,13 @@ async def test_test_endpoint_sends_a_signed_webhook_test_and_records_the_result(
 ) -> None:
     created = await (await create(client, merchant, application, url=webhook_receiver.url)).get_json()
     webhook_receiver.accept_secret(created["signingSecret"])
-    webhook_receiver.script([(200, {}, ("thanks" * 300).encode())])
+    webhook_receiver.script([(200, {}, ("thanks" * 800).encode())])
     path = f"/api/v1/applications/{application}/webhooks/{created['id']}"
     response = await client.post(f"{path}/test", headers=merchant.headers)
     assert response.status_code == 200
     result = await response.get_json()
     assert (result["success"], result["httpStatusCode"]) == (True, 200)
-    assert result["responseBody"] == ("thanks" * 300)[:1024]
+    assert result["responseBody"] == ("thanks" * 800)[:4096]
     assert result["latencyMs"] >= 0 and result["deliveredAt"].endswith("Z")
     (request,) = webhook_receiver.requests
     assert request.verified
@@ -255,7 +255,7 @@ async def test_test_endpoint_reads_only_the_excerpt_of_a_huge_answer(
     path = f"/api/v1/applications/{application}/webhooks/{created['id']}"
     result = await (await client.post(f"{path}/test", headers=merchant.headers)).get_json()
     assert (result["success"], result["httpStatusCode"]) == (True, 200)
-    assert result["responseBody"] == ("start:" + "x" * 1024)[:1024]
+    assert result["responseBody"] == ("start:" + "x" * 4096)[:4096]
     assert webhook_receiver.streamed_bytes < huge // 2  # payorch hung up after the excerpt
 
 

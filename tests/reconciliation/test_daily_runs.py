@@ -26,9 +26,12 @@ pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>':DeprecationW
 
 
 def daily_settings(settings: Settings, **providers: Any) -> Settings:
-    """Daily runs due at any hour, a failed one tried again after a minute (doubling); access tokens
-    outlive the days a test moves time by."""
-    reconciliation = ReconciliationSettings(run_at_utc="00:00", retry_first_s=60, retry_max_s=3600)
+    """Daily runs due at any hour, a failed one tried again after a minute (doubling), a busy page
+    within a run after a hundredth of a second (doubling); access tokens outlive the days a test
+    moves time by."""
+    reconciliation = ReconciliationSettings(
+        run_at_utc="00:00", retry_first_s=60, retry_max_s=3600, page_retry_first_s=0.01
+    )
     auth = settings.auth.model_copy(update={"jwt_ttl_s": 7 * DAY_S})
     return settings.model_copy(
         update={

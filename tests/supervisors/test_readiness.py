@@ -32,6 +32,7 @@ SUPERVISED = (
     "idempotency key expiry",
     "webhook delivery",
     "delivery statistics",
+    "attempt details pruning",
     "sandbox events",
     "daily reconciliation",
 )

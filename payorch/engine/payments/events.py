@@ -1,8 +1,8 @@
 """A session's state changes after creation (a payment, a decline, expiry, a dispute), as one
 transaction with the webhook event each emits (transactional outbox), the outcome learned routing
 counts for the payment attempt the event is about (`storage.routing_outcomes`: its final outcome,
-whatever order its events arrive in) and the attempt metrics. Run by the commands that learn of
-them: provider events and expiry."""
+whatever order its events arrive in), the daily figures (`storage.daily_counters`) and the attempt
+metrics. Run by the commands that learn of them: provider events and expiry."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import uuid
 from datetime import datetime
 
 from payorch.engine.payments.records import event_body, new_event_id, session_event_data
-from payorch.engine.payments.states import SessionEvent, TransitionRefused, first_outcome, transition
+from payorch.engine.payments.states import PAID, SessionEvent, TransitionRefused, first_outcome, transition
 from payorch.metrics import Metrics
-from payorch.storage import outbox, routing_outcomes, sessions
+from payorch.storage import daily_counters, outbox, routing_outcomes, sessions
 from payorch.storage.attempts import EndedAttempt
 from payorch.storage.database import Connection
 from payorch.storage.database_thread import on_database_thread
@@ -58,6 +58,7 @@ async def apply_session_event(
         conn, session_id, change.status, change.failure_reason, now=now, dispute_lost=change.dispute_lost
     )
     metrics.session_transition(session.status, updated.status)
+    await _count_paid(conn, session, updated, attempt, now)
     if recorded is not None:
         _count_attempt(session, updated, attempt, recorded, metrics)
     log.info(
@@ -120,7 +121,44 @@ async def record_verdict(
     )
     if recorded.written:
         metrics.routing_outcome(provider, session.payment_method, recorded.outcome.name.lower())
+    if event is SessionEvent.PAYMENT_DECLINED:
+        # Each decline the provider reports (its event applied once) is one declined try, even at
+        # a checkout the customer then pays: the daily figures count tries, not sessions.
+        await daily_counters.count_declined(
+            conn,
+            application_id=session.application_id,
+            session_id=session.id,
+            provider=provider,
+            currency=session.currency,
+            now=now,
+        )
     return recorded
+
+
+@on_database_thread
+async def _count_paid(
+    conn: Connection,
+    before: sessions.CheckoutSession,
+    after: sessions.CheckoutSession,
+    attempt: EndedAttempt | None,
+    now: datetime,
+) -> None:
+    """Count the session approved in the daily figures when this change paid it: a session reaches
+    SUCCEEDED from an unpaid state once, so a success reported twice counts once."""
+    if after.status != SessionStatus.SUCCEEDED or before.status in PAID:
+        return
+    provider = before.provider_name if attempt is None else attempt.provider_name
+    if provider is None:
+        return
+    await daily_counters.count_approved(
+        conn,
+        application_id=before.application_id,
+        session_id=before.id,
+        provider=provider,
+        currency=before.currency,
+        amount_minor=before.amount_minor,
+        now=now,
+    )
 
 
 def _count_attempt(

@@ -1,14 +1,17 @@
-"""Reads of sessions as the interface shows them: a session with its refunds and attempts, and a page
-of them. Each is consistent by itself: one statement, or one snapshot."""
+"""Reads of sessions as the interface shows them: a session with its refunds and attempts, a page
+of an application's, and a keyset page of a merchant's across its applications. Each is consistent
+by itself: one statement, or one snapshot."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
-from payorch.engine.payments.records import SessionRecord, session_record
+from payorch.engine.payments.records import ListedSession, SessionRecord, session_record
 from payorch.engine.payments.refund_rules import refund_record
 from payorch.engine.payments.states import WITH_REFUNDS
-from payorch.storage import refunds, sessions
+from payorch.storage import refunds, session_search, sessions
+from payorch.storage.attempts import EndedAttempt
 from payorch.storage.database import Connection
 from payorch.storage.database_thread import on_database_thread
 from payorch.values.pagination import PageRequest
@@ -29,6 +32,18 @@ async def session_with_record(
 
 
 @on_database_thread
+async def _records(
+    conn: Connection, found: Sequence[tuple[sessions.CheckoutSession, list[EndedAttempt]]]
+) -> list[SessionRecord]:
+    """The read records of the sessions `found` (each with its ended attempts), their refunds read
+    in one statement."""
+    by_session = await refunds.refunds_of_sessions(conn, [item.id for item, _ in found])
+    return [
+        session_record(item, [refund_record(r) for r in by_session[item.id]], ended) for item, ended in found
+    ]
+
+
+@on_database_thread
 async def session_page(
     conn: Connection,
     application_id: uuid.UUID,
@@ -39,7 +54,22 @@ async def session_page(
     refunds and attempts (the attempts read with the page's sessions). Run it in `Database.snapshot`,
     so the sessions and their refunds are read as of one moment."""
     found, total = await sessions.list_sessions(conn, application_id, page, where)
-    by_session = await refunds.refunds_of_sessions(conn, [item.id for item, _ in found])
+    return await _records(conn, found), total
+
+
+@on_database_thread
+async def searched_sessions(
+    conn: Connection,
+    search: session_search.SessionSearch,
+    after: session_search.SessionKey | None,
+    limit: int,
+) -> list[tuple[session_search.SessionKey, ListedSession]]:
+    """Up to `limit` records of the merchant's sessions that `search` holds after the key `after`,
+    newest first, each naming its application, with its key (where a page after it starts). Run it
+    in `Database.snapshot`, so the sessions and their refunds are read as of one moment."""
+    found = await session_search.search_sessions(conn, search, after, limit)
+    records = await _records(conn, found)
     return [
-        session_record(item, [refund_record(r) for r in by_session[item.id]], ended) for item, ended in found
-    ], total
+        ((item.created_at, item.id), {**record, "applicationId": str(item.application_id)})
+        for record, (item, _) in zip(records, found, strict=True)
+    ]

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import Annotated
+from typing import Annotated, Required, cast
 
 from pydantic import Field, WithJsonSchema, with_config
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
@@ -72,8 +72,8 @@ def session_routing(session: CheckoutSession) -> Routing | None:
 @with_config(CLOSED)
 class SessionEventData(TypedDict):
     """`data` of a session's webhook event: the session read record (`SessionRecord`) without its
-    `attempts`. `refunds` is a list in SUCCEEDED, PARTIALLY_REFUNDED, REFUNDED and REVERSED, null
-    otherwise."""
+    `attempts` and `customer`. `refunds` is a list in SUCCEEDED, PARTIALLY_REFUNDED, REFUNDED and
+    REVERSED, null otherwise."""
 
     id: Uuid
     orderReference: str
@@ -147,12 +147,37 @@ class AttemptRecord(TypedDict):
 
 
 @with_config(CLOSED)
+class AddressRecord(TypedDict, total=False):
+    """An address as given at create: the members that were given."""
+
+    line1: Required[str]
+    line2: str
+    city: Required[str]
+    state: str
+    postalCode: Required[str]
+    country: Required[str]
+
+
+@with_config(CLOSED)
+class CustomerRecord(TypedDict, total=False):
+    """The customer as given at create: `email` always, the other members when they were given."""
+
+    email: Required[str]
+    firstName: str
+    lastName: str
+    phone: str
+    billingAddress: AddressRecord
+    shippingAddress: AddressRecord
+
+
+@with_config(CLOSED)
 class SessionRecord(SessionEventData):
     """A checkout session. `refunds` is a list in SUCCEEDED, PARTIALLY_REFUNDED, REFUNDED and
     REVERSED, null otherwise. `attempts` lists its payment attempts, oldest first; `providerName`
-    and `routing` are its current (last) attempt's."""
+    and `routing` are its current (last) attempt's. `customer` is the customer given at create."""
 
     attempts: list[AttemptRecord]
+    customer: CustomerRecord
 
 
 def current_attempt_status(session: CheckoutSession) -> AttemptStatus:
@@ -216,8 +241,20 @@ def session_record(
     session: CheckoutSession, refunds: list[RefundRecord], ended: Sequence[EndedAttempt]
 ) -> SessionRecord:
     """The session read record of section 2.8: its refunds (shown only in the states that carry
-    them) and its attempts, the `ended` ones then its current one."""
-    return {**session_event_data(session, refunds), "attempts": attempt_records(session, ended)}
+    them), its attempts, the `ended` ones then its current one, and its customer as given."""
+    return {
+        **session_event_data(session, refunds),
+        "attempts": attempt_records(session, ended),
+        "customer": cast(CustomerRecord, session.customer or {}),
+    }
+
+
+@with_config(CLOSED)
+class ListedSession(SessionRecord):
+    """A session of the merchant's list across its applications: its read record, and its
+    application."""
+
+    applicationId: Uuid
 
 
 @with_config(CLOSED)

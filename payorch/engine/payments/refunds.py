@@ -67,7 +67,15 @@ from payorch.engine.payments.refund_rules import (
 from payorch.engine.payments.states import WITH_REFUNDS, status_for_refunded
 from payorch.metrics import Metrics
 from payorch.providers.base import ProviderError, RefundRefused, RefundRequest, RefundSubmitted
-from payorch.storage import attempts, idempotency_keys, outbox, provider_configs, refunds, sessions
+from payorch.storage import (
+    attempts,
+    daily_counters,
+    idempotency_keys,
+    outbox,
+    provider_configs,
+    refunds,
+    sessions,
+)
 from payorch.storage.attempts import EndedAttempt
 from payorch.storage.database import Connection
 from payorch.storage.database_thread import on_database_thread
@@ -231,6 +239,16 @@ async def _conclude_refund(
         return False
     concluded = await refunds.set_refund_outcome(conn, refund_id, status, reason, now=now)
     metrics.refund_transition(status)
+    if status is RefundStatus.COMPLETED:
+        await daily_counters.count_completed_refund(
+            conn,
+            application_id=concluded.application_id,
+            refund_id=concluded.id,
+            provider=concluded.provider_name,
+            currency=concluded.currency,
+            amount_minor=concluded.amount_minor,
+            now=now,
+        )
     if status is RefundStatus.FAILED:
         await _settle_session_status(conn, concluded.session_id, metrics, now)
     await _emit_refund_event(conn, concluded, _EVENT_OF_VERDICT[status])

@@ -5,5 +5,8 @@ account over a period of UTC days, item by item, against what payorch recorded.
 - `runs`: a run, off the request path: streams both sides in batches, stores every item, checks
   the payouts, and repairs what was lost (`repair`);
 - `repair`: a payment the provider settled that payorch has unpaid, applied as its event would be;
-- `events`: the `reconciliation.completed` webhook event of a completed run.
+- `pacing`: a run's share of the server, and its waits for a provider answering 429 or 5xx;
+- `events`: the `reconciliation.completed` webhook event of a completed run, which keeps the fees
+  the run observed (`storage.observed_fees`);
+- `fees`: those observed fees read for a page (routing weighs them: `engine.routing.observed_fees`).
 """

@@ -12,7 +12,7 @@ from typing_extensions import TypedDict  # pydantic needs this one on Python < 3
 
 from payorch.engine.body_types import CLOSED, EventType, Timestamp, Uuid
 from payorch.engine.payments.records import new_event_id
-from payorch.storage import outbox
+from payorch.storage import observed_fees, outbox
 from payorch.storage import reconciliations as store
 from payorch.storage.database import Connection
 from payorch.storage.database_thread import on_database_thread
@@ -44,8 +44,12 @@ class ReconciliationEvent(TypedDict):
 
 @on_database_thread
 async def complete_run(conn: Connection, run: store.Run, *, repaired: int, now: datetime) -> None:
-    """Mark the run COMPLETED and write its `reconciliation.completed` event, in one transaction."""
+    """Mark the run COMPLETED, keep the fees it observed (`storage.observed_fees`) and write its
+    `reconciliation.completed` event, in one transaction."""
     await store.finish_run(conn, run.id, RunState.COMPLETED, error=None, repaired=repaired, now=now)
+    await observed_fees.record_run_fees(
+        conn, run.id, run.application_id, run.provider, run.first_day, run.last_day
+    )
     summary = await store.summary(conn, run.id)
     event_id = new_event_id()
     body: ReconciliationEvent = {

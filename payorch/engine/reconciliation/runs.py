@@ -14,8 +14,13 @@ A run of an application's account at a provider over the UTC days `first` to `la
 
 So a run holds one batch in memory, however long the period. Bounds: one RUNNING run per
 application and provider (the database refuses a second: `start` answers None), and this process
-runs `limits.background_per_merchant` runs at once, the others waiting their turn. A run that fails
-(the provider's error, the database's) or is cancelled ends FAILED with its error; its items stay.
+runs `limits.background_per_merchant` runs at once, the others waiting their turn. A page the
+provider answers with a 429 or a 5xx is asked again (`pacing.PageRetries`), after its `Retry-After`
+or a doubling pause, the run giving its turn to the others while it waits: so it slows its own
+account alone. A run rests after each batch, held to `reconciliation.time_share` of the server's
+time (`pacing.Pace`), and its Python work comes in slices of `_SLICE` items between checkpoints.
+A run that fails (the provider's error, a page still busy after `reconciliation.page_attempts`
+tries, the database's) or is cancelled ends FAILED with its error; its items stay.
 A run left RUNNING by a process that died is ended FAILED by the next start after `ABANDONED_AFTER`.
 """
 
@@ -33,6 +38,7 @@ from payorch.engine.commands import PaymentActors
 from payorch.engine.context import Context
 from payorch.engine.reconciliation.events import complete_run
 from payorch.engine.reconciliation.match import Finding, match_settled, unsettled_payment, unsettled_refund
+from payorch.engine.reconciliation.pacing import Pace, PageRetries, Turn
 from payorch.engine.reconciliation.repair import repair
 from payorch.providers.base import ProviderError
 from payorch.providers.settlements import ListsPayoutItems, ReportsSettlements, SettledItem, SettledKind
@@ -44,6 +50,9 @@ from payorch.values.reconciliation import ItemOutcome, RunState
 log = logging.getLogger("payorch.reconciliation")
 
 _BATCH = 500
+# Items handled between two checkpoints: the run's Python work comes in slices this short (a
+# millisecond or two), so that a merchant's request never waits behind a whole batch of it.
+_SLICE = 50
 R = TypeVar("R")  # a row of what payorch recorded: a payment, a refund
 # A run RUNNING this long was left by a process that died: the next start ends it FAILED. Far
 # beyond any run's length (a period of 100,000 payments takes well under a minute).
@@ -94,8 +103,11 @@ class ReconciliationRuns:
     async def _execute(self, run: store.Run, config: ProviderConfig, provider: ReportsSettlements) -> None:
         state, error, counted = RunState.FAILED, None, _Counted()
         try:
-            async with self._turns:
-                await _Reconciliation(self._context, self._actors, run, config, provider, counted).reconcile()
+            async with Turn(self._turns) as turn:
+                retries = PageRetries(self._context.settings.reconciliation, turn, run)
+                await _Reconciliation(
+                    self._context, self._actors, run, config, provider, counted, retries
+                ).reconcile()
             state = RunState.COMPLETED
         except ProviderError as exc:
             error = f"the provider failed: {exc}"
@@ -141,6 +153,7 @@ class _Reconciliation:
         config: ProviderConfig,
         provider: ReportsSettlements,
         counted: _Counted,
+        retries: PageRetries,
     ) -> None:
         self.context, self.actors, self.run, self.config, self.provider = (
             context,
@@ -149,26 +162,29 @@ class _Reconciliation:
             config,
             provider,
         )
-        self.counted = counted
+        self.counted, self.retries = counted, retries
+        self.pace = Pace(context.settings.reconciliation.time_share, retries)
         self.today = context.clock.now().astimezone(UTC).date()
 
     async def reconcile(self) -> None:
         credentials = self.context.credentials(self.config)
         first, last = self.run.first_day, self.run.last_day
         batch: list[SettledItem] = []
-        async for item in self.provider.settled_items(credentials, first, last):
+        async for item in self.provider.settled_items(credentials, first, last, self.retries):
             batch.append(item)
+            if len(batch) % _SLICE == 0:
+                await trio.lowlevel.checkpoint()
             if len(batch) == _BATCH:
                 await self._settled(batch)
                 batch = []
         await self._settled(batch)
         await self._unsettled()
-        async for payout in self.provider.payouts(credentials, first, last):
+        async for payout in self.provider.payouts(credentials, first, last, self.retries):
             items_minor = None
             if isinstance(self.provider, ListsPayoutItems):
                 # The payout may carry items settled before the period: the provider lists them.
                 items_minor = 0
-                async for carried in self.provider.payout_items(credentials, payout):
+                async for carried in self.provider.payout_items(credentials, payout, self.retries):
                     items_minor += carried.net_minor
             await self.context.db.transaction(
                 store.insert_payout,
@@ -180,6 +196,7 @@ class _Reconciliation:
                 reported_as=payout.status,
                 items_minor=items_minor,
             )
+            await self.pace.rest()
 
     async def _settled(self, items: list[SettledItem]) -> None:
         if not items:
@@ -195,14 +212,17 @@ class _Reconciliation:
             sources.recorded_payments, run.application_id, run.provider, payment_refs
         )
         refunds = await db.autocommit(sources.recorded_refunds, run.application_id, run.provider, refund_refs)
-        findings = [
-            match_settled(
-                item,
-                payments.get(item.payment_reference or "") if item.kind is SettledKind.PAYMENT else None,
-                refunds.get(item.refund_reference or "") if item.kind is SettledKind.REFUND else None,
-            )
-            for item in items
-        ]
+        findings: list[Finding] = []
+        for start in range(0, len(items), _SLICE):
+            findings += [
+                match_settled(
+                    item,
+                    payments.get(item.payment_reference or "") if item.kind is SettledKind.PAYMENT else None,
+                    refunds.get(item.refund_reference or "") if item.kind is SettledKind.REFUND else None,
+                )
+                for item in items[start : start + _SLICE]
+            ]
+            await trio.lowlevel.checkpoint()
         first_seq = await self._store(findings)
         for offset, finding in enumerate(findings):
             if not finding.repairable or finding.session_id is None or finding.settled is None:
@@ -254,9 +274,13 @@ class _Reconciliation:
     async def _store(self, findings: list[Finding]) -> int:
         """Store `findings` as the run's next items; answers the first one's `seq`."""
         first_seq = self.counted.seq + 1
-        rows = [_row(first_seq + offset, finding) for offset, finding in enumerate(findings)]
+        rows: list[tuple[object, ...]] = []
+        for start in range(0, len(findings), _SLICE):
+            rows += [_row(first_seq + start + n, f) for n, f in enumerate(findings[start : start + _SLICE])]
+            await trio.lowlevel.checkpoint()
         await self.context.db.autocommit(store.insert_items, self.run.id, rows)
         self.counted.seq += len(rows)
+        await self.pace.rest()
         for outcome in ItemOutcome:
             count = sum(1 for finding in findings if finding.outcome is outcome)
             self.context.metrics.reconciliation_items(self.run.provider, outcome.value, count)

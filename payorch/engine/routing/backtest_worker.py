@@ -11,10 +11,11 @@ message with one frame:
 | message | what the worker does | answer |
 |---|---|---|
 | (on start) | | its process id, once it is ready |
-| `Run` | reads the window's sessions (and their documents) in batches, decides them, resting after each batch to hold `Run.cpu_share` of a core (`values.cpu_share`) | `Ran` |
+| `Run` | reads the window's sessions (and their documents) in batches, decides them | `Ran` |
 | `Limits` | knows what the catalogue's providers take of the kinds it asked of | |
 
-A `Run` is answered `Ran` once every session is decided; before each batch that holds kinds of
+A `Run` is answered `Ran` once every session is decided, the worker resting after each batch to
+hold `Run.cpu_share` of a core (`values.cpu_share`); before each batch that holds kinds of
 session (payment method and currency) the worker was not told of, it asks `NeedLimits`, and waits
 for the server's `Limits`. The sessions are read by `storage.routing_history.read_past_sessions`,
 the one statement that reads them; before each batch that names versions of the routing document it

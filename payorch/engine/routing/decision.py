@@ -16,7 +16,8 @@ How each route type orders (docs/routing.md):
   success rate's optimistic bound (`Estimate.upper`: the rate plus one standard deviation, so a
   provider with few outcomes since a change is tried) under objective `approval`; under `net`,
   that times the share of the amount the provider's fee leaves ((amount - fee) / amount, which
-  orders as rate x (amount - fee) does); either way times `creation_factor`, what the account's
+  orders as rate x (amount - fee) does; the document's fee, else the one reconciliation observed,
+  `engine.routing.observed_fees`); either way times `creation_factor`, what the account's
   checkout creations cost (their failures and their time, from provider-call health). A provider
   whose rate is below `elimination_threshold` is set aside: it comes after every other, in score
   order (unless all are below it: then none is set aside), so it is only tried when the others
@@ -50,6 +51,7 @@ from payorch.engine.routing.document import (
     route_providers,
     split_order,
 )
+from payorch.engine.routing.observed_fees import NO_OBSERVED_FEES, FeeInForce, ObservedFees, fee_in_force
 from payorch.engine.routing.success_rates import Estimate, RoutingSettings, SuccessRates
 from payorch.values.errors import NoProviderAvailable, ProviderUnavailable
 
@@ -68,6 +70,7 @@ class RankedProvider(NamedTuple):
     score: float  # in [0, 1], 4 decimals: the learned rate, or its share net of fees (objective net)
     eligible: bool
     reason: PlaceReason
+    fee: FeeInForce | None = None  # objective net: the fee its score weighed, and whose it is
 
 
 @dataclass(frozen=True)
@@ -97,13 +100,15 @@ def decide(
     rates: SuccessRates,
     settings: RoutingSettings,
     creation: Mapping[str, CreationFigures] | None = None,
+    observed_fees: ObservedFees = NO_OBSERVED_FEES,
 ) -> Decision:
     """How to route the session of `facts`, given the providers `eligible` for it (by name) and
     `creation`, what each one's checkout creations cost for this application (None, or a provider
-    left out: nothing known, no cost). A ranking without an eligible provider means the route has
-    none for this session (the caller answers 422, `NO_PROVIDER_AVAILABLE`, as
-    `plan_decided_route` does)."""
-    scoring = _Scoring(document, facts, rates, creation or {})
+    left out: nothing known, no cost), and `observed_fees`, the fees reconciliation observed,
+    which objective net weighs for a provider the document gives no fee (`fee_in_force`). A
+    ranking without an eligible provider means the route has none for this session (the caller
+    answers 422, `NO_PROVIDER_AVAILABLE`, as `plan_decided_route` does)."""
+    scoring = _Scoring(document, facts, rates, creation or {}, observed_fees)
     rule = matching_rule(document, facts)
     route = document.default if rule is None else rule.route
     named = route_providers(route)
@@ -165,6 +170,7 @@ class _Scored(NamedTuple):
     estimate: Estimate
     factor: float  # the share of the fee (objective net) times the creation factor
     score: float  # the estimate's upper bound times `factor`
+    fee: FeeInForce | None  # the fee weighed (objective net), if any
 
 
 @dataclass(frozen=True)
@@ -173,6 +179,7 @@ class _Scoring:
     facts: SessionFacts
     rates: SuccessRates
     creation: Mapping[str, CreationFigures]
+    observed_fees: ObservedFees
 
     def scored(self, provider: str) -> _Scored:
         """The provider's learned estimate and its score: the optimistic bound, times (objective
@@ -181,13 +188,18 @@ class _Scoring:
         estimate = self.rates.estimate(provider, facts.payment_method, facts.amount.currency)
         factor = creation_factor(self.creation.get(provider))
         if self.document.objective == "net" and facts.amount.minor > 0:
-            fee = self.document.fee_of(provider, facts.payment_method)  # by method, else provider
-            if fee is not None:
-                factor *= fee.share_left(facts.amount)
-        return _Scored(provider, estimate, factor, estimate.upper * factor)
+            used = fee_in_force(
+                self.document, self.observed_fees, provider, facts.payment_method, facts.amount.currency
+            )
+            if used is not None:
+                factor *= used.fee.share_left(facts.amount)
+        else:
+            used = None
+        return _Scored(provider, estimate, factor, estimate.upper * factor, used)
 
     def place(self, provider: str, reason: PlaceReason, *, eligible: bool = True) -> RankedProvider:
-        return RankedProvider(provider, _shown(self.scored(provider).score), eligible, reason)
+        scored = self.scored(provider)
+        return RankedProvider(provider, _shown(scored.score), eligible, reason, scored.fee)
 
 
 def _shown(score: float) -> float:
@@ -205,15 +217,20 @@ def _dynamic(
     kept = [item for item in scored if item.estimate.rate >= threshold]
     set_aside = [item for item in scored if item.estimate.rate < threshold] if kept else []
     order = kept + set_aside if kept else scored
-    places = [RankedProvider(item.provider, _shown(item.score), True, "dynamic") for item in kept or scored]
-    places += [RankedProvider(item.provider, _shown(item.score), True, "eliminated") for item in set_aside]
+    places = [
+        RankedProvider(item.provider, _shown(item.score), True, "dynamic", item.fee)
+        for item in kept or scored
+    ]
+    places += [
+        RankedProvider(item.provider, _shown(item.score), True, "eliminated", item.fee) for item in set_aside
+    ]
     shares = exploration_shares(order, {item.provider for item in set_aside}, settings)
     draw, reached = facts.draws.exploration, 0.0
     for index, (_, share) in enumerate(shares, start=1):
         reached += share
         if draw < reached:
             explored = places.pop(index)
-            places.insert(0, RankedProvider(explored.provider, explored.score, True, "exploration"))
+            places.insert(0, explored._replace(reason="exploration"))
             return places, "exploration", shares
     return places, "dynamic", shares
 

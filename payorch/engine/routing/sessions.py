@@ -1,7 +1,7 @@
 """Routing one session, in its application's actor: what the actor holds for it (the active provider
-configurations, the routing document in force and the success rates learned from outcomes,
-`engine.hot_state`), the facts of the session, the decision (`engine.routing.decision`) and the
-providers the cascade tries.
+configurations, the routing document in force, the success rates learned from outcomes and the
+fees reconciliation observed, `engine.hot_state`), the facts of the session, the decision
+(`engine.routing.decision`) and the providers the cascade tries.
 
 `CreateSession` (`engine.payments.checkout`) routes every session it creates here; `EvaluateRouting`
 answers how a session would be routed now, and creates nothing.
@@ -13,6 +13,7 @@ import functools
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, date, timedelta
 from typing import Any
 
 import trio
@@ -30,10 +31,11 @@ from payorch.engine.routing.decision import (
     plan_decided_route,
 )
 from payorch.engine.routing.document import RouteType, RoutingDocument, SessionFacts, stored_routing_document
+from payorch.engine.routing.observed_fees import ObservedFee, ObservedFees
 from payorch.engine.routing.recovery import PlannedAttempt, planned_attempts
 from payorch.engine.routing.success_rates import RoutingSettings, SegmentFigures, SuccessRates
 from payorch.providers.catalogue import ProviderCatalogue
-from payorch.storage import provider_configs, routing_documents, routing_outcomes
+from payorch.storage import observed_fees, provider_configs, routing_documents, routing_outcomes
 from payorch.storage.database import Connection
 from payorch.storage.database_thread import on_database_thread
 from payorch.storage.provider_configs import ProviderConfig
@@ -52,13 +54,14 @@ class RoutingInputs:
     configs: Mapping[str, ProviderConfig]  # active, of providers in the catalogue, by provider name
     routing: RoutingInForce
     rates: SuccessRates
+    observed_fees: ObservedFees
 
 
 async def routing_inputs(actor: ApplicationActor[Context]) -> RoutingInputs:
-    """The application's configurations, routing document and success rates as its actor holds
-    them. Whatever it does not hold is read and kept, all in one database unit: the rates once they
-    are `routing.refresh_s` old, so a batch of creates costs at most that one read, and a create
-    never one of its own."""
+    """The application's configurations, routing document, success rates and observed fees as its
+    actor holds them. Whatever it does not hold is read and kept, all in one database unit: the
+    rates and the observed fees once they are `routing.refresh_s` old, so a batch of creates costs
+    at most that one read, and a create never one of its own."""
     hot, context = actor.hot, actor.context
     section = context.settings.routing
     now = trio.current_time()
@@ -66,18 +69,27 @@ async def routing_inputs(actor: ApplicationActor[Context]) -> RoutingInputs:
     rates_due = hot.rates_due(now, section.refresh_s)
     if held_configs is None or held_routing is None or rates_due:
         generation = hot.generation
-        configs, routing, rows = await context.db.autocommit(
-            _read, actor.application_id, held_configs, held_routing, section.window if rates_due else None
+        fees_since = context.clock.now().astimezone(UTC).date() - timedelta(
+            days=context.settings.reconciliation.fee_window_days - 1
+        )
+        configs, routing, learned = await context.db.autocommit(
+            _read,
+            actor.application_id,
+            held_configs,
+            held_routing,
+            (section.window, fees_since) if rates_due else None,
         )
         hot.keep_provider_configs(configs, generation)
         hot.keep_routing(routing, generation)
-        if rows is not None:
+        if learned is not None:
+            rows, fees = learned
             figures = [SegmentFigures(*row) for row in rows]
-            hot.keep_rates(SuccessRates.from_rows(figures, learned_settings(section), hot.rates()), now)
+            rates = SuccessRates.from_rows(figures, learned_settings(section), hot.rates())
+            hot.keep_rates(rates, now, ObservedFees(ObservedFee(*row) for row in fees))
     else:
         configs, routing = held_configs, held_routing
     in_catalogue = {c.provider: c for c in configs if context.providers.get(c.provider) is not None}
-    return RoutingInputs(in_catalogue, routing, hot.rates() or NO_EVIDENCE)
+    return RoutingInputs(in_catalogue, routing, hot.rates() or NO_EVIDENCE, hot.observed_fees())
 
 
 @on_database_thread
@@ -86,10 +98,14 @@ async def _read(
     application_id: uuid.UUID,
     configs: tuple[ProviderConfig, ...] | None,
     routing: RoutingInForce | None,
-    window: int | None,
-) -> tuple[tuple[ProviderConfig, ...], RoutingInForce, list[SegmentOutcomes] | None]:
-    """`configs` and `routing`, each read when None, and each segment's newest `window` outcomes
-    when a window is given."""
+    learned: tuple[int, date] | None,
+) -> tuple[
+    tuple[ProviderConfig, ...],
+    RoutingInForce,
+    tuple[list[SegmentOutcomes], list[observed_fees.FeeSums]] | None,
+]:
+    """`configs` and `routing`, each read when None; when `learned` gives a window and a day,
+    each segment's newest `window` outcomes and the fees observed on that day or later."""
     if configs is None:
         configs = tuple(await provider_configs.active_provider_configs(conn, application_id))
     if routing is None:
@@ -99,8 +115,12 @@ async def _read(
             if stored is None
             else RoutingInForce(stored_routing_document(stored.document), stored.version)
         )
-    rows = None if window is None else await routing_outcomes.segment_outcomes(conn, application_id, window)
-    return configs, routing, rows
+    if learned is None:
+        return configs, routing, None
+    window, fees_since = learned
+    rows = await routing_outcomes.segment_outcomes(conn, application_id, window)
+    fees = await observed_fees.observed_fee_sums(conn, application_id, fees_since)
+    return configs, routing, (rows, fees)
 
 
 @functools.lru_cache(maxsize=4)
@@ -152,7 +172,7 @@ def decide_session(
         for name in eligible
     }
     settings = learned_settings(context.settings.routing)
-    return decide(document, facts, eligible, inputs.rates, settings, creation), eligible
+    return decide(document, facts, eligible, inputs.rates, settings, creation, inputs.observed_fees), eligible
 
 
 def plan_session(

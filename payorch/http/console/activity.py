@@ -27,6 +27,9 @@ from fractions import Fraction
 from markupsafe import Markup
 
 from payorch.http.auth import Principal
+from payorch.http.console.charts import svg_element as _element
+from payorch.http.console.charts import svg_markup as _markup
+from payorch.http.console.charts import svg_number as _coordinate
 from payorch.http.services import services
 from payorch.storage.activity import Activity, Recovery, merchant_activity
 from payorch.values.money import to_major_units
@@ -236,22 +239,6 @@ LINE_HEIGHT, LINE_GAP = 40, 26  # one currency's line, and the room above it for
 AXIS_LABELS = 16  # below a plot: the dates
 
 
-def _coordinate(value: Fraction | int) -> str:
-    """An exact value written with at most two decimals (rounded once, here)."""
-    hundredths = round(Fraction(value) * 100)
-    whole, part = divmod(abs(hundredths), 100)
-    sign = "-" if hundredths < 0 else ""
-    return f"{sign}{whole}" if not part else f"{sign}{whole}.{part:02d}".rstrip("0")
-
-
-def _element(parent: ET.Element, tag: str, text: str | None = None, **attributes: object) -> ET.Element:
-    node = ET.SubElement(
-        parent, tag, {name.rstrip("_").replace("_", "-"): str(value) for name, value in attributes.items()}
-    )
-    node.text = text
-    return node
-
-
 def _svg(name: str, height: int, title: str, summary: str) -> ET.Element:
     # No xmlns: the HTML parser puts an <svg> inside a page in the SVG namespace by itself.
     svg = ET.Element(
@@ -267,10 +254,6 @@ def _svg(name: str, height: int, title: str, summary: str) -> ET.Element:
     _element(svg, "title", title, id=f"activity-{name}-title")
     _element(svg, "desc", summary, id=f"activity-{name}-desc")
     return svg
-
-
-def _markup(svg: ET.Element) -> Markup:
-    return Markup(ET.tostring(svg, encoding="unicode"))  # noqa: S704 (ElementTree escaped every text)
 
 
 def nice_ceiling(value: int) -> int:

@@ -25,6 +25,7 @@ from werkzeug.datastructures import MultiDict
 from payorch.http.auth import application_for
 from payorch.http.console.activity import activity_of
 from payorch.http.console.descriptions import description_of, shown
+from payorch.http.console.figures import figures_of
 from payorch.http.console.guide import (
     TEST_PRICE,
     TestPaymentRefused,
@@ -85,6 +86,7 @@ async def _applications_page(
         form={"name": "", "description": "", **(form or {})},
         errors=errors or {},
         activity=await activity_of(session.principal),
+        figures=await figures_of(session.principal, None),
         notice=done_notice(DONE, status),
     )
 
@@ -165,6 +167,7 @@ async def _application_page(
         test_key=new_test_key(),
         test_price=TEST_PRICE,
         test_refused=test_refused,
+        figures=await figures_of(session.principal, application.id),
     )
 
 

@@ -232,9 +232,14 @@ async def listing(fetch: Callable[[PageRequest], Awaitable[tuple[list[T], int]]]
 
 
 async def render_page(template: str, session: Session, status: int = 200, **context: Any) -> tuple[str, int]:
-    """A page of the signed-in admin: `template` rendered with `context` and the session's CSRF token
-    (its forms carry it, as the sign-out button does), answered with `status`."""
-    return await render_template(template, csrf_token=session.csrf_token, **context), status
+    """A page of the signed-in user: `template` rendered with `context`, the session's CSRF token
+    (its forms carry it, as the sign-out button does) and `is_admin` (a read-only user's pages leave
+    out every form that changes something: `http.auth.permit_role` would refuse it), answered with
+    `status`."""
+    html = await render_template(
+        template, csrf_token=session.csrf_token, is_admin=session.principal.is_admin, **context
+    )
+    return html, status
 
 
 def done_notice(notices: Mapping[str, str], status: int = 200) -> str | None:

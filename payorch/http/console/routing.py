@@ -1,7 +1,7 @@
 """An application's routing: the document in force (its rules, default route, fees, objective and
-recovery policy, its version and when it was stored), a form to replace it or to backtest it, the
-success rates routing learned per provider and segment, and a form trying how a session would be
-routed now.
+recovery policy, its version and when it was stored), a form to replace it or to backtest it, per
+provider the document's fee beside the fees reconciliation observed, the success rates routing
+learned per provider and segment, and a form trying how a session would be routed now.
 
     GET  /console/applications/<id>/routing            the page
     POST /console/applications/<id>/routing            replace the document (`document`, its JSON)
@@ -30,11 +30,13 @@ from pydantic import ValidationError
 from quart import url_for
 from werkzeug.datastructures import MultiDict
 
+from payorch.engine.reconciliation.fees import observed_fees_now
 from payorch.engine.routing.backtest import MAX_DAYS
 from payorch.engine.routing.document import MAX_DOCUMENT_BYTES
+from payorch.engine.routing.observed_fees import ObservedFee, ObservedFees
 from payorch.engine.routing.recovery import MAX_ATTEMPTS, RETRYABLE_REASONS
 from payorch.http import representations as bodies
-from payorch.http.auth import application_for
+from payorch.http.auth import application_for, open_to_read_only
 from payorch.http.console.display import label
 from payorch.http.console.kit import (
     Session,
@@ -98,6 +100,38 @@ class RuleShown:
     name: str
     when: str
     route: str
+
+
+@dataclass(frozen=True)
+class ProviderFees:
+    """A provider's fees: the document's in words (None: it gives none), what reconciliation
+    observed per payment method and currency, and which one objective net weighs."""
+
+    provider: str
+    document: str | None
+    observed: list[ObservedFee]
+
+    @property
+    def weighed(self) -> str:
+        if self.document is not None:
+            return "the document's"
+        return "the observed, per payment method and currency" if self.observed else "none: no fee"
+
+
+def provider_fees(
+    fees: Mapping[str, bodies.RoutingFee], linked: set[str], observed: ObservedFees
+) -> list[ProviderFees]:
+    """Each provider that is linked, given a fee by the document or observed, by name."""
+    seen = list(observed)
+    names = sorted(linked | set(fees) | {fee.provider for fee in seen})
+    return [
+        ProviderFees(
+            name,
+            fee_text(fees[name]) if name in fees else None,
+            [fee for fee in seen if fee.provider == name],
+        )
+        for name in names
+    ]
 
 
 @dataclass(frozen=True)
@@ -248,6 +282,8 @@ async def _routing_page(
         running, session.principal, application_id, PageRequest(1, MAX_LIMIT)
     )
     enabled = sorted({method for config in configs if config.is_active for method in config.payment_methods})
+    observed = await observed_fees_now(context, application.id)
+    linked = {config.provider for config in configs if config.is_active}
     # What the text area holds: the document without the `version` and `updatedAt` the API adds.
     shown = {key: value for key, value in in_force.items() if key not in ("version", "updatedAt")}
     return await render_page(
@@ -263,6 +299,8 @@ async def _routing_page(
         ],
         default_route=route_text(in_force["default"]),
         fees={name: fee_text(fee) for name, fee in in_force["fees"].items()},
+        provider_fees=provider_fees(in_force["fees"], linked, observed),
+        fee_window_days=context.settings.reconciliation.fee_window_days,
         recovery=recovery_text(in_force.get("recovery")),
         recovery_example=dumps_exact(RECOVERY_EXAMPLE),
         max_attempts=MAX_ATTEMPTS,
@@ -354,6 +392,7 @@ def backtest_request(raw: Any, days: str) -> RoutingBacktestRequest:
 
 @blueprint.post("/applications/<application_id>/routing/backtest")
 @action_up_to(DOCUMENT_FORM_MAX_BYTES)
+@open_to_read_only  # it stores nothing
 async def backtest_routing(application_id: str, session: Session, form: MultiDict[str, str]) -> Any:
     """The document of the text area replayed over the application's sessions of the last `days`
     days by the API's backtest, shown on the page under the text area, which keeps the text. Stores
@@ -441,6 +480,7 @@ def _evaluate_errors(error: domain.InvalidInput) -> dict[str, str]:
 
 @blueprint.post("/applications/<application_id>/routing/evaluate")
 @action
+@open_to_read_only  # it creates nothing
 async def evaluate_routing(application_id: str, session: Session, form: MultiDict[str, str]) -> Any:
     """How a session of the form's payment method, amount, currency and billing country would be
     routed now by the document in force: the API's evaluation, shown on the page. Creates nothing."""

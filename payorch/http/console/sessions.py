@@ -2,8 +2,10 @@
 and its refund form.
 
     GET  /console/applications/<id>/sessions     the sessions, newest first (filters: status, from, to)
-    GET  /console/sessions/<session_id>          one session: its record, its payment attempts oldest
-                                                 first, its refunds and events
+    GET  /console/sessions/<session_id>          one session: its record, its customer, addresses and
+                                                 items as given at create, one timeline of its
+                                                 attempts, refunds, events and their deliveries, its
+                                                 payment attempts oldest first, its refunds and events
     POST /console/sessions/<session_id>/refunds  a refund's review (its amount typed, never
                                                  prefilled), then with `confirmed` the refund
 
@@ -51,6 +53,7 @@ from payorch.http.console.kit import (
     text_fields,
     validated,
 )
+from payorch.http.console.session_timeline import timeline
 from payorch.http.error_responses import SHAPE_B_STATUS_OF
 from payorch.http.models import RefundCreateRequest
 from payorch.http.operations import refunds as refund_operations
@@ -60,6 +63,7 @@ from payorch.storage import outbox
 from payorch.storage import sessions as sessions_store
 from payorch.storage.database import Connection
 from payorch.storage.database_thread import on_database_thread
+from payorch.storage.session_deliveries import DeliveryStep, delivery_steps
 from payorch.values import errors as domain
 from payorch.values.money import AmountOutOfRange, TooManyDecimals, to_major_units, to_minor_units
 from payorch.values.pagination import PageRequest
@@ -180,13 +184,15 @@ async def sessions(application_id: str, session: Session) -> tuple[str, int]:
 class History:
     particulars: sessions_store.SessionParticulars | None
     events: list[dict[str, Any]]  # the delivery bodies of the session's events, newest first
+    deliveries: list[DeliveryStep]  # each attempt of each delivery of its events, oldest first
 
 
 @on_database_thread
-async def _history(conn: Connection, session_id: Any) -> History:
+async def _history(conn: Connection, application_id: Any, session_id: Any) -> History:
     particulars = await sessions_store.session_particulars(conn, session_id)
     events = await outbox.events_of_session(conn, session_id)
-    return History(particulars, events[::-1])
+    deliveries = await delivery_steps(conn, application_id, session_id)
+    return History(particulars, events[::-1], deliveries)
 
 
 def _refunded(record: SessionRecord) -> Decimal:
@@ -209,7 +215,7 @@ async def _session_page(
         services(), session.principal, session_id
     )  # not the merchant's: the 404 page
     application = await application_for(session.principal, str(checkout.application_id))
-    history = await services().context.db.snapshot(_history, checkout.id)
+    history = await services().context.db.snapshot(_history, checkout.application_id, checkout.id)
     refunds = list(reversed(record["refunds"] or []))
     remaining = record["amount"] - _refunded(record)
     notice = None
@@ -230,6 +236,9 @@ async def _session_page(
         attempts=record["attempts"],  # oldest first: the last is the one the session describes
         refunds=refunds,
         events=history.events,
+        customer=record["customer"],
+        items=(particulars.order_items or []) if particulars else [],
+        timeline=timeline(record, history.events, history.deliveries, money),
         refunded=record["amount"] - remaining,
         remaining=remaining,
         refundable=record["status"] in REFUNDABLE and remaining > 0,

@@ -20,6 +20,7 @@ from quart import Response, render_template, request, url_for
 from werkzeug.datastructures import MultiDict
 
 from payorch.http import login_gate
+from payorch.http.auth import open_to_read_only
 from payorch.http.console.kit import (
     COOKIE_PATH,
     SESSION_COOKIE,
@@ -127,6 +128,7 @@ async def sign_in_submitted() -> Response:
 
 @blueprint.post("/sign-out")
 @action
+@open_to_read_only
 async def sign_out(session: Session, form: MultiDict[str, str]) -> Response:
     await accounts.end_admin_sessions(services(), session.principal)
     return signed_out()

@@ -87,7 +87,7 @@ def _body(form: dict[str, str]) -> dict[str, Any]:
     return body
 
 
-def _errors(error: ValidationError | domain.InvalidInput) -> dict[str, str]:
+def form_errors(error: ValidationError | domain.InvalidInput) -> dict[str, str]:
     """Each field's first problem, by the field's id."""
     found: dict[str, str] = {}
     if isinstance(error, domain.InvalidInput):
@@ -115,13 +115,11 @@ async def _signup_page(
         refused, status = "This invitation link is not one payorch made: check that it was copied whole.", 404
     except domain.InviteUsedOrExpired:
         refused, status = "This invitation was used already or has expired: ask for a new one.", 410
-    csrf = sign_in_token()
     now = services().context.clock.now()
-    html = await render_template(
+    return await before_sign_in_page(
         "console/sign_up.html",
+        status,
         title="Sign up",
-        csrf_token=None,
-        sign_in_token=csrf,
         token=token,
         invite=invite,
         expires_in=time_left(invite.expires_at, now) if invite else None,
@@ -135,6 +133,14 @@ async def _signup_page(
         field_id=field_id,
         password_min_length=PASSWORD_MIN_LENGTH,
     )
+
+
+async def before_sign_in_page(template: str, status: int, **context: Any) -> Response:
+    """A page whose form is sent before anyone is signed in (signup, joining a merchant):
+    `template` rendered with `context` and the sign-in form's CSRF token, also set as its cookie
+    (double submit)."""
+    csrf = sign_in_token()
+    html = await render_template(template, csrf_token=None, sign_in_token=csrf, **context)
     response = Response(html, status=status, content_type="text/html; charset=utf-8")
     set_cookie(response, SIGN_IN_COOKIE, csrf, max_age=SIGN_IN_TOKEN_LIFETIME_S)
     return response
@@ -171,9 +177,9 @@ async def sign_up_submitted() -> Response:
         login = LoginRequest(email=str(data.admin.email), password=data.admin.password)
         access = await accounts.admin_access_token(services(), login, request.remote_addr)
     except ValidationError as error:
-        return await _signup_page(400, token=token, values=shown, errors=_errors(error))
+        return await _signup_page(400, token=token, values=shown, errors=form_errors(error))
     except domain.InvalidInput as error:
-        return await _signup_page(400, token=token, values=shown, errors=_errors(error))
+        return await _signup_page(400, token=token, values=shown, errors=form_errors(error))
     except (domain.InviteInvalid, domain.InviteUsedOrExpired):
         return await _signup_page(410, token=token)
     except domain.AccountExists as error:

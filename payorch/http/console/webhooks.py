@@ -2,17 +2,23 @@
 
     GET  /console/applications/<id>/webhooks                    the configurations; POST creates one
     GET  /console/applications/<id>/webhooks/<webhook>          one, and its delivery log
+    GET  /console/applications/<id>/webhooks/<webhook>/deliveries/<delivery>
+                                                                one delivery: the body sent, why it
+                                                                waits, each attempt and its answer
     POST /console/applications/<id>/webhooks/<webhook>          change its URL and events (the edit form)
     POST /console/applications/<id>/webhooks/<webhook>/delete   ask to confirm; with `confirm=yes`, delete it
     POST /console/applications/<id>/webhooks/<webhook>/status   activate or deactivate (field `active`)
     POST /console/applications/<id>/webhooks/<webhook>/secret   a new signing secret, shown on the answer only
     POST /console/applications/<id>/webhooks/<webhook>/test     send a `webhook.test` event, show the answer
     POST /console/applications/<id>/webhooks/<webhook>/deliveries/<delivery>/retry
+                                                                send it again now; back to the log,
+                                                                or to the delivery's page (`back`)
 
 Every action calls the operation the API's route calls (`operations/webhooks.py`), so ownership, URL
 checks (https only, no private addresses unless allowed), the merchant's share of test sends and the
 retry rules are the API's. A signing secret is shown on the answer to its creation or rotation and
-never again: nothing keeps it to show later.
+never again: nothing keeps it to show later. What a receiver answered (its headers, its body's
+first bytes) is shown as text, escaped, never as markup.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from werkzeug.datastructures import MultiDict
 
 from payorch.engine.body_types import DEFAULT_EVENT_TYPES, EVENT_TYPES
 from payorch.http.auth import application_for
+from payorch.http.console.display import readable_time
 from payorch.http.console.guide import progress_of
 from payorch.http.console.kit import (
     Session,
@@ -44,8 +51,11 @@ from payorch.http.console.kit import (
     validated,
 )
 from payorch.http.models import WebhookCreateRequest, WebhookUpdateRequest
+from payorch.http.operations import deliveries
 from payorch.http.operations import webhooks as operations
 from payorch.http.services import services
+from payorch.outbound.attempt import request_body
+from payorch.storage.webhooks import DeliveryView
 from payorch.values import errors as domain
 
 application_section("Webhooks", "webhooks")
@@ -55,7 +65,10 @@ EVENTS_FIELD = "subscribedEvents"
 DONE = {
     "updated": "Saved: payorch now sends the events ticked below to this URL.",
     "deleted": "The webhook configuration was deleted: it receives no more events.",
+    "resent": "Queued: payorch sends this delivery again as soon as it can (refresh to see the attempt).",
 }
+# The `back` field of a delivery's resend form that leads back to the delivery's page.
+BACK_TO_DELIVERY = "delivery"
 
 
 # --- The configurations ------------------------------------------------------------------------
@@ -152,6 +165,11 @@ async def _webhook_page(
 ) -> tuple[str, int]:
     application = await application_for(session.principal, application_id)
     config = await operations.read_webhook(services(), session.principal, application_id, webhook_id)
+    listing_of_deliveries = await listing(
+        lambda page: operations.list_deliveries(
+            services(), session.principal, application_id, webhook_id, page
+        )
+    )
     return await render_page(
         "console/webhook.html",
         session,
@@ -159,11 +177,8 @@ async def _webhook_page(
         title="Webhook configuration",
         application=application,
         config=config,
-        listing=await listing(
-            lambda page: operations.list_deliveries(
-                services(), session.principal, application_id, webhook_id, page
-            )
-        ),
+        listing=listing_of_deliveries,
+        waits={item.id: _wait_words(item) for item in listing_of_deliveries.items},
         event_types=EVENT_TYPES,
         form={"url": config.url, "events": config.subscribed_events, **(form or {})},
         errors=errors or {},
@@ -277,10 +292,56 @@ async def send_test_event(
 async def retry_webhook_delivery(
     application_id: str, webhook_id: str, delivery_id: str, session: Session, form: MultiDict[str, str]
 ) -> Response:
-    """Send the delivery again now (PENDING and due), as the API's retry does; back to the log."""
+    """Send the delivery again now (PENDING and due), as the API's retry does; back to the log, or to
+    the delivery's page when the form came from there (`back=delivery`)."""
     await operations.retry_delivery(services(), session.principal, application_id, webhook_id, delivery_id)
+    if form.get("back") == BACK_TO_DELIVERY:
+        return see_other(
+            url_for(
+                "console.webhook_delivery",
+                application_id=application_id,
+                webhook_id=webhook_id,
+                delivery_id=delivery_id,
+                done="resent",
+            )
+        )
     back = form.get("page", "")
     arguments: dict[str, Any] = {"application_id": application_id, "webhook_id": webhook_id}
     if back.isascii() and back.isdigit() and len(back) <= 9 and int(back) > 1:
         arguments["page"] = int(back)
     return see_other(url_for("console.webhook", **arguments))
+
+
+def _wait_words(delivery: DeliveryView) -> str | None:
+    """Why the delivery waits, in words (None: it does not), times as the console writes them."""
+    waits = deliveries.waiting_now(services(), delivery)
+    return None if waits is None else waits.words(readable_time)
+
+
+@blueprint.get("/applications/<application_id>/webhooks/<webhook_id>/deliveries/<delivery_id>")
+@page
+async def webhook_delivery(
+    application_id: str, webhook_id: str, delivery_id: str, session: Session
+) -> tuple[str, int]:
+    """One delivery: the event's body sent, why it waits, each attempt with the receiver's status,
+    headers and body excerpt (or why there was no answer), and a button to send it again."""
+    application = await application_for(session.principal, application_id)
+    found = await deliveries.read_delivery(
+        services(), session.principal, application_id, webhook_id, delivery_id
+    )
+    waits = deliveries.waiting_now(services(), found.delivery)
+    return await render_page(
+        "console/webhook_delivery.html",
+        session,
+        title=f"Delivery of {found.delivery.event_type}",
+        application=application,
+        config=await operations.read_webhook(services(), session.principal, application_id, webhook_id),
+        found=found,
+        delivery=found.delivery,
+        waits=waits,
+        wait_words=None if waits is None else waits.words(readable_time),
+        request_body=request_body(found.payload).decode(),
+        retention_days=services().context.settings.webhooks.attempt_details_retention_days,
+        back=BACK_TO_DELIVERY,
+        notice=done_notice(DONE),
+    )

@@ -13,6 +13,7 @@ from typing import Any
 
 from payorch.engine.commands import EvaluateRouting
 from payorch.engine.routing.backtest_run import Backtest, run_backtest
+from payorch.engine.routing.decision import RankedProvider
 from payorch.engine.routing.document import RoutingDocument, document_json, parse_routing_document
 from payorch.engine.routing.sessions import Evaluation, learned_settings
 from payorch.engine.routing.success_rates import Estimate, SegmentFigures, SuccessRates
@@ -243,19 +244,29 @@ def evaluation_body(evaluation: Evaluation) -> bodies.RoutingEvaluation:
         "routeType": evaluation.route_type,
         "version": evaluation.version,
         "selectedProvider": evaluation.selected,
-        "ranking": [
-            {
-                "provider": place.provider,
-                "score": Decimal(str(place.score)),
-                "eligible": place.eligible,
-                "reason": place.reason,
-            }
-            for place in evaluation.ranking
-        ],
+        "ranking": [ranked_body(place) for place in evaluation.ranking],
         "attempts": [
             {"provider": planned.provider, "reason": planned.reason} for planned in evaluation.attempts
         ],
     }
+
+
+def ranked_body(place: RankedProvider) -> bodies.RankedProvider:
+    """A provider's place in a decision, with the fee its score weighed (objective net) and whose."""
+    body: bodies.RankedProvider = {
+        "provider": place.provider,
+        "score": Decimal(str(place.score)),
+        "eligible": place.eligible,
+        "reason": place.reason,
+    }
+    if place.fee is not None:
+        fee = place.fee.fee
+        body["fee"] = {
+            "source": place.fee.source,
+            "percent": format(fee.percent, "f"),
+            "fixed": {currency: format(amount, "f") for currency, amount in fee.fixed.items()},
+        }
+    return body
 
 
 def _ratio(value: Fraction | float | None) -> Decimal | None:

@@ -12,7 +12,7 @@ from quart_schema import document_response, security_scheme, tag_blueprint
 from payorch.http import login_gate
 from payorch.http import openapi as api
 from payorch.http import representations as bodies
-from payorch.http.auth import Accept, Principal, authenticated
+from payorch.http.auth import Accept, Principal, authenticated, open_to_read_only
 from payorch.http.models import LoginRequest, SignupQuery, SignupRequest
 from payorch.http.operations import accounts
 from payorch.http.services import services
@@ -35,7 +35,7 @@ def _signup_response() -> TypeAdapter[bodies.SignupResponse]:
     return TypeAdapter(bodies.SignupResponse)
 
 
-def _charged_per_address(view: View[Any]) -> View[Any]:
+def charged_per_address(view: View[Any]) -> View[Any]:
     """A login or signup: the client address's bucket is charged before anything else, the body's
     reading above all, so that bodies refused as too large, too deep or malformed count too."""
 
@@ -51,7 +51,7 @@ def _charged_per_address(view: View[Any]) -> View[Any]:
 @security_scheme(api.NO_CREDENTIALS)
 @document_response(bodies.SignupResponse, 201)
 @api.errors(400, 409, 410, 413, 429, 500, 503)
-@_charged_per_address  # signup and login share one bucket per address
+@charged_per_address  # signup and login share one bucket per address
 @body_limit(SIGNUP_MAX_BODY_BYTES)
 @validate_querystring(SignupQuery)
 @validate_request(SignupRequest)
@@ -80,7 +80,7 @@ async def sign_up(data: SignupRequest, query_args: SignupQuery) -> tuple[dict[st
 @security_scheme(api.NO_CREDENTIALS)
 @document_response(bodies.LoginResponse, 200)
 @api.errors(400, 401, 413, 429, 500, 503)
-@_charged_per_address  # before the password check too, so guessing is limited, right or wrong
+@charged_per_address  # before the password check too, so guessing is limited, right or wrong
 @body_limit(LOGIN_MAX_BODY_BYTES)
 @validate_request(LoginRequest)
 async def log_in(data: LoginRequest) -> bodies.LoginResponse:
@@ -98,6 +98,7 @@ async def log_in(data: LoginRequest) -> bodies.LoginResponse:
 @document_response(api.NoContent, 204)
 @api.errors(401, 429, 500)
 @authenticated(Accept.JWT)
+@open_to_read_only
 async def log_out(principal: Principal) -> Response:
     """End the access token: sign its admin out everywhere.
 

@@ -253,7 +253,7 @@ async def read_reconciliation(
         items = await reconciliations.run_items(
             services(), principal, application_id, run_id, query_args.outcome
         )
-        return Response(_csv(items), content_type="text/csv; charset=utf-8")
+        return Response(items_csv(items), content_type="text/csv; charset=utf-8")
     page = query_args.page_request
     read = await reconciliations.read_run(
         services(), principal, application_id, run_id, page, query_args.outcome
@@ -268,7 +268,9 @@ async def read_reconciliation(
     }
 
 
-async def _csv(items: AsyncIterator[StoredItem]) -> AsyncIterator[bytes]:
+async def items_csv(items: AsyncIterator[StoredItem]) -> AsyncIterator[bytes]:
+    """`items` as the CSV the API answers (the console's download too): a header line of
+    `CSV_COLUMNS`, then one line per item."""
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, lineterminator="\r\n")
     writer.writeheader()

@@ -22,7 +22,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from payorch.engine.routing.document import MAX_DOCUMENT_BYTES
 from payorch.http import openapi as api
 from payorch.http import representations as bodies
-from payorch.http.auth import Accept, Principal, application_for, authenticated
+from payorch.http.auth import Accept, Principal, application_for, authenticated, open_to_read_only
 from payorch.http.jsonio import loads_request_json
 from payorch.http.models import (
     PageQuery,
@@ -208,6 +208,7 @@ def _evaluation_charged(view: Callable[..., Awaitable[R]]) -> Callable[..., Awai
 @authenticated(Accept.JWT)
 @_evaluation_charged
 @validate_request(RoutingEvaluateRequest)
+@open_to_read_only  # it creates nothing
 async def evaluate_routing(
     application_id: str, data: RoutingEvaluateRequest, principal: Principal
 ) -> bodies.RoutingEvaluation:
@@ -231,6 +232,7 @@ async def evaluate_routing(
 @api.errors(400, 401, 403, 404, 413, 429, 500, 503)
 @authenticated(Accept.JWT)
 @validate_request(RoutingBacktestRequest)
+@open_to_read_only  # it stores nothing
 async def backtest_routing(
     application_id: str, data: RoutingBacktestRequest, principal: Principal
 ) -> bodies.RoutingBacktest:

@@ -10,9 +10,12 @@ from payorch.http import openapi as api
 from payorch.http import representations as bodies
 from payorch.http.auth import Accept, Principal, authenticated
 from payorch.http.models import PageQuery, WebhookCreateRequest, WebhookUpdateRequest
-from payorch.http.operations import webhooks
+from payorch.http.operations import deliveries, webhooks
+from payorch.http.operations.deliveries import Waiting, waiting_now
 from payorch.http.services import services
 from payorch.http.validation import validate_querystring, validate_request
+from payorch.outbound.attempt import request_body
+from payorch.storage.delivery_details import DeliveryDetails
 from payorch.storage.webhooks import DeliveryView, WebhookConfig
 from payorch.values.pagination import Page, envelope
 from payorch.values.statuses import DeliveryStatus
@@ -36,7 +39,8 @@ def webhook_body(config: WebhookConfig) -> bodies.WebhookConfig:
     }
 
 
-def delivery_body(delivery: DeliveryView) -> bodies.Delivery:
+def delivery_state(delivery: DeliveryView, waits: Waiting | None) -> bodies.DeliveryState:
+    """What every delivery record says; `waits`: why it waits, if it does (`deliveries.waiting`)."""
     return {
         "id": str(delivery.id),
         "eventId": delivery.event_id,
@@ -50,6 +54,16 @@ def delivery_body(delivery: DeliveryView) -> bodies.Delivery:
         "deliveredAt": iso(delivery.delivered_at),
         "createdAt": iso(delivery.created_at),
         "waitsForEventId": delivery.waits_for_event_id,
+        "waitsForDeliveryId": None
+        if delivery.waits_for_delivery_id is None
+        else str(delivery.waits_for_delivery_id),
+        "waitReason": None if waits is None else waits.words(iso),
+    }
+
+
+def delivery_body(delivery: DeliveryView, waits: Waiting | None) -> bodies.Delivery:
+    return {
+        **delivery_state(delivery, waits),
         "attemptLog": [
             {
                 "attemptedAt": iso(item["attempted_at"]),
@@ -59,6 +73,34 @@ def delivery_body(delivery: DeliveryView) -> bodies.Delivery:
             }
             for item in delivery.attempt_log
         ],
+    }
+
+
+def _headers(pairs: list[tuple[str, str]] | None) -> list[bodies.HeaderField] | None:
+    return None if pairs is None else [{"name": name, "value": value} for name, value in pairs]
+
+
+def delivery_details_body(found: DeliveryDetails, waits: Waiting | None) -> bodies.DeliveryDetails:
+    return {
+        **delivery_state(found.delivery, waits),
+        "webhookId": str(found.webhook_id),
+        "sessionId": None if found.session_id is None else str(found.session_id),
+        "requestBody": request_body(found.payload).decode(),
+        "attemptLog": [
+            {
+                "number": attempt.number,
+                "attemptedAt": iso(attempt.attempted_at),
+                "httpStatusCode": attempt.status_code,
+                "error": attempt.error,
+                "latencyMs": attempt.latency_ms,
+                "requestHeaders": _headers(attempt.request_headers),
+                "responseHeaders": _headers(attempt.response_headers),
+                "responseBody": attempt.response_body,
+                "detailsRemovedAt": iso(attempt.details_removed_at),
+            }
+            for attempt in found.attempts
+        ],
+        "olderAttempts": found.attempts_recorded - len(found.attempts),
     }
 
 
@@ -149,7 +191,7 @@ async def test_webhook(
 ) -> bodies.WebhookTestResult:
     """Send a signed `webhook.test` event now and report how the endpoint answered, or, in `error`,
     why it gave no answer (DNS, refused, TLS, timeout...). It goes out as a delivery does: the same
-    client and checks, signed with both secrets during a rotation's overlap, at most the first 1024
+    client and checks, signed with both secrets during a rotation's overlap, at most the first 4096
     bytes of the answer read."""
     sent = await webhooks.send_test_event(services(), principal, application_id, webhook_id)
     return {
@@ -173,8 +215,25 @@ async def list_deliveries(
 ) -> Page[bodies.Delivery]:
     """The delivery log: each event sent to this endpoint, its status and every attempt."""
     page = query_args.page_request
-    found, total = await webhooks.list_deliveries(services(), principal, application_id, webhook_id, page)
-    return envelope([delivery_body(item) for item in found], page, total)
+    running = services()
+    found, total = await webhooks.list_deliveries(running, principal, application_id, webhook_id, page)
+    return envelope([delivery_body(item, waiting_now(running, item)) for item in found], page, total)
+
+
+@blueprint.get("/<webhook_id>/deliveries/<delivery_id>")
+@security_scheme(api.JWT)
+@document_response(bodies.DeliveryDetails, 200)
+@api.errors(401, 403, 404, 429, 500)
+@authenticated(Accept.JWT)
+async def get_delivery(
+    application_id: str, webhook_id: str, delivery_id: str, principal: Principal
+) -> bodies.DeliveryDetails:
+    """One delivery in detail: the body every attempt sent, why it waits, and its latest attempts
+    with the headers sent, the receiver's status, headers and the first 4096 bytes of its body (or
+    why there was no answer). Headers and body are kept `webhooks.attempt_details_retention_days`."""
+    running = services()
+    found = await deliveries.read_delivery(running, principal, application_id, webhook_id, delivery_id)
+    return delivery_details_body(found, waiting_now(running, found.delivery))
 
 
 @blueprint.post("/<webhook_id>/deliveries/<delivery_id>/retry")
@@ -185,6 +244,8 @@ async def list_deliveries(
 async def retry_delivery(
     application_id: str, webhook_id: str, delivery_id: str, principal: Principal
 ) -> tuple[bodies.DeliveryRetry, int]:
-    """Send a delivery again now, for example one that FAILED after its last scheduled attempt."""
+    """Send a delivery again now, for example one that FAILED after its last scheduled attempt, or
+    one DELIVERED that the receiver lost: one more attempt, as soon as the delivery supervisor has a
+    slot (a PENDING delivery of the same session's earlier event to this endpoint still goes first)."""
     await webhooks.retry_delivery(services(), principal, application_id, webhook_id, delivery_id)
     return {"id": delivery_id, "status": DeliveryStatus.PENDING}, 202

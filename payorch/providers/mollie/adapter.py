@@ -94,7 +94,14 @@ from payorch.providers.mollie.events import (
     refund_outcome,
 )
 from payorch.providers.mollie.threads import AccountThreads
-from payorch.providers.settlements import Payout, SettledItem
+from payorch.providers.settlements import (
+    PageReads,
+    Payout,
+    SettledItem,
+    SettlementsBusy,
+    ask_once,
+    retry_after_s,
+)
 from payorch.values.secretbox import key_fingerprint
 
 log = logging.getLogger("payorch.providers.mollie")
@@ -323,16 +330,19 @@ class MollieProvider:
     # What Mollie settled (`providers.settlements`, `settlements`)
 
     async def settled_items(
-        self, credentials: Credentials, first: date, last: date
+        self, credentials: Credentials, first: date, last: date, reads: PageReads = ask_once
     ) -> AsyncIterator[SettledItem]:
         """The payments, refunds, chargebacks and costs of every settlement paid out on the UTC days
-        `first` to `last`. `OrganizationTokenMissing` for an account linked without one;
-        `ProviderError` when Mollie fails mid-way (a 429, a 5xx)."""
-        async for payout in self.payouts(credentials, first, last):
-            async for item in self.payout_items(credentials, payout):
+        `first` to `last`, each page read through `reads`. `OrganizationTokenMissing` for an account
+        linked without one; `SettlementsBusy` for a page Mollie answered 429 or 5xx (or not at all),
+        `ProviderError` for any other failure."""
+        async for payout in self.payouts(credentials, first, last, reads):
+            async for item in self.payout_items(credentials, payout, reads):
                 yield item
 
-    async def payouts(self, credentials: Credentials, first: date, last: date) -> AsyncIterator[Payout]:
+    async def payouts(
+        self, credentials: Credentials, first: date, last: date, reads: PageReads = ask_once
+    ) -> AsyncIterator[Payout]:
         """The settlements paid out on the UTC days `first` to `last`, newest first; errors as above."""
         cursor: str | None = None
         while True:
@@ -340,6 +350,7 @@ class MollieProvider:
                 credentials,
                 "list the settlements",
                 partial(settlements.settlements_page, cursor=cursor),
+                reads,
             )
             for each in found:
                 payout = settlements.payout(each)
@@ -348,7 +359,9 @@ class MollieProvider:
             if cursor is None or settlements.is_older(found, first):
                 return
 
-    async def payout_items(self, credentials: Credentials, payout: Payout) -> AsyncIterator[SettledItem]:
+    async def payout_items(
+        self, credentials: Credentials, payout: Payout, reads: PageReads = ask_once
+    ) -> AsyncIterator[SettledItem]:
         """The payments, refunds and chargebacks the settlement `payout` carried, and its costs."""
         for which, (_, name, kind) in enumerate(settlements.ITEM_LISTS):
             cursor: str | None = None
@@ -359,6 +372,7 @@ class MollieProvider:
                     partial(
                         settlements.items_page, settlement_id=payout.payout_id, which=which, cursor=cursor
                     ),
+                    reads,
                 )
                 for each in found:
                     yield settlements.settled_item(each, kind, payout)
@@ -368,20 +382,34 @@ class MollieProvider:
             credentials,
             "read the settlement",
             lambda client: settlements.settlement(client, payout.payout_id),
+            reads,
         )
         for item in settlements.cost_items(settled, payout):
             yield item
 
     async def _read_settlements(
-        self, credentials: Credentials, action: str, work: Callable[[Client], T]
+        self, credentials: Credentials, action: str, work: Callable[[Client], T], reads: PageReads
     ) -> T:
-        """`work` with the account's organization access token; Mollie's errors as `ProviderError`."""
+        """`work` with the account's organization access token, asked once per try of `reads`:
+        `SettlementsBusy` for a 429 (with its `Retry-After`), a 5xx or no answer, any other error of
+        Mollie's as `ProviderError`."""
         if opened(credentials).organization_token is None:
             raise settlements.OrganizationTokenMissing()
-        try:
-            return await self._run(credentials, work, organization=True)
-        except Error as error:
-            raise _unavailable(action, error) from error
+
+        async def once() -> T:
+            answered = settlements.RetryAfter()
+            try:
+                return await self._run(credentials, answered.remembered(work), organization=True)
+            except Error as error:
+                if _busy(error):
+                    raise SettlementsBusy(
+                        f"Mollie could not {action}: {_described(error)}",
+                        retry_after_s=retry_after_s(answered.value),
+                        provider_wide=_provider_wide(error),
+                    ) from error
+                raise _unavailable(action, error) from error
+
+        return await reads(once)
 
     # The SDK, off the Trio thread
 
@@ -476,6 +504,13 @@ def _unavailable(action: str, error: Error) -> ProviderError:
     return ProviderError(
         f"Mollie could not {action}: {_described(error)}", provider_wide=_provider_wide(error)
     )
+
+
+def _busy(error: Error) -> bool:
+    """A 429, a 5xx or no answer at all: worth asking again later."""
+    if isinstance(error, ResponseError):
+        return error.status is None or int(error.status) == 429 or int(error.status) >= 500
+    return isinstance(error, RequestError) and not isinstance(error, RequestSetupError)
 
 
 def _provider_wide(error: Error) -> bool:

@@ -19,12 +19,13 @@ with the account's organization access token (`credentials`; the API takes no AP
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
+import requests
 from mollie.api.client import Client
 from mollie.api.objects.settlement import Settlement
 from mollie.api.resources.chargebacks import SettlementChargebacks
@@ -64,6 +65,30 @@ class OrganizationTokenMissing(ProviderError):
 
 
 Page = tuple[list[dict[str, Any]], str | None]  # a page's objects, and the cursor of the next
+T = TypeVar("T")
+
+
+class RetryAfter:
+    """The `Retry-After` header of the last answer a call's client received (the SDK's errors carry
+    Mollie's status and detail, not its headers)."""
+
+    def __init__(self) -> None:
+        self.value: str | None = None
+
+    def remembered(self, work: Callable[[Client], T]) -> Callable[[Client], T]:
+        """`work`, on a client whose HTTP session (the one the SDK would make on its first request)
+        remembers each answer's `Retry-After` here."""
+
+        def remembering(client: Client) -> T:
+            session = requests.Session()
+            session.hooks["response"].append(self._remember)
+            client._client = session  # the SDK makes this session itself unless one is there
+            return work(client)
+
+        return remembering
+
+    def _remember(self, response: requests.Response, *args: Any, **kwargs: Any) -> None:
+        self.value = response.headers.get("Retry-After")
 
 
 def settlements_page(client: Client, cursor: str | None) -> Page:

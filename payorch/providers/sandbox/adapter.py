@@ -51,7 +51,7 @@ from payorch.providers.base import (
 from payorch.providers.sandbox import simulator
 from payorch.providers.sandbox.settlements import SandboxSettlements
 from payorch.providers.sandbox.signing import SignatureInvalid, new_signing_secret, verify_signature
-from payorch.providers.settlements import Payout, SettledItem
+from payorch.providers.settlements import PageReads, Payout, SettledItem, ask_once
 from payorch.storage import sandbox as store
 from payorch.storage.database import Connection, Database
 from payorch.storage.database_thread import on_database_thread
@@ -332,11 +332,16 @@ class SandboxProvider:
 
     # What it settled (`providers.settlements.ReportsSettlements`; `settlements.py` says how)
 
-    def settled_items(self, credentials: Credentials, first: date, last: date) -> AsyncIterator[SettledItem]:
-        """Every item the account settled on the UTC days `first` to `last`."""
+    def settled_items(
+        self, credentials: Credentials, first: date, last: date, reads: PageReads = ask_once
+    ) -> AsyncIterator[SettledItem]:
+        """Every item the account settled on the UTC days `first` to `last` (read from payorch's own
+        database: no page is ever busy, `reads` is not needed)."""
         return self.settlements.items(sandbox_account(credentials), first, last)
 
-    def payouts(self, credentials: Credentials, first: date, last: date) -> AsyncIterator[Payout]:
+    def payouts(
+        self, credentials: Credentials, first: date, last: date, reads: PageReads = ask_once
+    ) -> AsyncIterator[Payout]:
         """Every payout of the account arriving on the UTC days `first` to `last`."""
         return self.settlements.payouts(sandbox_account(credentials), first, last)
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
+import trio
+
 from payorch.config import SandboxFee, SandboxFees
 from payorch.providers.sandbox import simulator
 from payorch.providers.settlements import Payout, SettledItem, SettledKind
@@ -28,6 +30,7 @@ from payorch.storage.database import Database
 from payorch.values.clock import Clock
 
 _BATCH = 500
+_SLICE = 50  # movements turned into items between two checkpoints
 _Read = Callable[[datetime, datetime, tuple[datetime, str] | None], Awaitable[list[store.SandboxMovement]]]
 
 
@@ -88,8 +91,12 @@ class SandboxSettlements:
             return await self.db.autocommit(store.succeeded_refunds, account, since, until, after, _BATCH)
 
         for read in (payments, refunds):
+            read_so_far = 0
             async for movement in _movements(read, since, until):
                 yield movement, self._item(account, movement)
+                read_so_far += 1
+                if read_so_far % _SLICE == 0:  # a reader summing a whole period lets others run
+                    await trio.lowlevel.checkpoint()
 
     def _window(self, first: date, last: date) -> tuple[datetime, datetime] | None:
         """The times whose movements settle on the days `first` to `last` (none after today)."""

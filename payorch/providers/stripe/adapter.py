@@ -18,8 +18,10 @@
   a payment is matched by its PaymentIntent id, which payorch keeps when the checkout is paid.
 
 Every call carries the idempotency key payorch derives from its own ids; the SDK retries network
-errors, 409 and 5xx with it, and this adapter retries a 429. Stripe's errors become `ProviderError`
-(routing counts it and cascades), `RefundRefused` or `CredentialsRejected` as the interface says.
+errors, 409 and 5xx with it, and this adapter retries a 429 (but for the pages of settlements,
+which reconciliation asks again itself: `providers.settlements.PageReads`). Stripe's errors become
+`ProviderError` (routing counts it and cascades), `RefundRefused` or `CredentialsRejected` as the
+interface says.
 """
 
 from __future__ import annotations
@@ -55,7 +57,14 @@ from payorch.providers.base import (
     refuse_outside_limits,
     return_url,
 )
-from payorch.providers.settlements import Payout, SettledItem
+from payorch.providers.settlements import (
+    PageReads,
+    Payout,
+    SettledItem,
+    SettlementsBusy,
+    ask_once,
+    retry_after_s,
+)
 from payorch.providers.stripe.amounts import PAYMENT_METHODS, stripe_limits, to_stripe_amount
 from payorch.providers.stripe.events import (
     endpoint_params,
@@ -340,38 +349,63 @@ class StripeProvider:
 
     settlement_lag_days = SETTLEMENT_LAG_DAYS
 
-    def settled_items(self, credentials: Credentials, first: date, last: date) -> AsyncIterator[SettledItem]:
-        """The balance transactions available on the UTC days `first` to `last`; `ProviderError`
-        when Stripe fails mid-way (a 429 after the retries, a 5xx)."""
-        read = self._pages_of(self._client(credentials).v1.balance_transactions.list_async)
-        return _reading("list the balance transactions", balance_items(read, first, last))
+    def settled_items(
+        self, credentials: Credentials, first: date, last: date, reads: PageReads = ask_once
+    ) -> AsyncIterator[SettledItem]:
+        """The balance transactions available on the UTC days `first` to `last`, each page read
+        through `reads`: `SettlementsBusy` for a page Stripe answered 429 or 5xx (or not at all),
+        `ProviderError` for any other failure."""
+        action = "list the balance transactions"
+        read = self._settlement_pages(credentials, "balance_transactions", action, reads)
+        return _reading(action, balance_items(read, first, last))
 
-    def payouts(self, credentials: Credentials, first: date, last: date) -> AsyncIterator[Payout]:
-        """The payouts arriving on the UTC days `first` to `last`; `ProviderError` as above."""
-        read = self._pages_of(self._client(credentials).v1.payouts.list_async)
+    def payouts(
+        self, credentials: Credentials, first: date, last: date, reads: PageReads = ask_once
+    ) -> AsyncIterator[Payout]:
+        """The payouts arriving on the UTC days `first` to `last`; errors as above."""
+        read = self._settlement_pages(credentials, "payouts", "list the payouts", reads)
         return _reading("list the payouts", stripe_payouts(read, first, last))
 
-    def payout_items(self, credentials: Credentials, payout: Payout) -> AsyncIterator[SettledItem]:
-        """The balance transactions `payout` carried; `ProviderError` as above."""
-        read = self._pages_of(self._client(credentials).v1.balance_transactions.list_async)
-        return _reading("list the payout's balance transactions", payout_items(read, payout.payout_id))
+    def payout_items(
+        self, credentials: Credentials, payout: Payout, reads: PageReads = ask_once
+    ) -> AsyncIterator[SettledItem]:
+        """The balance transactions `payout` carried; errors as above."""
+        action = "list the payout's balance transactions"
+        read = self._settlement_pages(credentials, "balance_transactions", action, reads)
+        return _reading(action, payout_items(read, payout.payout_id))
 
-    def _pages_of(self, list_async: Callable[[Any], Awaitable[Any]]) -> PageReader:
-        """A reader of one page of a Stripe list, retried on a 429 as every call."""
+    def _settlement_pages(
+        self,
+        credentials: Credentials,
+        listed: Literal["balance_transactions", "payouts"],
+        action: str,
+        reads: PageReads,
+    ) -> PageReader:
+        """A reader of one page of a Stripe list, asked once per try of `reads`: the SDK retries
+        nothing here (a client with no network retries), so that the caller decides when to ask
+        again, and waits for it without holding anything."""
+        client = self._client(credentials, network_retries=0)
+        list_async = getattr(client.v1, listed).list_async
 
         async def read_page(params: dict[str, Any]) -> Any:
-            return await self._request(lambda: list_async(params))
+            async def once() -> Any:
+                try:
+                    return await list_async(params)
+                except stripe.StripeError as error:
+                    raise _settlements_failure(action, error) from error
+
+            return await reads(once)
 
         return read_page
 
     # Stripe's side
 
-    def _client(self, credentials: Credentials) -> stripe.StripeClient:
+    def _client(self, credentials: Credentials, network_retries: int | None = None) -> stripe.StripeClient:
         return stripe.StripeClient(
             credentials.api_key,
             http_client=self._http,
             base_addresses={"api": self._api_base} if self._api_base else None,
-            max_network_retries=self._max_network_retries,
+            max_network_retries=self._max_network_retries if network_retries is None else network_retries,
         )
 
     async def _request(self, call: Callable[[], Awaitable[T]]) -> T:
@@ -467,6 +501,21 @@ def _unavailable(action: str, error: stripe.StripeError) -> ProviderError:
         return ProviderError(f"Stripe rejected the stored key, could not {action}: {_described(error)}")
     return ProviderError(
         f"Stripe could not {action}: {_described(error)}", provider_wide=_provider_wide(error)
+    )
+
+
+def _settlements_failure(action: str, error: stripe.StripeError) -> ProviderError:
+    """A page of settlements Stripe did not give: `SettlementsBusy` for a 429 (its `Retry-After`,
+    should Stripe send one), a 5xx or no answer; any other error as `_unavailable` says."""
+    status = error.http_status
+    if status is not None and status != 429 and status < 500:
+        return _unavailable(action, error)
+    return SettlementsBusy(
+        f"Stripe could not {action}: {_described(error)}",
+        retry_after_s=retry_after_s(
+            next((v for k, v in (error.headers or {}).items() if k.lower() == "retry-after"), None)
+        ),
+        provider_wide=_provider_wide(error),
     )
 
 

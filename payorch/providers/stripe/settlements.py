@@ -1,6 +1,6 @@
 """What Stripe settled for an account (`providers.settlements`): its balance transactions and payouts,
-read through the SDK page by page (`limit=100`, `has_more` and `starting_after`), each page retried
-on a 429 as every other call of the adapter.
+read through the SDK page by page (`limit=100`, `has_more` and `starting_after`), each page through
+the caller's `PageReads` (the adapter's `_settlement_pages`: a 429 or 5xx is the caller's to retry).
 
 - An item is a balance transaction (`txn_...`): gross `amount`, `fee`, `net` (in the currency's
   minor units, signed as they move the balance), `available_on` (the UTC day it became the
