@@ -451,7 +451,7 @@ class RoutingSettings(_Section):
     min_outcomes: PositiveInt = 20
     refresh_s: NonNegativeFloat = 5.0
     # The share of one core a backtest's worker process may take (values/cpu_share.py).
-    backtest_cpu_share: Annotated[float, Field(gt=0, le=1)] = 0.25
+    backtest_cpu_share: Annotated[float, Field(gt=0, le=1)] = 1.0
 
 
 LogLevel = Literal["debug", "info", "warning", "error"]
