@@ -29,8 +29,14 @@ class CpuShare:
         self._clock = cpu_clock
         self._since = cpu_clock()
 
+    def restart(self) -> None:
+        """Count from now: after a rest measured on a wall clock, so that the rest itself is not
+        taken for work (a CPU clock does not run while the work sleeps)."""
+        self._since = self._clock()
+
     def rest_s(self) -> float:
-        """The rest owed for the CPU taken since the last call (or since this was made)."""
+        """The rest owed for the time taken since the last call (or since this was made, or
+        restarted)."""
         now = self._clock()
         busy, self._since = max(0.0, now - self._since), now
         return busy * (1.0 - self.share) / self.share

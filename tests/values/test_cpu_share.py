@@ -36,3 +36,14 @@ def test_work_given_a_whole_core_never_rests() -> None:
 def test_a_share_outside_nothing_to_one_core_is_refused(share: float) -> None:
     with pytest.raises(ValueError, match="share of one core"):
         CpuShare(share, CpuClock())
+
+
+def test_work_timed_on_a_wall_clock_does_not_take_its_rest_for_work_once_restarted() -> None:
+    clock = CpuClock()
+    pacing = CpuShare(0.5, clock)
+    clock.now += 0.1  # a step of work
+    rest = pacing.rest_s()
+    clock.now += rest  # the rest, on the same wall clock
+    pacing.restart()
+    clock.now += 0.1  # the next step
+    assert pacing.rest_s() == pytest.approx(0.1)  # not 0.2: the rest was not work

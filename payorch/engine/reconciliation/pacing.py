@@ -69,6 +69,7 @@ class Pace:
 
     async def rest(self) -> None:
         await trio.sleep(self._pacing.rest_s())
+        self._pacing.restart()  # its clock is a wall clock: the rest is not the run's work
 
 
 class PageRetries:
