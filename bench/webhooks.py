@@ -17,7 +17,17 @@ receiver notes the wall clock once a request's body has arrived, and matches it 
 fanning the event out, claiming the delivery, signing, and the HTTPS request; and the commit's own
 WAL flush. How soon the sandbox reports the payment does not count.
 
-    .venv/bin/python -m bench.webhooks [--events 300] [--rate 20]
+Two figures: payments at a steady rate (`--rate`, each started on its own, so commits may arrive
+together), and one at a time (`--one-at-a-time` payments, each paid once the previous one's webhook
+arrived: the path with nothing else in flight). Where each millisecond goes is read back from
+payorch's own rows for the steady run: from the commit to the round of the delivery loop that
+claimed it (the wake-up; `webhook_deliveries.last_attempt_at` is the round's clock), from that round
+to the attempt's start (the claim's transaction and the start of the attempt's task; the start is
+`webhook_attempts.attempted_at` less its `latency_ms`), and from there to the receiver (signing,
+the HTTPS request, and a TLS handshake when the connection is new). The receiver counts the
+connections it accepted: each is a TLS handshake.
+
+    .venv/bin/python -m bench.webhooks [--events 300] [--rate 20] [--one-at-a-time 50]
 """
 
 from __future__ import annotations
@@ -31,7 +41,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -61,6 +71,7 @@ from payorch.storage.database import Connection, database_url, open_database
 EVENT_TYPE = "session.completed"
 DEFAULT_EVENTS = 300
 DEFAULT_RATE = 20.0  # payments per second
+DEFAULT_ONE_AT_A_TIME = 50  # payments each made once the previous one's webhook arrived
 WARMUP_EVENTS = 10  # delivered but not measured: the first connection, the first claim plans
 DRAIN_TIMEOUT_S = 30.0  # after the last payment, for the last webhooks to arrive
 HOOK_PATH = "/hooks"
@@ -80,6 +91,15 @@ CREATE CONSTRAINT TRIGGER bench_note_commit AFTER INSERT ON outbox_events
 
 
 @dataclass(frozen=True)
+class StageLatency:
+    """Milliseconds one stage of the path took, over the events measured."""
+
+    stage: str
+    p50_ms: float
+    p99_ms: float
+
+
+@dataclass(frozen=True)
 class WebhookLatency:
     """Milliseconds from an event's commit to its webhook at the receiver, over `count` events."""
 
@@ -91,6 +111,8 @@ class WebhookLatency:
     missing: int  # events paid for but not received within the drain timeout
     connections: int  # connections the receiver accepted (each a TLS handshake)
     rate_per_s: float  # payments per second asked for
+    stages: tuple[StageLatency, ...] = ()  # where the time went (see the module's text)
+    one_at_a_time: WebhookLatency | None = None  # each payment once the previous webhook arrived
 
 
 @dataclass
@@ -188,10 +210,28 @@ async def install_commit_clock(conn: Connection) -> None:
     await conn.execute(_COMMIT_CLOCK_SQL)
 
 
+# For each event's first attempt: the round that claimed it and when the attempt started (Unix time).
+_ATTEMPT_TIMES_SQL = """
+    SELECT e.id AS event_id, extract(epoch FROM d.last_attempt_at)::float8 AS claimed,
+           extract(epoch FROM a.attempted_at)::float8 - a.latency_ms / 1000.0 AS sent
+    FROM webhook_deliveries d
+    JOIN outbox_events e ON e.seq = d.event_seq
+    JOIN webhook_attempts a ON a.delivery_id = d.id
+    WHERE d.attempts = 1"""
+
+
+async def _attempt_times(conn: Connection) -> dict[str, tuple[float, float]]:
+    """(claimed, sent) Unix times of each event's first and only attempt, by event id."""
+    return {row["event_id"]: (row["claimed"], row["sent"]) for row in await conn.fetch(_ATTEMPT_TIMES_SQL)}
+
+
 async def _commit_times(conn: Connection) -> dict[str, float]:
-    """Unix time at which each outbox event committed, by event id."""
+    """Unix time at which each `EVENT_TYPE` event committed, by event id (payorch's other events,
+    a reconciliation's, are not sent to the receiver)."""
     rows = await conn.fetch(
-        "SELECT event_id, extract(epoch FROM committed_at)::float8 AS at FROM bench_event_commits"
+        """SELECT c.event_id, extract(epoch FROM c.committed_at)::float8 AS at
+           FROM bench_event_commits c JOIN outbox_events e ON e.id = c.event_id WHERE e.type = $1""",
+        EVENT_TYPE,
     )
     return {row["event_id"]: row["at"] for row in rows}
 
@@ -247,10 +287,42 @@ async def pay_steadily(
             nursery.start_soon(_pay_one, http, api_key, f"{key_prefix}-{index}")
 
 
+async def pay_one_at_a_time(base_url: str, api_key: str, receiver: _Receiver, events: int) -> None:
+    """Create and pay `events` sessions, each once the previous one's webhook has arrived."""
+    async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+        for index in range(events):
+            receiver.expected, receiver.arrived = len(receiver.received_at) + 1, trio.Event()
+            await _pay_one(http, api_key, f"bench-webhook-single-{index}")
+            with trio.fail_after(DRAIN_TIMEOUT_S):
+                await receiver.arrived.wait()
+
+
 def _percentile(sorted_ms: list[float], share: float) -> float:
     """Nearest-rank percentile of an ascending list."""
     rank = max(1, math.ceil(share * len(sorted_ms)))
     return sorted_ms[rank - 1]
+
+
+def stage_figures(
+    events: list[str],
+    committed: dict[str, float],
+    attempts: dict[str, tuple[float, float]],
+    received: dict[str, float],
+) -> tuple[StageLatency, ...]:
+    """p50 and p99 of each stage (see the module's text) over `events` that have every time."""
+    known = [event for event in events if event in attempts and event in received]
+    if not known:
+        return ()
+    spans = {
+        "commit -> claiming round": [attempts[e][0] - committed[e] for e in known],
+        "round -> attempt started": [attempts[e][1] - attempts[e][0] for e in known],
+        "attempt -> receiver": [received[e] - attempts[e][1] for e in known],
+    }
+    figures = []
+    for stage, seconds in spans.items():
+        ms = sorted(1000 * span for span in seconds)
+        figures.append(StageLatency(stage, round(_percentile(ms, 0.50), 1), round(_percentile(ms, 0.99), 1)))
+    return tuple(figures)
 
 
 def latency_figures(
@@ -275,13 +347,18 @@ def latency_figures(
 
 
 async def measure_webhook_latency(
-    work_dir: Path, *, events: int = DEFAULT_EVENTS, rate_per_s: float = DEFAULT_RATE
+    work_dir: Path,
+    *,
+    events: int = DEFAULT_EVENTS,
+    rate_per_s: float = DEFAULT_RATE,
+    one_at_a_time: int = DEFAULT_ONE_AT_A_TIME,
 ) -> WebhookLatency:
     """Pay `events` sandbox sessions at `rate_per_s` and measure commit-to-receiver latency of their
-    `session.completed` webhooks (the first `WARMUP_EVENTS` not counted). payorch runs as a process
-    of its own (`payorch serve`), so the receiver's TLS and the payments' clients, here, do not
-    share its interpreter. Everything runs under `work_dir` and on loopback, and is stopped and
-    deleted when it returns."""
+    `session.completed` webhooks (the first `WARMUP_EVENTS` not counted), with where the time went;
+    then `one_at_a_time` more, each once the previous webhook arrived (0: not measured). payorch
+    runs as a process of its own (`payorch serve`), so the receiver's TLS and the payments' clients,
+    here, do not share its interpreter. Everything runs under `work_dir` and on loopback, and is
+    stopped and deleted when it returns."""
     total = events + WARMUP_EVENTS
     async with _https_receiver(work_dir / "receiver") as receiver:
         receiver.expected = total
@@ -307,7 +384,24 @@ async def measure_webhook_latency(
                 with trio.move_on_after(DRAIN_TIMEOUT_S):
                     await receiver.arrived.wait()
                 committed = await db.autocommit(_commit_times)
-    return latency_figures(committed, receiver.received_at, rate_per_s, WARMUP_EVENTS, len(receiver.clients))
+                attempts = await db.autocommit(_attempt_times)
+                received, connections = dict(receiver.received_at), len(receiver.clients)
+                single = None
+                if one_at_a_time > 0:
+                    await pay_one_at_a_time(base_url, application.api_key, receiver, one_at_a_time)
+                    all_committed = await db.autocommit(_commit_times)
+                    single = latency_figures(
+                        {event: at for event, at in all_committed.items() if event not in committed},
+                        receiver.received_at,
+                        0.0,
+                        0,
+                        len(receiver.clients) - connections,
+                    )
+    steady = latency_figures(committed, received, rate_per_s, WARMUP_EVENTS, connections)
+    measured = sorted(committed, key=committed.__getitem__)[WARMUP_EVENTS:]
+    return replace(
+        steady, stages=stage_figures(measured, committed, attempts, received), one_at_a_time=single
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -318,9 +412,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--rate", type=float, default=DEFAULT_RATE, help=f"per second, default {DEFAULT_RATE:g}"
     )
+    parser.add_argument(
+        "--one-at-a-time",
+        type=int,
+        default=DEFAULT_ONE_AT_A_TIME,
+        help=f"payments each made once the previous webhook arrived, default {DEFAULT_ONE_AT_A_TIME}",
+    )
     args = parser.parse_args(argv)
-    if not 1 <= args.events <= 5000 or not 0 < args.rate <= 200:
-        parser.error("need 1 <= --events <= 5000 and 0 < --rate <= 200")
+    if not 1 <= args.events <= 5000 or not 0 < args.rate <= 200 or not 0 <= args.one_at_a_time <= 1000:
+        parser.error("need 1 <= --events <= 5000, 0 < --rate <= 200 and 0 <= --one-at-a-time <= 1000")
     print(
         f"bench: paying {args.events + WARMUP_EVENTS} sandbox sessions at {args.rate:g}/s ...",
         file=sys.stderr,
@@ -328,7 +428,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     with tempfile.TemporaryDirectory(prefix="payorch-bench-webhooks-") as work_dir:
         figures = trio.run(
-            partial(measure_webhook_latency, Path(work_dir), events=args.events, rate_per_s=args.rate)
+            partial(
+                measure_webhook_latency,
+                Path(work_dir),
+                events=args.events,
+                rate_per_s=args.rate,
+                one_at_a_time=args.one_at_a_time,
+            )
         )
     print(json.dumps(asdict(figures)))
     print(
@@ -336,6 +442,14 @@ def main(argv: list[str] | None = None) -> None:
         f"p99 {figures.p99_ms:g} ms, max {figures.max_ms:g} ms over {figures.count} events "
         f"at {figures.rate_per_s:g}/s ({figures.missing} missing, {figures.connections} connections)"
     )
+    for stage in figures.stages:
+        print(f"  {stage.stage}: p50 {stage.p50_ms:g} ms, p99 {stage.p99_ms:g} ms")
+    if figures.one_at_a_time is not None:
+        single = figures.one_at_a_time
+        print(
+            f"one at a time: p50 {single.p50_ms:g} ms, p99 {single.p99_ms:g} ms over {single.count} events "
+            f"({single.missing} missing, {single.connections} new connections)"
+        )
 
 
 if __name__ == "__main__":

@@ -17,12 +17,18 @@ from hypercorn.typing import Framework
 
 @asynccontextmanager
 async def serving_on_loopback(
-    app: Framework, logger: str, *, certfile: Path | None = None, keyfile: Path | None = None
+    app: Framework,
+    logger: str,
+    *,
+    certfile: Path | None = None,
+    keyfile: Path | None = None,
+    port: int = 0,
 ) -> AsyncIterator[int]:
-    """Serve `app` on a free port of 127.0.0.1 (over TLS with `certfile` and `keyfile`) until the block
-    exits; yields the port. Leaving the block cancels the server and any request being answered."""
+    """Serve `app` on `port` of 127.0.0.1 (0: a free one; over TLS with `certfile` and `keyfile`)
+    until the block exits; yields the port. Leaving the block cancels the server and any request
+    being answered, and closes its connections."""
     config = HypercornConfig()
-    config.bind = ["127.0.0.1:0"]
+    config.bind = [f"127.0.0.1:{port}"]
     if certfile is not None and keyfile is not None:
         config.certfile, config.keyfile = str(certfile), str(keyfile)
     config.accesslog = None

@@ -79,6 +79,7 @@ class ReceivedRequest:
     received_at: float  # Unix seconds (wall clock), comparable with `webhook-timestamp`
     received_at_trio: float  # trio.current_time(): for intervals between attempts, MockClock-friendly
     verified_with: str | None  # the accepted secret that verified the signature, None when none did
+    client: tuple[str, int] | None = None  # the sender's address and port: which connection it came on
 
     def json(self) -> Any:
         """The body parsed, numbers with a fraction as exact Decimal."""
@@ -149,7 +150,14 @@ class WebhookReceiver:
             return secret
         return None
 
-    def _record(self, method: str, path: str, headers: dict[str, str], body: bytes) -> ScriptedResponse:
+    def _record(
+        self,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        body: bytes,
+        client: tuple[str, int] | None = None,
+    ) -> ScriptedResponse:
         self.requests.append(
             ReceivedRequest(
                 method=method,
@@ -159,6 +167,7 @@ class WebhookReceiver:
                 received_at=time.time(),
                 received_at_trio=trio.current_time(),
                 verified_with=self._verify(body, headers),
+                client=client,
             )
         )
         self._arrived.set()
@@ -186,7 +195,10 @@ def _receiving_app(receiver: WebhookReceiver) -> QuartTrio:
     async def receive(path: str) -> tuple[bytes | AsyncGenerator[bytes, None], int, dict[str, str]]:
         body = await request.get_data(as_text=False)
         headers = {name.lower(): value for name, value in request.headers.items()}
-        response = receiver._record(request.method, request.path, headers, body)
+        client = request.scope.get("client")
+        response = receiver._record(
+            request.method, request.path, headers, body, None if client is None else (client[0], client[1])
+        )
         if response.delay_s:
             await trio.sleep(response.delay_s)  # the behaviour scripted: a slow receiver
         if response.hold is not None:
@@ -263,8 +275,11 @@ def _certificates(*, self_signed: bool) -> tuple[Path, Path, Path]:
 
 
 @asynccontextmanager
-async def open_webhook_receiver(*, self_signed: bool = False) -> AsyncIterator[WebhookReceiver]:
-    """A receiver listening on https://localhost:<free port>/hooks until the block exits.
+async def open_webhook_receiver(
+    *, self_signed: bool = False, port: int = 0
+) -> AsyncIterator[WebhookReceiver]:
+    """A receiver listening on https://localhost:<port>/hooks (0: a free port) until the block
+    exits, when it closes its connections (a receiver restarted: open another on the same port).
 
     The certificate is from the test process's throwaway CA (`ca_path`), or, `self_signed`, one
     signed by its own key (`ca_path` is then that certificate). Leaving the block cancels the
@@ -274,9 +289,9 @@ async def open_webhook_receiver(*, self_signed: bool = False) -> AsyncIterator[W
     receiver = WebhookReceiver(ca_path)
     app = _receiving_app(receiver)
     async with serving_on_loopback(
-        app, "tests.webhook_receiver", certfile=cert_path, keyfile=key_path
-    ) as port:
-        receiver.url = f"https://localhost:{port}{HOOK_PATH}"
+        app, "tests.webhook_receiver", certfile=cert_path, keyfile=key_path, port=port
+    ) as bound:
+        receiver.url = f"https://localhost:{bound}{HOOK_PATH}"
         yield receiver
 
 

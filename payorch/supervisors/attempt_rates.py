@@ -24,12 +24,14 @@ CPU, and the rounds every other merchant's deliveries wait behind, for the merch
 Its rate over a second is the same. For the same reason an attempt of such a merchant that ends
 does not wake the loop (`batch_ready`): the loop wakes when the next batch is due (`next_batch_in`).
 
-The attempts one round claims for a merchant start evenly over the time its rate gives them
-(`start_delays`: the k-th k/rate seconds after the round, 20 ms apart at 50 a second), not all at
-once: a batch of ten started together is 20 ms of the serving thread in one burst, which every
-other merchant's requests then wait behind; spread, it is 2 ms every 20 ms. A merchant's first
-attempt of a round starts at once, so a merchant that sends one event to one endpoint waits for
-nothing.
+Attempts of a merchant that come faster than its rate start evenly (`start_delays`: 1/rate apart,
+20 ms at 50 a second), not all at once: a batch of ten started together is 20 ms of the serving
+thread in one burst, which every other merchant's requests then wait behind; spread, it is 2 ms
+every 20 ms. The spacing is a schedule per merchant kept across rounds (a virtual clock, as a
+cell-rate limiter keeps it), with room for `START_BURST` attempts at once: a merchant below its
+rate, whose commits now and then arrive together (two payments committed in the same millisecond
+are claimed in one round), starts them at once and waits for nothing; only a merchant whose
+attempts keep coming faster than its rate, a backlog draining, has them spaced.
 """
 
 from __future__ import annotations
@@ -52,10 +54,9 @@ def batch_for(burst: int) -> int:
     return max(1, burst // 5)
 
 
-def start_delays(attempts: int, rate: float) -> list[float]:
-    """When each of `attempts` attempts one round claimed for a merchant starts, in seconds after
-    the round: evenly at `rate` a second, the first at once."""
-    return [index / rate for index in range(attempts)]
+# Attempts of one merchant that may start at once before the others are spaced at its rate: 8 ms of
+# the serving thread at about 2 ms each.
+START_BURST = 4
 
 
 class AttemptRates:
@@ -64,6 +65,9 @@ class AttemptRates:
 
     def __init__(self, rate: float, burst: int) -> None:
         self._buckets: dict[uuid.UUID, TokenBucket] = {}
+        # Per merchant, when its next attempt would start were its attempts exactly 1/rate apart
+        # (seconds on the clock of `now`); forgotten once passed (`start_delays`).
+        self._paced_until: dict[uuid.UUID, float] = {}
         self.set_rate(rate, burst)
 
     def set_rate(self, rate: float, burst: int) -> None:
@@ -112,6 +116,25 @@ class AttemptRates:
             if bucket.tokens < batch:
                 waits.append((batch - bucket.tokens) / bucket.rate)
         return min(waits, default=None)
+
+    def start_delays(self, merchant_id: uuid.UUID, attempts: int, now: datetime) -> list[float]:
+        """When each of `attempts` attempts of the merchant, claimed now, starts, in seconds from
+        now: at once while its attempts of the last moments leave room for `START_BURST` together,
+        the others 1/rate apart after those before them (this round's and earlier rounds')."""
+        seconds = now.timestamp()
+        for merchant, until in list(self._paced_until.items()):
+            if until <= seconds:  # its attempts came no faster than its rate: nothing to space
+                del self._paced_until[merchant]
+        interval = 1 / self.rate
+        room = (START_BURST - 1) * interval
+        paced = self._paced_until.get(merchant_id, seconds)
+        delays = []
+        for _ in range(attempts):
+            delays.append(max(paced - room - seconds, 0.0))
+            paced += interval
+        if attempts:
+            self._paced_until[merchant_id] = paced
+        return delays
 
     def spend(self, merchant_id: uuid.UUID, attempts: int, now: datetime) -> None:
         """Take a token for each of `attempts` attempts the merchant starts now (at most its

@@ -47,7 +47,7 @@ from payorch.outbound.client import CurrentClient, close_after, webhook_client
 from payorch.restarts import SupervisorBoard, supervised
 from payorch.storage import webhook_deliveries
 from payorch.storage.notifications import Notifications
-from payorch.supervisors.attempt_rates import AttemptRates, burst_for, start_delays
+from payorch.supervisors.attempt_rates import AttemptRates, burst_for
 from payorch.supervisors.slots import WorkSlots
 from payorch.supervisors.webhook_attempts import attempt_delivery
 
@@ -103,7 +103,8 @@ async def _round(
         per_merchant[delivery.merchant_id].append(delivery)
     for merchant_id, claimed in per_merchant.items():
         rates.spend(merchant_id, len(claimed), now)
-        for delivery, delay in zip(claimed, start_delays(len(claimed), rates.rate), strict=True):
+        delays = rates.start_delays(merchant_id, len(claimed), now)
+        for delivery, delay in zip(claimed, delays, strict=True):
             # A freed slot rings: the delivery's successors in its session may be due too (once its
             # merchant holds a batch again, if it is held to its rate: `_next_wait` wakes the loop).
             slots.start(
@@ -116,7 +117,7 @@ async def _round(
 
 
 async def _attempt_after(delay_s: float, attempt: Callable[[], Awaitable[None]]) -> None:
-    """`attempt`, `delay_s` seconds from now (`attempt_rates.start_delays`)."""
+    """`attempt`, `delay_s` seconds from now (`AttemptRates.start_delays`)."""
     if delay_s > 0:
         await trio.sleep(delay_s)
     await attempt()

@@ -14,7 +14,7 @@ import pytest
 from payorch.config import Settings
 from payorch.storage.database import Database
 from payorch.storage.webhook_deliveries import claim_due_deliveries
-from payorch.supervisors.attempt_rates import AttemptRates, start_delays
+from payorch.supervisors.attempt_rates import START_BURST, AttemptRates
 from tests.clock import ShiftedClock
 from tests.storage.test_webhook_deliveries import _application, _endpoint, _events
 
@@ -99,7 +99,27 @@ def test_an_attempt_of_a_merchant_without_a_batch_wakes_nobody_and_the_loop_wait
     assert rates.next_batch_in(later) is None
 
 
-def test_the_attempts_a_round_claims_for_a_merchant_start_evenly_at_its_rate_the_first_at_once() -> None:
-    assert start_delays(1, 50.0) == [0.0]
-    assert start_delays(5, 50.0) == pytest.approx([0.0, 0.02, 0.04, 0.06, 0.08])
-    assert start_delays(0, 50.0) == []
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_a_merchant_below_its_rate_whose_attempts_come_together_starts_them_at_once() -> None:
+    rates = AttemptRates(50.0, 50)
+    merchant = uuid.uuid4()
+    # Two payments committed together, claimed in one round, every 50 ms: 20 a second.
+    for round_index in range(10):
+        at = T0 + timedelta(seconds=0.05 * round_index)
+        assert rates.start_delays(merchant, 2, at) == [0.0, 0.0]
+    assert rates.start_delays(merchant, 0, T0) == []
+
+
+def test_attempts_beyond_the_burst_start_evenly_at_the_rate_across_rounds() -> None:
+    rates = AttemptRates(50.0, 50)
+    merchant, other = uuid.uuid4(), uuid.uuid4()
+    spaced = [0.02 * (index + 1) for index in range(4)]
+    assert rates.start_delays(merchant, START_BURST + 4, T0) == pytest.approx([0.0] * START_BURST + spaced)
+    # The next round, at once: after those already scheduled, not all at once again.
+    assert rates.start_delays(merchant, 2, T0) == pytest.approx([0.1, 0.12])
+    # Another merchant's attempts are not spaced behind them.
+    assert rates.start_delays(other, 2, T0) == [0.0, 0.0]
+    # Once its schedule has passed, the merchant starts at once again.
+    assert rates.start_delays(merchant, 1, T0 + timedelta(seconds=1)) == [0.0]
