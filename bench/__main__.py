@@ -27,7 +27,9 @@
   before (`bench/neighbours.py`; its receivers run as processes of their own);
 - steady: creates for one application due at a steady 50, 100 and 200/s for 20 s each (open loop,
   latency from each request's due time): p50, p99, p99.9, errors and server CPU per create, and the
-  bare Quart-Trio POST at the same rates for its CPU per request (`bench/steady.py`);
+  bare Quart-Trio POST at the same rates for its CPU per request; then reads and bare GETs due at
+  100/s; for each, where the CPU went: Trio's thread, the database's, the others, with the context
+  switches and the units of work handed to the database's thread per request (`bench/steady.py`);
 - payments_search: a merchant's sessions across its 10 applications (`GET /api/v1/sessions`), with
   100,000 sessions: the first page, a page 1,000 deep (p50 within 1.5x of the first's), a search by
   order reference and by e-mail, and the CSV export of them all with the server's memory growth
@@ -47,13 +49,18 @@ payorch runs in this process (`payorch.service.run`) on a fresh embedded Postgre
 and webhooks, where payorch does (its receiver and the paying clients stay in this process).
 The load comes from a separate process (`bench/load.py`).
 Everything goes to loopback, and every run is bounded in time and in request count. The figures go to
-stdout; what the benchmark is doing goes to stderr. `--only` picks scenarios.
+stdout; what the benchmark is doing goes to stderr. `--only` picks scenarios; `--switch-interval-ms`
+sets this process's interpreter switch interval (`sys.setswitchinterval`), and so that of payorch and
+the bare app where they run in it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -62,7 +69,7 @@ from bench.bare import running_bare
 from bench.floods import FloodShape, measure_floods
 from bench.idle import measure_idle
 from bench.lists import measure_lists
-from bench.measure import Shape, background_cores, measure, measure_beside, progress
+from bench.measure import Shape, background_cores, measure, measure_beside, progress, scraped_units
 from bench.neighbours import NeighbourShape, measure_neighbours
 from bench.payments_search import measure_payments_search, payments_search_lines
 from bench.payorch_target import (
@@ -79,7 +86,7 @@ from bench.report import Isolation, Results, report
 from bench.routing import measure_decision_cost, measure_quality
 from bench.shop import Merchant, new_session, sandbox_link, signed_up_merchant, stripe_link
 from bench.slow_stripe import open_slow_stripe
-from bench.steady import RATES_PER_S, SECONDS, measure_steady
+from bench.steady import CPU_GOAL_RATE, RATES_PER_S, SECONDS, measure_steady
 from bench.webhooks import measure_webhook_latency
 from bench.workers import WORKER_COUNTS, measure_workers
 from payorch.config import MAX_WORKERS
@@ -123,6 +130,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--steady-seconds", type=float, default=SECONDS, help="measured phase per steady rate (default 20)"
+    )
+    parser.add_argument(
+        "--switch-interval-ms",
+        type=float,
+        default=None,
+        help="this process's interpreter switch interval, ms (default Python's, 5)",
     )
     parser.add_argument(
         "--workers-list",
@@ -222,6 +235,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         or not 1 <= args.login_addresses <= 250
     ):
         parser.error("need 1 <= --backlog, --backtest-sessions <= 10000000 and 1 <= --login-addresses <= 250")
+    if args.switch_interval_ms is not None and not 0.01 <= args.switch_interval_ms <= 1000:
+        parser.error("need 0.01 <= --switch-interval-ms <= 1000")
     if not 1 <= args.list_sessions <= 10_000_000:
         parser.error("need 1 <= --list-sessions <= 10000000")
     if not 1 <= args.search_sessions <= 10_000_000:
@@ -284,8 +299,24 @@ async def _payorch_scenarios(
         )
     if "steady" in wanted:
         steady_rates = tuple(float(rate) for rate in args.steady_rates.split(","))
+        units = partial(scraped_units, base_url)
         results.steady = await measure_steady(
-            create_target(base_url, [one.api_key]), steady_rates, args.steady_seconds, args.warmup
+            create_target(base_url, [one.api_key]),
+            steady_rates,
+            args.steady_seconds,
+            args.warmup,
+            threads_of=os.getpid(),
+            units=units,
+        )
+        session_id = await new_session(base_url, one.api_key)
+        results.steady_read = await measure_steady(
+            read_target(base_url, session_id, {"X-API-Key": one.api_key}),
+            (CPU_GOAL_RATE,),
+            args.steady_seconds,
+            args.warmup,
+            label=READ_LABEL,
+            threads_of=os.getpid(),
+            units=units,
         )
     if wanted & {"create", "isolation"}:
         progress(f"creating {args.applications} applications, each linked to the sandbox")
@@ -337,6 +368,15 @@ async def _bare_scenarios(work_dir: Path, args: argparse.Namespace, results: Res
                 args.steady_seconds,
                 args.warmup,
                 label="bare Quart-Trio POST",
+                threads_of=os.getpid(),
+            )
+            results.bare_steady_read = await measure_steady(
+                read_target(base_url, "00000000-0000-0000-0000-000000000000", headers),
+                (CPU_GOAL_RATE,),
+                args.steady_seconds,
+                args.warmup,
+                label=BARE_READ_LABEL,
+                threads_of=os.getpid(),
             )
 
 
@@ -349,6 +389,8 @@ async def _webhooks(work_dir: Path, results: Results) -> None:
 
 
 async def main(args: argparse.Namespace) -> None:
+    if args.switch_interval_ms is not None:
+        sys.setswitchinterval(args.switch_interval_ms / 1000)
     background = await background_cores()
     wanted = args.scenarios
     results = Results(

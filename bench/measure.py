@@ -1,6 +1,8 @@
 """Running the load generator against a target, and what the machine did meanwhile: the cores the
 server (this process, or the processes of a server run apart: `bench/processes.py`), the load
-generator and everything else kept busy, and this process's memory.
+generator and everything else kept busy, and this process's memory; where asked, how the server
+process's CPU split between its threads (Trio's, the database's, the others), the context switches
+its threads made, and the units of work it handed to the database's thread (`ThreadSplit`).
 
 The load comes from a separate process (`bench/load.py`), so that server and load generator each get
 a core of a two-core machine instead of sharing one; PostgreSQL takes what is left.
@@ -13,7 +15,7 @@ import os
 import resource
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -24,9 +26,19 @@ import trio
 
 from bench.load import LoadResult, LoadSpec
 from bench.payorch_target import Target
+from payorch.storage.loop_thread import THREAD_NAME
 
 # CPU seconds some processes have spent so far (user and system): read at both ends of a window.
 CpuClock = Callable[[], float]
+# A server's count of units of work handed to the database's thread so far (read from /metrics).
+UnitsCounter = Callable[[], Awaitable[int]]
+UNITS_METRIC = "payorch_database_units_total"
+# The units of work a /metrics scrape hands over itself (its outbox backlog query), counted in the
+# figure it reads: the scrape that closes a window adds this many to the window's.
+SCRAPE_UNITS = 1
+# Linux names a thread by the first 15 bytes of its name.
+DATABASE_THREAD_COMM = THREAD_NAME.encode()[:15].decode()
+SWITCH_FIELDS = ("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")
 
 
 @dataclass(frozen=True)
@@ -40,10 +52,85 @@ class Cores:
 
 
 @dataclass(frozen=True)
+class ThreadTimes:
+    """What one process's threads have spent so far: CPU seconds (user and system) of Trio's
+    thread (the main one, which serves) and of the database's thread, and the voluntary and
+    involuntary context switches of each and of all its live threads together."""
+
+    trio_s: float
+    database_s: float
+    trio_switches: int
+    database_switches: int
+    switches: int
+
+    def __sub__(self, earlier: ThreadTimes) -> ThreadTimes:
+        return ThreadTimes(
+            trio_s=self.trio_s - earlier.trio_s,
+            database_s=self.database_s - earlier.database_s,
+            trio_switches=self.trio_switches - earlier.trio_switches,
+            database_switches=self.database_switches - earlier.database_switches,
+            switches=self.switches - earlier.switches,
+        )
+
+
+@dataclass(frozen=True)
+class ThreadSplit:
+    """Over one measured window, per request served: the server process's CPU milliseconds on Trio's
+    thread, on the database's thread and on its other threads (the process's whole CPU less those
+    two, so threads that ended count there), its context switches, and the units of work handed to
+    the database's thread (None where the server does not count them: the bare app)."""
+
+    trio_ms: float
+    database_ms: float
+    other_ms: float
+    trio_switches: float
+    database_switches: float
+    switches: float
+    crossings: float | None
+
+
+def thread_times(pid: int) -> ThreadTimes:
+    """What `pid`'s threads have spent so far, from /proc/<pid>/task/<tid>/stat (utime and stime) and
+    .../status (voluntary_ctxt_switches, nonvoluntary_ctxt_switches), Linux only. A thread that ends
+    meanwhile is skipped."""
+    ticks_per_s = os.sysconf("SC_CLK_TCK")
+    trio_s = database_s = 0.0
+    trio_switches = database_switches = switches = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+            status = (task / "status").read_text()
+            comm = (task / "comm").read_text().strip()
+        except OSError:  # ended since listed
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state is the first
+        cpu_s = (int(fields[11]) + int(fields[12])) / ticks_per_s  # utime, stime
+        made = sum(int(line.split()[1]) for line in status.splitlines() if line.startswith(SWITCH_FIELDS))
+        switches += made
+        if task.name == str(pid):
+            trio_s, trio_switches = cpu_s, made
+        elif comm == DATABASE_THREAD_COMM:
+            database_s, database_switches = cpu_s, made
+    return ThreadTimes(trio_s, database_s, trio_switches, database_switches, switches)
+
+
+async def scraped_units(base_url: str) -> int:
+    """payorch's count of units of work handed to its database's thread, from its /metrics."""
+    async with httpx.AsyncClient(timeout=30) as http:
+        response = await http.get(base_url + "/metrics")
+    response.raise_for_status()
+    for line in response.text.splitlines():
+        if line.startswith(UNITS_METRIC + " "):
+            return int(float(line.split()[1]))
+    raise RuntimeError(f"{base_url}/metrics has no {UNITS_METRIC}")
+
+
+@dataclass(frozen=True)
 class Measurement:
     label: str
     result: LoadResult
     cores: Cores
+    threads: ThreadSplit | None = None  # where asked: `measure(..., threads_of=...)`
 
 
 @dataclass(frozen=True)
@@ -100,21 +187,47 @@ class _CpuWindow:
 
     server_clock: CpuClock
     database_clock: CpuClock | None = None
+    threads_of: int | None = None  # the server's process, whose threads are told apart
+    units: UnitsCounter | None = None
     server_s: float = 0.0
     database_s: float | None = None
     machine_s: float | None = None
+    threads: ThreadTimes | None = None
+    units_handed: int | None = None
 
     async def sample(self, seconds: float, ended: trio.Event) -> None:
-        """Sample from now for `seconds`, or until `ended` is set (a run that ends early)."""
+        """Sample from now for `seconds`, or until `ended` is set (a run that ends early). The units
+        are scraped outside the CPU readings, so that the scrapes' own CPU is not the window's."""
+        units = None if self.units is None else await self.units()
         server, machine = self.server_clock(), _machine_busy_s()
         database = None if self.database_clock is None else self.database_clock()
+        threads = None if self.threads_of is None else thread_times(self.threads_of)
         with trio.move_on_after(seconds):
             await ended.wait()
         machine_after = _machine_busy_s()
         self.server_s = self.server_clock() - server
+        if self.threads_of is not None and threads is not None:
+            self.threads = thread_times(self.threads_of) - threads
         if self.database_clock is not None and database is not None:
             self.database_s = self.database_clock() - database
         self.machine_s = None if machine is None or machine_after is None else machine_after - machine
+        if self.units is not None and units is not None:
+            self.units_handed = await self.units() - units - SCRAPE_UNITS
+
+    def split(self, served: int) -> ThreadSplit | None:
+        """The window's thread split per request, `served` requests in it."""
+        if self.threads is None or served <= 0:
+            return None
+        threads = self.threads
+        return ThreadSplit(
+            trio_ms=threads.trio_s / served * 1000,
+            database_ms=threads.database_s / served * 1000,
+            other_ms=max(self.server_s - threads.trio_s - threads.database_s, 0.0) / served * 1000,
+            trio_switches=threads.trio_switches / served,
+            database_switches=threads.database_switches / served,
+            switches=threads.switches / served,
+            crossings=None if self.units_handed is None else self.units_handed / served,
+        )
 
 
 async def background_cores(seconds: float = 1.0) -> float | None:
@@ -197,13 +310,17 @@ async def measure(
     *,
     server_cpu: CpuClock = own_cpu_s,
     database_cpu: CpuClock | None = None,
+    threads_of: int | None = None,
+    units: UnitsCounter | None = None,
 ) -> Measurement:
     """Load `target` from a separate process; its CPU and the server's (this process's, unless
-    `server_cpu` reads another's) are taken over the window, and PostgreSQL's with `database_cpu`."""
+    `server_cpu` reads another's) are taken over the window, and PostgreSQL's with `database_cpu`.
+    With `threads_of` (the server's process, whose CPU `server_cpu` reads), the split between its
+    threads too, and with `units` the units of work it handed to its database's thread."""
     await probe(target)
     rate = f" at {shape.rate_per_s:.1f} requests/s" if shape.rate_per_s else ""
     progress(f"loading {label}{rate}: {shape.warmup_s:g} s warm-up, then {shape.measured_s:g} s measured")
-    window, ended = _CpuWindow(server_cpu, database_cpu), trio.Event()
+    window, ended = _CpuWindow(server_cpu, database_cpu, threads_of, units), trio.Event()
     async with trio.open_nursery() as nursery:
         spec = load_spec(target, shape)
         result = await run_load_process(
@@ -219,7 +336,7 @@ async def measure(
         other=None if machine is None else max(machine - server - load - (database or 0.0), 0.0) / measured_s,
         database=None if database is None else database / measured_s,
     )
-    return Measurement(label, result, cores)
+    return Measurement(label, result, cores, window.split(result.successes))
 
 
 async def measure_beside(

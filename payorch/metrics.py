@@ -55,6 +55,8 @@ class RuntimeSnapshot:
     # Units of work that failed because their connection's server was gone, shutting down or
     # read-only, or no writable server was found (`Database.server_losses`), since the process started.
     database_server_losses: int = 0
+    # Units of work handed to the database's thread since the process started (`Database.units_handed`).
+    database_units: int = 0
 
 
 class _SnapshotCollector:
@@ -127,6 +129,12 @@ class _SnapshotCollector:
             "or read-only, or because no host of database.url was a writable primary (a failover, a "
             "switchover, a restart of PostgreSQL); each made the pool replace all its connections.",
             value=snapshot.database_server_losses,
+        )
+        yield CounterMetricFamily(
+            "payorch_database_units",
+            "Units of work handed to the database's thread (one crossing there and one back each), "
+            "whatever their outcome; divided by requests, the crossings a request costs.",
+            value=snapshot.database_units,
         )
         yield GaugeMetricFamily(
             "payorch_metrics_database_up",

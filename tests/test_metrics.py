@@ -33,6 +33,7 @@ METRIC_NAMES = {
     "payorch_supervisor_restarts_total",
     "payorch_metrics_database_up",
     "payorch_database_server_lost_total",
+    "payorch_database_units_total",
     "payorch_config_generation",
     "payorch_config_last_reload_timestamp_seconds",
     "payorch_config_reload_failures_total",

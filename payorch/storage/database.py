@@ -76,6 +76,9 @@ class Database:
         # or because no host of the URL was a writable server: each replaced every pooled connection
         # (a failover, a switchover, a restart of PostgreSQL). A metric.
         self.server_losses = 0
+        # Units of work handed to the database's thread (each one crossing there and one back),
+        # counted on Trio's side since the pool opened, whatever their outcome. A metric.
+        self.units_handed = 0
 
     async def _run(self, work: Callable[[], Awaitable[T]]) -> T:
         """`work()` on the loop thread, with a connection of the pool; when it fails because that
@@ -91,6 +94,7 @@ class Database:
                     self.server_losses += 1
                 raise
 
+        self.units_handed += 1
         return await self._loop.run(replacing_lost_connections)
 
     async def transaction(self, unit: Unit[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

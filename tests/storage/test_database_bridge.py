@@ -210,3 +210,16 @@ async def test_a_connection_left_open_and_collected_in_the_trio_thread_is_termin
 
         await eventually(terminated)
     assert _RecordedConnection.terminated_in == [THREAD_NAME]
+
+
+async def test_each_unit_of_work_handed_to_the_thread_is_counted_once_whatever_its_outcome(
+    db: Database,
+) -> None:
+    before = db.units_handed
+    await db.transaction(_create_table)
+    await db.autocommit(_count)
+    await db.snapshot(_count)
+    with pytest.raises(asyncpg.UniqueViolationError):
+        await db.transaction(_insert, 1)
+        await db.transaction(_insert, 1)
+    assert db.units_handed == before + 5

@@ -60,6 +60,7 @@ async def _snapshot(found: Services) -> RuntimeSnapshot:
         },
         account_circuits_open={name: accounts_open.get(name, 0) for name in providers},
         database_server_losses=found.context.db.server_losses,
+        database_units=found.context.db.units_handed,
     )
 
 
