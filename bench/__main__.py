@@ -490,6 +490,8 @@ async def main(args: argparse.Namespace) -> None:
             try:
                 reconciled = await measure_reconciliation(work_dir / "reconciliation", reconcile_shape)
                 reconciliation_figures = list(reconciliation_lines(reconciled))
+            except* RuntimeError as failed:  # a run that failed or stuck: said, and the others go on
+                reconciliation_figures = [f"reconciliation: not measured: {failed.exceptions[0]}", ""]
             finally:
                 results.problems += problems_logged(work_dir / "reconciliation" / "payorch.log")
         if "neighbours" in wanted:

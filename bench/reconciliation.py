@@ -41,6 +41,8 @@ RUN_GOAL_S = 30.0
 RSS_GOAL_MIB = 50
 P99_GOAL = 0.20  # the others' create p99 beside the runs, at most this much above alone
 POLL_S = 1.0
+# A run still RUNNING this long (ten times its goal) is reported stuck and the bench goes on.
+RUN_DEADLINE_S = 10 * RUN_GOAL_S
 LAG_DAYS = 1  # the sandbox's default settlement lag
 REFUND_MINOR = 500
 
@@ -146,7 +148,10 @@ async def _reconcile(
     path = f"/api/v1/applications/{application.id}/reconciliations"
     body = {"provider": "sandbox", "from": day, "to": day}
     started = await expect(await http.post(path, json=body, headers=merchant.authorization), 202)
+    deadline = trio.current_time() + RUN_DEADLINE_S
     while True:
+        if trio.current_time() > deadline:
+            raise RuntimeError(f"the run was still RUNNING after {RUN_DEADLINE_S:g} s: stuck")
         await trio.sleep(POLL_S)
         run: dict[str, Any] = await expect(
             await http.get(f"{path}/{started['id']}?limit=1", headers=merchant.authorization), 200

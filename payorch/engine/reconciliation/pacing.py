@@ -1,6 +1,7 @@
 """How a reconciliation run shares the server and waits for its provider (docs/reconciliation.md).
 
-- `Turn`: the run's place among the runs a process runs at once (`limits.background_per_merchant`),
+- `Turns`, `Turn`: the run's place among the runs a process runs at once
+  (`limits.background_per_merchant`, of which one merchant's hold `RUNS_PER_MERCHANT` at most),
   given back while the run waits for its provider, so that a provider's 429 slows its own account
   alone;
 - `PageRetries`: each page of the provider's settlements asked again after a 429 or a 5xx
@@ -12,6 +13,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from time import perf_counter
 from typing import TypeVar
@@ -28,31 +30,67 @@ log = logging.getLogger("payorch.reconciliation")
 
 T = TypeVar("T")
 
+# Of the process's places, what one merchant's runs may hold at once.
+RUNS_PER_MERCHANT = 2
+
+
+class Turns:
+    """The places of reconciliation runs in this process: `in_all` at once, of which one merchant's
+    hold `per_merchant` at most, so that a merchant with many accounts never keeps every other
+    merchant's runs waiting. Each merchant's runs, and the process's, take their places first come,
+    first served (`trio.CapacityLimiter`); a merchant's limiter lives while it has runs holding or
+    waiting for a place."""
+
+    def __init__(self, in_all: int, per_merchant: int) -> None:
+        self._all = trio.CapacityLimiter(in_all)
+        self._per_merchant = per_merchant
+        self._merchants: dict[uuid.UUID, trio.CapacityLimiter] = {}
+
+    async def take(self, merchant_id: uuid.UUID, holder: object) -> None:
+        """A place for `holder`, one of `merchant_id`'s runs: its merchant's first, then the process's."""
+        own = self._merchants.setdefault(merchant_id, trio.CapacityLimiter(self._per_merchant))
+        await own.acquire_on_behalf_of(holder)
+        try:
+            await self._all.acquire_on_behalf_of(holder)
+        except BaseException:
+            self._give_back_own(merchant_id, holder)
+            raise
+
+    def give_back(self, merchant_id: uuid.UUID, holder: object) -> None:
+        self._all.release_on_behalf_of(holder)
+        self._give_back_own(merchant_id, holder)
+
+    def _give_back_own(self, merchant_id: uuid.UUID, holder: object) -> None:
+        own = self._merchants[merchant_id]
+        own.release_on_behalf_of(holder)
+        if own.borrowed_tokens == 0 and own.statistics().tasks_waiting == 0:
+            del self._merchants[merchant_id]
+
 
 class Turn:
-    """A run's place among the runs this process runs at once (`limits.background_per_merchant`),
-    given back while the run waits for its provider (`pause`)."""
+    """A run's place (`Turns`), given back while the run waits for its provider (`pause`)."""
 
-    def __init__(self, turns: trio.CapacityLimiter) -> None:
+    def __init__(self, turns: Turns, merchant_id: uuid.UUID) -> None:
         self._turns = turns
+        self._merchant_id = merchant_id
         self._held = False
 
     async def __aenter__(self) -> Turn:
-        await self._turns.acquire_on_behalf_of(self)
+        await self._turns.take(self._merchant_id, self)
         self._held = True
         return self
 
     async def __aexit__(self, *_: object) -> None:
         if self._held:
-            self._turns.release_on_behalf_of(self)
+            self._turns.give_back(self._merchant_id, self)
             self._held = False
 
     async def pause(self, seconds: float) -> None:
         """Wait `seconds` without the place, then take one again (waiting its turn as a new run)."""
-        self._turns.release_on_behalf_of(self)
+        self._turns.give_back(self._merchant_id, self)
         self._held = False
         await trio.sleep(seconds)
-        await self._turns.acquire_on_behalf_of(self)
+        await self._turns.take(self._merchant_id, self)
         self._held = True
 
 

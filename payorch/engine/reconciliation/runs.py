@@ -14,7 +14,8 @@ A run of an application's account at a provider over the UTC days `first` to `la
 
 So a run holds one batch in memory, however long the period. Bounds: one RUNNING run per
 application and provider (the database refuses a second: `start` answers None), and this process
-runs `limits.background_per_merchant` runs at once, the others waiting their turn. A page the
+runs `limits.background_per_merchant` runs at once, one merchant's `pacing.RUNS_PER_MERCHANT` at
+most, the others waiting their turn. A page the
 provider answers with a 429 or a 5xx is asked again (`pacing.PageRetries`), after its `Retry-After`
 or a doubling pause, the run giving its turn to the others while it waits: so it slows its own
 account alone. A run rests after each batch, held to `reconciliation.time_share` of the server's
@@ -38,12 +39,13 @@ from payorch.engine.commands import PaymentActors
 from payorch.engine.context import Context
 from payorch.engine.reconciliation.events import complete_run
 from payorch.engine.reconciliation.match import Finding, match_settled, unsettled_payment, unsettled_refund
-from payorch.engine.reconciliation.pacing import Pace, PageRetries, Turn
+from payorch.engine.reconciliation.pacing import RUNS_PER_MERCHANT, Pace, PageRetries, Turn, Turns
 from payorch.engine.reconciliation.repair import repair
 from payorch.providers.base import ProviderError
 from payorch.providers.settlements import ListsPayoutItems, ReportsSettlements, SettledItem, SettledKind
 from payorch.storage import reconciliation_sources as sources
 from payorch.storage import reconciliations as store
+from payorch.storage.applications import get_application
 from payorch.storage.provider_configs import ProviderConfig
 from payorch.values.reconciliation import ItemOutcome, RunState
 
@@ -66,7 +68,7 @@ class ReconciliationRuns:
         self._context = context
         self._actors = actors
         self._nursery: trio.Nursery | None = None
-        self._turns = trio.CapacityLimiter(context.settings.limits.background_per_merchant)
+        self._turns = Turns(context.settings.limits.background_per_merchant, RUNS_PER_MERCHANT)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Hold the nursery runs run in until cancelled (the runtime stopping cancels them)."""
@@ -103,7 +105,9 @@ class ReconciliationRuns:
     async def _execute(self, run: store.Run, config: ProviderConfig, provider: ReportsSettlements) -> None:
         state, error, counted = RunState.FAILED, None, _Counted()
         try:
-            async with Turn(self._turns) as turn:
+            application = await self._context.db.autocommit(get_application, run.application_id)
+            assert application is not None  # a run's application is never deleted
+            async with Turn(self._turns, application.merchant_id) as turn:
                 retries = PageRetries(self._context.settings.reconciliation, turn, run)
                 await _Reconciliation(
                     self._context, self._actors, run, config, provider, counted, retries
