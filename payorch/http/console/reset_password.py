@@ -15,7 +15,7 @@ with a new one as the console's session cookie.
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
-from quart import Response, render_template, request, url_for
+from quart import Response, request, url_for
 
 from payorch.engine.accounts.passwords import PASSWORD_MIN_LENGTH
 from payorch.http import login_gate
@@ -31,8 +31,8 @@ from payorch.http.console.kit import (
     text_fields,
     validated,
 )
-from payorch.http.console.sign_in import SIGN_IN_COOKIE, SIGN_IN_TOKEN_LIFETIME_S, sign_in_token
-from payorch.http.console.sign_up import time_left
+from payorch.http.console.sign_in import SIGN_IN_COOKIE
+from payorch.http.console.sign_up import before_sign_in_page, time_left
 from payorch.http.models import NewPassword
 from payorch.http.operations import password_resets
 from payorch.http.services import services
@@ -69,12 +69,10 @@ async def _reset_page(
     refused = None
     if state is not ResetState.OPEN:
         status, refused = REFUSALS[state]
-    csrf = sign_in_token()
-    html = await render_template(
+    return await before_sign_in_page(
         "console/reset_password.html",
+        status,
         title="Choose a new password",
-        csrf_token=None,
-        sign_in_token=csrf,
         token=token,
         link=link,
         expires_in=time_left(link.expires_at, services().context.clock.now()) if link.expires_at else None,
@@ -82,9 +80,6 @@ async def _reset_page(
         errors=errors or {},
         password_min_length=PASSWORD_MIN_LENGTH,
     )
-    response = Response(html, status=status, content_type="text/html; charset=utf-8")
-    set_cookie(response, SIGN_IN_COOKIE, csrf, max_age=SIGN_IN_TOKEN_LIFETIME_S)
-    return response
 
 
 @blueprint.get("/reset-password")
