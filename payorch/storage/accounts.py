@@ -194,6 +194,18 @@ async def find_login(conn: Connection, email: str) -> LoginRecord | None:
 
 
 @on_database_thread
+async def replace_password_hash(conn: Connection, user_id: uuid.UUID, old_hash: str, new_hash: str) -> None:
+    """The user's password hash `old_hash`, made with older parameters, replaced by `new_hash` of the
+    same password; nothing when the password changed meanwhile."""
+    await conn.execute(
+        "UPDATE users SET password_hash = $3 WHERE id = $1 AND password_hash = $2",
+        user_id,
+        old_hash,
+        new_hash,
+    )
+
+
+@on_database_thread
 async def end_sessions(conn: Connection, user_id: uuid.UUID) -> None:
     """Sign the user out everywhere: every access token issued to them so far stops working."""
     await conn.execute("UPDATE users SET session_version = session_version + 1 WHERE id = $1", user_id)

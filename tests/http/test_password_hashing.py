@@ -19,7 +19,13 @@ from quart import Response
 
 from payorch.config import AuthSettings, Settings
 from payorch.engine.accounts.invites import issue_invite
-from payorch.engine.accounts.passwords import HashingThreads, PasswordHasher
+from payorch.engine.accounts.passwords import (
+    HASH_LANES,
+    HASH_MEMORY_KIB,
+    HASH_TIME_COST,
+    HashingThreads,
+    PasswordHasher,
+)
 from payorch.runtime import Runtime
 from payorch.storage import accounts
 from payorch.storage.database import Connection, Database
@@ -111,19 +117,31 @@ async def test_signup_with_a_used_or_expired_token_is_410_without_a_hash(
             assert response.status_code == 410, await response.get_data(as_text=True)
 
 
-async def test_a_password_hashed_with_the_earlier_parameters_still_logs_in(
-    client: Client, db: Database, owner: Merchant
+@pytest.mark.parametrize(("memory_kib", "time_cost", "lanes"), [(65536, 3, 4), (47104, 1, 1)])
+async def test_a_password_hashed_with_earlier_parameters_logs_in_and_is_hashed_anew(
+    client: Client, db: Database, owner: Merchant, memory_kib: int, time_cost: int, lanes: int
 ) -> None:
-    earlier = argon2.using(type="ID", memory_cost=65536, rounds=3, parallelism=4).hash(PASSWORD)
-    assert earlier.startswith("$argon2id$v=19$m=65536,t=3,p=4$")
+    earlier = argon2.using(type="ID", memory_cost=memory_kib, rounds=time_cost, parallelism=lanes).hash(
+        PASSWORD
+    )
+    assert earlier.startswith(f"$argon2id$v=19$m={memory_kib},t={time_cost},p={lanes}$")
 
     async def store(conn: Connection) -> None:
         update = "UPDATE users SET password_hash = $1 WHERE email = $2"
         status = await conn.execute(update, earlier, owner.email)
         assert status == "UPDATE 1"
 
+    async def stored(conn: Connection) -> str:
+        return str(await conn.fetchval("SELECT password_hash FROM users WHERE email = $1", owner.email))
+
     await db.autocommit(store)
+    assert (await log_in(client, owner.email, PASSWORD + "x")).status_code == 401
+    assert await db.autocommit(stored) == earlier  # a wrong password changes nothing
     assert (await log_in(client, owner.email)).status_code == 200
+    today = await db.autocommit(stored)
+    assert today.startswith(f"$argon2id$v=19$m={HASH_MEMORY_KIB},t={HASH_TIME_COST},p={HASH_LANES}$")
+    assert (await log_in(client, owner.email)).status_code == 200
+    assert await db.autocommit(stored) == today  # hashed anew once, not at every login
     assert (await log_in(client, owner.email, PASSWORD + "x")).status_code == 401
 
 

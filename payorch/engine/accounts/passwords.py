@@ -11,12 +11,14 @@ the serving threads leave, and a login waits a little longer when the machine is
 cached threads could not be lowered: a thread of its cache runs any later `to_thread` work, and an
 unprivileged process cannot raise a thread's priority back.
 
-The parameters are OWASP's (Password Storage Cheat Sheet) first argon2id choice, m = 46 MiB, t = 1,
-p = 1, chosen from a measurement on the service's machine (docs/operations.md, "Password hashing"):
-about 43 ms of one core a hash, and its 46 MiB given back to the system as soon as it ends (an
-allocation above glibc's 32 MiB mmap ceiling is always its own mapping; 19 MiB, OWASP's second
-choice, stayed in each thread's heap after the hash). Hashes made with other parameters (the
-64 MiB, 4-lane ones before this) keep verifying: argon2 writes its parameters into each hash.
+The parameters are OWASP's (Password Storage Cheat Sheet) argon2id choice m = 7 MiB, t = 5, p = 1,
+chosen from a measurement on the service's machine (docs/operations.md, "Password hashing"): about
+14 ms of one core a hash, its 7 MiB reused from the hashing thread's heap by the next hash. The
+46 MiB of OWASP's first choice is a mapping of its own at every hash (above glibc's mmap
+threshold): its pages faulted in and zeroed, then unmapped, on every hash, three times the CPU,
+and beside a login flood the other merchants' create p99 was half as much again as with 7 MiB.
+Hashes made with other parameters keep verifying (argon2 writes its parameters into each hash),
+and a login that verifies one stores the password's hash with today's (`PasswordTurn.rehash`).
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ from passlib.hash import argon2
 from payorch.values.cpu_share import CpuShare
 from payorch.values.errors import ServiceBusy
 
-HASH_MEMORY_KIB = 47104  # 46 MiB
-HASH_TIME_COST = 1
+HASH_MEMORY_KIB = 7168  # 7 MiB
+HASH_TIME_COST = 5
 HASH_LANES = 1
 _hasher = argon2.using(type="ID", memory_cost=HASH_MEMORY_KIB, rounds=HASH_TIME_COST, parallelism=HASH_LANES)
 # When a login or signup that found every turn taken is told to come back: a turn is one hash or
@@ -192,6 +194,13 @@ class PasswordTurn:
             candidate = await self.threads.run(_dummy_hash)
         matches = bool(await self.threads.run(partial(_hasher.verify, password, candidate)))
         return matches and stored_hash is not None
+
+    async def rehash(self, password: str, stored_hash: str) -> str | None:
+        """For a `password` just verified against `stored_hash`: its hash with today's parameters
+        when `stored_hash` was made with others (a new hash, in this turn), None when it was not."""
+        if not _hasher.needs_update(stored_hash):
+            return None
+        return await self.hash(password)
 
 
 @cache

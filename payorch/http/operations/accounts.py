@@ -21,7 +21,8 @@ async def admin_access_token(services: Services, data: LoginRequest, address: st
     when the e-mail or the password is wrong. The one check behind the API's login and the
     console's sign-in; the caller charges the client address first (`http.login_gate`). The
     attempt is counted as a failure before the password is checked and forgiven once it is right,
-    so attempts at once cannot pass the account's limit together."""
+    so attempts at once cannot pass the account's limit together. A password hashed with other
+    parameters than today's is hashed anew and stored once it is verified."""
     account = data.email.lower()  # logins compare e-mails without regard to case
     limits, context = services.limits, services.context
     # Read before the turn is taken: a turn is held for the hash, not for a database round trip.
@@ -30,7 +31,12 @@ async def admin_access_token(services: Services, data: LoginRequest, address: st
         counted = await limits.count_login_attempt(account, address)
         if not await turn.verify(data.password, found.password_hash if found else None) or found is None:
             raise InvalidLogin("e-mail or password is incorrect")
+        rehashed = await turn.rehash(data.password, found.password_hash)
     await limits.forgive_login_attempt(counted)
+    if rehashed is not None:
+        await context.db.autocommit(
+            accounts_store.replace_password_hash, found.user_id, found.password_hash, rehashed
+        )
     return access_token(
         services,
         AccessClaims(
