@@ -2,6 +2,9 @@
 
 Every response carries `X-Request-Id`. A caller may send its own (letters, digits, `-`, `_`, `.`, up
 to 128 characters) to correlate logs; anything else is replaced by a fresh id.
+
+The line (method, path, status, duration, client address, request id, application) is logged with
+`payorch.logs.log_line`: a record of exactly those fields, handed to the configured handlers.
 """
 
 from __future__ import annotations
@@ -11,10 +14,11 @@ import re
 import time
 import uuid
 
-from quart import Quart, Response, g, request
+from quart import Quart, Request, Response, g, request
 
 from payorch import logcontext
 from payorch.http.services import services
+from payorch.logs import log_line
 
 log = logging.getLogger("payorch.access")
 
@@ -43,20 +47,26 @@ async def _start() -> None:
 
 
 async def _finish(response: Response) -> Response:
-    response.headers[REQUEST_ID_HEADER] = g.get("request_id", "")
+    request_id = g.get("request_id")
+    response.headers[REQUEST_ID_HEADER] = request_id or ""
     started = g.get("started")
     seconds = time.perf_counter() - started if started else 0.0
-    rule = request.url_rule.rule if request.url_rule is not None else None
-    services().context.metrics.http_request(request.method, rule, response.status_code, seconds)
-    log.info(
+    # The request itself, once, rather than through its proxy at every attribute.
+    answered: Request = request._get_current_object()  # type: ignore[attr-defined]
+    rule = answered.url_rule.rule if answered.url_rule is not None else None
+    status = response.status_code
+    services().context.metrics.http_request(answered.method, rule, status, seconds)
+    log_line(
+        log,
+        logging.INFO,
         "request",
-        extra={
-            "method": request.method,
-            "path": request.path,
-            "status": response.status_code,
+        {
+            "method": answered.method,
+            "path": answered.path,
+            "status": status,
             "durationMs": round(seconds * 1000, 3) if started else None,
-            "remoteAddr": request.remote_addr,
-            "requestId": g.get("request_id"),
+            "remoteAddr": answered.remote_addr,
+            "requestId": request_id,
             "applicationId": g.get("application_id"),
         },
     )

@@ -1,12 +1,15 @@
-"""Request validation on quart-schema's decorators: each request model built at its route's first
-request, bodies that may be absent, and per-route body limits.
+"""Request validation as quart-schema's decorators do it: each request model built at its route's
+first request, bodies validated by their model's own validator, bodies that may be absent, and
+per-route body limits.
 
 quart-schema validates each request through a new `TypeAdapter` of the route's model. The models
 build their validators at first use (`defer_build`, `http/models.py`), and a `TypeAdapter` of a model
 not yet built builds one of its own, every time: each request would build its model's whole schema
 again, a millisecond or more. `validate_request` and `validate_querystring` here build the model
-itself at the first request, so every `TypeAdapter` after takes the model's validator as it is. The
-routes use these two, never quart-schema's (ruff's banned-api, pyproject.toml, says so).
+itself at the first request, so every `TypeAdapter` after takes the model's validator as it is; and
+`validate_request` calls that validator itself (`model_validate`), with no `TypeAdapter` made per
+request at all. The routes use these two, never quart-schema's (ruff's banned-api, pyproject.toml,
+says so).
 
 Quart bounds every request body by the app's `MAX_CONTENT_LENGTH` (`server.max_body_bytes`), fixed
 when the request object is made: `Request.max_content_length`, though settable, only bounds form
@@ -29,8 +32,10 @@ from typing import Any, TypeVar
 
 import quart_schema
 import trio
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from quart import request
+from quart_schema import DataSource, RequestSchemaValidationError
+from quart_schema.validation import QUART_SCHEMA_REQUEST_ATTRIBUTE
 from quart_trio.wrappers.request import TrioBody, TrioRequest
 from werkzeug.exceptions import RequestEntityTooLarge
 
@@ -55,26 +60,32 @@ def _built_at_first_request(model: type[BaseModel], view: View[R]) -> View[R]:
 LONG_BODY_BYTES = 8 * 1024
 
 
-def _after_a_checkpoint_if_long(view: View[R]) -> View[R]:
-    """`view`, after a checkpoint when the request's body is longer than `LONG_BODY_BYTES`."""
-
-    @functools.wraps(view)
-    async def wrapper(*args: Any, **kwargs: Any) -> R:
-        if (request.content_length or 0) > LONG_BODY_BYTES:
-            await trio.lowlevel.checkpoint()
-        return await view(*args, **kwargs)
-
-    return wrapper
-
-
 def validate_request(model: type[BaseModel]) -> Callable[[View[R]], View[R]]:
-    """quart-schema's `validate_request` (the body as `data`, 400 in shape A when it does not
-    validate), on `model` built once per process; a long body's route then starts after a
-    checkpoint."""
+    """quart-schema's `validate_request` (the JSON body as `data`, 400 in shape A when it does not
+    validate, the model documented as the route's body), on `model` built once per process; a long
+    body's route then starts after a checkpoint.
+
+    The body is validated by the model's own validator, where quart-schema builds a `TypeAdapter` of
+    the model at every request to reach the same one: the same answers and errors, without that
+    object per request. (quart-schema's key casing, `QUART_SCHEMA_CONVERT_CASING`, is never set by
+    payorch: bodies are validated as they come.)"""
 
     def decorator(view: View[R]) -> View[R]:
-        validated = quart_schema.validate_request(model)(_after_a_checkpoint_if_long(view))
-        return _built_at_first_request(model, validated)
+        @functools.wraps(view)
+        async def validated(*args: Any, **kwargs: Any) -> R:
+            if not model.__pydantic_complete__:
+                model.model_rebuild()
+            body = await request.get_json()
+            try:
+                data = model.model_validate(body)
+            except (TypeError, ValidationError, ValueError) as error:
+                raise RequestSchemaValidationError(error) from error
+            if (request.content_length or 0) > LONG_BODY_BYTES:
+                await trio.lowlevel.checkpoint()
+            return await view(*args, data=data, **kwargs)
+
+        setattr(validated, QUART_SCHEMA_REQUEST_ATTRIBUTE, (model, DataSource.JSON))
+        return validated
 
     return decorator
 

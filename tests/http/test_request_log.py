@@ -10,7 +10,7 @@ import pytest
 
 from payorch.http.requestlog import is_acceptable_request_id
 from payorch.http.services import PayorchApp
-from payorch.logs import JsonFormatter
+from payorch.logs import JsonFormatter, LineRecord, WorkerFilter, log_line
 from tests.helpers import Client, Merchant, new_api_key, new_application
 
 ACCESS_LOGGER = "payorch.access"
@@ -214,3 +214,44 @@ def test_json_formatter_renders_values_json_cannot_hold_as_text() -> None:
     )
     rendered = json.loads(JsonFormatter().format(record))
     assert isinstance(rendered["where"], str)
+
+
+def test_a_line_logged_with_its_fields_renders_as_the_same_line_through_extra() -> None:
+    fields = {
+        "method": "POST",
+        "path": "/api/v1/sessions",
+        "status": 201,
+        "requestId": "req_1",
+        "applicationId": None,
+    }
+    logger = logging.getLogger("payorch.access")
+    through_extra = logger.makeRecord(
+        logger.name, logging.INFO, __file__, 1, "request", (), None, extra=fields
+    )
+    line = LineRecord(logger.name, logging.INFO, "request", dict(fields))
+    rendered, expected = (
+        json.loads(JsonFormatter().format(line)),
+        json.loads(JsonFormatter().format(through_extra)),
+    )
+    assert rendered.pop("ts")[:16] == expected.pop("ts")[:16]  # made within the same minute
+    assert list(rendered.items()) == list(expected.items())
+
+
+def test_a_line_logged_with_its_fields_passes_the_level_and_the_handlers_filters() -> None:
+    logger = logging.getLogger("payorch.test-line")
+    captured: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = captured.append  # type: ignore[method-assign]
+    handler.addFilter(WorkerFilter(3))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        log_line(logger, logging.INFO, "request", {"status": 200})
+        logger.setLevel(logging.WARNING)
+        log_line(logger, logging.INFO, "request", {"status": 204})
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+    [record] = captured
+    assert json.loads(JsonFormatter().format(record))["worker"] == 3
+    assert record.getMessage() == "request" and record.status == 200  # type: ignore[attr-defined]
