@@ -7,12 +7,14 @@
 - `PageRetries`: each page of the provider's settlements asked again after a 429 or a 5xx
   (`providers.settlements.SettlementsBusy`), as the provider's `Retry-After` says or after a
   doubling pause, a bounded number of times;
-- `Pace`: the run held to `reconciliation.time_share` of the server's time, resting after each batch.
+- `RunsShare`, `Pace`: the process's runs held together to `reconciliation.time_share` of the
+  server's time, each resting after each batch.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from collections.abc import Awaitable, Callable
 from time import perf_counter
@@ -24,7 +26,6 @@ from payorch.config import ReconciliationSettings
 from payorch.providers.base import ProviderError
 from payorch.providers.settlements import SettlementsBusy
 from payorch.storage import reconciliations as store
-from payorch.values.cpu_share import CpuShare
 
 log = logging.getLogger("payorch.reconciliation")
 
@@ -94,20 +95,45 @@ class Turn:
         self._held = True
 
 
+class RunsShare:
+    """The share of the server's time all of a process's runs take together
+    (`reconciliation.time_share`), however many run at once: a timeline every run's batches book.
+
+    A batch that took `busy` seconds of the run's time books `busy / share` seconds of the timeline,
+    from its start or from the end of the last booking, whichever is later, and its run rests until
+    that booking ends. One run alone so works a `share` of the time; two at once book one after
+    the other and each rests the longer, so that together they work a `share` of it still."""
+
+    def __init__(self, share: float) -> None:
+        if not 0 < share <= 1:
+            raise ValueError(f"a share of the server's time is more than 0 and at most 1, not {share}")
+        self.share = share
+        self._booked_until = -math.inf
+
+    async def rest(self, began: float, busy: float) -> None:
+        """Book a batch that began at `began` (`trio.current_time`) and took `busy` seconds of the
+        run's time, and rest until its booking ends."""
+        self._booked_until = max(self._booked_until, began) + busy / self.share
+        await trio.sleep_until(self._booked_until)
+
+
 class Pace:
-    """Holds a run to `reconciliation.time_share` of the server's time: after each batch it stores
-    the run rests in proportion to the time the batch took, less what it spent waiting for a remote
-    provider's pages (`PageRetries.outside_s`: no work of the server's). A run on two cores beside
-    the merchants' requests otherwise takes a core and most of PostgreSQL's other one for as long as
+    """Holds a run to its part of `RunsShare`: after each batch it stores the run books the time
+    the batch took, less what it spent waiting for a remote provider's pages
+    (`PageRetries.outside_s`: no work of the server's), and rests. A run on two cores beside the
+    merchants' requests otherwise takes a core and most of PostgreSQL's other one for as long as
     it lasts, and their latency shows it."""
 
-    def __init__(self, share: float, retries: PageRetries) -> None:
-        # The run's own time: the server's time less what it spent on the provider's pages.
-        self._pacing = CpuShare(share, lambda: perf_counter() - retries.outside_s)
+    def __init__(self, share: RunsShare, retries: PageRetries) -> None:
+        self._share, self.retries = share, retries
+        self._began, self._outside = trio.current_time(), retries.outside_s
 
     async def rest(self) -> None:
-        await trio.sleep(self._pacing.rest_s())
-        self._pacing.restart()  # its clock is a wall clock: the rest is not the run's work
+        now, outside = trio.current_time(), self.retries.outside_s
+        busy = max(0.0, now - self._began - (outside - self._outside))
+        await self._share.rest(now - busy, busy)
+        # Its clock is a wall clock: the rest is not the run's work.
+        self._began, self._outside = trio.current_time(), self.retries.outside_s
 
 
 class PageRetries:

@@ -18,8 +18,9 @@ runs `limits.background_per_merchant` runs at once, one merchant's `pacing.RUNS_
 most, the others waiting their turn. A page the
 provider answers with a 429 or a 5xx is asked again (`pacing.PageRetries`), after its `Retry-After`
 or a doubling pause, the run giving its turn to the others while it waits: so it slows its own
-account alone. A run rests after each batch, held to `reconciliation.time_share` of the server's
-time (`pacing.Pace`), and its Python work comes in slices of `_SLICE` items between checkpoints.
+account alone. A run rests after each batch: the process's runs together take at most
+`reconciliation.time_share` of the server's time (`pacing.RunsShare`), and its Python work comes
+in slices of `_SLICE` items between checkpoints.
 A run that fails (the provider's error, a page still busy after `reconciliation.page_attempts`
 tries, the database's) or is cancelled ends FAILED with its error; its items stay.
 A run left RUNNING by a process that died is ended FAILED by the next start after `ABANDONED_AFTER`.
@@ -39,7 +40,7 @@ from payorch.engine.commands import PaymentActors
 from payorch.engine.context import Context
 from payorch.engine.reconciliation.events import complete_run
 from payorch.engine.reconciliation.match import Finding, match_settled, unsettled_payment, unsettled_refund
-from payorch.engine.reconciliation.pacing import RUNS_PER_MERCHANT, Pace, PageRetries, Turn, Turns
+from payorch.engine.reconciliation.pacing import RUNS_PER_MERCHANT, Pace, PageRetries, RunsShare, Turn, Turns
 from payorch.engine.reconciliation.repair import repair
 from payorch.providers.base import ProviderError
 from payorch.providers.settlements import ListsPayoutItems, ReportsSettlements, SettledItem, SettledKind
@@ -51,7 +52,9 @@ from payorch.values.reconciliation import ItemOutcome, RunState
 
 log = logging.getLogger("payorch.reconciliation")
 
-_BATCH = 500
+# Items read, matched and stored per batch: each of a batch's statements is short (a millisecond or
+# two), so that a merchant's request queued behind it on the database's thread waits little.
+_BATCH = 100
 # Items handled between two checkpoints: the run's Python work comes in slices this short (a
 # millisecond or two), so that a merchant's request never waits behind a whole batch of it.
 _SLICE = 50
@@ -69,6 +72,7 @@ class ReconciliationRuns:
         self._actors = actors
         self._nursery: trio.Nursery | None = None
         self._turns = Turns(context.settings.limits.background_per_merchant, RUNS_PER_MERCHANT)
+        self._share = RunsShare(context.settings.reconciliation.time_share)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Hold the nursery runs run in until cancelled (the runtime stopping cancels them)."""
@@ -110,7 +114,7 @@ class ReconciliationRuns:
             async with Turn(self._turns, application.merchant_id) as turn:
                 retries = PageRetries(self._context.settings.reconciliation, turn, run)
                 await _Reconciliation(
-                    self._context, self._actors, run, config, provider, counted, retries
+                    self._context, self._actors, run, config, provider, counted, Pace(self._share, retries)
                 ).reconcile()
             state = RunState.COMPLETED
         except ProviderError as exc:
@@ -157,7 +161,7 @@ class _Reconciliation:
         config: ProviderConfig,
         provider: ReportsSettlements,
         counted: _Counted,
-        retries: PageRetries,
+        pace: Pace,
     ) -> None:
         self.context, self.actors, self.run, self.config, self.provider = (
             context,
@@ -166,8 +170,7 @@ class _Reconciliation:
             config,
             provider,
         )
-        self.counted, self.retries = counted, retries
-        self.pace = Pace(context.settings.reconciliation.time_share, retries)
+        self.counted, self.pace, self.retries = counted, pace, pace.retries
         self.today = context.clock.now().astimezone(UTC).date()
 
     async def reconcile(self) -> None:

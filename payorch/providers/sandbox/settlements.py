@@ -29,7 +29,7 @@ from payorch.storage import sandbox_settlements as store
 from payorch.storage.database import Database
 from payorch.values.clock import Clock
 
-_BATCH = 500
+_BATCH = 100
 _SLICE = 50  # movements turned into items between two checkpoints
 _Read = Callable[[datetime, datetime, tuple[datetime, str] | None], Awaitable[list[store.SandboxMovement]]]
 
@@ -58,17 +58,30 @@ class SandboxSettlements:
 
     async def payouts(self, account: str, first: date, last: date) -> AsyncIterator[Payout]:
         """One payout per day and currency of the items settled on the days `first` to `last`."""
-        amounts: dict[tuple[date, str], int] = {}  # a few days and currencies: bounded by the period
-        async for movement, item in self._settled(account, first, last):
-            short = 1 if movement.settlement_quirk == simulator.PAYOUT_SHORT else 0
-            key = (item.settled_on, item.currency)
-            amounts[key] = amounts.get(key, 0) + item.net_minor - short
-        for (day, currency), amount in sorted(amounts.items()):
+        window = self._window(first, last)
+        if window is None:
+            return
+        # Summed in PostgreSQL, as `_item` settles each movement: not a second read of the period.
+        fees = {
+            method: (terms.percent, terms.fixed_minor)
+            for method in SandboxFees.model_fields
+            if isinstance(terms := getattr(self.fees, method), SandboxFee)
+        }
+        sums = await self.db.autocommit(
+            store.payout_sums,
+            account,
+            *window,
+            self.lag_days,
+            fees,
+            simulator.SETTLED_SHORT,
+            simulator.PAYOUT_SHORT,
+        )
+        for payout in sums:
             yield Payout(
-                payout_id=_payout_id(account, day, currency),
-                currency=currency,
-                amount_minor=amount,
-                arrives_on=day,
+                payout_id=_payout_id(account, payout.settled_on, payout.currency),
+                currency=payout.currency,
+                amount_minor=payout.amount_minor,
+                arrives_on=payout.settled_on,
                 status="paid",
             )
 
