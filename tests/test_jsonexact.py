@@ -58,3 +58,10 @@ def test_a_value_json_cannot_hold_is_refused_as_simplejson_refuses_it(value: Any
     with pytest.raises((TypeError, ValueError)) as theirs:
         _simplejson_line(value)
     assert (type(ours.value), str(ours.value)) == (type(theirs.value), str(theirs.value))
+
+
+@pytest.mark.parametrize("value", [Decimal(text) for text in ("NaN", "sNaN", "Infinity", "-Infinity")])
+@pytest.mark.parametrize("indent", [None, 2])
+def test_a_decimal_that_is_not_a_number_is_refused_not_written(value: Decimal, indent: int | None) -> None:
+    with pytest.raises(ValueError, match="is not a JSON number"):
+        dumps_exact({"amount": value}, indent=indent)
