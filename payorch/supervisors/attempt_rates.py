@@ -66,7 +66,7 @@ class AttemptRates:
     def __init__(self, rate: float, burst: int) -> None:
         self._buckets: dict[uuid.UUID, TokenBucket] = {}
         # Per merchant, when its next attempt would start were its attempts exactly 1/rate apart
-        # (seconds on the clock of `now`); forgotten once passed (`start_delays`).
+        # (seconds on the clock of `now`); forgotten once passed (`allowances`).
         self._paced_until: dict[uuid.UUID, float] = {}
         self.set_rate(rate, burst)
 
@@ -82,8 +82,12 @@ class AttemptRates:
     def allowances(self, now: datetime) -> dict[uuid.UUID, int]:
         """The attempts each merchant with a bucket not full may start now (its whole tokens, or
         none until they make a batch, `batch_for`); every other merchant may start `burst`. Full
-        buckets are forgotten."""
+        buckets are forgotten, and schedules of attempts now passed (`start_delays`). Asked once
+        a round."""
         seconds = now.timestamp()
+        for merchant_id, until in list(self._paced_until.items()):
+            if until <= seconds:  # its attempts came no faster than its rate: nothing to space
+                del self._paced_until[merchant_id]
         batch = batch_for(self.burst)
         allowed: dict[uuid.UUID, int] = {}
         for merchant_id, bucket in list(self._buckets.items()):
@@ -122,12 +126,9 @@ class AttemptRates:
         now: at once while its attempts of the last moments leave room for `START_BURST` together,
         the others 1/rate apart after those before them (this round's and earlier rounds')."""
         seconds = now.timestamp()
-        for merchant, until in list(self._paced_until.items()):
-            if until <= seconds:  # its attempts came no faster than its rate: nothing to space
-                del self._paced_until[merchant]
         interval = 1 / self.rate
         room = (START_BURST - 1) * interval
-        paced = self._paced_until.get(merchant_id, seconds)
+        paced = max(self._paced_until.get(merchant_id, seconds), seconds)
         delays = []
         for _ in range(attempts):
             delays.append(max(paced - room - seconds, 0.0))
