@@ -175,6 +175,31 @@ async def test_a_payout_one_minor_unit_short_does_not_match_its_items(
     )
 
 
+async def test_a_payout_of_rounded_fees_a_short_settlement_and_a_refund_matches_its_items(
+    client: Client, shop: Shop, clock: ShiftedClock
+) -> None:
+    # The payout is summed in PostgreSQL, the items in Python: each rule of the sandbox's
+    # settlement once in one payout. 1.4% of 12.50 PLN is 17.5 grosze, rounded half up to 18.
+    odd = await pay(client, shop, total="12.50")
+    await paid_session(client, shop, "4000000000000077")  # settled 1% short
+    refunded = await paid_session(client, shop)
+    response = await post_json(
+        client, f"/api/v1/sessions/{refunded}/refunds", {}, {**shop.headers, "Idempotency-Key": "refund-1"}
+    )
+    assert response.status_code == 201, await response.get_data(as_text=True)
+    run = await reconcile(client, shop, today(clock))
+    [fee] = [
+        item["fee"]
+        for item in run["items"]["items"]
+        if item["sessionId"] == odd and item["kind"] == "PAYMENT"
+    ]
+    assert fee == Decimal("0.43")  # 0.18 + 0.25
+    assert len(run["items"]["items"]) == 4
+    [payout] = run["payouts"]
+    assert payout["matches"] is True
+    assert payout["amount"] == payout["itemsNet"] == sum(item["net"] for item in run["items"]["items"])
+
+
 async def test_a_payment_settled_but_never_reported_heals_its_session_once(
     client: Client, shop: Shop, db: Database, clock: ShiftedClock
 ) -> None:
