@@ -1,7 +1,8 @@
 """Idempotency keys: what makes two requests "the same", how an application's actor claims a key
-(session creates claim theirs in batches, refund creates one at a time: both through here) and
-releases it when its request changed nothing, and what a request whose key was seen before is
-answered.
+(session creates claim theirs in batches, refund creates one at a time: both through here, each
+claim in one unit of work with what its request stores under it, or commits before asking a
+provider) and releases it when its request changed nothing, and what a request whose key was seen
+before is answered.
 
 "Same body" means the same parsed JSON, not the same bytes: key order, white space and the way a
 number is written (`10.5` or `10.50`) do not matter.
@@ -167,36 +168,95 @@ def in_progress() -> IdempotencyKeyInProgress:
     return IdempotencyKeyInProgress("a request with this Idempotency-Key is in progress", retry_after=1)
 
 
+@dataclass(frozen=True)
+class KeyClaims:
+    """A batch of Idempotency-Keys about to be claimed in one scope, by key: each key's `NewClaim`
+    (its request's fingerprint, and the resource id a fresh claim gives it), and the terms of the
+    claims. What a fresh claim of a key will be is known before it is made (`fresh`), so what the
+    request does under it can be prepared first and stored in the claim's own transaction."""
+
+    scope: str
+    claims: Mapping[str, keys_store.NewClaim]
+    terms: _ClaimTerms
+
+    def fresh(self, key: str) -> keys_store.Claimed:
+        """The claim of `key`, should it be new (or expired): its resource id, claimed now."""
+        return keys_store.Claimed(self.claims[key].resource_id, self.terms["now"])
+
+    def only(self, key: str) -> KeyClaims:
+        """The claim of `key` alone, on the same terms."""
+        return KeyClaims(self.scope, {key: self.claims[key]}, self.terms)
+
+    def is_fresh(self, key: str, claim: keys_store.Claimed | None) -> bool:
+        """Whether `claim` (of `key`) is fresh, not a claim of a request before taken over."""
+        return claim is not None and claim.resource_id == self.claims[key].resource_id
+
+    @property
+    def claim_terms(self) -> keys_store.ClaimTerms:
+        """The terms of the claims, for a statement that claims keys itself."""
+        terms = self.terms
+        return keys_store.ClaimTerms(terms["lease_s"], terms["retention_s"], terms["owner"], terms["now"])
+
+
+def key_claims(actor: ApplicationActor[Context], scope: str, fingerprints: Mapping[str, bytes]) -> KeyClaims:
+    """The claims this node is about to make now for the actor's application in `scope`, of the
+    keys of `fingerprints` (key: its request's fingerprint)."""
+    claims = {key: keys_store.NewClaim(key, fingerprint) for key, fingerprint in fingerprints.items()}
+    return KeyClaims(scope, claims, _claim_terms(actor, scope))
+
+
 async def claim_idempotency_keys(
-    actor: ApplicationActor[Context], scope: str, waiting: Mapping[str, tuple[bytes, Reply[Answer]]]
+    actor: ApplicationActor[Context],
+    claims: KeyClaims,
+    replies: Mapping[str, Reply[Answer]],
+    then: Callable[[Connection, Mapping[str, keys_store.Claimed]], Awaitable[None]] | None = None,
+    at_once: Callable[[Connection], Awaitable[bool]] | None = None,
 ) -> dict[str, keys_store.Claimed]:
-    """Claim the Idempotency-Keys of `waiting` (key: its request's fingerprint and reply) in
-    `scope`: new keys in one statement, and the few seen before in one transaction, which answers
-    each of those (replay, mismatch, in progress) or takes its abandoned claim over. The claim of
-    each key claimed: its resource id and when its first request claimed it."""
-    claims = [keys_store.NewClaim(key, fingerprint) for key, (fingerprint, _) in waiting.items()]
-    claimed = await actor.context.db.autocommit(
-        keys_store.claim_new_idempotency_keys, claims=claims, **_claim_terms(actor, scope)
-    )
-    seen = [claim for claim in claims if claim.key not in claimed]
-    if not seen:
-        return claimed
-    terms = _claim_terms(actor, scope)
+    """Claim the Idempotency-Keys of `claims` in one unit of work, one transaction: new keys in one
+    statement, then each of the few seen before looked at (replay, mismatch, in progress) or its
+    abandoned claim taken over; then `then(conn, claimed)`, in the same transaction. The claim of
+    each key claimed (`claims.is_fresh` tells a fresh one from one taken over).
+
+    `at_once(conn)`, when given, is tried first in the same unit: a statement that claims every key
+    fresh and does what `then` would, all or none, in a transaction of its own; False (having done
+    nothing) when a key was seen before, and the keys are then claimed as above.
+
+    Each key seen before has its reply (in `replies`, by key) answered once the transaction
+    committed. Should anything raise, nothing of the unit remains (no key claimed, nothing `then`
+    or `at_once` wrote) and no reply was answered."""
+    terms = claims.terms
+    Seen = dict[str, keys_store.Replay | keys_store.Mismatch | keys_store.InProgress]
 
     @on_database_thread
-    async def claim_each(conn: Connection) -> list[keys_store.ClaimResult]:
-        return [
-            await keys_store.claim_idempotency_key(
-                conn, key=claim.key, fingerprint=claim.fingerprint, **terms
+    async def claim_each(conn: Connection) -> tuple[dict[str, keys_store.Claimed], Seen]:
+        claimed = await keys_store.claim_new_idempotency_keys(
+            conn, claims=list(claims.claims.values()), **terms
+        )
+        seen: Seen = {}
+        for key, new in claims.claims.items():
+            if key in claimed:
+                continue
+            result = await keys_store.claim_seen_idempotency_key(
+                conn, terms["application_id"], terms["scope"], key, new.fingerprint, claims.claim_terms
             )
-            for claim in seen
-        ]
+            if isinstance(result, keys_store.Claimed):
+                claimed[key] = result
+            else:
+                seen[key] = result
+        if then is not None:
+            await then(conn, claimed)
+        return claimed, seen
 
-    for claim, result in zip(seen, await actor.context.db.transaction(claim_each), strict=True):
-        if isinstance(result, keys_store.Claimed):
-            claimed[claim.key] = result
-        else:
-            answer_seen_key(result, waiting[claim.key][1])
+    @on_database_thread
+    async def claim(conn: Connection) -> tuple[dict[str, keys_store.Claimed], Seen]:
+        if at_once is not None and await at_once(conn):
+            return {key: claims.fresh(key) for key in claims.claims}, {}
+        async with conn.transaction():
+            return await claim_each(conn)
+
+    claimed, seen = await actor.context.db.autocommit(claim)
+    for key, result in seen.items():
+        answer_seen_key(result, replies[key])
     return claimed
 
 

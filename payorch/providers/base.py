@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from payorch.storage.database import Connection
+    from payorch.storage.idempotency_keys import ClaimTerms
     from payorch.storage.sessions import AnsweredSession
 
 
@@ -303,12 +304,16 @@ class CheckoutToStore:
     row: Any  # the provider's own record of it, for its `store_with_sessions`
 
 
+# A checkout to store, with its session and its request's fingerprint (its Idempotency-Key's).
+CheckoutToClaim = tuple[CheckoutToStore, "AnsweredSession", bytes]
+
+
 @runtime_checkable
 class CheckoutInDatabase(Protocol):
     """A provider whose checkouts live in payorch's own database (the sandbox): payorch stores each
-    checkout with the session routed to it and its Idempotency-Key's answer in one statement, the
-    sessions of a batch in one round trip, all or none (`engine.payments.checkout`). A retry after a
-    failure finds nothing half done."""
+    checkout with the session routed to it and its Idempotency-Key's answer in one statement, which
+    claims the key too, the sessions of a batch in one round trip, all or none
+    (`engine.payments.checkout`). A retry after a failure finds nothing half done."""
 
     def checkout_to_store(
         self, credentials: Credentials, request: CheckoutRequest, *, idempotency_key: str
@@ -326,4 +331,14 @@ class CheckoutInDatabase(Protocol):
         database's event loop: no Trio, no I/O but `conn`): one round trip, all or none. Fails,
         storing nothing, when a checkout's idempotency key was used before; `create_checkout` then
         answers with the checkout made with it."""
+        ...
+
+    @on_database_thread
+    async def claim_and_store_with_sessions(
+        self, conn: Connection, stored: Sequence[CheckoutToClaim], terms: ClaimTerms
+    ) -> None:
+        """As `store_with_sessions`, each session's Idempotency-Key (its request's fingerprint the
+        third of each triple) claimed on `terms` in the same round trip and transaction. Fails,
+        storing and claiming nothing, when a key was seen before
+        (`storage.sessions.claim_was_not_fresh`)."""
         ...

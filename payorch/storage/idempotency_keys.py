@@ -1,10 +1,12 @@
-"""Idempotency keys, claimed in the database so the rule holds across service processes."""
+"""Idempotency keys, claimed in the database so the rule holds across service processes: on their
+own (`claim_new_idempotency_keys`, `claim_idempotency_key`), or by the very statement that stores
+what a request made, its answer given with the claim (`fresh_claim_cte`)."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -75,6 +77,18 @@ async def claim_idempotency_key(
     )
     if key in claimed:
         return claimed[key]
+    terms = ClaimTerms(lease_s, retention_s, owner, now)
+    return await claim_seen_idempotency_key(conn, application_id, scope, key, fingerprint, terms)
+
+
+@on_database_thread
+async def claim_seen_idempotency_key(
+    conn: Connection, application_id: uuid.UUID, scope: str, key: str, fingerprint: bytes, terms: ClaimTerms
+) -> ClaimResult:
+    """What became of the request that claimed `key` first, for a key `claim_new_idempotency_keys`
+    just left out (seen before, and not expired): its answer to replay, `Mismatch`, `InProgress`,
+    or, for an abandoned claim (see `claim_idempotency_key`), the claim taken over on `terms`."""
+    lease_s, owner, now = terms.lease_s, terms.owner, terms.now
     existing = await conn.fetchrow(
         f"""SELECT fingerprint, resource_id, created_at, response_status, response_body,
                    locked_until <= $4 OR coalesce(owner_node <> ALL({LIVE_NODES}), false) AS abandoned
@@ -106,8 +120,12 @@ async def claim_idempotency_key(
 
 @dataclass(frozen=True)
 class NewClaim:
+    """A key to claim, with its request's fingerprint and the id to give what it creates, should
+    the claim be fresh: drawn here, so the caller knows a fresh claim before it is made."""
+
     key: str
     fingerprint: bytes
+    resource_id: uuid.UUID = field(default_factory=uuid.uuid4)
 
 
 @on_database_thread
@@ -123,8 +141,11 @@ async def claim_new_idempotency_keys(
     now: datetime,
 ) -> dict[str, Claimed]:
     """Claim every key of `claims` (distinct keys) that is new or expired, in one statement, for the
-    node `owner`: the claim of each key claimed. A key left out was seen before:
-    `claim_idempotency_key` says what became of its first request."""
+    node `owner`: the claim of each key claimed, with the claim's `resource_id` and `now`. A key
+    left out was seen before: `claim_seen_idempotency_key` says what became of its first request.
+    The keys are claimed in their sorted order, so two batches in two transactions that hold their
+    claims until they commit wait for each other without a deadlock."""
+    claims = sorted(claims, key=lambda claim: claim.key)
     rows = await conn.fetch(
         """INSERT INTO idempotency_keys AS k
                (application_id, scope, key, fingerprint, resource_id, locked_until, expires_at, owner_node,
@@ -144,13 +165,56 @@ async def claim_new_idempotency_keys(
         scope,
         [claim.key for claim in claims],
         [claim.fingerprint for claim in claims],
-        [uuid.uuid4() for _ in claims],
+        [claim.resource_id for claim in claims],
         float(lease_s),
         float(retention_s),
         owner,
         now,
     )
     return {row["key"]: Claimed(row["resource_id"], row["created_at"]) for row in rows}
+
+
+@dataclass(frozen=True)
+class ClaimTerms:
+    """The terms of the claims one node makes now in one application's scope: how long a claim in
+    progress lasts, how long a key is kept, the node, and when."""
+
+    lease_s: float
+    retention_s: float
+    owner: int | None
+    now: datetime
+
+
+def fresh_claim_cte(
+    *, application: int, scope: int, key: int, resource: int, status: int, body: int, first: int
+) -> str:
+    """A CTE named `claim` that claims a key with its answer already given (the request is done in
+    the statement that claims it), if the key is new or expired, and returns the claim's
+    `resource_id`; no row when the key was seen before. Each argument is the number of the
+    statement's parameter holding that value; the fingerprint and
+    `ClaimTerms`' fields (lease, retention, owner, now) follow in that order from `first`
+    (`fresh_claim_values`)."""
+    fingerprint, lease, retention, owner, now = range(first, first + 5)
+    return f"""claim AS (
+        INSERT INTO idempotency_keys AS k
+            (application_id, scope, key, fingerprint, resource_id, response_status, response_body,
+             locked_until, expires_at, owner_node, created_at)
+        VALUES (${application}, ${scope}, ${key}, ${fingerprint}, ${resource}, ${status}, ${body},
+                ${now}::timestamptz + make_interval(secs => ${lease}),
+                ${now}::timestamptz + make_interval(secs => ${retention}), ${owner}, ${now})
+        ON CONFLICT (application_id, scope, key) DO UPDATE
+            SET fingerprint = EXCLUDED.fingerprint, resource_id = EXCLUDED.resource_id,
+                response_status = EXCLUDED.response_status, response_body = EXCLUDED.response_body,
+                locked_until = EXCLUDED.locked_until, created_at = EXCLUDED.created_at,
+                expires_at = EXCLUDED.expires_at, owner_node = EXCLUDED.owner_node
+            WHERE k.expires_at <= ${now}
+        RETURNING resource_id
+    )"""
+
+
+def fresh_claim_values(fingerprint: bytes, terms: ClaimTerms) -> tuple[object, ...]:
+    """The parameters `fresh_claim_cte` takes from its `first`."""
+    return (fingerprint, float(terms.lease_s), float(terms.retention_s), terms.owner, terms.now)
 
 
 @on_database_thread

@@ -18,11 +18,13 @@ import asyncpg
 from payorch.storage.daily_counters import in_counter_order
 from payorch.storage.database import Connection
 from payorch.storage.database_thread import on_database_thread
+from payorch.storage.idempotency_keys import ClaimTerms, fresh_claim_values
 from payorch.storage.sessions import (
     AnsweredSession,
     answered_statement,
     answered_values,
     batch_shard,
+    claimed_statement,
     counter_key,
 )
 
@@ -130,6 +132,9 @@ _INSERT_NEW_CHECKOUT = f"""INSERT INTO sandbox_checkouts ({", ".join(_NEW_CHECKO
 # ON CONFLICT, a checkout key used before fails it, and the whole batch with it.
 _INSERT_WITH_SESSION = f"""WITH checkout AS ({_INSERT_NEW_CHECKOUT}),
     {answered_statement(len(_NEW_CHECKOUT_COLUMNS) + 1)}"""
+# The same, the session's Idempotency-Key claimed by the statement too (`claimed_statement`).
+_INSERT_WITH_CLAIMED_SESSION = f"""WITH checkout AS ({_INSERT_NEW_CHECKOUT}),
+    {claimed_statement(len(_NEW_CHECKOUT_COLUMNS) + 1)}"""
 _ACCOUNT = _NEW_CHECKOUT_COLUMNS.index("account") + 1
 _IDEMPOTENCY_KEY = _NEW_CHECKOUT_COLUMNS.index("idempotency_key") + 1
 _CHECKOUT_COLUMNS = """id, account, amount_minor, currency, payment_method, order_reference, customer_email,
@@ -190,6 +195,31 @@ async def insert_checkouts_with_sessions(
         [
             (*_new_checkout_values(new, now), *answered_values(answered, shard, added))
             for (new, answered), added in ordered
+        ],
+    )
+
+
+@on_database_thread
+async def insert_checkouts_with_claimed_sessions(
+    conn: Connection, stored: Sequence[tuple[NewCheckout, AnsweredSession, bytes]], terms: ClaimTerms
+) -> None:
+    """As `insert_checkouts_with_sessions`, each session's Idempotency-Key (its request's
+    fingerprint the third of each triple) claimed by its statement on `terms` too: the whole
+    batch, claims and all, in one round trip and one transaction. Fails, storing nothing, when a
+    key was seen before (`sessions.claim_was_not_fresh`). The keys of one counter row are claimed
+    in their sorted order, as `claim_new_idempotency_keys` claims them."""
+    shard = batch_shard([answered for _, answered, _ in stored])
+    by_key = sorted(stored, key=lambda triple: triple[1].key)
+    ordered = in_counter_order(by_key, lambda triple: counter_key(triple[1]))
+    await conn.executemany(
+        _INSERT_WITH_CLAIMED_SESSION,
+        [
+            (
+                *_new_checkout_values(new, terms.now),
+                *answered_values(answered, shard, added),
+                *fresh_claim_values(fingerprint, terms),
+            )
+            for (new, answered, fingerprint), added in ordered
         ],
     )
 

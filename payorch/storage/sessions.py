@@ -9,10 +9,13 @@ from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
+import asyncpg
+
 from payorch.storage import daily_counters, due_work
 from payorch.storage.attempts import EndedAttempt, ended_attempts, ended_attempts_of
 from payorch.storage.database import Connection
 from payorch.storage.database_thread import on_database_thread
+from payorch.storage.idempotency_keys import fresh_claim_cte
 from payorch.storage.pages import read_page
 from payorch.values.money import Money
 from payorch.values.pagination import PageRequest
@@ -131,24 +134,73 @@ def answered_statement(first: int) -> str:
     and the created sessions it adds to the daily counters), its parameters numbered from `first`
     in the order `answered_values` gives them: CTEs and the final UPDATE, to follow `WITH` (and the
     caller's own CTEs)."""
-    created, scope, key, status, body, shard, added = range(
-        first + len(_NEW_COLUMNS), first + len(_NEW_COLUMNS) + 7
+    places = _AnsweredPlaces(first)
+    return f"""{places.stored("$" + str(first))}, {places.counted()}
+    UPDATE idempotency_keys SET response_status = ${places.status}, response_body = ${places.body}
+    WHERE application_id = ${places.column("application_id")}
+      AND scope = ${places.scope} AND key = ${places.key}"""
+
+
+def claimed_statement(first: int) -> str:
+    """As `answered_statement`, but the session's Idempotency-Key is claimed, with its answer, by
+    the same statement, which fails (`claim_was_not_fresh`) unless the key is new or expired: the
+    session takes the fresh claim's id, and there is none for a key seen before. Its parameters:
+    `answered_values`', then `fresh_claim_values`'. CTEs and a final SELECT, to follow `WITH`."""
+    places = _AnsweredPlaces(first)
+    claim = fresh_claim_cte(
+        application=places.column("application_id"),
+        scope=places.scope,
+        key=places.key,
+        resource=places.column("id"),
+        status=places.status,
+        body=places.body,
+        first=places.added + 1,
+    )
+    return f"""{claim}, {places.stored("(SELECT resource_id FROM claim)")}, {places.counted()}
+    SELECT 1"""
+
+
+def claim_was_not_fresh(error: BaseException) -> bool:
+    """Whether `error` is the failure of a `claimed_statement` whose key was seen before."""
+    return (
+        isinstance(error, asyncpg.NotNullViolationError)
+        and error.table_name == "checkout_sessions"
+        and error.column_name == "id"
     )
 
-    def column(name: str) -> int:
-        return first + _NEW_COLUMNS.index(name)
 
-    counted = daily_counters.created_counter(
-        column("application_id"), created, column("provider_name"), column("currency"), shard, added
-    )
-    return f"""stored AS (
+class _AnsweredPlaces:
+    """Where `answered_values`' parameters are in a statement that numbers them from `first`."""
+
+    def __init__(self, first: int) -> None:
+        self.first = first
+        self.created, self.scope, self.key, self.status, self.body, self.shard, self.added = range(
+            first + len(_NEW_COLUMNS), first + len(_NEW_COLUMNS) + 7
+        )
+
+    def column(self, name: str) -> int:
+        return self.first + _NEW_COLUMNS.index(name)
+
+    def stored(self, session_id: str) -> str:
+        """The CTE that inserts the session, its id given by the SQL expression `session_id`."""
+        values = [
+            session_id,
+            *(f"${index}" for index in range(self.first + 1, self.first + len(_NEW_COLUMNS))),
+        ]
+        return f"""stored AS (
         INSERT INTO checkout_sessions ({", ".join(_NEW_COLUMNS)}, status, created_at, updated_at)
-        VALUES ({", ".join(f"${index}" for index in range(first, first + len(_NEW_COLUMNS)))},
-                '{SessionStatus.PENDING}', ${created}, ${created})
-    ), {counted}
-    UPDATE idempotency_keys SET response_status = ${status}, response_body = ${body}
-    WHERE application_id = ${first + _NEW_COLUMNS.index("application_id")}
-      AND scope = ${scope} AND key = ${key}"""
+        VALUES ({", ".join(values)}, '{SessionStatus.PENDING}', ${self.created}, ${self.created})
+    )"""
+
+    def counted(self) -> str:
+        return daily_counters.created_counter(
+            self.column("application_id"),
+            self.created,
+            self.column("provider_name"),
+            self.column("currency"),
+            self.shard,
+            self.added,
+        )
 
 
 def answered_values(item: AnsweredSession, shard: int, added: int) -> tuple[object, ...]:

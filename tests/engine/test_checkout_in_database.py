@@ -1,6 +1,6 @@
 """A session routed to the sandbox, whose checkouts live in payorch's own database, is stored with its
-checkout and its Idempotency-Key's answer in one statement (`engine.payments.checkout._store_prepared`);
-should that fail, the session is created the way any other is, and nothing of the failed attempt
+checkout, its Idempotency-Key's claim and answer in one statement (`engine.payments.checkout`);
+should that fail, it is tried again in a unit of its own, and nothing of the failed attempt
 remains."""
 
 from __future__ import annotations
@@ -85,20 +85,20 @@ async def test_a_sandbox_refusal_before_the_statement_creates_the_session_the_us
 async def test_a_session_the_statement_fails_to_store_leaves_no_checkout_behind(
     client: Client, db: Database, shop: Shop, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = sandbox_store.insert_checkouts_with_sessions
+    real = sandbox_store.insert_checkouts_with_claimed_sessions
     failed: list[int] = []
 
     async def fail_once(
-        conn: Connection, stored: Sequence[tuple[NewCheckout, AnsweredSession]], **kw: Any
+        conn: Connection, stored: Sequence[tuple[NewCheckout, AnsweredSession, bytes]], *args: Any
     ) -> None:
         if not failed:
             failed.append(len(stored))
             # The first statement stores the checkout and its session; the second, the same again,
             # finds the checkout's key taken: the database refuses it, and the batch is undone.
-            await real(conn, [*stored, stored[0]], **kw)
-        await real(conn, stored, **kw)
+            await real(conn, [*stored, stored[0]], *args)
+        await real(conn, stored, *args)
 
-    monkeypatch.setattr(sandbox_store, "insert_checkouts_with_sessions", fail_once)
+    monkeypatch.setattr(sandbox_store, "insert_checkouts_with_claimed_sessions", fail_once)
     response = await create_session(client, shop, "undone")
     assert response.status_code == 201, await response.get_data(as_text=True)
     assert failed == [1]

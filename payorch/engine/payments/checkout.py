@@ -1,27 +1,42 @@
 """Creating checkout sessions, run by an application's actor in batches. One path, for every
 provider:
 
-1. claim the batch's Idempotency-Keys (`engine.idempotency`: new keys in one statement);
-2. route each session on the configurations the actor holds (`engine.routing.sessions`);
-3. get each session's checkout: its first provider prepares it without a call of its own when the
-   provider keeps its checkouts in payorch's database (`providers.base.CheckoutInDatabase`); any
-   other session's providers are asked in turn in a child task (`actor.spawn_command`), cascading
-   down the route, and what they answer comes back through the mailbox (`_StoreSession`);
-4. store each session with its key's answer: the prepared ones with their checkouts, in one
-   statement each and one round trip for the lot, all or none (so such a create is two round trips
-   in all, the claim and the store); the asked ones that came back together, in one round trip.
+1. route each session on the configurations the actor holds (`engine.routing.sessions`), as its
+   Idempotency-Key's fresh claim will have it: the claim's session id is drawn before the claim is
+   made (`engine.idempotency.KeyClaims`);
+2. prepare each session's checkout when its first provider keeps its checkouts in payorch's database
+   (`providers.base.CheckoutInDatabase`, the sandbox): no call of its own, nothing stored yet;
+3. claim the batch's keys and store the prepared sessions whose keys were claimed fresh, each with
+   its checkout and its key's answer, in one unit of work on the database's thread, one
+   transaction: so a sandbox create hands that thread one unit, not a claim and then a store. When
+   the batch is all prepared sessions, the unit is one statement each, one round trip
+   (`CheckoutInDatabase.claim_and_store_with_sessions`), unless a key was seen before; such a key
+   is answered from the same unit (replay, mismatch, in progress);
+4. once that unit committed, ask the providers of every other fresh session in turn in a child task
+   (`actor.spawn_command`), cascading down the route, and store what they answer when it comes back
+   through the mailbox (`_StoreSession`, the ones that came back together in one round trip).
 
-Should storing prepared checkouts fail (the database refused the batch, or a checkout's key was
-used by an attempt that died before storing its session), each of those sessions goes the way of
-an asked one, and so does a session whose first provider refuses to prepare it (outside its
-limits): its providers asked in turn, so a refusal cascades, then stored. (A session's later
+So a provider asked over the network (Stripe, Mollie, PayU) is asked only once the key's claim is
+committed, with the claim's deadline and its session id as the provider's idempotency key, and a
+retry on another node sees the claim; a session whose checkout is made in payorch's own database
+has nothing between the claim and the store that another node or a crash could see, and is claimed
+and stored at once, all or none. A session whose first provider refuses to prepare it (outside its
+limits) is asked of its providers in turn, so a refusal cascades, possibly to a remote provider:
+its key is claimed in the unit and committed before anyone is asked.
+
+Should the database refuse the unit of a batch, nothing of it remains, and each session goes
+through a unit of its own: only a request whose session the database refuses again fails, its key
+left free. A key whose abandoned claim (a dead node's) is taken over goes the claim-first way: its
+first request may have asked a provider, so it is routed again with that request's session id and
+deadline, then prepared and stored, or asked (should storing its prepared checkout fail, because
+the first request made the checkout with its key, it is asked in turn too). (A session's later
 state changes are `engine.payments.events`.)"""
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -33,9 +48,11 @@ from payorch.engine.actors import ActorCrashed, ApplicationActor, BatchCommand, 
 from payorch.engine.context import Context
 from payorch.engine.idempotency import (
     Answer,
+    KeyClaims,
     claim_idempotency_keys,
     in_flight_key,
     in_progress,
+    key_claims,
     release_idempotency_keys,
 )
 from payorch.engine.payments.records import SessionCreated
@@ -48,11 +65,14 @@ from payorch.providers.base import (
     CheckoutToStore,
     ProviderError,
 )
+from payorch.storage import idempotency_keys as keys_store
 from payorch.storage import sessions
+from payorch.storage.database import Connection
+from payorch.storage.database_thread import on_database_thread
 from payorch.storage.failures import StorageFailure, storage_failure
 from payorch.storage.idempotency_keys import Claimed
 from payorch.storage.provider_configs import ProviderConfig
-from payorch.storage.sessions import AnsweredSession, SessionDraft
+from payorch.storage.sessions import AnsweredSession, SessionDraft, claim_was_not_fresh
 from payorch.values.errors import (
     NoProviderAvailable,
     ProviderUnavailable,
@@ -102,8 +122,9 @@ def checkout_request(
 @dataclass(frozen=True)
 class CreateSession(BatchCommand[Context, Answer]):
     """Create a checkout session. Runs in batches: the commands that waited together in the mailbox
-    claim their Idempotency-Keys in one statement, route on the provider configurations the actor
-    holds, and get their checkouts from their providers side by side; what is ready together is
+    route on the provider configurations the actor holds, claim their Idempotency-Keys in one
+    statement, in the unit that stores the sessions whose checkouts are made in payorch's database,
+    and get the others' checkouts from their providers side by side; what is ready together is
     stored together (the module's docstring says how)."""
 
     idempotency_key: str
@@ -126,23 +147,32 @@ class CreateSession(BatchCommand[Context, Answer]):
         if not waiting:
             return
         inputs = await routing_inputs(actor)
-        claimed = await claim_idempotency_keys(
-            actor,
-            SESSION_CREATE_SCOPE,
-            {key: (command.fingerprint, reply) for key, (command, reply) in waiting.items()},
+        claims = key_claims(
+            actor, SESSION_CREATE_SCOPE, {key: command.fingerprint for key, (command, _) in waiting.items()}
         )
+        # Each session routed, and its checkout prepared, as its key's fresh claim will have it.
         routed: list[_Planned] = []
-        unrouted: list[str] = []
-        for key, claim in claimed.items():
-            command, reply = waiting[key]
+        unrouted: dict[str, NoProviderAvailable | ProviderUnavailable] = {}
+        for key, (command, reply) in waiting.items():
             try:
-                routed.append(command._plan(actor, reply, claim, inputs))
+                routed.append(command._plan(actor, reply, claims.fresh(key), inputs))
             except (NoProviderAvailable, ProviderUnavailable) as error:
-                unrouted.append(key)
-                reply.fail(error)
-        prepared = _prepare_or_ask(actor, routed)
-        await release_idempotency_keys(actor, SESSION_CREATE_SCOPE, unrouted)
-        await _store_prepared(actor, prepared)
+                unrouted[key] = error
+        prepared, to_ask = _prepare(actor, routed)
+        claimed = await _claim_storing_prepared(actor, claims, waiting, prepared, list(unrouted))
+
+        def fresh(key: str) -> bool:
+            return claims.is_fresh(key, claimed.get(key))
+
+        for planned in to_ask:
+            if fresh(planned.key):
+                planned.ask(actor)
+        for key, refused in unrouted.items():
+            if fresh(key):
+                waiting[key][1].fail(refused)
+        taken_over = {key: (waiting[key], claim) for key, claim in claimed.items() if not fresh(key)}
+        if taken_over:
+            await _create_taken_over(actor, inputs, taken_over)
 
     def _plan(
         self,
@@ -208,6 +238,11 @@ class _Planned:
     request: CheckoutRequest
 
     @property
+    def key(self) -> str:
+        """The session's Idempotency-Key."""
+        return self.command.idempotency_key
+
+    @property
     def provider_key(self) -> str:
         """The idempotency key the session's checkout is created with, at every provider asked."""
         return f"payorch-session-{self.request.session_id}"
@@ -251,17 +286,21 @@ class _Planned:
         )
 
 
-def _prepare_or_ask(actor: ApplicationActor[Context], routed: Sequence[_Planned]) -> _Prepared:
-    """Step 3 of the module's path: the checkouts the sessions' first providers prepare, to store
-    with their sessions; every other session's providers are asked in a child."""
+def _prepare(
+    actor: ApplicationActor[Context], routed: Sequence[_Planned]
+) -> tuple[_Prepared, list[_Planned]]:
+    """Step 2 of the module's path: the checkouts the sessions' first providers prepare, to store
+    with their sessions; and the sessions whose providers are to be asked in turn, once their keys
+    are claimed."""
     context = actor.context
     created_at = context.clock.now()
     prepared: _Prepared = {}
+    to_ask: list[_Planned] = []
     for planned in routed:
         name = planned.ranked[0][0]
         provider = context.providers.get(name)
         if not isinstance(provider, CheckoutInDatabase):
-            planned.ask(actor)
+            to_ask.append(planned)
             continue
         try:
             checkout = provider.checkout_to_store(
@@ -270,20 +309,144 @@ def _prepare_or_ask(actor: ApplicationActor[Context], routed: Sequence[_Planned]
                 idempotency_key=planned.provider_key,
             )
         except ProviderError:  # refused (its limits): asking cascades to the next provider
-            planned.ask(actor)
+            to_ask.append(planned)
             continue
         except Exception:
             log.warning("preparing a checkout failed; asking the session's providers in turn", exc_info=True)
-            planned.ask(actor)
+            to_ask.append(planned)
             continue
         answered = planned.answered(name, checkout.created, created_at)
         prepared.setdefault(name, (provider, []))[1].append((planned, checkout, answered))
-    return prepared
+    return prepared, to_ask
+
+
+def _fresh_only(prepared: _Prepared, claims: KeyClaims, claimed: Mapping[str, Claimed]) -> _Prepared:
+    """The sessions of `prepared` whose keys (of `claims`) were claimed fresh, as they were prepared
+    for."""
+    return _of_keys(prepared, {key for key, claim in claimed.items() if claims.is_fresh(key, claim)})
+
+
+def _of_keys(prepared: _Prepared, keys: Container[str]) -> _Prepared:
+    """The sessions of `prepared` whose Idempotency-Keys are among `keys`."""
+    kept: _Prepared = {}
+    for name, (keeper, items) in prepared.items():
+        if of_keys := [item for item in items if item[0].key in keys]:
+            kept[name] = (keeper, of_keys)
+    return kept
+
+
+async def _claim_storing_prepared(
+    actor: ApplicationActor[Context],
+    claims: KeyClaims,
+    waiting: Mapping[str, tuple[CreateSession, Reply[Answer]]],
+    prepared: _Prepared,
+    unrouted: Sequence[str],
+) -> dict[str, Claimed]:
+    """Step 3 of the module's path, in one unit of work, one transaction: the batch's keys
+    claimed, each prepared session whose key is claimed fresh stored with its checkout and answered,
+    and the fresh claims of `unrouted` keys released. The claims.
+
+    Should the database refuse the unit, nothing of it remains, and each key goes through a unit of
+    its own, so that only a request whose session the database refuses again fails (its key left
+    free for a retry). A database unavailable fails them all, as it does any request."""
+    try:
+        return await _claim_and_store(actor, claims, prepared, unrouted, waiting)
+    except Exception as error:
+        if storage_failure(error) is not StorageFailure.INTERNAL:
+            raise
+        log.warning("a batch of sessions failed to store with their keys; storing each alone", exc_info=True)
+    claimed: dict[str, Claimed] = {}
+    for key in claims.claims:
+        try:
+            claimed |= await _claim_and_store(actor, claims.only(key), prepared, unrouted, waiting)
+        except Exception as error:
+            failure = storage_failure(error)
+            if failure is None:
+                raise
+            log.exception("a session failed to store with its key", extra={"idempotencyKey": key})
+            waiting[key][1].fail(
+                StorageUnavailable("the database is unavailable: retry shortly")
+                if failure is StorageFailure.UNAVAILABLE
+                else ActorCrashed("a database statement failed while storing this session")
+            )
+    return claimed
+
+
+async def _claim_and_store(
+    actor: ApplicationActor[Context],
+    claims: KeyClaims,
+    prepared: _Prepared,
+    unrouted: Sequence[str],
+    waiting: Mapping[str, tuple[CreateSession, Reply[Answer]]],
+) -> dict[str, Claimed]:
+    """The unit of `_claim_storing_prepared`, for the keys of `claims`; raises, leaving nothing, when
+    the database refuses it."""
+
+    @on_database_thread
+    async def store_fresh(conn: Connection, claimed: Mapping[str, Claimed]) -> None:
+        for keeper, items in _fresh_only(prepared, claims, claimed).values():
+            await keeper.store_with_sessions(conn, [(checkout, answered) for _, checkout, answered in items])
+        released = [key for key in unrouted if claims.is_fresh(key, claimed.get(key))]
+        if released:
+            await keys_store.release_idempotency_keys(
+                conn, application_id=actor.application_id, scope=claims.scope, keys=released
+            )
+
+    # The common batch, every session prepared by one provider, is claimed and stored by one
+    # statement per session, in one round trip, unless a key was seen before.
+    mine = _of_keys(prepared, claims.claims)
+    at_once = None
+    if len(mine) == 1 and sum(len(items) for _, items in mine.values()) == len(claims.claims):
+        ((keeper, items),) = mine.values()
+        stored = [
+            (checkout, answered, claims.claims[planned.key].fingerprint)
+            for planned, checkout, answered in items
+        ]
+
+        @on_database_thread
+        async def at_once(conn: Connection) -> bool:
+            try:
+                await keeper.claim_and_store_with_sessions(conn, stored, claims.claim_terms)
+            except Exception as error:
+                if claim_was_not_fresh(error):
+                    return False
+                raise
+            return True
+
+    replies = {key: reply for key, (_, reply) in waiting.items()}
+    started = trio.current_time()
+    claimed = await claim_idempotency_keys(actor, claims, replies, then=store_fresh, at_once=at_once)
+    _answer_stored(actor, _fresh_only(prepared, claims, claimed), trio.current_time() - started)
+    return claimed
+
+
+async def _create_taken_over(
+    actor: ApplicationActor[Context],
+    inputs: RoutingInputs,
+    taken_over: Mapping[str, tuple[tuple[CreateSession, Reply[Answer]], Claimed]],
+) -> None:
+    """Create the sessions whose keys' abandoned claims were taken over, claim first: routed again
+    with their first request's session id and deadline, each prepared and stored or its providers
+    asked in turn, as that first request may have asked them."""
+    routed: list[_Planned] = []
+    unrouted: list[str] = []
+    for key, ((command, reply), claim) in taken_over.items():
+        try:
+            routed.append(command._plan(actor, reply, claim, inputs))
+        except (NoProviderAvailable, ProviderUnavailable) as error:
+            unrouted.append(key)
+            reply.fail(error)
+    prepared, to_ask = _prepare(actor, routed)
+    for planned in to_ask:
+        planned.ask(actor)
+    await release_idempotency_keys(actor, SESSION_CREATE_SCOPE, unrouted)
+    await _store_prepared(actor, prepared)
 
 
 async def _store_prepared(actor: ApplicationActor[Context], prepared: _Prepared) -> None:
-    """Step 4 for prepared checkouts: each provider's, with their sessions and answers, in one round
-    trip, all or none; should it fail, those sessions' providers are asked in turn."""
+    """Prepared checkouts stored after their keys were claimed (taken over): each provider's, with
+    their sessions and answers, in one round trip, all or none; should it fail, those sessions'
+    providers are asked in turn."""
     context = actor.context
     for name, (keeper, stored) in prepared.items():
         started = trio.current_time()
@@ -299,10 +462,16 @@ async def _store_prepared(actor: ApplicationActor[Context], prepared: _Prepared)
             for planned, _, _ in stored:
                 planned.ask(actor)
             continue
-        elapsed = trio.current_time() - started
-        for planned, _, answered in stored:
-            context.provider_answered(planned.configs[name], "create_checkout", elapsed)
-            _created(context, answered, planned.reply)
+        _answer_stored(actor, {name: (keeper, stored)}, trio.current_time() - started)
+
+
+def _answer_stored(actor: ApplicationActor[Context], stored: _Prepared, elapsed: float) -> None:
+    """Answer the sessions stored with their prepared checkouts, which took their providers
+    `elapsed` seconds to create and store."""
+    for name, (_, items) in stored.items():
+        for planned, _, answered in items:
+            actor.context.provider_answered(planned.configs[name], "create_checkout", elapsed)
+            _created(actor.context, answered, planned.reply)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from payorch.providers.base import (
     CheckoutCreated,
     CheckoutRequest,
     CheckoutState,
+    CheckoutToClaim,
     CheckoutToStore,
     Credentials,
     CredentialsRejected,
@@ -56,6 +57,7 @@ from payorch.storage import sandbox as store
 from payorch.storage.database import Connection, Database
 from payorch.storage.database_thread import on_database_thread
 from payorch.storage.failures import StorageFailure, storage_failure
+from payorch.storage.idempotency_keys import ClaimTerms
 from payorch.storage.sessions import AnsweredSession
 from payorch.values.clock import SYSTEM_CLOCK, Clock
 from payorch.values.money import UnknownCurrency, currency_exponent
@@ -206,6 +208,15 @@ class SandboxProvider:
         """Store the checkouts with their sessions in one round trip (`CheckoutInDatabase`)."""
         rows = [(checkout.row, answered) for checkout, answered in stored]
         await store.insert_checkouts_with_sessions(conn, rows, now=self.clock.now())
+
+    @on_database_thread
+    async def claim_and_store_with_sessions(
+        self, conn: Connection, stored: Sequence[CheckoutToClaim], terms: ClaimTerms
+    ) -> None:
+        """Claim the sessions' keys and store the checkouts with their sessions, in one round trip
+        (`CheckoutInDatabase`)."""
+        rows = [(checkout.row, answered, fingerprint) for checkout, answered, fingerprint in stored]
+        await store.insert_checkouts_with_claimed_sessions(conn, rows, terms)
 
     def _new_checkout(
         self, credentials: Credentials, request: CheckoutRequest, idempotency_key: str
