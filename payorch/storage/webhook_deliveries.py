@@ -398,14 +398,20 @@ async def release_claims(conn: Connection, delivery_ids: list[uuid.UUID], *, now
 # The attempt logged (its details beside it: `$8` the body excerpt, `$9` `$10` the headers sent and
 # received) and the delivery moved on, its claim ended, in one statement: `$2` is its outcome, a
 # `DeliveryStatus`.
+# A resend asked while the attempt was in flight (`storage.webhooks.retry_delivery`) made the
+# delivery due before its claim's end, which the claim had made its due time: it stays PENDING, due
+# when the resend asked, whatever this attempt's outcome, so the resend is never lost.
+_RESENT_MEANWHILE = "(claimed_until IS NOT NULL AND next_attempt_at < claimed_until)"
 _RECORD_ATTEMPT = f"""
     WITH attempt AS (
         INSERT INTO webhook_attempts (delivery_id, status_code, error, latency_ms, response_body,
                                       attempted_at, request_headers, response_headers)
         VALUES ($1, $3, $4, $7, $8, $6, $9, $10))
     UPDATE webhook_deliveries
-       SET status = $2, last_status_code = $3, last_error = $4, claimed_until = NULL, claimed_by = NULL,
-           next_attempt_at = CASE WHEN $2 = '{DeliveryStatus.PENDING}'
+       SET status = CASE WHEN {_RESENT_MEANWHILE} THEN '{DeliveryStatus.PENDING}' ELSE $2 END,
+           last_status_code = $3, last_error = $4, claimed_until = NULL, claimed_by = NULL,
+           next_attempt_at = CASE WHEN {_RESENT_MEANWHILE} THEN next_attempt_at
+                                  WHEN $2 = '{DeliveryStatus.PENDING}'
                                   THEN $6::timestamptz + make_interval(secs => $5) END,
            delivered_at = CASE WHEN $2 = '{DeliveryStatus.DELIVERED}' THEN $6 END
      WHERE id = $1"""

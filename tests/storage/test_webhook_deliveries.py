@@ -422,3 +422,60 @@ async def test_a_claim_reads_a_few_pages_however_deep_another_merchants_backlog(
     # Claiming three deliveries (their rows and index entries updated) reads about 120 pages here;
     # reading A's backlog would read one per delivery at least (it did: 9,075 for 3,000).
     assert max(buffers) < BACKLOG // 6, buffers
+
+
+@pytest.mark.parametrize("outcome", [DeliveryStatus.FAILED, DeliveryStatus.DELIVERED, DeliveryStatus.PENDING])
+async def test_a_resend_asked_during_an_attempt_is_sent_whatever_the_attempt_ends_in(
+    db: Database, endpoints: dict[str, uuid.UUID], outcome: DeliveryStatus
+) -> None:
+    in_flight = (await claim(db, limit=1))[0]
+    resent_at = SYSTEM_CLOCK.now()
+    await db.transaction(webhooks.retry_delivery, in_flight.config_id, in_flight.id, now=resent_at)
+    await db.transaction(
+        record_attempt,
+        in_flight.id,
+        status_code=200 if outcome is DeliveryStatus.DELIVERED else 500,
+        error=None,
+        latency_ms=1,
+        response_body="",
+        outcome=outcome,
+        retry_in_s=3600 if outcome is DeliveryStatus.PENDING else None,
+        now=SYSTEM_CLOCK.now(),
+    )
+
+    async def state(conn: Connection) -> Any:
+        return await conn.fetchrow(
+            "SELECT status, next_attempt_at, claimed_until, (SELECT count(*) FROM webhook_attempts a"
+            " WHERE a.delivery_id = d.id) AS logged FROM webhook_deliveries d WHERE id = $1",
+            in_flight.id,
+        )
+
+    row = await db.autocommit(state)
+    assert (row["status"], row["next_attempt_at"], row["claimed_until"], row["logged"]) == (
+        DeliveryStatus.PENDING,
+        resent_at,
+        None,
+        1,
+    )  # due since the resend, unclaimed: the next claim for its endpoint may take it
+
+
+async def test_an_attempt_with_no_resend_meanwhile_ends_as_its_outcome_says(
+    db: Database, endpoints: dict[str, uuid.UUID]
+) -> None:
+    in_flight = (await claim(db, limit=1))[0]
+    await db.transaction(
+        record_attempt,
+        in_flight.id,
+        status_code=500,
+        error=None,
+        latency_ms=1,
+        response_body="",
+        outcome=DeliveryStatus.FAILED,
+        retry_in_s=None,
+        now=SYSTEM_CLOCK.now(),
+    )
+    status = await db.autocommit(
+        lambda conn: conn.fetchval("SELECT status FROM webhook_deliveries WHERE id = $1", in_flight.id)
+    )
+    assert status == DeliveryStatus.FAILED
+    assert in_flight.id not in {item.id for item in await claim(db)}
