@@ -150,18 +150,19 @@ async def _api_key_principal(api_key: str) -> Principal:
     """The key's owner, charged to the key's and the merchant's buckets. A key that fails costs its
     client address one failed authentication; an address out of them is refused (429) every key that
     would need a database read, before the read (keys remembered as active still work)."""
-    limits, address = services().limits, request.remote_addr
+    running = services()
+    limits, address = running.limits, request.remote_addr
     if not looks_like_api_key(api_key):
         await limits.count_api_key_failure(address)
         raise AuthenticationRequired("invalid API key")
     # The key is looked up by its SHA-256: the stored hash is compared, never the key itself.
     key_hash = token_hash(api_key)
-    cache = services().api_keys
+    cache = running.api_keys
     owner = cache.get(key_hash, trio.current_time())
     if owner is None and not cache.is_missing(key_hash, trio.current_time()):
         limits.check_api_key_failures(address)
         generation = cache.generation
-        owner = await services().context.db.autocommit(applications_store.find_api_key_owner, key_hash)
+        owner = await running.context.db.autocommit(applications_store.find_api_key_owner, key_hash)
         if owner is not None:
             cache.put(key_hash, owner, trio.current_time(), generation)
         else:

@@ -74,15 +74,21 @@ class _Lease:
     next_shared_at: float = -math.inf  # the shared bucket's next token comes no sooner
 
     def drop_expired(self, now: float) -> None:
+        spent = False
         for run in self.runs:
             run.drop_expired(now)
-        self.runs = [run for run in self.runs if run.next <= run.last]
+            spent = spent or run.next > run.last
+        if spent:
+            self.runs = [run for run in self.runs if run.next <= run.last]
         while self.given_back and self.given_back[0] + HOLD_S < now:
             heapq.heappop(self.given_back)
 
     def next_due(self, now: float) -> float | None:
         """When the next leased token may be spent (the expired ones dropped); None without one."""
         self.drop_expired(now)
+        if len(self.runs) == 1 and not self.given_back:  # the common case: one lease being spent
+            run = self.runs[0]
+            return run.due(run.next)
         dues = [run.due(run.next) for run in self.runs] + self.given_back[:1]
         return min(dues, default=None)
 

@@ -18,7 +18,6 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
-    EmailStr,
     Field,
     GetJsonSchemaHandler,
     StringConstraints,
@@ -38,6 +37,7 @@ from payorch.engine.routing.backtest import MAX_DAYS, MAX_SESSIONS
 from payorch.engine.routing.document import MAX_DOCUMENT_BYTES
 from payorch.http.jsonio import first_unstorable_text
 from payorch.jsonexact import dumps_exact
+from payorch.values.emails import Email
 from payorch.values.money import known_currencies
 from payorch.values.pagination import DEFAULT_LIMIT, DEFAULT_PAGE, MAX_LIMIT, MAX_PAGE, PageRequest
 from payorch.values.roles import RoleName
@@ -140,7 +140,7 @@ def _canonical_text(value: object) -> object:
 # Identifiers that must be unique are kept in canonical form (no invisible characters, NFKC), so
 # the database's unique indexes compare what a reader sees: `REG\u200b-1` is `REG-1`.
 Identifier = Annotated[str, BeforeValidator(_canonical_text), StringConstraints(min_length=1, max_length=100)]
-IdentifierEmail = Annotated[EmailStr, BeforeValidator(_canonical_text)]
+IdentifierEmail = Annotated[Email, BeforeValidator(_canonical_text)]
 
 
 def _not_weak(password: str) -> str:
@@ -164,7 +164,7 @@ class Organization(Body):
     sector: Text
     contactPersonFirstName: Text
     contactPersonLastName: Text
-    contactPersonEmail: EmailStr
+    contactPersonEmail: Email
 
 
 class Admin(Body):
@@ -372,7 +372,7 @@ class Address(Body):
 
 
 class Customer(Body):
-    email: EmailStr
+    email: Email
     firstName: OptionalText = None
     lastName: OptionalText = None
     phone: Annotated[str, StringConstraints(strip_whitespace=True, max_length=32)] | None = None

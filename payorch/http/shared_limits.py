@@ -118,8 +118,9 @@ async def reserve(claims: Sequence[Claim], max_wait: float) -> float:
     then. A claim this process has no token of is asked of the store; the claims that need a take
     at once are taken in one unit of work."""
     held: list[tuple[SharedLimiter, str, float]] = []  # (limiter, key, when its token is due)
-    for limiter, key in claims:
-        limiter._waiting[key] += 1
+    # A request counts itself among those waiting on its keys only once it has to wait (what the
+    # next lease is sized by): spending tokens this process leased already is the common case.
+    waiting = False
     try:
         pending = list(enumerate(claims))
         while True:
@@ -137,6 +138,10 @@ async def reserve(claims: Sequence[Claim], max_wait: float) -> float:
             if not missing:
                 return max((due_at for *_, due_at in held), default=now) - now
             pending = missing
+            if not waiting:
+                waiting = True
+                for limiter, key in claims:
+                    limiter._waiting[key] += 1
             under_way = [limiter._takes[key] for _, (limiter, key) in pending if key in limiter._takes]
             if under_way:
                 # Another request of this process is taking a lease for one of these keys: wait
@@ -149,10 +154,11 @@ async def reserve(claims: Sequence[Claim], max_wait: float) -> float:
             limiter.leases.give_back(key, due_at)
         raise
     finally:
-        for limiter, key in claims:
-            limiter._waiting[key] -= 1
-            if not limiter._waiting[key]:
-                del limiter._waiting[key]
+        if waiting:
+            for limiter, key in claims:
+                limiter._waiting[key] -= 1
+                if not limiter._waiting[key]:
+                    del limiter._waiting[key]
 
 
 async def _take_leases(claims: Sequence[Claim], max_wait: float) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 import string
 
@@ -10,6 +11,7 @@ API_KEY_PREFIX = "sk_"
 API_KEY_RANDOM_LENGTH = 40
 API_KEY_SHOWN_PREFIX_LENGTH = 12
 _BASE62 = string.digits + string.ascii_letters
+_API_KEY_SHAPE = re.compile(rf"{API_KEY_PREFIX}[0-9A-Za-z]{{{API_KEY_RANDOM_LENGTH}}}")
 
 
 def new_api_key() -> str:
@@ -18,12 +20,8 @@ def new_api_key() -> str:
 
 
 def looks_like_api_key(value: str) -> bool:
-    body = value.removeprefix(API_KEY_PREFIX)
-    return (
-        value.startswith(API_KEY_PREFIX)
-        and len(body) == API_KEY_RANDOM_LENGTH
-        and all(char in _BASE62 for char in body)
-    )
+    """Whether `value` has an API key's shape: `sk_` and 40 base62 characters."""
+    return _API_KEY_SHAPE.fullmatch(value) is not None
 
 
 def api_key_prefix(key: str) -> str:

@@ -8,10 +8,12 @@ import sys
 
 import pytest
 
+from payorch.config import Settings
 from payorch.http.requestlog import is_acceptable_request_id
 from payorch.http.services import PayorchApp
 from payorch.logs import JsonFormatter, LineRecord, WorkerFilter, log_line
-from tests.helpers import Client, Merchant, new_api_key, new_application
+from payorch.storage.database import Database
+from tests.helpers import Client, Merchant, create_session, new_api_key, new_application, new_shop
 
 ACCESS_LOGGER = "payorch.access"
 
@@ -143,6 +145,20 @@ async def test_access_line_names_the_application_of_an_api_key(
     await client.get(f"/api/v1/applications/{application['id']}/sessions", headers={"X-API-Key": key["key"]})
     [record] = access_records(access_log)
     assert record.applicationId == application["id"]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("credential", ["api key", "access token"])
+async def test_access_line_of_a_session_read_names_the_session_s_application(
+    client: Client, db: Database, settings: Settings, access_log: pytest.LogCaptureFixture, credential: str
+) -> None:
+    shop = await new_shop(client, db, settings)
+    created = await (await create_session(client, shop, "read-logged")).get_json()
+    headers = shop.headers if credential == "api key" else shop.merchant.headers
+    access_log.clear()
+    response = await client.get(f"/api/v1/sessions/{created['sessionId']}", headers=headers)
+    assert response.status_code == 200
+    [record] = access_records(access_log)
+    assert record.applicationId == shop.application_id  # type: ignore[attr-defined]
 
 
 async def test_access_line_of_a_request_without_application_names_none(

@@ -12,7 +12,6 @@ from payorch.engine.payments.reads import session_page, session_with_record
 from payorch.engine.payments.records import SessionRecord
 from payorch.http.auth import Principal, application_for, parse_id
 from payorch.http.models import SessionCreateRequest
-from payorch.http.requestlog import note_application
 from payorch.http.services import Services
 from payorch.providers.catalogue import ProviderCatalogue
 from payorch.storage.sessions import ALL_SESSIONS, CheckoutSession, SessionDraft, SessionFilter
@@ -123,7 +122,8 @@ async def read_session(
     found = await services.context.db.autocommit(session_with_record, parse_id(session_id, "session"))
     if found is None or not await may_read(principal, found[0].application_id):
         raise NotFound("session not found", missing="session")
-    note_application(found[0].application_id)
+    # Its application is noted for the log line already: the API key's own, or the one
+    # `application_for` just checked.
     return found
 
 
