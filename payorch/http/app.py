@@ -85,8 +85,8 @@ class _App(PayorchApp):
         # HTTP/1.1 (h11) refuses such bytes in a request target; HTTP/2 passes them on.
         if scope["type"] == "http":
             scope = {**scope, "query_string": _decodable_query_string(scope["query_string"])}
-            call = await login_gate.charged_call(self.services, scope, receive)
-            if call is None:  # the client left while its login was held
+            call = await login_gate.charged_call(self.services, scope, receive, send)
+            if call is None:  # its refusal answered, or the client left while it was held
                 return
             scope, receive = call
         await super().asgi_app(scope, receive, send)

@@ -57,6 +57,22 @@ SHAPE_B_STATUS_OF: dict[type[domain.CodedError], HTTPStatus] = {
 }
 
 
+def shape_a_body(
+    status: int,
+    message: str | list[str],
+    *,
+    details: list[dict[str, str]] | str | None = None,
+    retry_after: int | None = None,
+) -> dict[str, Any]:
+    """Shape A's body, but for a 500's `requestId` (`shape_a` adds it)."""
+    body: dict[str, Any] = {"error": HTTPStatus(status).phrase, "message": message, "code": status}
+    if details:
+        body["details"] = details
+    if retry_after is not None:
+        body["retryAfter"] = retry_after
+    return body
+
+
 def shape_a(
     status: int,
     message: str | list[str],
@@ -64,11 +80,7 @@ def shape_a(
     details: list[dict[str, str]] | str | None = None,
     retry_after: int | None = None,
 ) -> Response:
-    body: dict[str, Any] = {"error": HTTPStatus(status).phrase, "message": message, "code": status}
-    if details:
-        body["details"] = details
-    if retry_after is not None:
-        body["retryAfter"] = retry_after
+    body = shape_a_body(status, message, details=details, retry_after=retry_after)
     if status >= 500:
         body["requestId"] = g.get("request_id")
     response = jsonify(body)

@@ -17,7 +17,7 @@ import uuid
 from quart import Quart, Request, Response, g, request
 
 from payorch import logcontext
-from payorch.http.services import services
+from payorch.http.services import Services, services
 from payorch.logs import log_line
 
 log = logging.getLogger("payorch.access")
@@ -38,9 +38,14 @@ def note_application(application_id: object) -> None:
     logcontext.application_id.set(g.application_id)
 
 
+def request_id_for(offered: str) -> str:
+    """The id a request is answered and logged with: the caller's (`offered`) when acceptable,
+    otherwise a fresh one."""
+    return offered if is_acceptable_request_id(offered) else f"req_{uuid.uuid4().hex}"
+
+
 async def _start() -> None:
-    offered = request.headers.get(REQUEST_ID_HEADER, "")
-    g.request_id = offered if is_acceptable_request_id(offered) else f"req_{uuid.uuid4().hex}"
+    g.request_id = request_id_for(request.headers.get(REQUEST_ID_HEADER, ""))
     logcontext.request_id.set(g.request_id)
     logcontext.application_id.set(None)
     g.started = time.perf_counter()
@@ -54,23 +59,45 @@ async def _finish(response: Response) -> Response:
     # The request itself, once, rather than through its proxy at every attribute.
     answered: Request = request._get_current_object()  # type: ignore[attr-defined]
     rule = answered.url_rule.rule if answered.url_rule is not None else None
-    status = response.status_code
-    services().context.metrics.http_request(answered.method, rule, status, seconds)
+    answered_request(
+        services(),
+        (answered.method, rule, answered.path),
+        response.status_code,
+        seconds if started else None,
+        answered.remote_addr,
+        request_id,
+        g.get("application_id"),
+    )
+    return response
+
+
+def answered_request(
+    services: Services,
+    route: tuple[str, str | None, str],
+    status: int,
+    seconds: float | None,
+    remote_addr: str | None,
+    request_id: str | None,
+    application_id: str | None = None,
+) -> None:
+    """Count a request answered (`route`: its method, route pattern and path) in the metrics and
+    write its log line; `seconds` None when its start is unknown."""
+    method, rule, path = route
+    services.context.metrics.http_request(method, rule, status, seconds or 0.0)
     log_line(
         log,
         logging.INFO,
         "request",
         {
-            "method": answered.method,
-            "path": answered.path,
+            "method": method,
+            "path": path,
             "status": status,
-            "durationMs": round(seconds * 1000, 3) if started else None,
-            "remoteAddr": answered.remote_addr,
+            "durationMs": None if seconds is None else round(seconds * 1000, 3),
+            "remoteAddr": remote_addr,
             "requestId": request_id,
-            "applicationId": g.get("application_id"),
+            "applicationId": application_id,
         },
     )
-    return response
 
 
 def install_request_log(app: Quart) -> None:
