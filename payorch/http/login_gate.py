@@ -1,11 +1,12 @@
 """A login's or signup's charge to its client address, taken before Quart builds a request.
 
-Login, signup and a password reset (the API's and the console's) charge the client address's
-bucket before anything else (`RequestLimits.charge_login`), and a charge its bucket refuses is held
-for seconds first. Held inside a route, each refusal keeps Quart's request, its context and its task alive for
-that long: under a flood hundreds of them, which every full collection of the cyclic garbage
-collector walks, and every other merchant's request waits for. Charged here, at the ASGI call, a
-held refusal keeps only the connection and the ASGI call's own few objects.
+Login, signup, a password reset and an invited user's join (the API's and the console's) charge the
+client address's bucket before anything else (`RequestLimits.charge_login`), and a charge its bucket
+refuses is held for seconds first. Held inside a route, each refusal keeps Quart's request, its
+context and its task alive for that long: under a flood hundreds of them, which every full
+collection of the cyclic garbage collector walks, and every other merchant's request waits for.
+Charged here, at the ASGI call, a held refusal keeps only the connection and the ASGI call's own few
+objects.
 
 An API login or signup its bucket refuses is answered here too (`ANSWERED_PATHS`): the route's
 429 in shape A, byte for byte, with its `Retry-After`, `X-Request-Id` and `Cache-Control`
@@ -43,6 +44,7 @@ CHARGED_PATHS: Final = frozenset(
         "/console/sign-in",
         "/console/sign-up",
         "/console/reset-password",
+        "/console/join",
     }
 )
 # Of those, the API's: a refusal answered at the ASGI call, in JSON (shape A).
