@@ -88,7 +88,9 @@ async def recorded_payments(
     conn: Connection, application_id: uuid.UUID, provider: str, references: list[str]
 ) -> dict[str, RecordedPayment]:
     """The application's sessions by the provider's payment `references`: a session's own checkout
-    (or the payment's own id) first, else an ended attempt's."""
+    (or the payment's own id) first, else an ended attempt's (none asked: no statement)."""
+    if not references:
+        return {}
     rows = await conn.fetch(_RECORDED_PAYMENTS, application_id, provider, references)
     found: dict[str, RecordedPayment] = {}
     for row in rows:  # rank descending: a session's own checkout overrides an attempt's
@@ -107,7 +109,10 @@ async def recorded_payments(
 async def recorded_refunds(
     conn: Connection, application_id: uuid.UUID, provider: str, references: list[str]
 ) -> dict[str, RecordedRefund]:
-    """The application's refunds at `provider` by the provider's refund `references`."""
+    """The application's refunds at `provider` by the provider's refund `references` (none asked: no
+    statement)."""
+    if not references:
+        return {}
     rows = await conn.fetch(
         f"""SELECT provider_reference, id, session_id, amount_minor, currency,
                    status = {_COMPLETED} AS completed, created_at

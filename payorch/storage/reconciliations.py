@@ -12,6 +12,7 @@ from datetime import date, datetime
 
 import asyncpg
 
+from payorch.storage.array_types import know_array_types
 from payorch.storage.database import Connection
 from payorch.storage.database_thread import on_database_thread
 from payorch.storage.pages import read_page
@@ -184,6 +185,15 @@ async def list_runs(conn: Connection, application_id: uuid.UUID, page: PageReque
 
 
 @on_database_thread
+async def prepare_run_connection(conn: Connection) -> int:
+    """Ready a run's own connection (outside the pool) for its statements, as the pool readies its
+    own (the array types known without a catalog lookup); answers its backend's process id."""
+    await know_array_types(conn)
+    pid: int = conn.get_server_pid()
+    return pid
+
+
+@on_database_thread
 async def insert_items(conn: Connection, run_id: uuid.UUID, rows: Sequence[tuple[object, ...]]) -> None:
     """Store a batch of the run's items, each a tuple of `ITEM_COLUMNS`' values, in one statement."""
     if not rows:
@@ -246,23 +256,23 @@ class RunSummary:
 
 @on_database_thread
 async def summary(conn: Connection, run_id: uuid.UUID) -> RunSummary:
-    """How many items of each outcome, the settled totals per currency, and the payouts."""
-    counts = {
-        ItemOutcome(row["outcome"]): row["count"]
-        for row in await conn.fetch(
-            "SELECT outcome, count(*) AS count FROM reconciliation_items WHERE run_id = $1 GROUP BY outcome",
-            run_id,
-        )
-    }
-    totals = [
-        Totals(row["currency"].strip(), row["items"], row["gross"], row["fee"], row["net"])
-        for row in await conn.fetch(
-            """SELECT currency, count(*) AS items, coalesce(sum(gross_minor), 0)::bigint AS gross,
-                      coalesce(sum(fee_minor), 0)::bigint AS fee, coalesce(sum(net_minor), 0)::bigint AS net
-               FROM reconciliation_items WHERE run_id = $1 GROUP BY currency ORDER BY currency""",
-            run_id,
-        )
-    ]
+    """How many items of each outcome, the settled totals per currency, and the payouts. The items
+    are read once (grouped by outcome and currency together), not once for the counts and again for
+    the totals: a run's `GET`, polled while it runs, scans up to the period's items."""
+    counts: dict[ItemOutcome, int] = {}
+    by_currency: dict[str, list[int]] = {}
+    for row in await conn.fetch(
+        """SELECT outcome, currency, count(*) AS items, coalesce(sum(gross_minor), 0)::bigint AS gross,
+                  coalesce(sum(fee_minor), 0)::bigint AS fee, coalesce(sum(net_minor), 0)::bigint AS net
+           FROM reconciliation_items WHERE run_id = $1 GROUP BY outcome, currency""",
+        run_id,
+    ):
+        outcome = ItemOutcome(row["outcome"])
+        counts[outcome] = counts.get(outcome, 0) + row["items"]
+        sums = by_currency.setdefault(row["currency"].strip(), [0, 0, 0, 0])
+        for n, column in enumerate(("items", "gross", "fee", "net")):
+            sums[n] += row[column]
+    totals = [Totals(currency, *by_currency[currency]) for currency in sorted(by_currency)]
     payouts = [
         PayoutCheck(
             row["payout_id"],

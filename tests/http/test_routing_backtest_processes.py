@@ -23,11 +23,12 @@ from payorch.engine.routing.backtest_processes import (
     BacktestFailed,
     BacktestProcesses,
 )
-from payorch.engine.routing.backtest_worker import APPLICATION_NAME, BACKEND_NICENESS, Limits, Run
+from payorch.engine.routing.backtest_worker import APPLICATION_NAME, Limits, Run
 from payorch.engine.routing.document import parse_routing_document
 from payorch.engine.routing.success_rates import RoutingSettings
 from payorch.http.request_limits import BACKTEST_RETRY_AFTER_S, BACKTESTS_AT_ONCE
 from payorch.runtime import Runtime, open_runtime
+from payorch.storage.backend_priority import BACKEND_NICENESS
 from payorch.storage.database import Connection, Database
 from tests.clock import ShiftedClock
 from tests.helpers import Client, Shop, create_session, eventually, new_shop, post_json

@@ -3,8 +3,8 @@ hands it to a task of its own nursery, which the runtime starts with the service
 
 A run of an application's account at a provider over the UTC days `first` to `last`:
 1. streams the provider's settled items (`ReportsSettlements.settled_items`), `_BATCH` at a time:
-   looks each batch's references up among the application's sessions, attempts and refunds in two
-   statements, matches each item (`match.match_settled`) and stores the batch;
+   looks each batch's references up among the application's sessions, attempts and refunds in a
+   statement for each kind the batch holds, matches each item (`match.match_settled`) and stores the batch;
 2. repairs each payment payorch has unpaid in one of its sessions (`repair`), as the batch is stored;
 3. reads, a batch at a time, the application's paid sessions and COMPLETED refunds at the provider
    that were made on the days whose settlement falls in the period (`first - lag` to `last - lag`)
@@ -12,17 +12,21 @@ A run of an application's account at a provider over the UTC days `first` to `la
 4. stores each payout arriving in the period beside the nets of the items it carried: those the
    provider lists for it (`ListsPayoutItems`), else the run's items that name it.
 
-So a run holds one batch in memory, however long the period. Bounds: one RUNNING run per
-application and provider (the database refuses a second: `start` answers None), and this process
-runs `limits.background_per_merchant` runs at once, one merchant's `pacing.RUNS_PER_MERCHANT` at
-most, the others waiting their turn. A page the
-provider answers with a 429 or a 5xx is asked again (`pacing.PageRetries`), after its `Retry-After`
-or a doubling pause, the run giving its turn to the others while it waits: so it slows its own
+So a run holds one batch in memory, however long the period. Its statements of steps 1 to 3 go
+over a connection of its own (`RUN_CONNECTION`, outside the pool, opened with its turn and closed
+when it ends), whose PostgreSQL backend runs at the least priority when it is a process of this
+host (`lower_local_backend_priority`, as a backtest's reader): the requests' backends come first.
+Bounds: one RUNNING run per application and provider (the database refuses a second: `start`
+answers None), and this process runs `limits.background_per_merchant` runs at once, one merchant's
+`pacing.RUNS_PER_MERCHANT` at most, the others waiting their turn. A page the provider answers
+with a 429 or a 5xx is asked again (`pacing.PageRetries`), after its `Retry-After` or a doubling
+pause, the run giving its turn to the others while it waits: so it slows its own
 account alone. A run rests after each batch: the process's runs together take at most
 `reconciliation.time_share` of the server's time (`pacing.RunsShare`), and its Python work comes
 in slices of `_SLICE` items between checkpoints.
 A run that fails (the provider's error, a page still busy after `reconciliation.page_attempts`
-tries, the database's) or is cancelled ends FAILED with its error; its items stay.
+tries, the database's, its own connection lost) or is cancelled ends FAILED with its error; its
+items stay, each batch's whole (one statement).
 A run left RUNNING by a process that died is ended FAILED by the next start after `ABANDONED_AFTER`.
 """
 
@@ -47,6 +51,8 @@ from payorch.providers.settlements import ListsPayoutItems, ReportsSettlements, 
 from payorch.storage import reconciliation_sources as sources
 from payorch.storage import reconciliations as store
 from payorch.storage.applications import get_application
+from payorch.storage.backend_priority import lower_local_backend_priority
+from payorch.storage.dedicated import DedicatedConnection
 from payorch.storage.provider_configs import ProviderConfig
 from payorch.values.reconciliation import ItemOutcome, RunState
 
@@ -62,6 +68,8 @@ R = TypeVar("R")  # a row of what payorch recorded: a payment, a refund
 # A run RUNNING this long was left by a process that died: the next start ends it FAILED. Far
 # beyond any run's length (a period of 100,000 payments takes well under a minute).
 ABANDONED_AFTER = timedelta(hours=1)
+# A run's own connection, named "payorch reconciliation" in `pg_stat_activity`.
+RUN_CONNECTION = "reconciliation"
 
 
 class ReconciliationRuns:
@@ -111,10 +119,22 @@ class ReconciliationRuns:
         try:
             application = await self._context.db.autocommit(get_application, run.application_id)
             assert application is not None  # a run's application is never deleted
-            async with Turn(self._turns, application.merchant_id) as turn:
+            async with (
+                Turn(self._turns, application.merchant_id) as turn,
+                self._context.db.dedicated_connection(RUN_CONNECTION) as conn,
+            ):
+                backend = await conn.run(store.prepare_run_connection)
+                lower_local_backend_priority(backend)
                 retries = PageRetries(self._context.settings.reconciliation, turn, run)
                 await _Reconciliation(
-                    self._context, self._actors, run, config, provider, counted, Pace(self._share, retries)
+                    self._context,
+                    self._actors,
+                    conn,
+                    run,
+                    config,
+                    provider,
+                    counted,
+                    Pace(self._share, retries),
                 ).reconcile()
             state = RunState.COMPLETED
         except ProviderError as exc:
@@ -157,15 +177,17 @@ class _Reconciliation:
         self,
         context: Context,
         actors: PaymentActors,
+        conn: DedicatedConnection,
         run: store.Run,
         config: ProviderConfig,
         provider: ReportsSettlements,
         counted: _Counted,
         pace: Pace,
     ) -> None:
-        self.context, self.actors, self.run, self.config, self.provider = (
+        self.context, self.actors, self.conn, self.run, self.config, self.provider = (
             context,
             actors,
+            conn,
             run,
             config,
             provider,
@@ -208,17 +230,15 @@ class _Reconciliation:
     async def _settled(self, items: list[SettledItem]) -> None:
         if not items:
             return
-        db, run = self.context.db, self.run
+        conn, run = self.conn, self.run
         payment_refs = [
             i.payment_reference for i in items if i.kind is SettledKind.PAYMENT and i.payment_reference
         ]
         refund_refs = [
             i.refund_reference for i in items if i.kind is SettledKind.REFUND and i.refund_reference
         ]
-        payments = await db.autocommit(
-            sources.recorded_payments, run.application_id, run.provider, payment_refs
-        )
-        refunds = await db.autocommit(sources.recorded_refunds, run.application_id, run.provider, refund_refs)
+        payments = await conn.run(sources.recorded_payments, run.application_id, run.provider, payment_refs)
+        refunds = await conn.run(sources.recorded_refunds, run.application_id, run.provider, refund_refs)
         findings: list[Finding] = []
         for start in range(0, len(items), _SLICE):
             findings += [
@@ -236,7 +256,7 @@ class _Reconciliation:
                 continue
             checkout = payments[finding.settled.payment_reference or ""].checkout_reference
             if await repair(self.actors, run.application_id, run.provider, finding, checkout):
-                await db.autocommit(store.mark_repaired, run.id, first_seq + offset)
+                await conn.run(store.mark_repaired, run.id, first_seq + offset)
                 self.counted.repaired += 1
                 self.context.metrics.reconciliation_repair(run.provider)
 
@@ -270,7 +290,7 @@ class _Reconciliation:
         """Store a finding for each row `read` answers, `_BATCH` at a time, in its keyset's order."""
         run, after = self.run, None
         while True:
-            rows = await self.context.db.autocommit(
+            rows = await self.conn.run(
                 read, run.id, run.application_id, run.provider, since, until, after, _BATCH
             )
             await self._store([finding(row) for row in rows])
@@ -285,7 +305,7 @@ class _Reconciliation:
         for start in range(0, len(findings), _SLICE):
             rows += [_row(first_seq + start + n, f) for n, f in enumerate(findings[start : start + _SLICE])]
             await trio.lowlevel.checkpoint()
-        await self.context.db.autocommit(store.insert_items, self.run.id, rows)
+        await self.conn.run(store.insert_items, self.run.id, rows)
         self.counted.seq += len(rows)
         await self.pace.rest()
         for outcome in ItemOutcome:

@@ -56,6 +56,7 @@ from payorch.engine.routing.backtest import (
 )
 from payorch.engine.routing.document import RoutingDocument, stored_routing_document
 from payorch.engine.routing.success_rates import RoutingSettings, SegmentFigures, SuccessRates
+from payorch.storage.backend_priority import lower_local_backend_priority
 from payorch.storage.dedicated import CONNECT_TIMEOUT_S
 from payorch.storage.failures import StorageFailure, storage_failure
 from payorch.storage.routing_history import PastSession, read_past_sessions, routing_documents_of
@@ -71,26 +72,6 @@ BATCH = 2_000
 STATEMENT_TIMEOUT_S = 60  # the most one statement of a backtest's reading may take (each fetch is one)
 # How the worker's connection is named in pg_stat_activity.
 APPLICATION_NAME = "payorch backtest"
-BACKEND_NICENESS = 19  # the backend reading a backtest's sessions, when it runs on this host as us
-
-
-def lower_local_backend_priority(pid: int) -> bool:
-    """Give the PostgreSQL backend `pid` the least priority (nice 19), when it is a process of this
-    host that this user may lower (the embedded PostgreSQL's): it reads a backtest's 100,000 rows
-    for the worker, which itself runs only on a core nobody else wants, and at the server's
-    priority it took the core the serving processes and their backends need. Not the idle class:
-    a backend can hold a lock that the others' backends wait for, and an idle-class process may
-    wait for a core indefinitely; at nice 19 it still gets a slice every scheduling period. A
-    server elsewhere (or in another process namespace) is left alone: `pid` must be a `postgres`
-    process here. Whether it was lowered."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            if not cmdline.read().startswith(b"postgres"):
-                return False
-        os.setpriority(os.PRIO_PROCESS, pid, BACKEND_NICENESS)
-    except OSError:  # no /proc, not this host's process, or not ours to lower
-        return False
-    return True
 
 
 @dataclass(frozen=True)
