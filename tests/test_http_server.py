@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from functools import partial
+from typing import cast
 from urllib.parse import urlsplit
 
 import trio
@@ -355,3 +356,84 @@ async def test_a_client_closing_its_connection_while_its_login_is_held_ends_the_
 
         # The closed connection's hold has ended: the process's one place is free again.
         await eventually(other_refusal_is_held)
+
+
+# --- an answer's writes -------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def _serving(app: object) -> AsyncIterator[tuple[str, int]]:
+    """`app` (a plain ASGI callable) served by payorch's HTTP server on loopback."""
+    config = HypercornConfig()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    config.errorlog = logging.getLogger("tests.http_server")
+    limits = http_server.ConnectionLimits(
+        max_connections=10, max_connections_per_address=10, read_timeout_s=5, keep_alive_timeout_s=5
+    )
+    shutdown = trio.Event()
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(
+            partial(http_server.serve, app, config, limits, shutdown_trigger=shutdown.wait)
+        )
+        url = urlsplit(binds[0])
+        assert url.hostname is not None and url.port is not None
+        yield url.hostname, url.port
+        shutdown.set()
+
+
+Say = Callable[[dict[str, object]], Awaitable[None]]
+
+
+async def _lifespan(scope: dict[str, object], receive: object, send: object) -> bool:
+    """Answer a lifespan's startup and shutdown; whether `scope` was one."""
+    if scope["type"] != "lifespan":
+        return False
+    hear, say = cast(Callable[[], Awaitable[dict[str, object]]], receive), cast(Say, send)
+    while (await hear())["type"] != "lifespan.shutdown":
+        await say({"type": "lifespan.startup.complete"})
+    await say({"type": "lifespan.shutdown.complete"})
+    return True
+
+
+async def _in_pieces(scope: dict[str, object], receive: object, send: object) -> None:
+    """An answer whose body comes in three pieces, the last empty."""
+    if await _lifespan(scope, receive, send):
+        return
+    say = cast(Say, send)
+    await say({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"6")]})
+    await say({"type": "http.response.body", "body": b"abc", "more_body": True})
+    await trio.sleep(0.05)
+    await say({"type": "http.response.body", "body": b"def", "more_body": True})
+    await say({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _head_alone(scope: dict[str, object], receive: object, send: object) -> None:
+    """An answer that ends after its head: the app returns without a body."""
+    if await _lifespan(scope, receive, send):
+        return
+    say = cast(Say, send)
+    await say({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"5")]})
+
+
+async def test_an_answer_whose_body_comes_in_pieces_arrives_whole_and_the_connection_serves_again() -> None:
+    async with _serving(_in_pieces) as address:
+        stream = await _connect(address)
+        async with stream:
+            for _ in range(2):  # kept alive: the second request on the same connection
+                await stream.send_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+                with trio.fail_after(5):
+                    response = await _response(stream)
+                assert response.startswith(b"HTTP/1.1 200")
+                assert response.endswith(b"\r\n\r\nabcdef")
+
+
+async def test_an_answer_that_ends_after_its_head_still_sends_its_head_then_closes() -> None:
+    async with _serving(_head_alone) as address:
+        stream = await _connect(address)
+        async with stream:
+            await stream.send_all(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+            with trio.fail_after(5):
+                received = await _until_closed(stream)
+    assert received.startswith(b"HTTP/1.1 200")
+    assert received.endswith(b"\r\n\r\n")

@@ -44,12 +44,14 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.events import Closed, Event, RawData
 from hypercorn.protocol import ProtocolWrapper
+from hypercorn.protocol.events import Event as StreamEvent
+from hypercorn.protocol.events import StreamClosed
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.task_group import TaskGroup
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
-from hypercorn.typing import AppWrapper, ASGIFramework, ConnectionState, LifespanState
+from hypercorn.typing import AppWrapper, ASGIFramework, ConnectionState, H11SendableEvent, LifespanState
 from hypercorn.utils import ShutdownError, parse_socket_addr, raise_shutdown, repr_socket_addr, wrap_app
 
 from payorch.config import ServerSettings
@@ -149,7 +151,33 @@ def _framed_twice(request: h11.Request) -> bool:
 
 
 class _Http11Protocol(H11Protocol):
-    """hypercorn's HTTP/1.1, which never hands the connection over to HTTP/2."""
+    """hypercorn's HTTP/1.1, which never hands the connection over to HTTP/2, and writes an answer's
+    head with its body's first bytes: one write to the socket for an answer whose body comes in
+    one piece, where hypercorn makes three (the head, the body, and the end of a body whose length
+    was given, which is no bytes at all)."""
+
+    _head: bytes = b""  # an answer's head, held until its body's first bytes (or anything else)
+
+    async def _send_h11_event(self, event: H11SendableEvent) -> None:
+        try:
+            data = self.connection.send(event)
+        except h11.LocalProtocolError:
+            if self.connection.their_state != h11.ERROR:
+                raise
+            return
+        if isinstance(event, h11.Response):
+            self._head = data
+            return
+        if self._head:
+            data, self._head = self._head + data, b""
+        if data:
+            await self.send(RawData(data=data))
+
+    async def stream_send(self, event: StreamEvent) -> None:
+        if self._head and isinstance(event, StreamClosed):  # an answer ended with its head alone
+            data, self._head = self._head, b""
+            await self.send(RawData(data=data))
+        await super().stream_send(event)
 
     async def _check_protocol(self, event: h11.Request) -> None:
         """hypercorn switches to HTTP/2 here; payorch does not. `Upgrade: h2c` is ignored, as a
