@@ -278,18 +278,9 @@ async def test_a_body_that_arrives_within_the_read_timeout_is_served(settings: S
 # --- A client that goes away --------------------------------------------------------------------
 
 
-async def test_a_client_closing_its_connection_cancels_its_request() -> None:
-    app = QuartTrio("slow")
-    began, cancelled = trio.Event(), trio.Event()
-
-    @app.route("/slow")
-    async def slow() -> str:
-        began.set()
-        try:
-            await trio.sleep_forever()
-        finally:
-            cancelled.set()
-
+@asynccontextmanager
+async def _serving(app: object) -> AsyncIterator[tuple[str, int]]:
+    """`app` (a plain ASGI callable) served by payorch's HTTP server on loopback."""
     config = HypercornConfig()
     config.bind = ["127.0.0.1:0"]
     config.accesslog = None
@@ -304,14 +295,30 @@ async def test_a_client_closing_its_connection_cancels_its_request() -> None:
         )
         url = urlsplit(binds[0])
         assert url.hostname is not None and url.port is not None
-        stream = await _connect((url.hostname, url.port))
+        yield url.hostname, url.port
+        shutdown.set()
+
+
+async def test_a_client_closing_its_connection_cancels_its_request() -> None:
+    app = QuartTrio("slow")
+    began, cancelled = trio.Event(), trio.Event()
+
+    @app.route("/slow")
+    async def slow() -> str:
+        began.set()
+        try:
+            await trio.sleep_forever()
+        finally:
+            cancelled.set()
+
+    async with _serving(app) as address:
+        stream = await _connect(address)
         await stream.send_all(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
         with trio.fail_after(5):
             await began.wait()
         await stream.aclose()
         with trio.fail_after(2):
             await cancelled.wait()
-        shutdown.set()
 
 
 def _login(email: str) -> bytes:
@@ -359,27 +366,6 @@ async def test_a_client_closing_its_connection_while_its_login_is_held_ends_the_
 
 
 # --- an answer's writes -------------------------------------------------------------------------
-
-
-@asynccontextmanager
-async def _serving(app: object) -> AsyncIterator[tuple[str, int]]:
-    """`app` (a plain ASGI callable) served by payorch's HTTP server on loopback."""
-    config = HypercornConfig()
-    config.bind = ["127.0.0.1:0"]
-    config.accesslog = None
-    config.errorlog = logging.getLogger("tests.http_server")
-    limits = http_server.ConnectionLimits(
-        max_connections=10, max_connections_per_address=10, read_timeout_s=5, keep_alive_timeout_s=5
-    )
-    shutdown = trio.Event()
-    async with trio.open_nursery() as nursery:
-        binds = await nursery.start(
-            partial(http_server.serve, app, config, limits, shutdown_trigger=shutdown.wait)
-        )
-        url = urlsplit(binds[0])
-        assert url.hostname is not None and url.port is not None
-        yield url.hostname, url.port
-        shutdown.set()
 
 
 Say = Callable[[dict[str, object]], Awaitable[None]]
