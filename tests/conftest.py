@@ -40,6 +40,7 @@ from tests import argon2_memo, route_memo
 from tests.clock import ShiftedClock
 from tests.databases import POOL_MAX, POOL_MIN, ReusedDatabase, TestDatabases, database_url
 from tests.helpers import Client, Merchant, new_merchant
+from tests.termination import ended_with_this_process
 
 # The browser tests' fixtures (live_service, browser) and hooks, for tests of any folder.
 pytest_plugins = ("tests.browser.plugin", "tests.leftovers")
@@ -150,7 +151,8 @@ def postgres_server() -> Iterator[str]:
     for name, value in _EMBEDDED_SETTINGS.items():  # one by one: ALTER SYSTEM refuses a transaction
         asyncio.run(_admin(url, f"ALTER SYSTEM SET {name} = {value}"))
     asyncio.run(_admin(url, "SELECT pg_reload_conf()"))
-    yield url
+    with ended_with_this_process(server.cleanup):
+        yield url
     server.cleanup()
 
 

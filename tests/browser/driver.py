@@ -7,7 +7,10 @@ worker thread, so the trio loop keeps serving the pages meanwhile."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,7 +88,10 @@ def start_chromium(user_data_dir: Path) -> WebDriver:
     if binary != HEADLESS_SHELL:
         options.add_argument(f"--user-data-dir={user_data_dir}")
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=str(CHROMEDRIVER)))
+    # ChromeDriver and the Chromium it starts in a process group of their own, which a test
+    # process ended by a signal takes down with it (`LazyChromium.kill`).
+    service = Service(executable_path=str(CHROMEDRIVER), popen_kw={"start_new_session": True})
+    driver = webdriver.Chrome(options=options, service=service)
     driver.set_page_load_timeout(30)
     return driver
 
@@ -102,6 +108,13 @@ class LazyChromium:
             self._profile = tempfile.TemporaryDirectory(prefix="payorch-chromium-")
             self._driver = start_chromium(Path(self._profile.name))
         return self._driver
+
+    def kill(self) -> None:
+        """Kill ChromeDriver and its Chromium at once (their process group), for a test process
+        about to end without its session's teardown."""
+        if self._driver is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._driver.service.process.pid, signal.SIGKILL)
 
     def close(self) -> None:
         if self._driver is not None:

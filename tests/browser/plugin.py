@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 import pytest
 import trio
 
+from tests.termination import ended_with_this_process
+
 if TYPE_CHECKING:
     from payorch.runtime import Runtime
     from tests.browser.driver import Browser, LazyChromium
@@ -147,7 +149,8 @@ def chromium() -> Iterator[LazyChromium]:
     from tests.browser.driver import LazyChromium
 
     lazy = LazyChromium()
-    yield lazy
+    with ended_with_this_process(lazy.kill):
+        yield lazy
     lazy.close()
 
 
