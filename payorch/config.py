@@ -399,6 +399,7 @@ class LimitSettings(_Section):
     burst: PositiveInt = 100
     login_per_minute: PositiveInt = 10
     login_refusal_hold_s: NonNegativeFloat = 5.0
+    login_refusal_hold_max_s: NonNegativeFloat = 60.0
     login_refusals_held_per_address: PositiveInt = 100
     login_refusals_held: PositiveInt = 500
     failed_logins_per_account_per_hour: PositiveInt = 20
@@ -421,6 +422,12 @@ class LimitSettings(_Section):
     applications_per_merchant: PositiveInt = 100
     active_api_keys_per_application: PositiveInt = 20
     webhooks_per_application: PositiveInt = 100
+
+    @model_validator(mode="after")
+    def _hold_max_covers_the_hold(self) -> LimitSettings:
+        if self.login_refusal_hold_max_s < self.login_refusal_hold_s:
+            raise ValueError("limits.login_refusal_hold_max_s must be at least limits.login_refusal_hold_s")
+        return self
 
 
 class ReconciliationSettings(_Section):

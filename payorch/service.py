@@ -33,6 +33,7 @@ from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallabl
 
 from payorch.config import ConfigError, Settings
 from payorch.http import server as http_server
+from payorch.http.request_limits import RequestLimits
 from payorch.runtime import Runtime, open_runtime
 from payorch.storage.database import Database, database_url, open_database
 from payorch.storage.migrations import migrate
@@ -170,11 +171,19 @@ async def run(
                 )
             )
             log.info("serving", extra={"addresses": addresses})
+            nursery.start_soon(_end_login_holds_at, shutdown, runtime.services.limits)
             _freeze_what_startup_made()
             if reload_settings is not None and reload_requests is not None:
                 nursery.start_soon(reload_when_asked, runtime, reload_requests, reload_settings)
             task_status.started(RunningService(addresses=addresses, db=db))
     log.info("stopped")
+
+
+async def _end_login_holds_at(shutdown: trio.Event, limits: RequestLimits) -> None:
+    """Once `shutdown` is set, answer the login refusals held (`RequestLimits.end_login_holds`):
+    the graceful shutdown waits for requests in flight, and a held refusal is one."""
+    await shutdown.wait()
+    limits.end_login_holds()
 
 
 async def serve_until_signalled(

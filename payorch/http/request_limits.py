@@ -28,11 +28,15 @@ TCP peer's, or behind `server.trusted_proxy_hops` reverse proxies the one they r
 entry a client could have written itself); its group (`address_group`) is an IPv4 address itself
 (an IPv4-mapped IPv6 one too), an IPv6 address its /64. A login or signup its group's bucket
 refuses is held first (up to `limits.login_refusal_hold_s`: until the bucket's next token or half
-that, plus a random part of the other half): then it takes that token if it came, else it is
-answered 429. So a client flooding logins over many connections gets about one answer per
-connection per few seconds, not one per round trip, and costs the process (and everyone it
-serves) next to nothing. At most `limits.login_refusals_held_per_address` are held per
-address group and `limits.login_refusals_held` in all; beyond either, refused at once. Each held
+that, plus a random part of the other half), and as many times as long as the refusals its group
+holds at that moment, this one included (at most `limits.login_refusal_hold_max_s`): then it
+takes that token if it came, else it is answered 429. So a person past the limit waits a few
+seconds, and a client flooding logins gets about one answer every few seconds per address group,
+however many connections it sends them on (up to the maximum hold), not one per round trip or
+per connection, and costs the process (and everyone it serves) next to nothing. Holds end, with
+their 429, as soon as the service begins to stop (`end_login_holds`). At most
+`limits.login_refusals_held_per_address` are held per address group and
+`limits.login_refusals_held` in all; beyond either, refused at once. Each held
 request sits on a connection its client opened and would hold anyway (bounded by
 `server.max_connections_per_address` and `server.max_connections`).
 
@@ -186,6 +190,8 @@ class RequestLimits:
             "logins", store, rate=settings.login_per_minute / 60.0, burst=settings.login_per_minute
         )
         self.login_refusal_hold_s = settings.login_refusal_hold_s
+        self.login_refusal_hold_max_s = settings.login_refusal_hold_max_s
+        self._holds_ended = trio.Event()
         self.held_login_refusals = InFlightLimit(settings.login_refusals_held_per_address)
         self.all_held_login_refusals = InFlightLimit(settings.login_refusals_held)  # one key: the process
         self.failed_logins_per_account = SharedLimiter(
@@ -255,6 +261,7 @@ class RequestLimits:
         self.per_credential.reconfigure(settings.requests_per_second, settings.burst)
         self.per_client_address.reconfigure(settings.login_per_minute / 60.0, settings.login_per_minute)
         self.login_refusal_hold_s = settings.login_refusal_hold_s
+        self.login_refusal_hold_max_s = settings.login_refusal_hold_max_s
         self.held_login_refusals.per_key = settings.login_refusals_held_per_address
         self.all_held_login_refusals.per_key = settings.login_refusals_held
         self.failed_logins_per_account.reconfigure(
@@ -348,27 +355,36 @@ class RequestLimits:
         _refuse_while_waiting(wait, "login and signup attempts from this address")
 
     async def _hold_login_refusal(self, group: str, wait: float) -> bool:
-        """Wait a while, at most `limits.login_refusal_hold_s`, and say True: until the group's
-        next token is due (`wait` seconds from now) or half the hold if sooner, plus a random part
-        of the other half, so that refusals that came together (a flood's first, or one group's
-        connections waiting for one token) are not all answered, and sent again, at once. False
-        at once (nothing held) when the hold is 0 or the group
-        (`limits.login_refusals_held_per_address`) or the process (`limits.login_refusals_held`)
-        holds as many refusals as it may."""
+        """Wait a while and say True: until the group's next token is due (`wait` seconds from
+        now) or half of `limits.login_refusal_hold_s` if sooner, plus a random part of the other
+        half, so that refusals that came together (a flood's first, or one group's connections
+        waiting for one token) are not all answered, and sent again, at once; and that times the
+        refusals the group holds now, this one included, at most `limits.login_refusal_hold_max_s`:
+        a group holding many at once is flooding, and its refusals are answered at about one per
+        hold however many connections carry them. False at once (nothing held) when the hold is
+        0, the service is stopping, or the group (`limits.login_refusals_held_per_address`) or the
+        process (`limits.login_refusals_held`) holds as many refusals as it may."""
         half = self.login_refusal_hold_s / 2
         hold = min(wait, half) + half * random.random()  # noqa: S311  # spreading, not a secret
-        if hold <= 0 or not self.held_login_refusals.try_enter(group):
+        if hold <= 0 or self._holds_ended.is_set() or not self.held_login_refusals.try_enter(group):
             return False
         try:
             if not self.all_held_login_refusals.try_enter(""):
                 return False
             try:
-                await trio.sleep(hold)
+                held_now = self.held_login_refusals.in_flight(group)
+                with trio.move_on_after(min(hold * held_now, max(self.login_refusal_hold_max_s, hold))):
+                    await self._holds_ended.wait()
             finally:
                 self.all_held_login_refusals.leave("")
         finally:
             self.held_login_refusals.leave(group)
         return True
+
+    def end_login_holds(self) -> None:
+        """Answer every held login refusal now, and hold none from now on: the service is stopping,
+        and its graceful shutdown should not wait out a flood's holds."""
+        self._holds_ended.set()
 
     async def count_login_attempt(self, email: str, remote_address: str | None) -> LoginCount:
         """Count a login attempt of the account `email` from `remote_address` as failed before it

@@ -9,12 +9,14 @@ long, and each test ends them by cancelling the requests it left held.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import pytest
 import trio
+import trio.testing
 from quart import Request as QuartRequest
 from quart import Response
 
@@ -26,6 +28,7 @@ from payorch.storage.database import Database
 from payorch.storage.rate_buckets import BucketTake, Grant
 from payorch.values.errors import RateLimited
 from tests.helpers import PASSWORD, Client, eventually, new_merchant
+from tests.http.test_shared_limits import InMemoryBuckets
 
 _numbers = itertools.count(1)
 
@@ -196,3 +199,95 @@ async def test_a_refusal_held_before_the_route_is_answered_by_it_with_the_docume
     assert body["code"] == 429
     assert "login and signup attempts from this address" in body["message"]
     assert body["retryAfter"] == int(refused.headers["Retry-After"]) >= 1
+
+
+async def _answers(limits: RequestLimits, address: str, connections: int, seconds: float) -> int:
+    """How many answers (refusals, and the logins a token came for) `connections` clients from
+    `address`, each sending its next login as soon as the last was answered, got in `seconds` (on
+    the autojump clock)."""
+    answered = 0
+
+    async def connection() -> None:
+        nonlocal answered
+        while True:
+            with contextlib.suppress(RateLimited):
+                await limits.charge_login(address)
+            answered += 1
+
+    with trio.move_on_after(seconds):
+        async with trio.open_nursery() as nursery:
+            for _ in range(connections):
+                nursery.start_soon(connection)
+    return answered
+
+
+def _flood_limits(**settings: float) -> RequestLimits:
+    """One login a minute per address group, refusals held 4 s (2 to 4 s each alone)."""
+    return RequestLimits(
+        LimitSettings(login_per_minute=1, login_refusal_hold_s=4.0, **settings), InMemoryBuckets()
+    )
+
+
+async def _spend_the_token(limits: RequestLimits, address: str) -> None:
+    await limits.charge_login(address)  # the group's one token
+
+
+async def test_a_group_flooding_over_many_connections_is_answered_no_faster_than_over_one(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    limits = _flood_limits()
+    await _spend_the_token(limits, "192.0.2.100")
+    # Alone, a refusal is held 2 to 4 s: about one answer every 3 s on one connection.
+    one = await _answers(limits, "192.0.2.100", connections=1, seconds=30.0)
+    assert 30 / 4 <= one <= 30 / 2 + 1
+    # Ten connections of one group share that pace: each refusal is held as many times as long as
+    # the refusals the group holds, so ten connections get about what one gets, not ten times it.
+    limits = _flood_limits()
+    await _spend_the_token(limits, "192.0.2.101")
+    ten = await _answers(limits, "192.0.2.101", connections=10, seconds=120.0)
+    assert ten <= 120 / 2 + 10  # at most about one per half hold, with the first round's ten
+    assert ten >= 120 / 60  # never held longer than login_refusal_hold_max_s (60 s)
+
+
+async def test_a_refusal_is_never_held_longer_than_the_maximum_hold(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    limits = _flood_limits(login_refusal_hold_max_s=5.0)
+    await _spend_the_token(limits, "192.0.2.102")
+    started = trio.current_time()
+    answered = await _answers(limits, "192.0.2.102", connections=50, seconds=6.0)
+    # Fifty held at once, each held at most 5 s: all fifty were answered within the 6 s.
+    assert answered >= 50
+    assert trio.current_time() - started == pytest.approx(6.0)
+
+
+async def test_holds_end_with_their_429_as_soon_as_the_service_begins_to_stop(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    limits = _flood_limits(login_refusal_hold_max_s=60.0)
+    await _spend_the_token(limits, "192.0.2.103")
+    answered_at: list[float] = []
+
+    async def held() -> None:
+        with pytest.raises(RateLimited):
+            await limits.charge_login("192.0.2.103")
+        answered_at.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(5):
+            nursery.start_soon(held)
+        await trio.sleep(1.0)
+        assert answered_at == []  # all five still held
+        stopping = trio.current_time()
+        limits.end_login_holds()
+    assert answered_at and max(answered_at) - stopping < 0.1
+    # From then on a refusal is answered at once.
+    before = trio.current_time()
+    with pytest.raises(RateLimited):
+        await limits.charge_login("192.0.2.103")
+    assert trio.current_time() - before < 0.1
+
+
+def test_a_maximum_hold_below_the_hold_is_refused_at_load() -> None:
+    with pytest.raises(ValueError, match="login_refusal_hold_max_s must be at least"):
+        LimitSettings(login_refusal_hold_s=10.0, login_refusal_hold_max_s=5.0)
