@@ -1,5 +1,5 @@
 """Shutdown lets requests in flight finish: a request still running when shutdown begins gets its
-full answer, and the service then stops."""
+full answer, and the service then stops; a login refusal it holds is answered at once."""
 
 from __future__ import annotations
 
@@ -86,3 +86,32 @@ async def test_request_in_flight_at_shutdown_gets_its_answer(
             await eventually(answered, trusting.server.graceful_timeout_s + 5)
     (answer,) = answers
     assert (answer["status"], answer["success"], answer["httpStatusCode"]) == (200, True, 200)
+
+
+async def test_a_login_held_at_shutdown_is_answered_429_and_the_service_stops_without_waiting_out_its_hold(
+    settings: Settings,
+) -> None:
+    holding = settings.model_copy(
+        update={
+            "limits": settings.limits.model_copy(
+                update={"login_per_minute": 1, "login_refusal_hold_s": 60.0, "login_refusal_hold_max_s": 60.0}
+            )
+        }
+    )
+    shutdown = trio.Event()
+    answers: list[int] = []
+    body = {"email": "nobody@held.example", "password": PASSWORD}
+    with trio.fail_after(holding.server.graceful_timeout_s):  # the hold alone would be 30 s or more
+        async with trio.open_nursery() as nursery:
+            service: RunningService = await nursery.start(partial(run, holding, shutdown=shutdown))
+            async with httpx.AsyncClient(base_url=service.addresses[0], timeout=30) as http:
+                assert (await http.post("/api/v1/auth/login", json=body)).status_code == 401  # the one token
+
+                async def held_login() -> None:
+                    answers.append((await http.post("/api/v1/auth/login", json=body)).status_code)
+
+                async with trio.open_nursery() as held:
+                    held.start_soon(held_login)
+                    await trio.sleep(1.0)  # sent, and held: its hold is 30 s or more
+                    shutdown.set()
+    assert answers == [429]
