@@ -342,3 +342,11 @@ class CheckoutInDatabase(Protocol):
         storing and claiming nothing, when a key was seen before
         (`storage.sessions.claim_was_not_fresh`)."""
         ...
+
+    @on_database_thread
+    async def claim_and_store_together(
+        self, conn: Connection, batches: Sequence[tuple[Sequence[CheckoutToClaim], ClaimTerms]]
+    ) -> None:
+        """`claim_and_store_with_sessions` for the batches of several applications at once, each
+        with its claim terms (`storage.together`): one round trip and one transaction, all or none."""
+        ...

@@ -53,6 +53,7 @@ from payorch.storage.loop_thread import (
     default_loop_factory,
     loop_thread,
 )
+from payorch.storage.together import Together
 from payorch.storage.wakeup import DeliveryWakeup, OutboxWrites
 
 P = ParamSpec("P")
@@ -79,6 +80,9 @@ class Database:
         # Units of work handed to the database's thread (each one crossing there and one back),
         # counted on Trio's side since the pool opened, whatever their outcome. A metric.
         self.units_handed = 0
+        # Where callers of the same statement at the same moment have it run once for all of them
+        # (`storage.together`): the sandbox creates of several applications' actors.
+        self.together = Together()
 
     async def _run(self, work: Callable[[], Awaitable[T]]) -> T:
         """`work()` on the loop thread, with a connection of the pool; when it fails because that

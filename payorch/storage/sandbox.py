@@ -208,20 +208,32 @@ async def insert_checkouts_with_claimed_sessions(
     batch, claims and all, in one round trip and one transaction. Fails, storing nothing, when a
     key was seen before (`sessions.claim_was_not_fresh`). The keys of one counter row are claimed
     in their sorted order, as `claim_new_idempotency_keys` claims them."""
-    shard = batch_shard([answered for _, answered, _ in stored])
-    by_key = sorted(stored, key=lambda triple: triple[1].key)
-    ordered = in_counter_order(by_key, lambda triple: counter_key(triple[1]))
-    await conn.executemany(
-        _INSERT_WITH_CLAIMED_SESSION,
-        [
+    await insert_checkouts_with_claimed_sessions_together(conn, [(stored, terms)])
+
+
+@on_database_thread
+async def insert_checkouts_with_claimed_sessions_together(
+    conn: Connection,
+    batches: Sequence[tuple[Sequence[tuple[NewCheckout, AnsweredSession, bytes]], ClaimTerms]],
+) -> None:
+    """`insert_checkouts_with_claimed_sessions` for the batches of several applications at once
+    (`storage.together`), each on its own claim terms: one round trip and one transaction for them
+    all, all or none. The applications' rows go in the order of their ids, so that any two such
+    statements lock their counter rows and claim their keys in one order."""
+    rows: list[tuple[object, ...]] = []
+    for stored, terms in sorted(batches, key=lambda batch: batch[0][0][1].session.draft.application_id):
+        shard = batch_shard([answered for _, answered, _ in stored])
+        by_key = sorted(stored, key=lambda triple: triple[1].key)
+        ordered = in_counter_order(by_key, lambda triple: counter_key(triple[1]))
+        rows.extend(
             (
                 *_new_checkout_values(new, terms.now),
                 *answered_values(answered, shard, added),
                 *fresh_claim_values(fingerprint, terms),
             )
             for (new, answered, fingerprint), added in ordered
-        ],
-    )
+        )
+    await conn.executemany(_INSERT_WITH_CLAIMED_SESSION, rows)
 
 
 def _new_checkout_values(new: NewCheckout, now: datetime) -> tuple[object, ...]:

@@ -11,7 +11,9 @@ provider:
    transaction: so a sandbox create hands that thread one unit, not a claim and then a store. When
    the batch is all prepared sessions, the unit is one statement each, one round trip
    (`CheckoutInDatabase.claim_and_store_with_sessions`), unless a key was seen before; such a key
-   is answered from the same unit (replay, mismatch, in progress);
+   is answered from the same unit (replay, mismatch, in progress). Such units of several
+   applications' actors at the same moment are one statement for them all, each stored alone
+   should it fail (`storage.together`);
 4. once that unit committed, ask the providers of every other fresh session in turn in a child task
    (`actor.spawn_command`), cascading down the route, and store what they answer when it comes back
    through the mailbox (`_StoreSession`, the ones that came back together in one round trip).
@@ -415,7 +417,21 @@ async def _claim_and_store(
 
     replies = {key: reply for key, (_, reply) in waiting.items()}
     started = trio.current_time()
-    claimed = await claim_idempotency_keys(actor, claims, replies, then=store_fresh, at_once=at_once)
+    claimed: dict[str, Claimed]
+    if at_once is None:
+        claimed = await claim_idempotency_keys(actor, claims, replies, then=store_fresh)
+    else:
+        # With other applications' actors storing theirs at the same moment, in one statement
+        # for them all; alone (this unit) else, or should that statement fail.
+        db = actor.context.db
+        claimed = await db.together.run(
+            db,
+            keeper.claim_and_store_together,
+            (stored, claims.claim_terms),
+            len(stored),
+            stored={key: claims.fresh(key) for key in claims.claims},
+            alone=lambda: claim_idempotency_keys(actor, claims, replies, then=store_fresh, at_once=at_once),
+        )
     _answer_stored(actor, _fresh_only(prepared, claims, claimed), trio.current_time() - started)
     return claimed
 

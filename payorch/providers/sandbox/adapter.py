@@ -218,6 +218,18 @@ class SandboxProvider:
         rows = [(checkout.row, answered, fingerprint) for checkout, answered, fingerprint in stored]
         await store.insert_checkouts_with_claimed_sessions(conn, rows, terms)
 
+    @on_database_thread
+    async def claim_and_store_together(
+        self, conn: Connection, batches: Sequence[tuple[Sequence[CheckoutToClaim], ClaimTerms]]
+    ) -> None:
+        """`claim_and_store_with_sessions` for the batches of several applications, in one round
+        trip (`CheckoutInDatabase`)."""
+        rows = [
+            ([(checkout.row, answered, fingerprint) for checkout, answered, fingerprint in stored], terms)
+            for stored, terms in batches
+        ]
+        await store.insert_checkouts_with_claimed_sessions_together(conn, rows)
+
     def _new_checkout(
         self, credentials: Credentials, request: CheckoutRequest, idempotency_key: str
     ) -> store.NewCheckout:
