@@ -33,6 +33,11 @@ pytestmark = [
 
 fake_stripe = stripe_fake.fake_stripe
 
+# A connection idle for the server's `server.keep_alive_timeout_s` (5 s) is closed by the server; one
+# kept as long by the client (httpx's default expiry, 5 s too) may be sent a request just as it
+# closes, which then fails unanswered. Clients let theirs go sooner.
+_KEPT_ALIVE_LESS_THAN_THE_SERVER = httpx.Limits(keepalive_expiry=2.0)
+
 
 @dataclass(frozen=True)
 class RecoveringShop:
@@ -66,8 +71,8 @@ async def recovering_shop(
             second_url,
             _,
         ),
-        httpx.AsyncClient(base_url=first_url, timeout=30) as first,
-        httpx.AsyncClient(base_url=second_url, timeout=30) as second,
+        httpx.AsyncClient(base_url=first_url, timeout=30, limits=_KEPT_ALIVE_LESS_THAN_THE_SERVER) as first,
+        httpx.AsyncClient(base_url=second_url, timeout=30, limits=_KEPT_ALIVE_LESS_THAN_THE_SERVER) as second,
     ):
         application_id, jwt, headers = await _shop(
             first, db, settings, ("sandbox", SANDBOX_KEY), ("stripe", STRIPE_KEY)
