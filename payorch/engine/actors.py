@@ -262,6 +262,10 @@ class ActorRegistry(Generic[C]):
         self._idle_s = idle_s
         self._mailboxes: dict[uuid.UUID, trio.MemorySendChannel[_Envelope[C]]] = {}
         self._actors: dict[uuid.UUID, ApplicationActor[C]] = {}
+        # The context actors start in: the registry's own, not that of the request that happened
+        # to start one (a task keeps its starter's context variables, so an actor started from a
+        # request would keep that request, its body and its connection alive while it waits).
+        self._actor_context = contextvars.copy_context()
         self.listening = False
         self.crashes = 0
 
@@ -301,7 +305,9 @@ class ActorRegistry(Generic[C]):
     def _start(self, application_id: uuid.UUID) -> trio.MemorySendChannel[_Envelope[C]]:
         send, receive = trio.open_memory_channel[_Envelope[C]](self._mailbox_size)
         self._mailboxes[application_id] = send
-        self._nursery.start_soon(self._supervise, application_id, send, receive)
+        self._actor_context.copy().run(
+            self._nursery.start_soon, self._supervise, application_id, send, receive
+        )
         return send
 
     async def _supervise(

@@ -3,7 +3,10 @@ crashes contained."""
 
 from __future__ import annotations
 
+import contextvars
+import gc
 import uuid
+import weakref
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -326,3 +329,35 @@ async def test_a_failed_statement_fails_the_request_with_500_and_the_actor_lives
         await registry.ask(application, BreakAStatement())
     assert await registry.ask(application, Append(3)) == 3
     assert registry.crashes == 0
+
+
+_request_scoped: contextvars.ContextVar[object] = contextvars.ContextVar("request_scoped")
+
+
+class _RequestState:
+    """Stands for what a request holds in its context variables (its body, its connection)."""
+
+
+async def test_a_waiting_actor_keeps_nothing_of_the_request_that_started_it(registry: ActorRegistry) -> None:
+    application = uuid.uuid4()
+    held: list[weakref.ref[_RequestState]] = []
+    seen_by_actor: list[object] = []
+
+    @dataclass(frozen=True)
+    class Look:
+        async def run(self, actor: ApplicationActor, reply: Reply[None]) -> None:
+            seen_by_actor.append(_request_scoped.get(None))
+            reply.send(None)
+
+    async def request() -> None:
+        state = _RequestState()
+        held.append(weakref.ref(state))
+        _request_scoped.set(state)
+        await registry.ask(application, Look())
+
+    async with trio.open_nursery() as requests:
+        requests.start_soon(request)
+    gc.collect()
+    assert application in registry.mailbox_depths()  # the actor waits for its next message
+    assert held[0]() is None
+    assert seen_by_actor == [None]
