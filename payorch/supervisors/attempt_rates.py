@@ -22,7 +22,14 @@ makes a round each time an attempt ends, so claiming each token as it came would
 hundred endpoints fifty times a second to claim one delivery each time, taking the database's
 CPU, and the rounds every other merchant's deliveries wait behind, for the merchant's own drain.
 Its rate over a second is the same. For the same reason an attempt of such a merchant that ends
-does not wake the loop (`batch_ready`): the loop wakes when the next batch is due (`next_batch_in`).
+does not wake the loop (`batch_ready`) unless its bucket holds a batch and its attempts in flight
+leave room for one under its share (`IN_FLIGHT_PER_MERCHANT`; `room_for_batch`): the loop wakes when
+the next batch is due (`next_batch_in`), or when enough of its attempts have ended. Without the
+second condition a merchant whose share, not its bucket, holds it back (its claimed attempts wait
+for their start, `start_delays`, holding their slots) woke a round at every attempt's end that
+claimed the one delivery its share had room for: a round per delivery, some 3 ms of the database's
+CPU each, where a round per batch is enough. Nor does a round that something else woke claim for
+it then (`allowances`: none until a batch has room), so it steps through none of its endpoints.
 
 Attempts of a merchant that come faster than its rate start evenly (`start_delays`: 1/rate apart,
 20 ms at 50 a second), not all at once: a batch of ten started together is 20 ms of the serving
@@ -38,6 +45,7 @@ from __future__ import annotations
 
 import math
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 
 from payorch.values.token_buckets import TokenBucket
@@ -52,6 +60,12 @@ def batch_for(burst: int) -> int:
     """The fewest attempts a merchant held to its rate is claimed for at once: a fifth of its
     bucket, at least one."""
     return max(1, burst // 5)
+
+
+def room_for_batch(batch: int, share: int) -> int:
+    """The room in its share of attempts in flight that a merchant held to its rate needs before a
+    round claims for it again: a batch, or half its share when a batch is more than that."""
+    return min(batch, max(1, share // 2))
 
 
 # Attempts of one merchant that may start at once before the others are spaced at its rate: 8 ms of
@@ -79,11 +93,14 @@ class AttemptRates:
             bucket.burst = burst
             bucket.tokens = min(bucket.tokens, float(burst))
 
-    def allowances(self, now: datetime) -> dict[uuid.UUID, int]:
+    def allowances(
+        self, now: datetime, *, in_flight: Mapping[uuid.UUID, int] | None = None, share: int | None = None
+    ) -> dict[uuid.UUID, int]:
         """The attempts each merchant with a bucket not full may start now (its whole tokens, or
-        none until they make a batch, `batch_for`); every other merchant may start `burst`. Full
-        buckets are forgotten, and schedules of attempts now passed (`start_delays`). Asked once
-        a round."""
+        none until they make a batch, `batch_for`, or, with `share`, while its attempts in flight
+        here, `in_flight`, leave no room for one: `room_for_batch`); every other merchant may start
+        `burst`. Full buckets are forgotten, and schedules of attempts now passed
+        (`start_delays`). Asked once a round."""
         seconds = now.timestamp()
         for merchant_id, until in list(self._paced_until.items()):
             if until <= seconds:  # its attempts came no faster than its rate: nothing to space
@@ -96,17 +113,26 @@ class AttemptRates:
                 continue
             bucket.wait(seconds)  # refilled to now
             whole = math.floor(bucket.tokens)
-            allowed[merchant_id] = whole if whole >= batch else 0
+            has_room = self._leaves_room((in_flight or {}).get(merchant_id, 0), share)
+            allowed[merchant_id] = whole if whole >= batch and has_room else 0
         return allowed
 
-    def batch_ready(self, merchant_id: uuid.UUID, now: datetime) -> bool:
+    def batch_ready(
+        self, merchant_id: uuid.UUID, now: datetime, *, in_flight: int = 0, share: int | None = None
+    ) -> bool:
         """Whether a round now may claim for the merchant: it is not held to its rate (no bucket
-        kept), or its bucket holds a batch."""
+        kept), or its bucket holds a batch and, with `share` (the most attempts of a merchant in
+        flight at once), its `in_flight` attempts leave room for one (`room_for_batch`)."""
         bucket = self._buckets.get(merchant_id)
         if bucket is None:
             return True
         bucket.wait(now.timestamp())  # refilled to now
-        return bucket.tokens >= batch_for(self.burst)
+        return bucket.tokens >= batch_for(self.burst) and self._leaves_room(in_flight, share)
+
+    def _leaves_room(self, in_flight: int, share: int | None) -> bool:
+        """Whether `in_flight` attempts of a merchant leave room for a batch in its `share` (None:
+        no share to heed)."""
+        return share is None or share - in_flight >= room_for_batch(batch_for(self.burst), share)
 
     def next_batch_in(self, now: datetime) -> float | None:
         """Seconds until the first merchant waiting for a batch (its bucket holding less) holds

@@ -95,7 +95,7 @@ async def _round(
         owner=context.node.id,
         now=now,
         always_delivered=ALWAYS_DELIVERED,
-        allowances=rates.allowances(now),
+        allowances=rates.allowances(now, in_flight=slots.per_owner(), share=IN_FLIGHT_PER_MERCHANT),
         default_allowance=rates.burst,
     )
     per_merchant: dict[uuid.UUID, list[webhook_deliveries.ClaimedDelivery]] = defaultdict(list)
@@ -180,9 +180,17 @@ async def _delivery_loop(
     rate = context.settings.webhooks.attempts_per_merchant_per_second
     rates = AttemptRates(rate, burst_for(rate))
     # An attempt that ends wakes the loop unless its merchant, held to its rate, has no batch to
-    # claim yet: the loop then wakes when one is due (`_next_wait`), not at every attempt's end.
-    slots = WorkSlots(
-        DELIVERY_SLOTS, wakeup, lambda merchant: rates.batch_ready(merchant, context.clock.now())
+    # claim yet (its bucket, or its share of attempts in flight here, has no room for one): the loop
+    # then wakes when one is due (`_next_wait`), not at every attempt's end.
+    slots: WorkSlots = WorkSlots(
+        DELIVERY_SLOTS,
+        wakeup,
+        lambda merchant: rates.batch_ready(
+            merchant,
+            context.clock.now(),
+            in_flight=slots.per_owner().get(merchant, 0),
+            share=IN_FLIGHT_PER_MERCHANT,
+        ),
     )
     ready = False
     try:

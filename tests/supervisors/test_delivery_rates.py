@@ -12,11 +12,19 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from payorch.config import Settings
-from payorch.storage.database import Database
-from payorch.storage.webhook_deliveries import claim_due_deliveries
+from payorch.runtime import open_runtime
+from payorch.storage import outbox, webhook_deliveries
+from payorch.storage.database import Connection, Database
+from payorch.storage.webhook_deliveries import Round, claim_due_deliveries
 from payorch.supervisors.attempt_rates import START_BURST, AttemptRates
+from payorch.supervisors.delivery_loop import IN_FLIGHT_PER_MERCHANT
+from tests import webhook_receiver as receiving
 from tests.clock import ShiftedClock
+from tests.helpers import new_shop
 from tests.storage.test_webhook_deliveries import _application, _endpoint, _events
+from tests.webhook_receiver import WebhookReceiver
+
+webhook_receiver = receiving.webhook_receiver
 
 LEASE_S = 600  # longer than the clock moves: the claims of a round stay in flight
 
@@ -97,6 +105,83 @@ def test_an_attempt_of_a_merchant_without_a_batch_wakes_nobody_and_the_loop_wait
     assert rates.batch_ready(held, later)
     # Holding a batch, it is claimed for by the round its ended attempts wake: no timed wake.
     assert rates.next_batch_in(later) is None
+
+
+def test_a_merchant_held_back_by_its_share_in_flight_wakes_the_loop_only_once_a_batch_has_room() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    rates = AttemptRates(rate=50, burst=50)  # batches of 10
+    held, fresh = uuid.uuid4(), uuid.uuid4()
+    rates.spend(held, 16, now)  # its bucket still holds 34: its share, not its rate, holds it back
+    share = 16
+
+    assert rates.batch_ready(held, now)  # no share given: its bucket alone
+    assert not rates.batch_ready(held, now, in_flight=15, share=share)  # room for one: not a batch
+    assert not rates.batch_ready(held, now, in_flight=9, share=share)
+    # A batch of 10 is more than half its share: half its share (8) is room enough.
+    assert rates.batch_ready(held, now, in_flight=8, share=share)
+    # A merchant not held to its rate wakes the loop at every attempt's end, as before.
+    assert rates.batch_ready(fresh, now, in_flight=15, share=share)
+    # Nor does a round another wake-up makes claim the one delivery its share has room for.
+    assert rates.allowances(now, in_flight={held: 15, fresh: 15}, share=share) == {held: 0}
+    assert rates.allowances(now, in_flight={held: 8}, share=share) == {held: 34}
+    rates.spend(held, 30, now)  # four tokens left: no batch, however much room
+    assert not rates.batch_ready(held, now, in_flight=0, share=share)
+
+
+@pytest.fixture
+def receiving_settings(settings: Settings, webhook_receiver: WebhookReceiver) -> Settings:
+    webhooks = settings.webhooks.model_copy(update={"ca_bundle": webhook_receiver.ca_path})
+    return settings.model_copy(update={"webhooks": webhooks})
+
+
+async def test_a_backlog_to_a_receiver_answering_at_once_is_claimed_in_batches_not_a_round_per_delivery(
+    db: Database,
+    receiving_settings: Settings,
+    webhook_receiver: WebhookReceiver,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its merchant's share of attempts in flight, not its bucket, holds it back (its claimed
+    attempts wait for their start, 20 ms apart): a round that claims for it claims a batch."""
+    fan_out_and_claim = webhook_deliveries.fan_out_and_claim
+    claiming_rounds: list[int] = []
+
+    async def counted(conn: Connection, **arguments: object) -> Round:
+        done = await fan_out_and_claim(conn, **arguments)  # type: ignore[arg-type]
+        if done.claimed:
+            claiming_rounds.append(len(done.claimed))
+        return done
+
+    monkeypatch.setattr(webhook_deliveries, "fan_out_and_claim", counted)
+    endpoints, events = 4, 20
+    async with open_runtime(receiving_settings, db) as runtime:
+        client = runtime.app.test_client()
+        shop = await new_shop(client, db, receiving_settings)
+        for number in range(endpoints):
+            response = await client.post(
+                f"/api/v1/applications/{shop.application_id}/webhooks",
+                json={"url": f"{webhook_receiver.url}/{number}"},
+                headers=shop.merchant.headers,
+            )
+            assert response.status_code == 201, await response.get_data(as_text=True)
+
+        async def add(conn: Connection) -> None:
+            for _ in range(events):
+                await outbox.add_event(
+                    conn,
+                    event_id=f"evt_{uuid.uuid4().hex}",
+                    application_id=uuid.UUID(shop.application_id),
+                    session_id=None,
+                    event_type="session.completed",
+                    payload={},
+                )
+
+        await db.transaction(add)
+        await webhook_receiver.wait_for(endpoints * events, timeout_s=30)
+
+    assert sum(claiming_rounds) == endpoints * events
+    # A round claims for the merchant once half its share (8) has room, the last what is left (a
+    # round per delivery claimed one each: some 60 rounds here).
+    assert len(claiming_rounds) <= endpoints * events // (IN_FLIGHT_PER_MERCHANT // 4)
 
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
