@@ -24,7 +24,7 @@ import httpx
 import trio
 
 from bench.load import LoadResult
-from bench.measure import Shape, load_spec, progress, rss_bytes, run_load_process
+from bench.measure import Shape, encoded, load_spec, progress, rss_bytes, run_load_process
 from bench.payorch_target import Payorch, bench_settings, create_target, running_payorch
 from bench.shop import Application, sandbox_link, signed_up_merchant
 from payorch.storage.database import Connection, open_database
@@ -128,12 +128,14 @@ async def _wait_until_no_actor(http: httpx.AsyncClient, deadline_s: float) -> tu
     return await live_actors(http), trio.current_time() - started
 
 
-async def _touch_each(payorch: Payorch, api_keys: Sequence[str], connections: int) -> LoadResult:
-    """One session create per API key, `connections` at a time."""
+def _touch_each(payorch: Payorch, api_keys: Sequence[str], connections: int) -> bytes:
+    """The load of one session create per API key, `connections` at a time, encoded for the load
+    generator. Made before the baseline is read: payorch runs in this process, and a description
+    of thousands of keys made after it would count as payorch's growth."""
     target = create_target(payorch.base_url, list(api_keys))
     # Bounded by the time thousands of creates take at a few dozen a second, at worst.
     shape = Shape(connections=connections, warmup_s=0, measured_s=600, max_requests=len(api_keys))
-    return await run_load_process(load_spec(target, shape))
+    return encoded(load_spec(target, shape))
 
 
 async def _sample(http: httpx.AsyncClient, samples: list[tuple[int, int]]) -> None:
@@ -157,7 +159,8 @@ async def measure_idle(
         async with httpx.AsyncClient(base_url=payorch.base_url, timeout=30) as http:
             warmup_keys = api_keys[:WARMUP_APPLICATIONS]
             progress(f"idle: warm-up, one create for each of {len(warmup_keys)} applications")
-            warmup = await _touch_each(payorch, warmup_keys, connections)
+            warmup = await run_load_process(_touch_each(payorch, warmup_keys, connections))
+            every_one = _touch_each(payorch, api_keys, connections)
             actors_baseline, _ = await _wait_until_no_actor(http, eviction_deadline_s)
             await trio.sleep(SETTLE_S)
             rss_baseline = rss_bytes()
@@ -165,7 +168,7 @@ async def measure_idle(
             samples: list[tuple[int, int]] = []
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_sample, http, samples)
-                touch = await _touch_each(payorch, api_keys, connections)
+                touch = await run_load_process(every_one)  # kept until RSS is read after idle
                 nursery.cancel_scope.cancel()
             actors_at_end = await live_actors(http)
             samples.append((rss_bytes(), actors_at_end))

@@ -278,16 +278,23 @@ def load_spec(target: Target, shape: Shape) -> LoadSpec:
     )
 
 
-async def run_load_process(spec: LoadSpec, on_measuring: Callable[[], None] = lambda: None) -> LoadResult:
-    """Run `spec` in a load generator process of its own; `on_measuring` is called when its
-    measured window opens."""
+def encoded(spec: LoadSpec) -> bytes:
+    """`spec` as the load generator reads it on its stdin."""
+    return json.dumps(asdict(spec)).encode()
+
+
+async def run_load_process(
+    spec: LoadSpec | bytes, on_measuring: Callable[[], None] = lambda: None
+) -> LoadResult:
+    """Run `spec` (or its `encoded` form) in a load generator process of its own; `on_measuring`
+    is called when its measured window opens."""
     result: LoadResult | None = None
     async with trio.open_nursery() as nursery:
         process: trio.Process = await nursery.start(
             partial(
                 trio.run_process,
                 [sys.executable, "-m", "bench.load"],
-                stdin=json.dumps(asdict(spec)).encode(),
+                stdin=spec if isinstance(spec, bytes) else encoded(spec),
                 stdout=subprocess.PIPE,
             )
         )
