@@ -373,7 +373,7 @@ class RequestLimits:
                 return False
             try:
                 held_now = self.held_login_refusals.in_flight(group)
-                with trio.move_on_after(min(hold * held_now, max(self.login_refusal_hold_max_s, hold))):
+                with trio.move_on_after(min(hold * held_now, self.login_refusal_hold_max_s)):
                     await self._holds_ended.wait()
             finally:
                 self.all_held_login_refusals.leave("")
