@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import threading
 import warnings
 from collections.abc import Awaitable, Callable
@@ -223,3 +224,88 @@ async def test_each_unit_of_work_handed_to_the_thread_is_counted_once_whatever_i
         await db.transaction(_insert, 1)
         await db.transaction(_insert, 1)
     assert db.units_handed == before + 5
+
+
+async def _echo_or_fail(conn: Connection, value: int) -> int:
+    answer = int(await conn.fetchval("SELECT $1::int", value))
+    if answer % 2:
+        raise UnitFailed(answer)
+    return answer
+
+
+async def test_units_started_at_the_same_moment_each_get_their_own_outcome(db: Database) -> None:
+    outcomes: dict[int, object] = {}
+
+    async def run_unit(value: int) -> None:
+        try:
+            outcomes[value] = await db.autocommit(_echo_or_fail, value)
+        except UnitFailed as failure:
+            outcomes[value] = failure.args
+
+    async with trio.open_nursery() as nursery:
+        for value in range(200):
+            nursery.start_soon(run_unit, value)
+    assert outcomes == {value: (value,) if value % 2 else value for value in range(200)}
+
+
+async def test_a_unit_cancelled_as_others_end_at_the_same_moment_is_cancelled_alone() -> None:
+    token = trio.lowlevel.current_trio_token()
+    started = trio.Semaphore(0)
+    release = asyncio.Event()
+    cancelled_on_the_loop: list[int] = []
+    results: dict[int, int] = {}
+    scopes: dict[int, trio.CancelScope] = {}
+
+    async def held(value: int) -> int:  # on the loop
+        token.run_sync_soon(started.release)
+        try:
+            await release.wait()
+        except asyncio.CancelledError:
+            cancelled_on_the_loop.append(value)
+            raise
+        return value
+
+    async with loop_thread(default_loop_factory()) as loop:
+
+        async def caller(value: int) -> None:
+            with trio.CancelScope() as scope:
+                scopes[value] = scope
+                results[value] = await loop.run(lambda: held(value))
+
+        async with trio.open_nursery() as nursery:
+            for value in range(5):
+                nursery.start_soon(caller, value)
+            for _ in range(5):
+                await started.acquire()
+            scopes[2].cancel()  # its cancel is handed to the loop at once...
+            loop._hand_to_loop(release.set)  # ...then the others' release, after it in the same queue
+    assert results == {0: 0, 1: 1, 3: 3, 4: 4}
+    assert scopes[2].cancelled_caught
+    assert cancelled_on_the_loop == [2]
+
+
+async def test_units_still_cross_after_a_hand_off_to_the_loop_that_raised(
+    db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    ran: list[str] = []
+
+    def raising() -> None:
+        raise UnitFailed("a hand-off that raised")
+
+    async def reported() -> bool:
+        return any(
+            record.exc_info is not None and isinstance(record.exc_info[1], UnitFailed)
+            for record in caplog.records
+        )
+
+    async def ran_after_it() -> bool:
+        return bool(ran)
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        loop = db._loop
+        loop._hand_to_loop(raising)
+        loop._hand_to_loop(lambda: ran.append("handed after it"))
+        await eventually(reported)  # by the loop's exception handler, as for any callback of its
+        await eventually(ran_after_it)
+    assert ran == ["handed after it"]
+    assert await db.autocommit(_echo_or_fail, 2) == 2
