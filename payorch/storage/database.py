@@ -83,6 +83,8 @@ class Database:
         # Where callers of the same statement at the same moment have it run once for all of them
         # (`storage.together`): the sandbox creates of several applications' actors.
         self.together = Together()
+        # The same for reads (`Together.read`): sessions read by id by several requests at once.
+        self.reads_together = Together()
 
     async def _run(self, work: Callable[[], Awaitable[T]]) -> T:
         """`work()` on the loop thread, with a connection of the pool; when it fails because that

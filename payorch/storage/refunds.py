@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -142,6 +142,35 @@ async def session_with_refunds(
     session = checkout_session(rows[0])
     found = [_refund(row, prefix="r_") for row in rows if row["r_id"] is not None]
     return session, found, ended_attempts(rows[0]["ended_attempts"])
+
+
+_SESSIONS_WITH_REFUNDS = f"""
+    SELECT {_SESSION_THEN_REFUND_COLUMNS}, ended.attempts AS ended_attempts
+    FROM checkout_sessions s
+    LEFT JOIN LATERAL ({ended_attempts_of("s.id")}) ended (attempts) ON true
+    LEFT JOIN refunds r ON r.session_id = s.id
+    WHERE s.id = ANY($1::uuid[]) ORDER BY r.created_at, r.id"""
+
+
+@on_database_thread
+async def sessions_with_refunds(
+    conn: Connection, session_ids: Sequence[uuid.UUID]
+) -> list[tuple[CheckoutSession, list[Refund], list[EndedAttempt]] | None]:
+    """What `session_with_refunds` reads of each of `session_ids`, in their order, in one
+    statement."""
+    rows = await conn.fetch(_SESSIONS_WITH_REFUNDS, list(session_ids))
+    by_session: dict[uuid.UUID, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        by_session.setdefault(row["id"], []).append(row)
+    found: list[tuple[CheckoutSession, list[Refund], list[EndedAttempt]] | None] = []
+    for session_id in session_ids:
+        its = by_session.get(session_id)
+        if its is None:
+            found.append(None)
+            continue
+        refunds = [_refund(row, prefix="r_") for row in its if row["r_id"] is not None]
+        found.append((checkout_session(its[0]), refunds, ended_attempts(its[0]["ended_attempts"])))
+    return found
 
 
 _REFUNDS_OF_SESSIONS = (

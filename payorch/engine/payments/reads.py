@@ -23,7 +23,21 @@ async def session_with_record(
 ) -> tuple[sessions.CheckoutSession, SessionRecord] | None:
     """The session and its read record with its refunds and attempts (one statement:
     `Database.autocommit` is enough for them to agree); None when there is no such session."""
-    read = await refunds.session_with_refunds(conn, session_id)
+    return _with_record(await refunds.session_with_refunds(conn, session_id))
+
+
+@on_database_thread
+async def sessions_with_records(
+    conn: Connection, session_ids: Sequence[uuid.UUID]
+) -> list[tuple[sessions.CheckoutSession, SessionRecord] | None]:
+    """What `session_with_record` answers for each of `session_ids`, in their order, read in one
+    statement (several callers' reads at once: `Database.reads_together`)."""
+    return [_with_record(read) for read in await refunds.sessions_with_refunds(conn, session_ids)]
+
+
+def _with_record(
+    read: tuple[sessions.CheckoutSession, list[refunds.Refund], list[EndedAttempt]] | None,
+) -> tuple[sessions.CheckoutSession, SessionRecord] | None:
     if read is None:
         return None
     session, found, ended = read

@@ -4,11 +4,12 @@ read one at a time, and listed."""
 from __future__ import annotations
 
 import uuid
+from functools import partial
 from typing import Any
 
 from payorch.engine.idempotency import Answer, request_fingerprint
 from payorch.engine.payments.checkout import SESSION_CREATE_SCOPE, CreateSession
-from payorch.engine.payments.reads import session_page, session_with_record
+from payorch.engine.payments.reads import session_page, session_with_record, sessions_with_records
 from payorch.engine.payments.records import SessionRecord
 from payorch.http.auth import Principal, application_for, parse_id
 from payorch.http.models import SessionCreateRequest
@@ -119,7 +120,10 @@ async def read_session(
 ) -> tuple[CheckoutSession, SessionRecord]:
     """The session and its read record, if `principal` may read it: `NotFound` for another
     merchant's session (or another application's, for an API key), as for one that does not exist."""
-    found = await services.context.db.autocommit(session_with_record, parse_id(session_id, "session"))
+    db, wanted = services.context.db, parse_id(session_id, "session")
+    found = await db.reads_together.read(
+        db, sessions_with_records, wanted, alone=partial(db.autocommit, session_with_record, wanted)
+    )
     if found is None or not await may_read(principal, found[0].application_id):
         raise NotFound("session not found", missing="session")
     # Its application is noted for the log line already: the API key's own, or the one
