@@ -62,6 +62,7 @@ import sys
 import tempfile
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -286,6 +287,12 @@ def _neighbour_shape(args: argparse.Namespace) -> NeighbourShape:
     )
 
 
+def _split_of(base_url: str) -> dict[str, Any]:
+    """What `measure` takes to split this process's CPU between its threads and count the units of
+    work the payorch at `base_url` (in this process) hands to its database's thread."""
+    return {"threads_of": os.getpid(), "units": partial(scraped_units, base_url)}
+
+
 async def _payorch_scenarios(
     payorch: Payorch, merchant: Merchant, args: argparse.Namespace, results: Results
 ) -> None:
@@ -294,7 +301,9 @@ async def _payorch_scenarios(
     one = await merchant.new_application("Bench", sandbox_link())
     if "create" in wanted:
         target = create_target(base_url, [one.api_key])
-        results.create_one = await measure("POST /api/v1/sessions, 1 application", target, _shape(args))
+        results.create_one = await measure(
+            "POST /api/v1/sessions, 1 application", target, _shape(args), **_split_of(base_url)
+        )
         # Latency where the server is not saturated: creates due at half the rate just measured.
         results.paced_rate_per_s = max(1.0, results.create_one.result.requests_per_s / 2)
         paced = Shape(
@@ -356,7 +365,7 @@ async def _payorch_scenarios(
     if "read" in wanted:
         session_id = await new_session(base_url, one.api_key)
         target = read_target(base_url, session_id, {"X-API-Key": one.api_key})
-        results.read = await measure(READ_LABEL, target, _shape(args))
+        results.read = await measure(READ_LABEL, target, _shape(args), **_split_of(base_url))
 
 
 async def _bare_scenarios(work_dir: Path, args: argparse.Namespace, results: Results) -> None:
@@ -365,10 +374,12 @@ async def _bare_scenarios(work_dir: Path, args: argparse.Namespace, results: Res
         headers = {"X-API-Key": "sk_bench_unused"}
         if "create" in args.scenarios:
             target = create_target(base_url, ["sk_bench_unused"])
-            results.bare_create = await measure(BARE_CREATE_LABEL, target, _shape(args))
+            results.bare_create = await measure(
+                BARE_CREATE_LABEL, target, _shape(args), threads_of=os.getpid()
+            )
         if "read" in args.scenarios:
             target = read_target(base_url, "00000000-0000-0000-0000-000000000000", headers)
-            results.bare_read = await measure(BARE_READ_LABEL, target, _shape(args))
+            results.bare_read = await measure(BARE_READ_LABEL, target, _shape(args), threads_of=os.getpid())
         if "steady" in args.scenarios:
             steady_rates = tuple(float(rate) for rate in args.steady_rates.split(","))
             results.bare_steady = await measure_steady(

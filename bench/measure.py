@@ -15,8 +15,8 @@ import os
 import resource
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -55,21 +55,26 @@ class Cores:
 class ThreadTimes:
     """What one process's threads have spent so far: CPU seconds (user and system) of Trio's
     thread (the main one, which serves) and of the database's thread, and the voluntary and
-    involuntary context switches of each and of all its live threads together."""
+    involuntary context switches of each and of all its live threads together (`by_thread`, each
+    live thread's own)."""
 
     trio_s: float
     database_s: float
     trio_switches: int
     database_switches: int
     switches: int
+    by_thread: Mapping[str, int] = field(default_factory=dict)
 
     def __sub__(self, earlier: ThreadTimes) -> ThreadTimes:
+        """What was spent between `earlier` and this. The switches in all are those of the threads
+        live now (a thread started since counts whole, one that ended since counts nothing): a sum
+        over the live threads of each would go below zero when a busy thread ends meanwhile."""
         return ThreadTimes(
             trio_s=self.trio_s - earlier.trio_s,
             database_s=self.database_s - earlier.database_s,
             trio_switches=self.trio_switches - earlier.trio_switches,
             database_switches=self.database_switches - earlier.database_switches,
-            switches=self.switches - earlier.switches,
+            switches=sum(made - earlier.by_thread.get(tid, 0) for tid, made in self.by_thread.items()),
         )
 
 
@@ -96,6 +101,7 @@ def thread_times(pid: int) -> ThreadTimes:
     ticks_per_s = os.sysconf("SC_CLK_TCK")
     trio_s = database_s = 0.0
     trio_switches = database_switches = switches = 0
+    by_thread: dict[str, int] = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             stat = (task / "stat").read_text()
@@ -107,11 +113,12 @@ def thread_times(pid: int) -> ThreadTimes:
         cpu_s = (int(fields[11]) + int(fields[12])) / ticks_per_s  # utime, stime
         made = sum(int(line.split()[1]) for line in status.splitlines() if line.startswith(SWITCH_FIELDS))
         switches += made
+        by_thread[task.name] = made
         if task.name == str(pid):
             trio_s, trio_switches = cpu_s, made
         elif comm == DATABASE_THREAD_COMM:
             database_s, database_switches = cpu_s, made
-    return ThreadTimes(trio_s, database_s, trio_switches, database_switches, switches)
+    return ThreadTimes(trio_s, database_s, trio_switches, database_switches, switches, by_thread)
 
 
 async def scraped_units(base_url: str) -> int:

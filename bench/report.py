@@ -729,6 +729,44 @@ def _where_the_time_goes(results: Results) -> Iterator[str]:
     yield ""
 
 
+def _at_peak(results: Results) -> Iterator[str]:
+    """The create's (one application) and the read's server CPU per request at peak, split between
+    payorch's threads, beside the bare endpoint's in the same run: at peak the units of work handed to
+    the database's thread are shared by the requests that wait together."""
+    pairs = (
+        ("create, 1 application", results.create_one, results.bare_create),
+        ("read", results.read, results.bare_read),
+    )
+    rows = []
+    for name, run, bare in pairs:
+        split = None if run is None else run.threads
+        if run is None or split is None or run.result.requests_per_s <= 0:
+            continue
+        bare_cpu = (
+            f"{bare.cores.server / bare.result.requests_per_s * 1000:>8.2f}"
+            if bare is not None and bare.result.requests_per_s > 0
+            else f"{'n/a':>8}"
+        )
+        bare_switches = (
+            f"{bare.threads.switches:>8.1f}" if bare is not None and bare.threads else f"{'n/a':>8}"
+        )
+        units = f"{split.crossings:>7.2f}" if split.crossings is not None else f"{'n/a':>7}"
+        cpu = run.cores.server / run.result.requests_per_s * 1000
+        rows.append(
+            f"{name:<{LABEL_WIDTH}}{bare_cpu}{cpu:>8.2f}{split.trio_ms:>8.2f}"
+            f"{split.database_ms:>8.2f}{split.other_ms:>8.2f}{units}{split.switches:>8.1f}{bare_switches}"
+        )
+    if not rows:
+        return
+    yield (
+        f"{'where the server CPU goes, at peak':<{LABEL_WIDTH}}{'bare':>8}{'payorch':>8}"
+        f"{'Trio':>8}{'db':>8}{'other':>8}{'units':>7}{'switch':>8}{'bare sw':>8}"
+    )
+    yield "(per request, as at a steady rate below)"
+    yield from rows
+    yield ""
+
+
 def _steady_goals(runs: list[SteadyRun], bare: list[SteadyRun]) -> Iterator[str]:
     bare_cpu = {run.rate_per_s: run.cpu_per_create_ms for run in bare}
     for run in runs:
@@ -778,6 +816,7 @@ def report(results: Results, background: float | None) -> Iterator[str]:
     )
     yield ""
     yield from _requests(results)
+    yield from _at_peak(results)
     if results.workers:
         yield from _workers(results.workers)
     if results.isolation is not None:
