@@ -27,6 +27,7 @@ from payorch.config import (
     EngineSettings,
     LimitSettings,
     ProviderSettings,
+    ReconciliationSettings,
     SecuritySettings,
     ServerSettings,
     Settings,
@@ -88,9 +89,12 @@ def bench_settings(
     bind: str = "127.0.0.1:0",
 ) -> Settings:
     """Defaults, except: `bind` (loopback, port 0), the embedded database and state under
-    `work_dir`, fresh secrets, no connection limit per address below the node's, and rate limits the
-    benchmark cannot reach unless `limits` are given. With `stripe_api_base`, the Stripe provider is
-    enabled too, its API there; with `actor_idle_s`, actors stop after that long idle."""
+    `work_dir`, fresh secrets, no connection limit per address below the node's, rate limits the
+    benchmark cannot reach unless `limits` are given, and no daily reconciliation (from its
+    `run_at_utc` payorch would start a run for every linked account, thousands in some scenarios,
+    and a figure would depend on the hour it was measured at; the reconciliation scenario starts its
+    runs itself). With `stripe_api_base`, the Stripe provider is enabled too, its API there; with
+    `actor_idle_s`, actors stop after that long idle."""
     providers = ProviderSettings()
     if stripe_api_base:
         providers = ProviderSettings(stripe=StripeSettings(enabled=True, api_base=stripe_api_base))
@@ -107,6 +111,7 @@ def bench_settings(
         engine=engine,
         providers=providers,
         limits=limits or UNREACHABLE_LIMITS,
+        reconciliation=ReconciliationSettings(daily=False),
     )
 
 
