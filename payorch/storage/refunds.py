@@ -121,14 +121,6 @@ _SESSION_THEN_REFUND_COLUMNS = ", ".join(
 )
 
 
-_SESSION_WITH_REFUNDS = f"""
-    SELECT {_SESSION_THEN_REFUND_COLUMNS}, ended.attempts AS ended_attempts
-    FROM checkout_sessions s
-    LEFT JOIN LATERAL ({ended_attempts_of("s.id")}) ended (attempts) ON true
-    LEFT JOIN refunds r ON r.session_id = s.id
-    WHERE s.id = $1 ORDER BY r.created_at, r.id"""
-
-
 @on_database_thread
 async def session_with_refunds(
     conn: Connection, session_id: uuid.UUID
@@ -136,12 +128,8 @@ async def session_with_refunds(
     """The session, its refunds and its ended attempts, oldest first, in one statement: one round
     trip, and one snapshot, so the refunds and attempts are never from before or after the session's
     status. None when there is no such session."""
-    rows = await conn.fetch(_SESSION_WITH_REFUNDS, session_id)
-    if not rows:
-        return None
-    session = checkout_session(rows[0])
-    found = [_refund(row, prefix="r_") for row in rows if row["r_id"] is not None]
-    return session, found, ended_attempts(rows[0]["ended_attempts"])
+    (read,) = await sessions_with_refunds(conn, [session_id])
+    return read
 
 
 _SESSIONS_WITH_REFUNDS = f"""
