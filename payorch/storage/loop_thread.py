@@ -3,11 +3,11 @@ coroutine there (docs/bridge.md).
 
 Everything payorch asks of PostgreSQL crosses here: the pool's units of work (`storage.database`) and
 the dedicated connections' statements (`storage.dedicated`: the node lock, LISTEN). Each crossing is
-a hand-off to the loop and one back, each queued in order (`LoopThread._hand_to_loop`,
-`_hand_to_trio`): only a hand-off that finds its queue empty wakes the other side
-(`call_soon_threadsafe`, `TrioToken.run_sync_soon`), and that wake-up runs every hand-off queued
-until then. Units that start or end at the same moment cross in one wake-up: under load, far fewer
-system calls, each of which gives up the interpreter lock to the other thread (docs/bridge.md).
+a hand-off to the loop and one back, each queued in order (`_HandOffs`): only a hand-off that
+finds its queue empty wakes the other side (`call_soon_threadsafe`, `TrioToken.run_sync_soon`), and
+that wake-up runs every hand-off queued until then. Units that start or end at the same moment
+cross in one wake-up: under load, far fewer system calls, each of which gives up the interpreter
+lock to the other thread (docs/bridge.md).
 
 The loop is meant to run for as long as `loop_thread`'s block does. Should it stop before that (an
 exception escaped it, or something stopped it), every caller waiting on it fails at once with
@@ -70,6 +70,38 @@ def _raise_loop_stopped() -> None:
     raise DatabaseLoopStopped("the database is closed: its event loop does not run")
 
 
+class _HandOffs:
+    """Callbacks handed to another thread, run there in the order handed: only a hand-off that finds
+    none waiting wakes that thread (`wake`: `call_soon_threadsafe`, `TrioToken.run_sync_soon`), and
+    that wake-up runs every callback handed over until then. A callback that raises (its thread's
+    loop reports it) leaves the rest to a wake-up of their own."""
+
+    def __init__(self, wake: Callable[[Callable[[], None]], object]) -> None:
+        self._wake = wake
+        self._queue: deque[Callable[[], None]] = deque()
+
+    def hand(self, callback: Callable[[], None]) -> None:
+        """Run `callback` on the other thread. RuntimeError when that thread's loop is closed (or
+        its run finished): nothing handed over runs any more then."""
+        queue = self._queue
+        queue.append(callback)
+        if len(queue) == 1:  # else a wake-up is on its way, and runs this one too
+            try:
+                self._wake(self._drain)
+            except RuntimeError:
+                queue.clear()
+                raise
+
+    def _drain(self) -> None:  # on the other thread
+        queue = self._queue
+        try:
+            while queue:
+                queue.popleft()()
+        finally:
+            if queue:
+                self._wake(self._drain)
+
+
 class LoopThread:
     """An asyncio event loop running in a thread of its own, seen from Trio."""
 
@@ -81,51 +113,14 @@ class LoopThread:
         # The callers parked on a task of the loop, each with how to fail it if the loop stops.
         self._waiting: dict[trio.lowlevel.Task, Callable[[], None]] = {}
         self._on_stop: set[Callable[[], None]] = set()
-        # Crossings each way, queued: a hand-off wakes the other side only when its queue was
-        # empty, so the units that start or end together cross in one wake-up (docs/bridge.md).
-        self._to_loop: deque[Callable[[], None]] = deque()
-        self._to_trio: deque[Callable[[], None]] = deque()
+        # Crossings each way, queued: the units that start or end together cross in one wake-up.
+        self._to_loop = _HandOffs(loop.call_soon_threadsafe)
+        self._to_trio = _HandOffs(token.run_sync_soon)
 
     def call_on_stop(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call `callback` (in the Trio thread) when the loop stops; the function returned forgets it."""
         self._on_stop.add(callback)
         return lambda: self._on_stop.discard(callback)
-
-    def _hand_to_loop(self, callback: Callable[[], None]) -> None:
-        """Run `callback` on the loop's thread, after every callback handed over before it. Raises
-        RuntimeError when the loop is closed (the callback may then never run)."""
-        queue = self._to_loop
-        queue.append(callback)
-        if len(queue) == 1:  # else a drain is on its way, and takes this one too
-            try:
-                self._loop.call_soon_threadsafe(self._drain_to_loop)
-            except RuntimeError:  # closed: nothing handed over runs any more
-                queue.clear()
-                raise
-
-    def _drain_to_loop(self) -> None:  # in the loop's thread
-        queue = self._to_loop
-        try:
-            while queue:
-                queue.popleft()()
-        finally:  # one raised (the loop reports it): the rest still run, in a drain of their own
-            if queue:
-                self._loop.call_soon(self._drain_to_loop)
-
-    def _hand_to_trio(self, callback: Callable[[], None]) -> None:  # in the loop's thread
-        queue = self._to_trio
-        queue.append(callback)
-        if len(queue) == 1:
-            self.token.run_sync_soon(self._drain_to_trio)
-
-    def _drain_to_trio(self) -> None:  # in the Trio thread
-        queue = self._to_trio
-        try:
-            while queue:
-                queue.popleft()()
-        finally:
-            if queue:
-                self.token.run_sync_soon(self._drain_to_trio)
 
     async def run(self, make_coroutine: Callable[[], Awaitable[T]]) -> T:
         """What `make_coroutine()` returns or raises, run as an asyncio task on the loop (in that
@@ -137,7 +132,7 @@ class LoopThread:
         await trio.lowlevel.checkpoint_if_cancelled()
         if self.stopping:
             _raise_loop_stopped()
-        loop, waiting, hand_to_trio = self._loop, self._waiting, self._hand_to_trio
+        loop, waiting, hand_to_trio = self._loop, self._waiting, self._to_trio.hand
         caller = trio.lowlevel.current_task()
         task: asyncio.Task[T] | None = None
         raise_cancel: Callable[[], Any] | None = None
@@ -172,12 +167,12 @@ class LoopThread:
             raise_cancel = raise_cancel_in_trio
             # A closed loop refuses: its stop, on its way to this thread, fails the caller.
             with contextlib.suppress(RuntimeError):
-                self._hand_to_loop(cancel)
+                self._to_loop.hand(cancel)
             return trio.lowlevel.Abort.FAILED  # the caller is woken when the task has ended
 
         waiting[caller] = fail
         try:
-            self._hand_to_loop(start)
+            self._to_loop.hand(start)
         except RuntimeError:  # closed: it stopped, and this thread has not heard yet
             del waiting[caller]
             _raise_loop_stopped()

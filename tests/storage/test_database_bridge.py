@@ -278,7 +278,7 @@ async def test_a_unit_cancelled_as_others_end_at_the_same_moment_is_cancelled_al
             for _ in range(5):
                 await started.acquire()
             scopes[2].cancel()  # its cancel is handed to the loop at once...
-            loop._hand_to_loop(release.set)  # ...then the others' release, after it in the same queue
+            loop._to_loop.hand(release.set)  # ...then the others' release, after it in the same queue
     assert results == {0: 0, 1: 1, 3: 3, 4: 4}
     assert scopes[2].cancelled_caught
     assert cancelled_on_the_loop == [2]
@@ -303,8 +303,8 @@ async def test_units_still_cross_after_a_hand_off_to_the_loop_that_raised(
 
     with caplog.at_level(logging.ERROR, logger="asyncio"):
         loop = db._loop
-        loop._hand_to_loop(raising)
-        loop._hand_to_loop(lambda: ran.append("handed after it"))
+        loop._to_loop.hand(raising)
+        loop._to_loop.hand(lambda: ran.append("handed after it"))
         await eventually(reported)  # by the loop's exception handler, as for any callback of its
         await eventually(ran_after_it)
     assert ran == ["handed after it"]
