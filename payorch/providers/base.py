@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeGuard, runtime_checkable
 
 from payorch.storage.database_thread import on_database_thread
 from payorch.values.money import Money
@@ -350,3 +350,17 @@ class CheckoutInDatabase(Protocol):
         """`claim_and_store_with_sessions` for the batches of several applications at once, each
         with its claim terms (`storage.together`): one round trip and one transaction, all or none."""
         ...
+
+
+def keeps_checkouts_in_database(provider: object) -> TypeGuard[CheckoutInDatabase]:
+    """Whether `provider` is a `CheckoutInDatabase`: asked of its class once, not of the provider at
+    every create (`isinstance` with a Protocol looks up each of its members, about 10 us)."""
+    kind = type(provider)
+    known = _KINDS_IN_DATABASE.get(kind)
+    if known is None:
+        known = _KINDS_IN_DATABASE[kind] = issubclass(kind, CheckoutInDatabase)
+    return known
+
+
+# Each provider class asked so far: a handful, the catalogue's.
+_KINDS_IN_DATABASE: dict[type, bool] = {}

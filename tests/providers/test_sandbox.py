@@ -16,9 +16,11 @@ from payorch.providers.base import (
     Limits,
     Provider,
     ProviderError,
+    keeps_checkouts_in_database,
 )
 from payorch.providers.catalogue import ProviderCatalogue
 from payorch.providers.sandbox import SandboxProvider
+from payorch.providers.stripe.adapter import StripeProvider
 from payorch.runtime import enabled_providers
 from payorch.storage.database import Connection, Database
 from payorch.values.secretbox import SecretBox
@@ -34,6 +36,12 @@ async def test_sandbox_implements_the_provider_interface(sandbox: SandboxProvide
     assert (provider.name, provider.display_name) == ("sandbox", "Sandbox (test mode)")
     assert provider.payment_methods == {"card", "blik", "apple_pay"}
     assert ProviderCatalogue([provider]).get("sandbox") is sandbox
+
+
+async def test_only_the_sandbox_keeps_its_checkouts_in_payorchs_database(sandbox: SandboxProvider) -> None:
+    stripe = StripeProvider(public_base_url="http://payorch.test")
+    kept = [keeps_checkouts_in_database(provider) for provider in (sandbox, stripe, sandbox)]
+    assert kept == [True, False, True]
 
 
 async def test_runtime_offers_the_sandbox_only_when_enabled(

@@ -66,6 +66,7 @@ from payorch.providers.base import (
     CheckoutRequest,
     CheckoutToStore,
     ProviderError,
+    keeps_checkouts_in_database,
 )
 from payorch.storage import idempotency_keys as keys_store
 from payorch.storage import sessions
@@ -301,7 +302,7 @@ def _prepare(
     for planned in routed:
         name = planned.ranked[0][0]
         provider = context.providers.get(name)
-        if not isinstance(provider, CheckoutInDatabase):
+        if not keeps_checkouts_in_database(provider):
             to_ask.append(planned)
             continue
         try:
