@@ -46,7 +46,6 @@ An actor that fails in any other way is dropped: the requests it was serving get
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import logging
 import uuid
@@ -121,11 +120,17 @@ class BatchCommand(Generic[C, T]):
 
 @dataclass(eq=False)
 class Reply(Generic[T]):
-    """Where the answer to one `ask` goes. Answered once; later answers are ignored."""
+    """Where the answer to one `ask` goes. Answered once; later answers are ignored.
 
-    _channel: trio.MemorySendChannel[outcome.Outcome[T]]
-    answered: bool = False
+    One outcome and an event its asker waits on, not a memory channel: an `ask` is every create's
+    and every refund's, and a channel pair (two ends, their shared state, the generic alias, the
+    close) cost about twice as much. An answer after the asker gave up (cancelled) is heard by
+    nobody; the state change stands."""
+
     request_id: str | None = None  # of the request being served, for the actor's log lines
+    answered: bool = False
+    _result: outcome.Outcome[T] | None = None  # None when abandoned
+    _settled: trio.Event = field(default_factory=trio.Event)
 
     def send(self, value: T) -> None:
         self._settle(outcome.Value(value))
@@ -135,16 +140,18 @@ class Reply(Generic[T]):
 
     def abandon(self) -> None:
         """Close without an answer: the asker gets `ActorCrashed`."""
-        if not self.answered:
-            self.answered = True
-            self._channel.close()
+        self._settle(None)
 
-    def _settle(self, result: outcome.Outcome[T]) -> None:
+    def _settle(self, result: outcome.Outcome[T] | None) -> None:
         if not self.answered:
             self.answered = True
-            # If the asker gave up (cancelled), nobody hears the answer; the state change stands.
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                self._channel.send_nowait(result)
+            self._result = result
+            self._settled.set()
+
+    async def answer(self) -> outcome.Outcome[T] | None:
+        """The outcome, once settled; None when the actor abandoned it."""
+        await self._settled.wait()
+        return self._result
 
 
 @dataclass(eq=False)
@@ -271,18 +278,15 @@ class ActorRegistry(Generic[C]):
 
     async def ask(self, application_id: uuid.UUID, command: Command[C, T]) -> T:
         """Send `command` to the application's actor and wait for its answer."""
-        answer_send, answer_receive = trio.open_memory_channel[outcome.Outcome[T]](1)
-        reply: Reply[T] = Reply(answer_send, request_id=logcontext.request_id.get())
+        reply: Reply[T] = Reply(request_id=logcontext.request_id.get())
         mailbox = self._mailboxes.get(application_id) or self._start(application_id)
         try:
             mailbox.send_nowait(_Envelope(command, reply))
         except trio.WouldBlock:
             raise ServiceBusy("too many requests for this application in flight: retry shortly") from None
-        async with answer_receive:
-            try:
-                result = await answer_receive.receive()
-            except trio.EndOfChannel:
-                raise ActorCrashed(f"actor of application {application_id} failed") from None
+        result = await reply.answer()
+        if result is None:
+            raise ActorCrashed(f"actor of application {application_id} failed")
         return result.unwrap()
 
     def mailbox_depths(self) -> dict[uuid.UUID, int]:

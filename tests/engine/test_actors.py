@@ -361,3 +361,34 @@ async def test_a_waiting_actor_keeps_nothing_of_the_request_that_started_it(regi
     assert application in registry.mailbox_depths()  # the actor waits for its next message
     assert held[0]() is None
     assert seen_by_actor == [None]
+
+
+async def test_an_asker_that_gave_up_leaves_the_step_applied_and_the_actor_serving(
+    registry: ActorRegistry,
+) -> None:
+    application, gate = uuid.uuid4(), trio.Event()
+    with trio.move_on_after(0.05) as gave_up:
+        await registry.ask(application, SlowIo(5, gate))
+    assert gave_up.cancelled_caught
+    gate.set()  # the step ends and answers nobody
+
+    async def applied() -> bool:
+        return bool(registry._context.applied == [5])
+
+    await eventually(applied)
+    assert await registry.ask(application, Append(6)) == 6
+    assert registry.crashes == 0
+
+
+async def test_a_reply_is_answered_once_and_later_answers_are_ignored() -> None:
+    reply: Reply[int] = Reply()
+    reply.send(1)
+    reply.send(2)
+    reply.fail(RuntimeError("late"))
+    reply.abandon()
+    answered = await reply.answer()
+    assert answered is not None and answered.unwrap() == 1
+    abandoned: Reply[int] = Reply()
+    abandoned.abandon()
+    abandoned.send(3)
+    assert await abandoned.answer() is None
