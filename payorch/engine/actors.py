@@ -338,7 +338,7 @@ class ActorRegistry(Generic[C]):
                 del self._mailboxes[application_id]
             if actor is not None and self._actors.get(application_id) is actor:
                 del self._actors[application_id]
-            # Whoever still waits on this actor learns it failed: close their answer channels.
+            # Whoever still waits on this actor learns it failed: their replies are abandoned.
             stranded = actor.pending_replies() if actor else set()
             while True:
                 try:
