@@ -128,7 +128,6 @@ class Reply(Generic[T]):
     nobody; the state change stands."""
 
     request_id: str | None = None  # of the request being served, for the actor's log lines
-    answered: bool = False
     _result: outcome.Outcome[T] | None = None  # None when abandoned
     _settled: trio.Event = field(default_factory=trio.Event)
 
@@ -143,8 +142,7 @@ class Reply(Generic[T]):
         self._settle(None)
 
     def _settle(self, result: outcome.Outcome[T] | None) -> None:
-        if not self.answered:
-            self.answered = True
+        if not self._settled.is_set():
             self._result = result
             self._settled.set()
 
