@@ -161,7 +161,12 @@ async def marks(db: Database) -> AsyncIterator[None]:
             await db.autocommit(drop)
 
 
-_SLEEPING = "SELECT pid FROM pg_stat_activity WHERE query LIKE '%pg_sleep(60)%' AND pid <> pg_backend_pid()"
+# A statement running now: a pooled connection keeps its last statement's text while idle (the pool
+# sends no reset query), so a connection whose sleep was cancelled still shows it until reused.
+_SLEEPING = (
+    "SELECT pid FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%pg_sleep(60)%'"
+    " AND pid <> pg_backend_pid()"
+)
 
 
 async def _mark_then_sleep(conn: Connection, callers: Sequence[str]) -> None:
@@ -223,9 +228,6 @@ async def test_a_shared_statement_whose_caller_is_cancelled_leaves_nothing_and_t
     assert marked == [{"caller": caller, "how": "alone"} for caller in sorted(results)]
 
     async def released() -> bool:
-        return not await _rows(
-            db,
-            "SELECT pid FROM pg_stat_activity WHERE query LIKE '%pg_sleep(60)%' AND pid <> pg_backend_pid()",
-        )
+        return not await _rows(db, _SLEEPING)
 
     await eventually(released)

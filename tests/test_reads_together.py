@@ -165,7 +165,12 @@ async def test_reads_whose_shared_statement_fails_are_each_answered_alone(
     assert [await _body(response) for response in responses] == alone
 
 
-_SLEEPING = "SELECT pid FROM pg_stat_activity WHERE query LIKE '%pg_sleep(60)%' AND pid <> pg_backend_pid()"
+# A statement running now: a pooled connection keeps its last statement's text while idle (the pool
+# sends no reset query), so a connection whose sleep was cancelled still shows it until reused.
+_SLEEPING = (
+    "SELECT pid FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%pg_sleep(60)%'"
+    " AND pid <> pg_backend_pid()"
+)
 
 
 async def _sleeping(db: Database) -> bool:
