@@ -279,16 +279,22 @@ async def test_a_body_that_arrives_within_the_read_timeout_is_served(settings: S
 
 
 @asynccontextmanager
-async def _serving(app: object) -> AsyncIterator[tuple[str, int]]:
-    """`app` (a plain ASGI callable) served by payorch's HTTP server on loopback."""
+async def _serving(
+    app: object, keep_alive_timeout_s: float = 5, shutdown: trio.Event | None = None
+) -> AsyncIterator[tuple[str, int]]:
+    """`app` (a plain ASGI callable) served by payorch's HTTP server on loopback, until the block
+    ends or `shutdown` is set."""
     config = HypercornConfig()
     config.bind = ["127.0.0.1:0"]
     config.accesslog = None
     config.errorlog = logging.getLogger("tests.http_server")
     limits = http_server.ConnectionLimits(
-        max_connections=10, max_connections_per_address=10, read_timeout_s=5, keep_alive_timeout_s=5
+        max_connections=10,
+        max_connections_per_address=10,
+        read_timeout_s=5,
+        keep_alive_timeout_s=keep_alive_timeout_s,
     )
-    shutdown = trio.Event()
+    shutdown = trio.Event() if shutdown is None else shutdown
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(
             partial(http_server.serve, app, config, limits, shutdown_trigger=shutdown.wait)
@@ -423,3 +429,82 @@ async def test_an_answer_that_ends_after_its_head_still_sends_its_head_then_clos
                 received = await _until_closed(stream)
     assert received.startswith(b"HTTP/1.1 200")
     assert received.endswith(b"\r\n\r\n")
+
+
+# --- keep-alive ---------------------------------------------------------------------------------
+
+
+async def _answered_after(scope: dict[str, object], receive: object, send: object) -> None:
+    """An answer after as many seconds as the request's path says (`/0.5`)."""
+    if await _lifespan(scope, receive, send):
+        return
+    await trio.sleep(float(str(scope["path"]).strip("/")))
+    say = cast(Say, send)
+    await say({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+    await say({"type": "http.response.body", "body": b"ok", "more_body": False})
+
+
+def _after(seconds: float) -> bytes:
+    return b"GET /%s HTTP/1.1\r\nHost: t\r\n\r\n" % str(seconds).encode()
+
+
+async def test_a_connection_that_never_sends_a_request_is_closed_after_the_keep_alive_timeout() -> None:
+    async with _serving(_answered_after, keep_alive_timeout_s=0.5) as address:
+        stream = await _connect(address)
+        async with stream:
+            began = trio.current_time()
+            with trio.fail_after(5):
+                assert await _until_closed(stream) == b""
+            assert trio.current_time() - began >= 0.4
+
+
+async def test_a_connection_idle_after_its_answer_is_closed_after_the_keep_alive_timeout() -> None:
+    async with _serving(_answered_after, keep_alive_timeout_s=0.5) as address:
+        stream = await _connect(address)
+        async with stream:
+            await stream.send_all(_after(0))
+            with trio.fail_after(5):
+                assert (await _response(stream)).endswith(b"\r\n\r\nok")
+            answered = trio.current_time()
+            with trio.fail_after(5):
+                assert await _until_closed(stream) == b""
+            assert trio.current_time() - answered >= 0.4
+
+
+async def test_a_connection_asked_again_before_each_timeout_stays_open_past_several_of_them() -> None:
+    async with _serving(_answered_after, keep_alive_timeout_s=0.5) as address:
+        stream = await _connect(address)
+        async with stream:
+            for _ in range(6):  # 1.8 s in all, each request 0.3 s after the last answer
+                await trio.sleep(0.3)
+                await stream.send_all(_after(0))
+                with trio.fail_after(5):
+                    assert (await _response(stream)).endswith(b"\r\n\r\nok")
+
+
+async def test_a_request_answered_after_longer_than_the_keep_alive_timeout_is_answered_and_kept() -> None:
+    async with _serving(_answered_after, keep_alive_timeout_s=0.5) as address:
+        stream = await _connect(address)
+        async with stream:
+            for seconds in (1.2, 0):  # the timer stops while a request is answered
+                await stream.send_all(_after(seconds))
+                with trio.fail_after(5):
+                    assert (await _response(stream)).endswith(b"\r\n\r\nok")
+
+
+async def test_at_shutdown_an_idle_connection_closes_at_once_and_a_busy_one_after_its_answer() -> None:
+    shutdown = trio.Event()
+    async with _serving(_answered_after, keep_alive_timeout_s=30, shutdown=shutdown) as address:
+        idle, busy = await _connect(address), await _connect(address)
+        async with idle, busy:
+            await idle.send_all(_after(0))
+            with trio.fail_after(5):
+                await _response(idle)
+            await busy.send_all(_after(1))
+            await trio.sleep(0.2)
+            shutdown.set()
+            with trio.fail_after(0.7):  # well before the busy one's answer
+                assert await _until_closed(idle) == b""
+            with trio.fail_after(5):
+                answered = await _until_closed(busy)
+    assert answered.startswith(b"HTTP/1.1 200") and answered.endswith(b"\r\n\r\nok")

@@ -18,8 +18,11 @@ What one client can hold is bounded here:
   503 with `Retry-After` and closed at once, before any of it is read;
 - a request's head and body must arrive within `read_timeout_s` of its first byte: a slower one
   is answered 408 (when its head was read) and its connection closed;
-- an idle connection is closed after `keep_alive_timeout_s` (hypercorn's timer, which runs from a
-  connection's opening or its last answer until the head of its next request has arrived whole).
+- an idle connection is closed after `keep_alive_timeout_s`, timed as hypercorn times it: from a
+  connection's opening or its last answer until the head of its next request has arrived whole. One
+  task per connection keeps the timer (`_Connection._idle_timeout`), its deadline moved at each
+  request and answer; hypercorn's own `TrioSingleTask` starts a new task at every answer and
+  cancels it at the next request, a task's start and end per request on the serving thread.
 
 The rest is hypercorn's `hypercorn.trio.run.worker_serve`, without TLS and QUIC: the ASGI lifespan,
 the graceful shutdown (`config.graceful_timeout`), one `TCPServer` per connection.
@@ -42,7 +45,7 @@ from typing import Any, cast
 import h11
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.events import Closed, Event, RawData
+from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol import ProtocolWrapper
 from hypercorn.protocol.events import Event as StreamEvent
 from hypercorn.protocol.events import StreamClosed
@@ -264,6 +267,10 @@ class _Connection(TCPServer):
         self.socket_stream = stream
         self.read_timeout_s = read_timeout_s
         self.http11: _Http11Protocol
+        # The keep-alive timer: `idle` expires keep_alive_timeout_s after the connection last became
+        # idle (never while a request is read or answered); `watching` ends the timer's task.
+        self.idle = trio.CancelScope()
+        self.watching = trio.CancelScope()
 
     async def run(self) -> None:
         socket = self.socket_stream.socket
@@ -284,7 +291,8 @@ class _Connection(TCPServer):
                 )
                 self.http11 = cast(_Http11Protocol, self.protocol.protocol)
                 await self.protocol.initiate()
-                await self.idle_task.restart(self._task_group, self._idle_timeout)
+                self._idle_from_now()
+                task_group.spawn(self._idle_timeout)
                 await self._read_data()
         except OSError:
             pass
@@ -310,10 +318,35 @@ class _Connection(TCPServer):
                 began = None
             elif began is None:
                 began = arrived
-        # hypercorn's idle timer would hold the closed connection (its file, its place in the count)
-        # until it fired, keep_alive_timeout_s later.
-        await self.idle_task.stop()
+        # The idle timer would hold the closed connection (its file, its place in the count) until it
+        # fired, keep_alive_timeout_s later.
+        self.watching.cancel()
         await self.protocol.handle(Closed())
+
+    async def protocol_send(self, event: Event) -> None:
+        if isinstance(event, Updated):  # the connection became idle, or busy: the timer moves
+            if event.idle:
+                self._idle_from_now()
+            else:
+                self.idle.deadline = inf
+            return
+        await super().protocol_send(event)
+
+    def _idle_from_now(self) -> None:
+        wait = 0 if self.context.terminated.is_set() else self.config.keep_alive_timeout
+        self.idle.deadline = trio.current_time() + wait
+
+    async def _idle_timeout(self) -> None:
+        """Close the connection once it has been idle for keep_alive_timeout_s, or is idle once the
+        server has terminated (a request being answered first gets its answer), as hypercorn's timer
+        does; unless `watching` is cancelled first."""
+        with self.watching:
+            with self.idle:
+                await self.context.terminated.wait()
+                if self.idle.deadline == inf:  # busy: closed as soon as it is idle (`_idle_from_now`)
+                    await trio.sleep_forever()
+            with trio.CancelScope(shield=True):
+                await self._initiate_server_close()
 
 
 async def _serve_connection(
