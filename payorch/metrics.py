@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -25,6 +26,23 @@ OTHER_METHOD = "OTHER"
 # Provider calls are cut off at engine.provider_timeout_s (default 10) or refunds.submit_timeout_s
 # (default 5): buckets reach past both, so a timeout lands in its own bucket, not in +Inf.
 _PROVIDER_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0)
+
+
+class _Children:
+    """A labelled metric's children, each looked up once: prometheus_client's `labels()` checks
+    and converts its values and takes the metric's lock at every call, a few microseconds each, and
+    a create makes five such calls. Only for label values from a bounded set (methods, route
+    patterns, statuses, providers, outcomes); nothing here removes a child from its metric."""
+
+    def __init__(self, metric: Counter | Histogram) -> None:
+        self.metric = metric
+        self.children: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *values: str) -> Any:
+        child = self.children.get(values)
+        if child is None:
+            child = self.children[values] = self.metric.labels(*values)
+        return child
 
 
 @dataclass(frozen=True)
@@ -293,18 +311,24 @@ class Metrics:
         )
         self._snapshot = _SnapshotCollector()
         self.registry.register(self._snapshot)
+        # The metrics counted at every request and create, their children kept (`_Children`).
+        self._http_request_children = _Children(self._http_requests)
+        self._http_duration_children = _Children(self._http_duration)
+        self._provider_call_children = _Children(self._provider_calls)
+        self._provider_duration_children = _Children(self._provider_duration)
+        self._routing_decision_children = _Children(self._routing_decisions)
 
     def http_request(self, method: str, route: str | None, status: int, seconds: float) -> None:
         """Count one answered request; `route` is the URL rule pattern, None when no rule matched."""
         method = method if method in _KNOWN_METHODS else OTHER_METHOD
         route = route or UNMATCHED_ROUTE
-        self._http_requests.labels(method, route, str(status)).inc()
-        self._http_duration.labels(method, route).observe(seconds)
+        self._http_request_children(method, route, str(status)).inc()
+        self._http_duration_children(method, route).observe(seconds)
 
     def provider_call(self, provider: str, operation: str, outcome: str, seconds: float) -> None:
         """Count one call to a provider (`operation` e.g. create_checkout) and its latency."""
-        self._provider_calls.labels(provider, operation, outcome).inc()
-        self._provider_duration.labels(provider, operation).observe(seconds)
+        self._provider_call_children(provider, operation, outcome).inc()
+        self._provider_duration_children(provider, operation).observe(seconds)
 
     def session_transition(self, from_status: str, to_status: str) -> None:
         """Count a session status change; a change that keeps the status is not one."""
@@ -313,7 +337,7 @@ class Metrics:
 
     def routing_decision(self, reason: str) -> None:
         """Count a created session by its `routing.reason`."""
-        self._routing_decisions.labels(reason).inc()
+        self._routing_decision_children(reason).inc()
 
     def routing_outcome(self, provider: str, payment_method: str, outcome: str) -> None:
         """Count an attempt's outcome recorded at `provider`: success, failure or abandonment."""

@@ -7,9 +7,11 @@ from urllib.parse import urlsplit
 
 import pytest
 import trio
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from payorch.config import SessionSettings, Settings
+from payorch.metrics import Metrics
 from payorch.runtime import open_runtime
 from payorch.storage.database import Database
 from tests.helpers import Client, Shop, create_session, drop_database, eventually, new_shop
@@ -223,3 +225,28 @@ async def test_metrics_answer_without_the_backlog_when_the_database_is_gone(
     assert "payorch_http_requests_total" in names
     assert value(samples, "payorch_metrics_database_up") == 0
     assert not any(name == "payorch_outbox_backlog" for name, _ in samples)
+
+
+def test_counts_under_the_same_labels_add_up_and_other_labels_count_apart() -> None:
+    metrics = Metrics()
+    for status in (201, 201, 400):
+        metrics.http_request("POST", "/api/v1/sessions", status, 0.01)
+    for outcome in ("ok", "ok", "error"):
+        metrics.provider_call("sandbox", "create_checkout", outcome, 0.02)
+    for reason in ("dynamic", "rule", "dynamic"):
+        metrics.routing_decision(reason)
+    samples = {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(generate_latest(metrics.registry).decode())
+        for sample in family.samples
+    }
+    assert requests_counted(samples, "/api/v1/sessions", "201", "POST") == 2
+    assert requests_counted(samples, "/api/v1/sessions", "400", "POST") == 1
+    duration = {"method": "POST", "route": "/api/v1/sessions"}
+    assert value(samples, "payorch_http_request_duration_seconds_count", **duration) == 3
+    calls = {"provider": "sandbox", "operation": "create_checkout"}
+    assert value(samples, "payorch_provider_calls_total", **calls, outcome="ok") == 2
+    assert value(samples, "payorch_provider_calls_total", **calls, outcome="error") == 1
+    assert value(samples, "payorch_provider_call_duration_seconds_count", **calls) == 3
+    assert value(samples, "payorch_routing_decisions_total", reason="dynamic") == 2
+    assert value(samples, "payorch_routing_decisions_total", reason="rule") == 1
