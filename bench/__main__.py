@@ -44,14 +44,17 @@
   and 3 attempts under a recovery policy, against an oracle (`bench/recovery.py`); no payorch is
   started.
 
-payorch runs in this process (`payorch.service.run`) on a fresh embedded PostgreSQL; the bare app
-(`bench/bare.py`) after it, the same way; but for workers, where both run as processes of their own,
-and webhooks, where payorch does (its receiver and the paying clients stay in this process).
+payorch runs in this process (`payorch.service.run`) on a fresh embedded PostgreSQL, and the bare app
+(`bench/bare.py`) beside it in a process of its own for as long; each figure a ratio goal compares
+with the bare app's is measured in pairs, payorch's window and the bare app's one right after the
+other, in `--rounds` rounds that alternate which goes first, the median round's figures shown
+(`bench/paired.py`). The workers scenario runs both as processes of their own, one after the other;
+webhooks runs payorch as one (its receiver and the paying clients stay in this process).
 The load comes from a separate process (`bench/load.py`).
 Everything goes to loopback, and every run is bounded in time and in request count. The figures go to
 stdout; what the benchmark is doing goes to stderr. `--only` picks scenarios; `--switch-interval-ms`
-sets this process's interpreter switch interval (`sys.setswitchinterval`), and so that of payorch and
-the bare app where they run in it.
+sets this process's interpreter switch interval (`sys.setswitchinterval`), and so payorch's where it
+runs in it.
 """
 
 from __future__ import annotations
@@ -60,21 +63,32 @@ import argparse
 import os
 import sys
 import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from bench.bare import running_bare
 from bench.floods import FloodShape, measure_floods
 from bench.idle import measure_idle
 from bench.lists import measure_lists
-from bench.measure import Shape, background_cores, measure, measure_beside, progress, scraped_units
+from bench.measure import (
+    Measurement,
+    Shape,
+    background_cores,
+    measure,
+    measure_beside,
+    progress,
+    scraped_units,
+)
 from bench.neighbours import NeighbourShape, measure_neighbours
+from bench.paired import BareApart, Paired, paired, running_bare_apart
 from bench.payments_search import measure_payments_search, payments_search_lines
 from bench.payorch_target import (
     Payorch,
+    Target,
     bench_settings,
     create_target,
     problems_logged,
@@ -87,9 +101,9 @@ from bench.report import Isolation, Results, report
 from bench.routing import measure_decision_cost, measure_quality
 from bench.shop import Merchant, new_session, sandbox_link, signed_up_merchant, stripe_link
 from bench.slow_stripe import open_slow_stripe
-from bench.steady import CPU_GOAL_RATE, RATES_PER_S, SECONDS, measure_steady
+from bench.steady import CPU_GOAL_RATE, RATES_PER_S, SECONDS, SteadyRun, measure_steady
 from bench.webhooks import measure_webhook_latency
-from bench.workers import WORKER_COUNTS, measure_workers
+from bench.workers import ANY_SESSION_ID, WORKER_COUNTS, measure_workers
 from payorch.config import MAX_WORKERS
 
 SCENARIOS = (
@@ -109,6 +123,9 @@ SCENARIOS = (
 )
 BARE_CREATE_LABEL, BARE_READ_LABEL = "bare Quart-Trio POST", "bare Quart-Trio GET"
 READ_LABEL = "GET /api/v1/sessions/{id}"
+# Rounds of each pair behind a ratio goal: creates at peak (1 application), reads at peak, CPU per
+# create at CPU_GOAL_RATE (`bench/paired.py`).
+ROUNDS = 3
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -131,6 +148,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--steady-seconds", type=float, default=SECONDS, help="measured phase per steady rate (default 20)"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=ROUNDS,
+        help=f"rounds of each payorch and bare pair behind a ratio goal (default {ROUNDS})",
     )
     parser.add_argument(
         "--switch-interval-ms",
@@ -219,6 +242,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"unknown scenarios {', '.join(sorted(unknown))}: pick from {', '.join(SCENARIOS)}")
     if not 0 < args.seconds <= 300 or not 0 <= args.warmup <= 60 or not 1 <= args.connections <= 256:
         parser.error("need 0 < --seconds <= 300, 0 <= --warmup <= 60, 1 <= --connections <= 256")
+    if not 1 <= args.rounds <= 9:
+        parser.error("need 1 <= --rounds <= 9")
     if not 0 < args.neighbour_seconds <= 300:
         parser.error("need 0 < --neighbour-seconds <= 300")
     if (
@@ -293,17 +318,37 @@ def _split_of(base_url: str) -> dict[str, Any]:
     return {"threads_of": os.getpid(), "units": partial(scraped_units, base_url)}
 
 
+def _throughput(payorch: Measurement, bare: Measurement) -> float:
+    rate = bare.result.requests_per_s
+    return payorch.result.requests_per_s / rate if rate else 0.0
+
+
+def _cpu(payorch: SteadyRun, bare: SteadyRun) -> float:
+    return payorch.cpu_per_create_ms / bare.cpu_per_create_ms if bare.cpu_per_create_ms else float("nan")
+
+
 async def _payorch_scenarios(
-    payorch: Payorch, merchant: Merchant, args: argparse.Namespace, results: Results
+    payorch: Payorch, bare: BareApart | None, merchant: Merchant, args: argparse.Namespace, results: Results
 ) -> None:
-    """create, read and isolation, on one payorch."""
+    """create, read, steady and isolation, on one payorch; each figure a ratio compares with the
+    bare app's (running beside, `bare`) paired with it (`bench/paired.py`)."""
     base_url, wanted = payorch.base_url, args.scenarios
     one = await merchant.new_application("Bench", sandbox_link())
-    if "create" in wanted:
+    bare_headers = {"X-API-Key": "sk_bench_unused"}
+    measure_bare = partial(measure, server_cpu=bare.cpu_s, threads_of=bare.pid) if bare else measure
+    if "create" in wanted and bare is not None:
         target = create_target(base_url, [one.api_key])
-        results.create_one = await measure(
-            "POST /api/v1/sessions, 1 application", target, _shape(args), **_split_of(base_url)
+        bare_target = create_target(bare.base_url, ["sk_bench_unused"])
+        creates: Paired[Measurement] = await paired(
+            partial(
+                measure, "POST /api/v1/sessions, 1 application", target, _shape(args), **_split_of(base_url)
+            ),
+            partial(measure_bare, BARE_CREATE_LABEL, bare_target, _shape(args)),
+            _throughput,
+            args.rounds,
         )
+        results.create_one, results.bare_create = creates.payorch, creates.bare
+        results.rounds["create, 1 application"] = creates.ratios
         # Latency where the server is not saturated: creates due at half the rate just measured.
         results.paced_rate_per_s = max(1.0, results.create_one.result.requests_per_s / 2)
         paced = Shape(
@@ -315,34 +360,75 @@ async def _payorch_scenarios(
         results.create_paced = await measure(
             f"POST /api/v1/sessions, 1 app, {results.paced_rate_per_s:.0f}/s due", target, paced
         )
-    if "steady" in wanted:
-        steady_rates = tuple(float(rate) for rate in args.steady_rates.split(","))
+    if "steady" in wanted and bare is not None:
         units = partial(scraped_units, base_url)
-        results.steady = await measure_steady(
-            create_target(base_url, [one.api_key]),
-            steady_rates,
-            args.steady_seconds,
-            args.warmup,
-            threads_of=os.getpid(),
-            units=units,
-        )
+        bare_steady = partial(measure_steady, server_cpu=bare.cpu_s, threads_of=bare.pid)
+        for rate in sorted(float(rate) for rate in args.steady_rates.split(",")):
+            steady = await paired(
+                partial(
+                    _one_steady,
+                    create_target(base_url, [one.api_key]),
+                    rate,
+                    args,
+                    threads_of=os.getpid(),
+                    units=units,
+                ),
+                partial(
+                    _one_steady,
+                    create_target(bare.base_url, ["sk_bench_unused"]),
+                    rate,
+                    args,
+                    label=BARE_CREATE_LABEL,
+                    measuring=bare_steady,
+                ),
+                _cpu,
+                args.rounds if rate == CPU_GOAL_RATE else 1,
+            )
+            results.steady.append(steady.payorch)
+            results.bare_steady.append(steady.bare)
+            if rate == CPU_GOAL_RATE:
+                results.rounds[f"server CPU per create at {CPU_GOAL_RATE:g}/s"] = steady.ratios
         session_id = await new_session(base_url, one.api_key)
-        results.steady_read = await measure_steady(
-            read_target(base_url, session_id, {"X-API-Key": one.api_key}),
-            (CPU_GOAL_RATE,),
-            args.steady_seconds,
-            args.warmup,
-            label=READ_LABEL,
-            threads_of=os.getpid(),
-            units=units,
+        steady_reads = await paired(
+            partial(
+                _one_steady,
+                read_target(base_url, session_id, {"X-API-Key": one.api_key}),
+                CPU_GOAL_RATE,
+                args,
+                label=READ_LABEL,
+                threads_of=os.getpid(),
+                units=units,
+            ),
+            partial(
+                _one_steady,
+                read_target(bare.base_url, ANY_SESSION_ID, bare_headers),
+                CPU_GOAL_RATE,
+                args,
+                label=BARE_READ_LABEL,
+                measuring=bare_steady,
+            ),
+            _cpu,
+            1,
         )
+        results.steady_read, results.bare_steady_read = [steady_reads.payorch], [steady_reads.bare]
     if wanted & {"create", "isolation"}:
         progress(f"creating {args.applications} applications, each linked to the sandbox")
         many = await merchant.new_applications(args.applications, sandbox_link())
         many_target = create_target(base_url, [application.api_key for application in many])
         many_label = f"POST /api/v1/sessions, {args.applications} applications"
-        if "create" in wanted:
-            results.create_many = await measure(many_label, many_target, _shape(args))
+        if "create" in wanted and bare is not None:
+            creates_many = await paired(
+                partial(measure, many_label, many_target, _shape(args)),
+                partial(
+                    measure_bare,
+                    f"{BARE_CREATE_LABEL}, paired with {args.applications} apps",
+                    create_target(bare.base_url, ["sk_bench_unused"]),
+                    _shape(args),
+                ),
+                _throughput,
+                1,
+            )
+            results.create_many, results.bare_create_many = creates_many.payorch, creates_many.bare
     if "isolation" in wanted:
         slow = await merchant.new_application("Bench slow", stripe_link())
         alone = results.create_many or await measure(many_label, many_target, _shape(args))
@@ -362,42 +448,46 @@ async def _payorch_scenarios(
             slow_delay_s=args.slow_delay,
             applications=args.applications,
         )
-    if "read" in wanted:
+    if "read" in wanted and bare is not None:
         session_id = await new_session(base_url, one.api_key)
         target = read_target(base_url, session_id, {"X-API-Key": one.api_key})
-        results.read = await measure(READ_LABEL, target, _shape(args), **_split_of(base_url))
+        reads = await paired(
+            partial(measure, READ_LABEL, target, _shape(args), **_split_of(base_url)),
+            partial(
+                measure_bare,
+                BARE_READ_LABEL,
+                read_target(bare.base_url, ANY_SESSION_ID, bare_headers),
+                _shape(args),
+            ),
+            _throughput,
+            args.rounds,
+        )
+        results.read, results.bare_read = reads.payorch, reads.bare
+        results.rounds["read"] = reads.ratios
 
 
-async def _bare_scenarios(work_dir: Path, args: argparse.Namespace, results: Results) -> None:
-    progress("starting the bare Quart-Trio app")
-    async with running_bare(work_dir) as base_url:
-        headers = {"X-API-Key": "sk_bench_unused"}
-        if "create" in args.scenarios:
-            target = create_target(base_url, ["sk_bench_unused"])
-            results.bare_create = await measure(
-                BARE_CREATE_LABEL, target, _shape(args), threads_of=os.getpid()
-            )
-        if "read" in args.scenarios:
-            target = read_target(base_url, "00000000-0000-0000-0000-000000000000", headers)
-            results.bare_read = await measure(BARE_READ_LABEL, target, _shape(args), threads_of=os.getpid())
-        if "steady" in args.scenarios:
-            steady_rates = tuple(float(rate) for rate in args.steady_rates.split(","))
-            results.bare_steady = await measure_steady(
-                create_target(base_url, ["sk_bench_unused"]),
-                steady_rates,
-                args.steady_seconds,
-                args.warmup,
-                label="bare Quart-Trio POST",
-                threads_of=os.getpid(),
-            )
-            results.bare_steady_read = await measure_steady(
-                read_target(base_url, "00000000-0000-0000-0000-000000000000", headers),
-                (CPU_GOAL_RATE,),
-                args.steady_seconds,
-                args.warmup,
-                label=BARE_READ_LABEL,
-                threads_of=os.getpid(),
-            )
+async def _one_steady(
+    target: Target,
+    rate: float,
+    args: argparse.Namespace,
+    *,
+    label: str = "POST /api/v1/sessions, 1 app",
+    measuring: Callable[..., Awaitable[list[SteadyRun]]] = measure_steady,
+    **split: Any,
+) -> SteadyRun:
+    """`target` due at `rate` for --steady-seconds (`measure_steady`, with `measuring`'s clocks)."""
+    (run,) = await measuring(target, (rate,), args.steady_seconds, args.warmup, label=label, **split)
+    return run
+
+
+@asynccontextmanager
+async def _bare_beside(work_dir: Path, wanted: set[str]) -> AsyncIterator[BareApart | None]:
+    """The bare app in a process of its own where a scenario compares with it, else None."""
+    if not wanted & {"create", "read", "steady"}:
+        yield None
+        return
+    async with running_bare_apart(work_dir) as bare:
+        yield bare
 
 
 async def _webhooks(work_dir: Path, results: Results) -> None:
@@ -432,15 +522,14 @@ async def main(args: argparse.Namespace) -> None:
                 async with open_slow_stripe(args.slow_delay) as stripe:
                     settings = bench_settings(work_dir / "main", stripe_api_base=stripe.url)
                     async with (
+                        _bare_beside(work_dir, wanted) as bare,
                         running_payorch(settings, work_dir / "main" / "payorch.log") as payorch,
                         signed_up_merchant(payorch) as merchant,
                     ):
-                        await _payorch_scenarios(payorch, merchant, args, results)
-                        progress("stopping payorch")
+                        await _payorch_scenarios(payorch, bare, merchant, args, results)
+                        progress("stopping payorch and the bare app")
             finally:
                 results.problems += problems_logged(work_dir / "main" / "payorch.log")
-        if wanted & {"create", "read", "steady"}:
-            await _bare_scenarios(work_dir, args, results)
         if "workers" in wanted:
             steady_rates = tuple(float(rate) for rate in args.steady_rates.split(","))
             for count in args.worker_counts:

@@ -8,20 +8,12 @@ authentication, validation, database or actor behind it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from functools import partial
-from pathlib import Path
 from typing import Any
 
-import trio
-from hypercorn.trio import serve as hypercorn_serve
 from quart import request
 from quart_trio import QuartTrio
 
-from bench.payorch_target import SESSIONS_PATH, bench_settings
-from payorch.config import Settings
-from payorch.service import _finish_responses_uncancelled, _hypercorn_config
+from bench.payorch_target import SESSIONS_PATH
 
 
 def create_bare_app() -> QuartTrio:
@@ -37,30 +29,3 @@ def create_bare_app() -> QuartTrio:
         return {"id": session_id, "status": "PENDING"}
 
     return app
-
-
-async def serve_bare(
-    settings: Settings,
-    *,
-    shutdown: trio.Event,
-    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Serve the bare app on `server.bind`, with payorch's own hypercorn configuration and ASGI
-    wrapper, until `shutdown` is set. Reports the bound addresses."""
-    await hypercorn_serve(
-        _finish_responses_uncancelled(create_bare_app()),
-        _hypercorn_config(settings),
-        shutdown_trigger=shutdown.wait,
-        task_status=task_status,
-    )
-
-
-@asynccontextmanager
-async def running_bare(work_dir: Path) -> AsyncIterator[str]:
-    """The bare app on loopback, port 0, until the block ends: its base URL."""
-    settings = bench_settings(work_dir)
-    shutdown = trio.Event()
-    async with trio.open_nursery() as nursery:
-        addresses: list[str] = await nursery.start(partial(serve_bare, settings, shutdown=shutdown))
-        yield addresses[0]
-        shutdown.set()

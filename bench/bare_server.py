@@ -4,7 +4,8 @@
     python -m bench.bare_server --workers N --bind 127.0.0.1:PORT --ready-dir DIR
 
 hypercorn's parent binds once and starts N trio workers (`hypercorn.run.run`), each importing `app`
-below, with payorch's own hypercorn configuration and ASGI wrapper, as the in-process baseline has.
+below, with payorch's own hypercorn configuration and ASGI wrapper; with `--workers 0` the process
+serves alone, in its one thread (the baseline beside the in-process payorch: `bench/paired.py`).
 Each worker, once its app has started, leaves an empty file named after its pid in DIR, so that the
 benchmark loads it only when all N serve. SIGTERM or SIGINT stops the workers gracefully.
 """

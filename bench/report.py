@@ -86,6 +86,7 @@ class Results:
     paced_rate_per_s: float = 0.0
     read: Measurement | None = None
     bare_create: Measurement | None = None
+    bare_create_many: Measurement | None = None  # the bare POST paired with `create_many`
     bare_read: Measurement | None = None
     isolation: Isolation | None = None
     idle: IdleResult | None = None
@@ -102,6 +103,8 @@ class Results:
     bare_steady_read: list[SteadyRun] = field(default_factory=list)  # the bare GET at the same rate
     workers: list[WorkersRun] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # warnings and errors payorch logged
+    # Each paired ratio goal's ratio in every round, in the order measured (`bench/paired.py`).
+    rounds: dict[str, list[float]] = field(default_factory=dict)
 
     def measurements(self) -> list[Measurement]:
         found = [
@@ -109,6 +112,7 @@ class Results:
             self.create_paced,
             self.create_many,
             self.bare_create,
+            self.bare_create_many,
             self.read,
             self.bare_read,
         ]
@@ -160,6 +164,7 @@ def _requests(results: Results) -> Iterator[str]:
         results.create_paced,
         results.create_many,
         results.bare_create,
+        results.bare_create_many,
         results.read,
         results.bare_read,
     ]
@@ -567,15 +572,25 @@ def _throughput_goals(name: str, payorch: Measurement, bare: Measurement, goal: 
     yield goal_line(f"{name}: payorch / bare", _ratio(ratio), f">= {goal:g}x", ratio >= goal)
 
 
+def _rounds(results: Results, name: str) -> Iterator[str]:
+    """The ratio of each round of the pairs behind `name`'s goal, where there were several."""
+    ratios = results.rounds.get(name, [])
+    if len(ratios) > 1:
+        each = ", ".join(_ratio(ratio) for ratio in ratios)
+        yield f"  (rounds, payorch and the bare app in turn first: {each}; the median round shown)"
+
+
 def _goals(results: Results) -> Iterator[str]:
     yield f"{'goal':<{LABEL_WIDTH}}{'figure':>11}   goal"
     creates = [
         ("create, 1 application", results.create_one),
         (f"create, {results.applications} applications", results.create_many),
     ]
-    for name, create in creates:
-        if create is not None and results.bare_create is not None:
-            yield from _throughput_goals(name, create, results.bare_create, CREATE_RATIO_GOAL)
+    bare_creates = (results.bare_create, results.bare_create_many or results.bare_create)
+    for (name, create), bare_create in zip(creates, bare_creates, strict=True):
+        if create is not None and bare_create is not None:
+            yield from _throughput_goals(name, create, bare_create, CREATE_RATIO_GOAL)
+            yield from _rounds(results, name)
         if create is not None:
             p99 = create.result.p99_ms
             yield goal_line(
@@ -601,6 +616,7 @@ def _goals(results: Results) -> Iterator[str]:
         )
     if results.read is not None and results.bare_read is not None:
         yield from _throughput_goals("read", results.read, results.bare_read, READ_RATIO_GOAL)
+        yield from _rounds(results, "read")
     if results.isolation is not None:
         change = results.isolation.change
         yield goal_line(
@@ -664,7 +680,7 @@ def _goals(results: Results) -> Iterator[str]:
                 single <= WEBHOOK_ONE_AT_A_TIME_P50_GOAL_MS,
             )
         yield goal_line("webhooks: events not delivered", f"{latency.missing}", "0", latency.missing == 0)
-    yield from _steady_goals(results.steady, results.bare_steady)
+    yield from _steady_goals(results)
     yield from _workers_goals(results.workers)
     yield from _routing_goals(results.routing, results.decision_cost)
     yield from _recovery_goals(results.recovery)
@@ -767,7 +783,8 @@ def _at_peak(results: Results) -> Iterator[str]:
     yield ""
 
 
-def _steady_goals(runs: list[SteadyRun], bare: list[SteadyRun]) -> Iterator[str]:
+def _steady_goals(results: Results) -> Iterator[str]:
+    runs, bare = results.steady, results.bare_steady
     bare_cpu = {run.rate_per_s: run.cpu_per_create_ms for run in bare}
     for run in runs:
         goal = P99_GOALS_MS.get(run.rate_per_s)
@@ -790,6 +807,7 @@ def _steady_goals(runs: list[SteadyRun], bare: list[SteadyRun]) -> Iterator[str]
                 f"<= {CPU_PER_CREATE_GOAL_RATIO:g}x",
                 ratio <= CPU_PER_CREATE_GOAL_RATIO,
             )
+            yield from _rounds(results, f"server CPU per create at {CPU_GOAL_RATE:g}/s")
 
 
 def _routing_share(create: Measurement | None, cost: DecisionCost | None) -> Iterator[str]:
