@@ -10,9 +10,9 @@ The line (method, path, status, duration, client address, request id, applicatio
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
-import uuid
 
 from quart import Quart, Request, Response, g, request
 
@@ -41,7 +41,7 @@ def note_application(application_id: object) -> None:
 def request_id_for(offered: str) -> str:
     """The id a request is answered and logged with: the caller's (`offered`) when acceptable,
     otherwise a fresh one."""
-    return offered if is_acceptable_request_id(offered) else f"req_{uuid.uuid4().hex}"
+    return offered if is_acceptable_request_id(offered) else f"req_{os.urandom(16).hex()}"
 
 
 async def _start() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 
 import pytest
@@ -53,6 +54,8 @@ async def test_each_request_gets_its_own_request_id(client: Client) -> None:
     first = await client.get("/healthz")
     second = await client.get("/healthz")
     assert first.headers["X-Request-Id"] != second.headers["X-Request-Id"]
+    for response in (first, second):  # req_ and 128 random bits in hex
+        assert re.fullmatch(r"req_[0-9a-f]{32}", response.headers["X-Request-Id"])
 
 
 @pytest.mark.parametrize("offered", ["abc-123", "trace_01.J", "x" * 128])
