@@ -335,7 +335,6 @@ async def _payorch_scenarios(
     base_url, wanted = payorch.base_url, args.scenarios
     one = await merchant.new_application("Bench", sandbox_link())
     bare_headers = {"X-API-Key": "sk_bench_unused"}
-    measure_bare = partial(measure, server_cpu=bare.cpu_s, threads_of=bare.pid) if bare else measure
     if "create" in wanted and bare is not None:
         target = create_target(base_url, [one.api_key])
         bare_target = create_target(bare.base_url, ["sk_bench_unused"])
@@ -343,7 +342,7 @@ async def _payorch_scenarios(
             partial(
                 measure, "POST /api/v1/sessions, 1 application", target, _shape(args), **_split_of(base_url)
             ),
-            partial(measure_bare, BARE_CREATE_LABEL, bare_target, _shape(args)),
+            partial(bare.measured, BARE_CREATE_LABEL, bare_target, _shape(args)),
             _throughput,
             args.rounds,
         )
@@ -362,7 +361,6 @@ async def _payorch_scenarios(
         )
     if "steady" in wanted and bare is not None:
         units = partial(scraped_units, base_url)
-        bare_steady = partial(measure_steady, server_cpu=bare.cpu_s, threads_of=bare.pid)
         for rate in sorted(float(rate) for rate in args.steady_rates.split(",")):
             steady = await paired(
                 partial(
@@ -379,7 +377,7 @@ async def _payorch_scenarios(
                     rate,
                     args,
                     label=BARE_CREATE_LABEL,
-                    measuring=bare_steady,
+                    measuring=bare.steady,
                 ),
                 _cpu,
                 args.rounds if rate == CPU_GOAL_RATE else 1,
@@ -405,7 +403,7 @@ async def _payorch_scenarios(
                 CPU_GOAL_RATE,
                 args,
                 label=BARE_READ_LABEL,
-                measuring=bare_steady,
+                measuring=bare.steady,
             ),
             _cpu,
             1,
@@ -420,7 +418,7 @@ async def _payorch_scenarios(
             creates_many = await paired(
                 partial(measure, many_label, many_target, _shape(args)),
                 partial(
-                    measure_bare,
+                    bare.measured,
                     f"{BARE_CREATE_LABEL}, paired with {args.applications} apps",
                     create_target(bare.base_url, ["sk_bench_unused"]),
                     _shape(args),
@@ -454,7 +452,7 @@ async def _payorch_scenarios(
         reads = await paired(
             partial(measure, READ_LABEL, target, _shape(args), **_split_of(base_url)),
             partial(
-                measure_bare,
+                bare.measured,
                 BARE_READ_LABEL,
                 read_target(bare.base_url, ANY_SESSION_ID, bare_headers),
                 _shape(args),

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from bench.measure import CpuClock, progress
-from bench.payorch_target import SESSIONS_PATH
+from bench.measure import CpuClock, Measurement, Shape, measure, progress
+from bench.payorch_target import SESSIONS_PATH, Target
 from bench.processes import free_loopback_port, running_process, wait_until_serving
+from bench.steady import SteadyRun, measure_steady
 from bench.workers import ANY_SESSION_ID, payorch_environment
 
 M = TypeVar("M")
@@ -34,6 +35,18 @@ class BareApart:
     base_url: str
     cpu_s: CpuClock
     pid: int
+
+    async def measured(self, label: str, target: Target, shape: Shape) -> Measurement:
+        """`measure`, with this process's CPU and its thread's."""
+        return await measure(label, target, shape, server_cpu=self.cpu_s, threads_of=self.pid)
+
+    async def steady(
+        self, target: Target, rates: tuple[float, ...], seconds: float, warmup_s: float, label: str
+    ) -> list[SteadyRun]:
+        """`measure_steady`, with this process's CPU and its thread's."""
+        return await measure_steady(
+            target, rates, seconds, warmup_s, label=label, server_cpu=self.cpu_s, threads_of=self.pid
+        )
 
 
 @asynccontextmanager
