@@ -191,7 +191,8 @@ def _isolation(iso: Isolation) -> Iterator[str]:
 
 
 def _workers(runs: list[WorkersRun]) -> Iterator[str]:
-    yield "workers: payorch serve --workers N, and the bare app on N hypercorn trio workers, each run apart"
+    yield "workers: payorch serve --workers N, and the bare app on N hypercorn trio workers, side by side"
+    yield "(each bare figure measured right after payorch's it is compared with)"
     yield "(cores: the server's process tree, parent and workers; PG: embedded PostgreSQL; load: load gen)"
     for run in runs:
         yield (

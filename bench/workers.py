@@ -8,9 +8,10 @@ PAYORCH_* variable of the caller's shell. Its embedded PostgreSQL is started her
 parent joins it), so that its processes are counted apart and it is gone after the run whatever
 happens. Once /readyz answers and (with two or more) the parent has logged that every worker serves,
 a merchant invited with `payorch invite` signs up and makes one application linked to the sandbox:
-creates for it, then reads of one session, each with the create scenario's connections and time.
-Then creates for it due at the steady scenario's rates (`bench/steady.py`), and the bare app
-(`bench/bare_server.py`) on N hypercorn trio workers, its POST and its GET as payorch's.
+creates for it, then reads of one session, each with the create scenario's connections and time,
+and each right after it the bare app's POST or GET (`bench/bare_server.py` on N hypercorn trio
+workers, serving beside payorch for the whole run, as the in-process scenarios pair theirs:
+`bench/paired.py`). Then creates for it due at the steady scenario's rates (`bench/steady.py`).
 
 Server CPU is that of the whole process tree (parent and workers: `bench/processes.py`), PostgreSQL's
 processes apart; RSS is each serving process's, after its runs.
@@ -93,61 +94,86 @@ def workers_label(count: int) -> str:
     return f"{count} worker" if count == 1 else f"{count} workers"
 
 
+@dataclass(frozen=True)
+class _Serving:
+    """One server's processes on loopback for a workers run: where, its process tree, its port."""
+
+    base_url: str
+    tree: ProcessTree
+    port: int
+
+
 async def measure_workers(
     run_dir: Path, count: int, shape: Shape, steady_rates: tuple[float, ...], steady_seconds: float
 ) -> WorkersRun:
-    """payorch on `count` workers, then the bare app on as many, each loaded with `shape`, and
-    payorch's creates at each of `steady_rates` too; every file of the run under `run_dir`
-    (payorch's log: `payorch.log`)."""
-    progress(f"workers: starting payorch serve --workers {count} on a fresh embedded PostgreSQL")
-    create, read, rss, steady = await _measure_payorch(run_dir, count, shape, steady_rates, steady_seconds)
-    progress(f"workers: starting the bare Quart-Trio app on {workers_label(count)} of hypercorn")
-    bare_create, bare_read, bare_rss = await _measure_bare(run_dir, count, shape)
+    """payorch on `count` workers and the bare app on as many, both serving for the whole run, each
+    figure of one measured right after the same figure of the other (creates, then reads), each
+    loaded with `shape`; then payorch's creates at each of `steady_rates`. Every file of the run
+    under `run_dir` (payorch's log: `payorch.log`)."""
+    async with (
+        _bare_serving(run_dir, count) as bare,
+        _postgres(bench_settings(run_dir).database.data_dir) as postgres,
+        _payorch_serving(run_dir, count) as payorch,
+    ):
+        token = await invite_token(run_dir / "config.toml", payorch_environment())
+        async with invited_merchant(payorch.base_url, token) as merchant:
+            application = await merchant.new_application("Bench", sandbox_link())
+        measured = partial(measure, shape=shape, server_cpu=payorch.tree.cpu_s, database_cpu=postgres.cpu_s)
+        measured_bare = partial(measure, shape=shape, server_cpu=bare.tree.cpu_s)
+        label = workers_label(count)
+        create = await measured(
+            f"POST /api/v1/sessions, 1 app, {label}", create_target(payorch.base_url, [application.api_key])
+        )
+        bare_create = await measured_bare(
+            f"bare Quart-Trio POST, {label}", create_target(bare.base_url, ["sk_bench_unused"])
+        )
+        session_id = await new_session(payorch.base_url, application.api_key)
+        read = await measured(
+            f"GET /api/v1/sessions/{{id}}, {label}",
+            read_target(payorch.base_url, session_id, {API_KEY_HEADER: application.api_key}),
+        )
+        bare_read = await measured_bare(
+            f"bare Quart-Trio GET, {label}",
+            read_target(bare.base_url, ANY_SESSION_ID, {API_KEY_HEADER: "sk_bench_unused"}),
+        )
+        steady = await measure_steady(
+            create_target(payorch.base_url, [application.api_key]),
+            steady_rates,
+            steady_seconds,
+            shape.warmup_s,
+            label=f"POST /api/v1/sessions, 1 app, {label}",
+            server_cpu=payorch.tree.cpu_s,
+            database_cpu=postgres.cpu_s,
+        )
+        rss = [rss_bytes_of(worker) for worker in payorch.tree.serving(payorch.port)]
+        bare_rss = [rss_bytes_of(worker) for worker in bare.tree.serving(bare.port)]
+        progress("workers: stopping payorch and the bare app")
     return WorkersRun(count, create, read, bare_create, bare_read, rss, bare_rss, steady)
 
 
-async def _measure_payorch(
-    run_dir: Path, count: int, shape: Shape, steady_rates: tuple[float, ...], steady_seconds: float
-) -> tuple[Measurement, Measurement, list[int], list[SteadyRun]]:
+@asynccontextmanager
+async def _payorch_serving(run_dir: Path, count: int) -> AsyncIterator[_Serving]:
+    """`payorch serve --workers count` on loopback (its PostgreSQL already up), until the block ends."""
+    progress(f"workers: starting payorch serve --workers {count} on a fresh embedded PostgreSQL")
     port = free_loopback_port()
     base_url = f"http://127.0.0.1:{port}"
     settings = bench_settings(run_dir, bind=f"127.0.0.1:{port}")
     config_path, log_path = run_dir / "config.toml", run_dir / "payorch.log"
     config_path.write_text(config_toml(settings))
-    env = payorch_environment()
     command = [sys.executable, "-m", "payorch", "serve", f"--workers={count}", f"--config={config_path}"]
     ready = partial(_all_serve, log_path, count)
-    async with (
-        _postgres(settings.database.data_dir) as postgres,
-        running_process(command, log_path, env, apart=("postgres",)) as (process, tree),
+    async with running_process(command, log_path, payorch_environment(), apart=("postgres",)) as (
+        process,
+        tree,
     ):
         await wait_until_serving(f"{base_url}/readyz", process, log_path, ready)
-        token = await invite_token(config_path, env)
-        async with invited_merchant(base_url, token) as merchant:
-            application = await merchant.new_application("Bench", sandbox_link())
-        measured = partial(measure, shape=shape, server_cpu=tree.cpu_s, database_cpu=postgres.cpu_s)
-        target = create_target(base_url, [application.api_key])
-        create = await measured(f"POST /api/v1/sessions, 1 app, {workers_label(count)}", target)
-        session_id = await new_session(base_url, application.api_key)
-        target = read_target(base_url, session_id, {API_KEY_HEADER: application.api_key})
-        read = await measured(f"GET /api/v1/sessions/{{id}}, {workers_label(count)}", target)
-        steady = await measure_steady(
-            create_target(base_url, [application.api_key]),
-            steady_rates,
-            steady_seconds,
-            shape.warmup_s,
-            label=f"POST /api/v1/sessions, 1 app, {workers_label(count)}",
-            server_cpu=tree.cpu_s,
-            database_cpu=postgres.cpu_s,
-        )
-        rss = [rss_bytes_of(worker) for worker in tree.serving(port)]
-        progress("workers: stopping payorch")
-    return create, read, rss, steady
+        yield _Serving(base_url, tree, port)
 
 
-async def _measure_bare(
-    run_dir: Path, count: int, shape: Shape
-) -> tuple[Measurement, Measurement, list[int]]:
+@asynccontextmanager
+async def _bare_serving(run_dir: Path, count: int) -> AsyncIterator[_Serving]:
+    """The bare app on `count` hypercorn workers on loopback, until the block ends."""
+    progress(f"workers: starting the bare Quart-Trio app on {workers_label(count)} of hypercorn")
     port = free_loopback_port()
     base_url = f"http://127.0.0.1:{port}"
     ready_dir, log_path = run_dir / "bare-ready", run_dir / "bare.log"
@@ -157,13 +183,7 @@ async def _measure_bare(
     async with running_process(command, log_path, payorch_environment()) as (process, tree):
         url = f"{base_url}{SESSIONS_PATH}/{ANY_SESSION_ID}"
         await wait_until_serving(url, process, log_path, lambda: len(list(ready_dir.iterdir())) >= count)
-        measured = partial(measure, shape=shape, server_cpu=tree.cpu_s)
-        target = create_target(base_url, ["sk_bench_unused"])
-        create = await measured(f"bare Quart-Trio POST, {workers_label(count)}", target)
-        target = read_target(base_url, ANY_SESSION_ID, {API_KEY_HEADER: "sk_bench_unused"})
-        read = await measured(f"bare Quart-Trio GET, {workers_label(count)}", target)
-        rss = [rss_bytes_of(worker) for worker in tree.serving(port)]
-    return create, read, rss
+        yield _Serving(base_url, tree, port)
 
 
 def config_toml(settings: Settings) -> str:
