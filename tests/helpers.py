@@ -96,6 +96,13 @@ async def new_api_key(client: Client, merchant: Merchant, application_id: str) -
 
 
 SANDBOX_KEY = "sk_sandbox_test_0123456789"
+# The sessions' statements now running `pg_sleep(60)` (tests that hold a statement on the server):
+# active ones only, for a pooled connection keeps its last statement's text while idle (the pool
+# sends no reset query), so one whose sleep was cancelled still shows it until reused.
+SLEEPING_A_MINUTE = (
+    "SELECT pid FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%pg_sleep(60)%'"
+    " AND pid <> pg_backend_pid()"
+)
 
 
 async def link_sandbox(

@@ -15,7 +15,15 @@ from payorch.config import Settings
 from payorch.runtime import Runtime
 from payorch.storage.database import Connection, Database
 from payorch.storage.together import Together
-from tests.helpers import Client, Shop, create_session, eventually, new_shop, session_body
+from tests.helpers import (
+    SLEEPING_A_MINUTE,
+    Client,
+    Shop,
+    create_session,
+    eventually,
+    new_shop,
+    session_body,
+)
 from tests.test_create_in_one_unit import REFUSED, _rows, refusing_database
 
 __all__ = ["refusing_database"]  # the fixture, used here by name
@@ -161,14 +169,6 @@ async def marks(db: Database) -> AsyncIterator[None]:
             await db.autocommit(drop)
 
 
-# A statement running now: a pooled connection keeps its last statement's text while idle (the pool
-# sends no reset query), so a connection whose sleep was cancelled still shows it until reused.
-_SLEEPING = (
-    "SELECT pid FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%pg_sleep(60)%'"
-    " AND pid <> pg_backend_pid()"
-)
-
-
 async def _mark_then_sleep(conn: Connection, callers: Sequence[str]) -> None:
     await conn.execute(
         """INSERT INTO together_marks
@@ -218,7 +218,7 @@ async def test_a_shared_statement_whose_caller_is_cancelled_leaves_nothing_and_t
         release.set()
 
         async def sleeping() -> bool:
-            return bool(leaders) and bool(await _rows(db, _SLEEPING))
+            return bool(leaders) and bool(await _rows(db, SLEEPING_A_MINUTE))
 
         await eventually(sleeping)
         scopes[leaders[0]].cancel()
@@ -228,6 +228,6 @@ async def test_a_shared_statement_whose_caller_is_cancelled_leaves_nothing_and_t
     assert marked == [{"caller": caller, "how": "alone"} for caller in sorted(results)]
 
     async def released() -> bool:
-        return not await _rows(db, _SLEEPING)
+        return not await _rows(db, SLEEPING_A_MINUTE)
 
     await eventually(released)

@@ -21,7 +21,7 @@ from payorch.jsonexact import loads_exact
 from payorch.runtime import Runtime
 from payorch.storage.database import Connection, Database
 from payorch.storage.together import Together
-from tests.helpers import Client, Shop, create_session, eventually, new_shop
+from tests.helpers import SLEEPING_A_MINUTE, Client, Shop, create_session, eventually, new_shop
 from tests.http.test_refunds import paid_session, record_when, refund
 from tests.test_creates_together import _hold
 
@@ -165,17 +165,9 @@ async def test_reads_whose_shared_statement_fails_are_each_answered_alone(
     assert [await _body(response) for response in responses] == alone
 
 
-# A statement running now: a pooled connection keeps its last statement's text while idle (the pool
-# sends no reset query), so a connection whose sleep was cancelled still shows it until reused.
-_SLEEPING = (
-    "SELECT pid FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%pg_sleep(60)%'"
-    " AND pid <> pg_backend_pid()"
-)
-
-
 async def _sleeping(db: Database) -> bool:
     async def sleepers(conn: Connection) -> int:
-        return len(await conn.fetch(_SLEEPING))
+        return len(await conn.fetch(SLEEPING_A_MINUTE))
 
     return bool(await db.autocommit(sleepers))
 
