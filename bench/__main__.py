@@ -318,6 +318,10 @@ def _split_of(base_url: str) -> dict[str, Any]:
     return {"threads_of": os.getpid(), "units": partial(scraped_units, base_url)}
 
 
+# A steady measurement: target, rates, seconds, warm-up, label (`measure_steady` with a server's clocks).
+Steady = Callable[[Target, tuple[float, ...], float, float, str], Awaitable[list[SteadyRun]]]
+
+
 def _throughput(payorch: Measurement, bare: Measurement) -> float:
     rate = bare.result.requests_per_s
     return payorch.result.requests_per_s / rate if rate else 0.0
@@ -360,24 +364,24 @@ async def _payorch_scenarios(
             f"POST /api/v1/sessions, 1 app, {results.paced_rate_per_s:.0f}/s due", target, paced
         )
     if "steady" in wanted and bare is not None:
-        units = partial(scraped_units, base_url)
+        ours: Steady = partial(measure_steady, **_split_of(base_url))
         for rate in sorted(float(rate) for rate in args.steady_rates.split(",")):
             steady = await paired(
                 partial(
                     _one_steady,
+                    ours,
                     create_target(base_url, [one.api_key]),
                     rate,
                     args,
-                    threads_of=os.getpid(),
-                    units=units,
+                    "POST /api/v1/sessions, 1 app",
                 ),
                 partial(
                     _one_steady,
+                    bare.steady,
                     create_target(bare.base_url, ["sk_bench_unused"]),
                     rate,
                     args,
-                    label=BARE_CREATE_LABEL,
-                    measuring=bare.steady,
+                    BARE_CREATE_LABEL,
                 ),
                 _cpu,
                 args.rounds if rate == CPU_GOAL_RATE else 1,
@@ -390,20 +394,19 @@ async def _payorch_scenarios(
         steady_reads = await paired(
             partial(
                 _one_steady,
+                ours,
                 read_target(base_url, session_id, {"X-API-Key": one.api_key}),
                 CPU_GOAL_RATE,
                 args,
-                label=READ_LABEL,
-                threads_of=os.getpid(),
-                units=units,
+                READ_LABEL,
             ),
             partial(
                 _one_steady,
+                bare.steady,
                 read_target(bare.base_url, ANY_SESSION_ID, bare_headers),
                 CPU_GOAL_RATE,
                 args,
-                label=BARE_READ_LABEL,
-                measuring=bare.steady,
+                BARE_READ_LABEL,
             ),
             _cpu,
             1,
@@ -465,16 +468,11 @@ async def _payorch_scenarios(
 
 
 async def _one_steady(
-    target: Target,
-    rate: float,
-    args: argparse.Namespace,
-    *,
-    label: str = "POST /api/v1/sessions, 1 app",
-    measuring: Callable[..., Awaitable[list[SteadyRun]]] = measure_steady,
-    **split: Any,
+    measuring: Steady, target: Target, rate: float, args: argparse.Namespace, label: str
 ) -> SteadyRun:
-    """`target` due at `rate` for --steady-seconds (`measure_steady`, with `measuring`'s clocks)."""
-    (run,) = await measuring(target, (rate,), args.steady_seconds, args.warmup, label=label, **split)
+    """`target` due at `rate` for --steady-seconds, measured by `measuring` (payorch's clocks or the
+    bare app's: `measure_steady` with them)."""
+    (run,) = await measuring(target, (rate,), args.steady_seconds, args.warmup, label)
     return run
 
 
