@@ -54,7 +54,7 @@ from payorch.storage.loop_thread import (
     loop_thread,
 )
 from payorch.storage.together import Together
-from payorch.storage.wakeup import DeliveryWakeup, OutboxWrites
+from payorch.storage.wakeup import DeliveryWakeup, UnitWrites, Wakeup
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -71,8 +71,10 @@ class Database:
         self._pool = pool
         self._loop = loop
         self.dsn = dsn
-        # Rung after each commit that wrote outbox events: the webhook supervisor waits on it.
+        # Rung after each commit that wrote outbox events (sandbox events): the webhook supervisor
+        # (the sandbox's event sender) waits on it.
         self.delivery_wakeup = DeliveryWakeup()
+        self.sandbox_wakeup = Wakeup()
         # Units that failed because their connection's server was gone, shutting down or read-only,
         # or because no host of the URL was a writable server: each replaced every pooled connection
         # (a failover, a switchover, a restart of PostgreSQL). A metric.
@@ -108,7 +110,7 @@ class Database:
         back when it raises (the exception propagates) or when the caller is cancelled."""
 
         marked_unit(unit)
-        writes = OutboxWrites(self.delivery_wakeup)
+        writes = UnitWrites(self.delivery_wakeup, self.sandbox_wakeup)
 
         async def in_transaction() -> T:
             writes.track()
@@ -116,7 +118,7 @@ class Database:
                 return await unit(conn, *args, **kwargs)
 
         result = await self._run(in_transaction)
-        writes.ring_if_written()  # committed: new outbox events are delivered without waiting for a poll
+        writes.ring_what_was_written()  # committed: new events are delivered without waiting for a poll
         return result
 
     async def autocommit(self, unit: Unit[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

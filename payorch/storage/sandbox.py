@@ -27,6 +27,7 @@ from payorch.storage.sessions import (
     claimed_statement,
     counter_key,
 )
+from payorch.storage.wakeup import mark_sandbox_event_queued
 
 
 @dataclass(frozen=True)
@@ -403,7 +404,8 @@ async def queue_event(
     now: datetime,
 ) -> SandboxEvent:
     """Store the event, due `delay_ms` after `now`, with one delivery to each endpoint the account
-    has registered."""
+    has registered; the sender of this process is woken once the caller's transaction commits."""
+    mark_sandbox_event_queued()
     row = await conn.fetchrow(
         f"""INSERT INTO sandbox_events (id, account, type, checkout_id, refund_id, body, deliver_at,
                                         created_at)
@@ -455,6 +457,28 @@ async def claim_due_deliveries(
         now,
     )
     return [ClaimedDelivery(**dict(row.items())) for row in rows]
+
+
+@on_database_thread
+async def claim_due_deliveries_or_wait(
+    conn: Connection, *, limit: int, lease_s: float, owner: int | None, now: datetime
+) -> tuple[list[ClaimedDelivery], float | None]:
+    """`claim_due_deliveries`; when it claims none, also how long until the next delivery falls due
+    (`seconds_until_next_delivery`), for the sender to wait that long: one unit either way."""
+    claimed = await claim_due_deliveries(conn, limit=limit, lease_s=lease_s, owner=owner, now=now)
+    return claimed, None if claimed else await seconds_until_next_delivery(conn, now=now)
+
+
+@on_database_thread
+async def seconds_until_next_delivery(conn: Connection, *, now: datetime) -> float | None:
+    """How long until the next delivery falls due (a retry, an event queued with a delay, a claim's
+    lease running out), 0 when one is due already; None when none is pending."""
+    wait: float | None = await conn.fetchval(
+        """SELECT extract(epoch FROM min(deliver_at) - $1)::float8 FROM sandbox_deliveries
+           WHERE delivered_at IS NULL AND given_up_at IS NULL""",
+        now,
+    )
+    return None if wait is None else max(wait, 0.0)
 
 
 @on_database_thread

@@ -1,11 +1,16 @@
 """Wake-ups: one task telling another, in this process, that there is work.
 
 `Wakeup` is the mechanism: rung any number of times while nobody waits, it wakes its waiter once.
-`DeliveryWakeup` is the one the webhook delivery supervisor waits on between rounds: rung after the
-commit of each transaction of this database whose unit wrote an outbox event (`OutboxWrites`), when
-a delivery slot frees, and when claims are taken over from a dead node. Other processes hear of new
-events through PostgreSQL's `NOTIFY payorch_outbox` instead, whose payload is the wake-up's
-`origin`: a listener skips its own database's notifications, the wake-up having already rung.
+A database has two, each rung after the commit of a transaction whose unit wrote what its loop
+delivers (`UnitWrites`):
+- `delivery_wakeup` (a `DeliveryWakeup`), which the webhook delivery supervisor waits on between
+  rounds: rung for an outbox event, and also when a delivery slot frees and when claims are taken
+  over from a dead node. Other processes hear of new events through PostgreSQL's `NOTIFY payorch_outbox`
+  instead, whose payload is the wake-up's `origin`: a listener skips its own database's
+  notifications, the wake-up having already rung.
+- `sandbox_wakeup`, which the sandbox's event sender waits on: rung for a sandbox event queued, and
+  when sandbox deliveries are taken over from a dead node. An event another process queues is that
+  process's sender's to deliver; this one finds it at its next look (at most a second away).
 """
 
 from __future__ import annotations
@@ -40,26 +45,29 @@ class DeliveryWakeup(Wakeup):
         self.origin = secrets.token_hex(8)  # the NOTIFY payload of this database's events
 
 
-class OutboxWrites:
-    """Whether one transaction's unit wrote outbox events: a mutable mark the caller makes and keeps,
-    and the unit's side finds through a context variable (the unit runs as an asyncio task of its
-    own, so a value set there never reaches the caller; a change to this object does)."""
+class UnitWrites:
+    """What one transaction's unit wrote that a loop waits for: a mutable mark the caller makes and
+    keeps, and the unit's side finds through a context variable (the unit runs as an asyncio task of
+    its own, so a value set there never reaches the caller; a change to this object does)."""
 
-    def __init__(self, wakeup: DeliveryWakeup) -> None:
-        self.wakeup = wakeup
-        self.written = False
+    def __init__(self, delivery: DeliveryWakeup, sandbox: Wakeup) -> None:
+        self.delivery, self.sandbox = delivery, sandbox
+        self.outbox_written = False
+        self.sandbox_queued = False
 
     def track(self) -> None:
         """Make this the mark of the unit about to run in the current context."""
         _writes.set(self)
 
-    def ring_if_written(self) -> None:
-        """After the commit: wake the delivery supervisor when an event was written."""
-        if self.written:
-            self.wakeup.ring()
+    def ring_what_was_written(self) -> None:
+        """After the commit: wake the loop of each kind of work the unit wrote."""
+        if self.outbox_written:
+            self.delivery.ring()
+        if self.sandbox_queued:
+            self.sandbox.ring()
 
 
-_writes: ContextVar[OutboxWrites | None] = ContextVar("payorch_outbox_writes", default=None)
+_writes: ContextVar[UnitWrites | None] = ContextVar("payorch_unit_writes", default=None)
 
 
 def mark_outbox_written() -> str:
@@ -68,5 +76,13 @@ def mark_outbox_written() -> str:
     writes = _writes.get()
     if writes is None:
         return ""
-    writes.written = True
-    return writes.wakeup.origin
+    writes.outbox_written = True
+    return writes.delivery.origin
+
+
+def mark_sandbox_event_queued() -> None:
+    """Note that the unit running in this context queued a sandbox event (nothing outside a tracked
+    unit: the sender finds it at its next look)."""
+    writes = _writes.get()
+    if writes is not None:
+        writes.sandbox_queued = True

@@ -65,7 +65,7 @@ IN_FLIGHT_PER_MERCHANT = 16
 # How long a claim lasts beyond the attempt's own timeout: time to record the attempt.
 LEASE_MARGIN_S = 5.0
 # Claims are looked for at least this often: retries fall due without a notification.
-IDLE_WAIT_S = 0.5
+IDLE_WAIT_S = 1.0
 # The shortest wait for a merchant's next batch of attempts (`supervisors.attempt_rates`): merchants
 # whose batches fall due moments apart are claimed for in one round.
 BATCH_WAIT_S = 0.02

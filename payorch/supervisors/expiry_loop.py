@@ -25,7 +25,7 @@ from payorch.supervisors.slots import DueWork
 
 log = logging.getLogger("payorch.supervisors.expiry_loop")
 
-MAX_SLEEP_S = 0.5
+MAX_SLEEP_S = 1.0
 
 
 def _expiry(context: Context, actors: PaymentActors) -> DueWork:

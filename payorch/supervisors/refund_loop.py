@@ -22,7 +22,7 @@ from payorch.restarts import SupervisorBoard, supervised
 from payorch.storage import due_work, refunds
 from payorch.supervisors.slots import DueWork
 
-POLL_S = 0.5
+POLL_S = 1.0
 
 
 def _submissions(context: Context, actors: PaymentActors) -> DueWork:

@@ -40,6 +40,8 @@ async def take_over_claims_of_gone_nodes(context: Context) -> claim_takeover.Rel
     context.metrics.claims_taken_over("refund_submission", released.refund_submissions)
     if released.webhook_deliveries:
         context.db.delivery_wakeup.ring()  # the delivery loop claims them now, not at its next poll
+    if released.sandbox_deliveries:
+        context.db.sandbox_wakeup.ring()  # and the sandbox's sender
     return released
 
 

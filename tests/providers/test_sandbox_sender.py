@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
+import trio.testing
 from cryptography.fernet import Fernet
 from quart import request
 from quart_trio import QuartTrio
@@ -262,3 +263,41 @@ def test_retry_delay_doubles_from_the_base_up_to_the_cap() -> None:
     delays = [retry_delay_s(attempts, base_s=1.0, cap_s=60.0) for attempts in range(1, 10)]
     assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0]
     assert retry_delay_s(10_000, base_s=1.0, cap_s=60.0) == 60.0
+
+
+async def test_an_event_queued_while_the_sender_waits_is_sent_without_waiting_for_its_next_look(
+    sandbox: SandboxProvider,
+    credentials: Credentials,
+    db: Database,
+    secrets: SecretBox,
+    receiver_client: httpx.AsyncClient,
+) -> None:
+    # The sender looks again only after an hour: the commit that queued the event wakes it.
+    await sandbox.register_webhook(credentials, RECEIVER_URL)
+    async with running_sender(db, secrets, receiver_client, sandbox.clock, max_wait_s=3600):
+        await trio.testing.wait_all_tasks_blocked()
+        event = await _paid_event(sandbox, credentials, db)
+        delivery = await wait_for_delivery(db, event.id)
+    assert delivery.delivered_at is not None
+
+
+async def test_a_delayed_event_is_sent_once_due_without_waiting_for_the_senders_next_look(
+    credentials: Credentials,
+    db: Database,
+    secrets: SecretBox,
+    clock: ShiftedClock,
+    receiver_client: httpx.AsyncClient,
+) -> None:
+    # A lost dispute half a second after the payment, the sender looking again only after an hour:
+    # it waits for the dispute's due time, which it read when it last found nothing due.
+    sandbox = SandboxProvider(
+        db, secrets, public_base_url="http://payorch.test", dispute_delay_ms=500, clock=clock
+    )
+    await sandbox.register_webhook(credentials, RECEIVER_URL)
+    _, checkout_id = await new_checkout(sandbox, credentials)
+    await sandbox.pay(checkout_id, "4000000000000259")
+    paid, dispute = await events_of(db, checkout_id)
+    async with running_sender(db, secrets, receiver_client, clock, max_wait_s=3600):
+        await wait_for_delivery(db, paid.id)
+        delivered = await wait_for_delivery(db, dispute.id)
+    assert delivered.delivered_at is not None and delivered.delivered_at >= dispute.deliver_at

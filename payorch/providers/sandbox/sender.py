@@ -3,10 +3,14 @@
 Each event has one delivery per endpoint of its account. The loop claims due deliveries (`FOR
 UPDATE SKIP LOCKED` plus a lease named by this node, so two processes never send one delivery at
 once and a dead sender's claims are taken over as soon as it is seen gone), POSTs them
-concurrently, and records the answer: 2xx is delivered; anything else, a network error or a timeout
-is retried after a backoff doubling from `retry_base_s` up to `retry_cap_s`, until `max_attempts`
-attempts were made. A delivery that fails in any other way is logged and retried the same way: one
-bad event never stops the loop.
+concurrently, and records the answer. With nothing due it waits until the next delivery falls due,
+an event is queued in this process (the database's `sandbox_wakeup` rings after its commit) or
+`max_wait_s` (a second) passes, whichever comes first: an idle sandbox costs a look a second, and an
+event another process queued (that process's sender delivers it, unless it died) or a test's clock
+moved past a due time is seen within that second. An answer of 2xx is delivered; anything else, a
+network error or a timeout is retried after a backoff doubling from `retry_base_s` up to
+`retry_cap_s`, until `max_attempts` attempts were made. A delivery that fails in any other way is
+logged and retried the same way: one bad event never stops the loop.
 
 The service runs it with an httpx client whose transport is `httpx.ASGITransport(app)`: events
 reach payorch's own HTTP app, through the same route and signature check as any provider's, with no
@@ -31,6 +35,7 @@ log = logging.getLogger("payorch.sandbox.sender")
 
 _LEASE_MARGIN_S = 30.0  # beyond the attempt's timeout, for recording its answer
 _PAUSE_AFTER_ERROR_S = 1.0
+_MIN_WAIT_S = 0.05  # the shortest wait when nothing could be claimed
 
 
 def retry_delay_s(attempts: int, *, base_s: float, cap_s: float) -> float:
@@ -46,7 +51,7 @@ async def run_event_sender(
     node: NodeIdentity,
     clock: Clock,
     *,
-    poll_interval_s: float = 0.1,
+    max_wait_s: float = 1.0,
     batch_size: int = 20,
     attempt_timeout_s: float = 15.0,
     retry_base_s: float = 1.0,
@@ -61,20 +66,29 @@ async def run_event_sender(
     ready = False
     while True:
         try:
-            claimed = await db.transaction(
-                store.claim_due_deliveries, limit=batch_size, lease_s=lease_s, owner=node.id, now=clock.now()
+            # One statement claims (atomic by itself), so no transaction: none of its round trips.
+            claimed, due_in = await db.autocommit(
+                store.claim_due_deliveries_or_wait,
+                limit=batch_size,
+                lease_s=lease_s,
+                owner=node.id,
+                now=clock.now(),
             )
         except Exception:
             if not ready:
                 raise
             log.exception("claiming sandbox deliveries failed")
-            await trio.sleep(max(poll_interval_s, _PAUSE_AFTER_ERROR_S))
+            await trio.sleep(max(max_wait_s, _PAUSE_AFTER_ERROR_S))
             continue
         if not ready:
             task_status.started()
             ready = True
         if not claimed:
-            await trio.sleep(poll_interval_s)
+            # Until the next is due, an event is queued here, or `max_wait_s`. One due now but not
+            # claimable is locked by another sender's claim, about to lease it: a short pause.
+            wait = max_wait_s if due_in is None else min(max(due_in, _MIN_WAIT_S), max_wait_s)
+            with trio.move_on_after(wait):
+                await db.sandbox_wakeup.wait()
             continue
         async with trio.open_nursery() as nursery:
             for delivery in claimed:
