@@ -115,6 +115,21 @@ async def _paid_event(sandbox: SandboxProvider, credentials: Credentials, db: Da
     return event
 
 
+async def _paid_then_disputed(
+    db: Database, secrets: SecretBox, credentials: Credentials, clock: ShiftedClock, *, dispute_delay_ms: int
+) -> tuple[store.SandboxEvent, store.SandboxEvent]:
+    """A checkout paid with the card whose payment is lost to a dispute `dispute_delay_ms` later, on a
+    sandbox of `clock` with the receiver registered: its two events, the payment's and the dispute's."""
+    sandbox = SandboxProvider(
+        db, secrets, public_base_url="http://payorch.test", dispute_delay_ms=dispute_delay_ms, clock=clock
+    )
+    await sandbox.register_webhook(credentials, RECEIVER_URL)
+    _, checkout_id = await new_checkout(sandbox, credentials)
+    await sandbox.pay(checkout_id, "4000000000000259")
+    paid, dispute = await events_of(db, checkout_id)
+    return paid, dispute
+
+
 async def test_asgi_transport_reaches_a_quart_trio_app_under_trio(
     receiver: Receiver, receiver_client: httpx.AsyncClient
 ) -> None:
@@ -243,13 +258,7 @@ async def test_events_are_not_sent_before_they_are_due(
     receiver_client: httpx.AsyncClient,
 ) -> None:
     # A lost dispute an hour after the payment: no slowness of this machine makes it due early.
-    sandbox = SandboxProvider(
-        db, secrets, public_base_url="http://payorch.test", dispute_delay_ms=3_600_000, clock=clock
-    )
-    await sandbox.register_webhook(credentials, RECEIVER_URL)
-    _, checkout_id = await new_checkout(sandbox, credentials)
-    await sandbox.pay(checkout_id, "4000000000000259")
-    paid, dispute = await events_of(db, checkout_id)
+    paid, dispute = await _paid_then_disputed(db, secrets, credentials, clock, dispute_delay_ms=3_600_000)
     async with running_sender(db, secrets, receiver_client, clock):
         await wait_for_delivery(db, paid.id)
         (pending,) = await deliveries_of(db, dispute.id)
@@ -290,13 +299,7 @@ async def test_a_delayed_event_is_sent_once_due_without_waiting_for_the_senders_
 ) -> None:
     # A lost dispute half a second after the payment, the sender looking again only after an hour:
     # it waits for the dispute's due time, which it read when it last found nothing due.
-    sandbox = SandboxProvider(
-        db, secrets, public_base_url="http://payorch.test", dispute_delay_ms=500, clock=clock
-    )
-    await sandbox.register_webhook(credentials, RECEIVER_URL)
-    _, checkout_id = await new_checkout(sandbox, credentials)
-    await sandbox.pay(checkout_id, "4000000000000259")
-    paid, dispute = await events_of(db, checkout_id)
+    paid, dispute = await _paid_then_disputed(db, secrets, credentials, clock, dispute_delay_ms=500)
     async with running_sender(db, secrets, receiver_client, clock, max_wait_s=3600):
         await wait_for_delivery(db, paid.id)
         delivered = await wait_for_delivery(db, dispute.id)
