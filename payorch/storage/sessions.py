@@ -420,3 +420,18 @@ async def seconds_until_next_expiry(conn: Connection, *, now: datetime) -> float
     if none."""
     value = await conn.fetchval(_SECONDS_UNTIL_NEXT_EXPIRY, now)
     return float(value) if value is not None else None
+
+
+@on_database_thread
+async def sessions_due_for_expiry_and_next(
+    conn: Connection,
+    limit: int,
+    *,
+    per_merchant: int,
+    skips: due_work.Skips = due_work.NO_SKIPS,
+    now: datetime,
+) -> tuple[list[due_work.DueItem], float | None]:
+    """`sessions_due_for_expiry`, and `seconds_until_next_expiry` at the same `now`: the expiry
+    loop's look, in one unit."""
+    due = await sessions_due_for_expiry(conn, limit, per_merchant=per_merchant, skips=skips, now=now)
+    return due, await seconds_until_next_expiry(conn, now=now)

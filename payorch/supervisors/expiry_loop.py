@@ -6,7 +6,8 @@ The supervisor hands due sessions to their applications' actors in slots (`super
 in a task of its own, so a provider that hangs holds only its merchant's share of the slots until
 its timeout, and a merchant whose actor is busy has its sessions expire a little later, alone. It
 looks for work as soon as a slot frees, else sleeps until the earliest expiry (at most
-`MAX_SLEEP_S`, so sessions created meanwhile are not missed). Nothing is kept in memory but what is
+`MAX_SLEEP_S`, so sessions created meanwhile are not missed); a look reads the due sessions and the
+earliest expiry in one unit. Nothing is kept in memory but what is
 in flight and what waits after a failure: after a restart the database says what is due.
 """
 
@@ -28,15 +29,23 @@ log = logging.getLogger("payorch.supervisors.expiry_loop")
 MAX_SLEEP_S = 1.0
 
 
-def _expiry(context: Context, actors: PaymentActors) -> DueWork:
+class _NextExpiry:
+    """When the earliest PENDING session expires, as the loop's last look saw it: seconds from then
+    (<= 0 when one was due), None when none was pending."""
+
+    in_s: float | None = None
+
+
+def _expiry(context: Context, actors: PaymentActors, next_expiry: _NextExpiry) -> DueWork:
     async def pick(limit: int, skips: due_work.Skips) -> list[due_work.DueItem]:
-        return await context.db.autocommit(
-            sessions.sessions_due_for_expiry,
+        due, next_expiry.in_s = await context.db.autocommit(
+            sessions.sessions_due_for_expiry_and_next,
             limit,
             per_merchant=context.settings.limits.background_per_merchant,
             skips=skips,
             now=context.clock.now(),
         )
+        return due
 
     async def expire(item: due_work.DueItem) -> bool:
         return await actors.ask(item.application_id, ExpireSession(item.id))
@@ -47,7 +56,8 @@ def _expiry(context: Context, actors: PaymentActors) -> DueWork:
 async def _expiry_loop(
     context: Context, actors: PaymentActors, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
-    expiry = _expiry(context, actors)
+    next_expiry = _NextExpiry()
+    expiry = _expiry(context, actors, next_expiry)
     ready = False
     async with trio.open_nursery() as nursery:
         while True:
@@ -58,7 +68,7 @@ async def _expiry_loop(
             if started and not expiry.slots.free:
                 await expiry.slots.wait_for_wake(MAX_SLEEP_S)  # more may be due: at the next free slot
                 continue
-            wait = await context.db.autocommit(sessions.seconds_until_next_expiry, now=context.clock.now())
+            wait = next_expiry.in_s  # read by the round's own look
             # Due now yet not started: in flight, over its merchant's share or waiting after a
             # failure; a freed slot rings.
             sleep_s = MAX_SLEEP_S if wait is None or wait <= 0 else min(max(wait, 0.01), MAX_SLEEP_S)

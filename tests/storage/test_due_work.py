@@ -68,3 +68,20 @@ async def test_a_round_takes_a_share_per_merchant_whatever_its_applications_and_
     # The free slots bound the round.
     assert len(await db.autocommit(sessions.sessions_due_for_expiry, 1, per_merchant=2, now=NOW)) == 1
     assert await db.autocommit(sessions.sessions_due_for_expiry, 0, per_merchant=2, now=NOW) == []
+
+
+async def test_the_expiry_loops_look_reads_the_due_sessions_and_the_earliest_expiry_together(
+    db: Database,
+) -> None:
+    look = sessions.sessions_due_for_expiry_and_next
+    assert await db.autocommit(look, 10, per_merchant=2, now=NOW) == ([], None)  # none pending
+
+    async def setup(conn: Connection) -> None:
+        _, (application,) = await _merchant(conn, applications=1)
+        await _due_sessions(conn, application, 1, since=NOW - timedelta(minutes=1))
+        await _due_sessions(conn, application, 1, since=NOW + timedelta(hours=1))
+
+    await db.transaction(setup)
+    due, next_in_s = await db.autocommit(look, 10, per_merchant=2, now=NOW)
+    assert (len(due), next_in_s) == (1, -60.0)
+    assert await db.autocommit(look, 10, per_merchant=2, now=NOW - timedelta(minutes=2)) == ([], 60.0)
