@@ -11,18 +11,16 @@ ratio is the median of the rounds', and every round's ratio is printed beside th
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from bench.measure import CpuClock, Measurement, Shape, measure, progress
-from bench.payorch_target import SESSIONS_PATH, Target
-from bench.processes import free_loopback_port, running_process, wait_until_serving
+from bench.measure import CpuClock, Measurement, Shape, measure
+from bench.payorch_target import Target
 from bench.steady import SteadyRun, measure_steady
-from bench.workers import ANY_SESSION_ID, payorch_environment
+from bench.workers import bare_serving
 
 M = TypeVar("M")
 
@@ -54,17 +52,8 @@ async def running_bare_apart(work_dir: Path) -> AsyncIterator[BareApart]:
     """The bare app on loopback in one process of its own (`bench.bare_server` with no workers:
     hypercorn's trio worker in that process, payorch's hypercorn configuration and ASGI wrapper), until
     the block ends; its files under `work_dir`."""
-    progress("starting the bare Quart-Trio app in a process of its own")
-    port = free_loopback_port()
-    base_url = f"http://127.0.0.1:{port}"
-    ready_dir, log_path = work_dir / "bare-ready", work_dir / "bare.log"
-    ready_dir.mkdir()
-    command = [sys.executable, "-m", "bench.bare_server", "--workers", "0"]
-    command += ["--bind", f"127.0.0.1:{port}", "--ready-dir", str(ready_dir)]
-    async with running_process(command, log_path, payorch_environment()) as (process, tree):
-        url = f"{base_url}{SESSIONS_PATH}/{ANY_SESSION_ID}"
-        await wait_until_serving(url, process, log_path, lambda: any(ready_dir.iterdir()))
-        yield BareApart(base_url, tree.cpu_s, process.pid)
+    async with bare_serving(work_dir, 0) as serving:
+        yield BareApart(serving.base_url, serving.tree.cpu_s, serving.tree.root.pid)
 
 
 @dataclass(frozen=True)

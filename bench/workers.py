@@ -111,7 +111,7 @@ async def measure_workers(
     loaded with `shape`; then payorch's creates at each of `steady_rates`. Every file of the run
     under `run_dir` (payorch's log: `payorch.log`)."""
     async with (
-        _bare_serving(run_dir, count) as bare,
+        bare_serving(run_dir, count) as bare,
         _postgres(bench_settings(run_dir).database.data_dir) as postgres,
         _payorch_serving(run_dir, count) as payorch,
     ):
@@ -171,9 +171,13 @@ async def _payorch_serving(run_dir: Path, count: int) -> AsyncIterator[_Serving]
 
 
 @asynccontextmanager
-async def _bare_serving(run_dir: Path, count: int) -> AsyncIterator[_Serving]:
-    """The bare app on `count` hypercorn workers on loopback, until the block ends."""
-    progress(f"workers: starting the bare Quart-Trio app on {workers_label(count)} of hypercorn")
+async def bare_serving(run_dir: Path, count: int) -> AsyncIterator[_Serving]:
+    """The bare app on `count` hypercorn workers on loopback, until the block ends; with 0, served by
+    hypercorn's trio worker in the one process (`bench.bare_server --workers 0`)."""
+    if count:
+        progress(f"workers: starting the bare Quart-Trio app on {workers_label(count)} of hypercorn")
+    else:
+        progress("starting the bare Quart-Trio app in a process of its own")
     port = free_loopback_port()
     base_url = f"http://127.0.0.1:{port}"
     ready_dir, log_path = run_dir / "bare-ready", run_dir / "bare.log"
@@ -182,7 +186,8 @@ async def _bare_serving(run_dir: Path, count: int) -> AsyncIterator[_Serving]:
     command += ["--bind", f"127.0.0.1:{port}", "--ready-dir", str(ready_dir)]
     async with running_process(command, log_path, payorch_environment()) as (process, tree):
         url = f"{base_url}{SESSIONS_PATH}/{ANY_SESSION_ID}"
-        await wait_until_serving(url, process, log_path, lambda: len(list(ready_dir.iterdir())) >= count)
+        serving = max(count, 1)
+        await wait_until_serving(url, process, log_path, lambda: len(list(ready_dir.iterdir())) >= serving)
         yield _Serving(base_url, tree, port)
 
 
