@@ -71,8 +71,8 @@ class Database:
         self._pool = pool
         self._loop = loop
         self.dsn = dsn
-        # Rung after each commit that wrote outbox events (sandbox events): the webhook supervisor
-        # (the sandbox's event sender) waits on it.
+        # Rung after each commit that wrote outbox events, which the webhook supervisor waits on,
+        # and after each that queued sandbox events, which the sandbox's event sender waits on.
         self.delivery_wakeup = DeliveryWakeup()
         self.sandbox_wakeup = Wakeup()
         # Units that failed because their connection's server was gone, shutting down or read-only,
