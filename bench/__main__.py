@@ -48,7 +48,7 @@ payorch runs in this process (`payorch.service.run`) on a fresh embedded Postgre
 (`bench/bare.py`) beside it in a process of its own for as long; each figure a ratio goal compares
 with the bare app's is measured in pairs, payorch's window and the bare app's one right after the
 other, in `--rounds` rounds that alternate which goes first, the median round's figures shown
-(`bench/paired.py`). The workers scenario runs both as processes of their own, one after the other;
+(`bench/paired.py`). The workers scenario runs both as processes of their own, side by side;
 webhooks runs payorch as one (its receiver and the paying clients stay in this process).
 The load comes from a separate process (`bench/load.py`).
 Everything goes to loopback, and every run is bounded in time and in request count. The figures go to
