@@ -61,7 +61,7 @@ class RoutingPolicy:
             raise ValueError("max_cooldown_s must be at least cooldown_s")
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class ProviderAccount:
     """One linked account at a provider: what health is kept per. `account` is an opaque id of the
     linked configuration and the key it holds (`engine.context.account_of`); never a secret."""
@@ -112,7 +112,7 @@ class ProviderFigures:
     reopens_at: float | None  # while open: when a probe becomes due
 
 
-@dataclass
+@dataclass(slots=True)
 class _Record:
     success: float = 1.0  # EWMA of outcomes (1 success, 0 failure) as of `observed_at`
     latency_s: float | None = None  # EWMA of creation times
@@ -123,7 +123,7 @@ class _Record:
     probe_until: float | None = None  # a probe is out until then
 
 
-@dataclass
+@dataclass(slots=True)
 class _ProviderRecord(_Record):
     # The accounts with a provider-wide failure since the last success of any account, each with
     # the time of its latest; never more than `provider_wide_accounts` (that many open the circuit).
