@@ -427,9 +427,10 @@ async def _payorch_scenarios(
                     _shape(args),
                 ),
                 _throughput,
-                1,
+                args.rounds,
             )
             results.create_many, results.bare_create_many = creates_many.payorch, creates_many.bare
+            results.rounds[f"create, {args.applications} applications"] = creates_many.ratios
     if "isolation" in wanted:
         slow = await merchant.new_application("Bench slow", stripe_link())
         alone = results.create_many or await measure(many_label, many_target, _shape(args))
