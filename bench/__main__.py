@@ -419,7 +419,7 @@ async def _payorch_scenarios(
         many_label = f"POST /api/v1/sessions, {args.applications} applications"
         if "create" in wanted and bare is not None:
             creates_many = await paired(
-                partial(measure, many_label, many_target, _shape(args)),
+                partial(measure, many_label, many_target, _shape(args), **_split_of(base_url)),
                 partial(
                     bare.measured,
                     f"{BARE_CREATE_LABEL}, paired with {args.applications} apps",

@@ -747,11 +747,12 @@ def _where_the_time_goes(results: Results) -> Iterator[str]:
 
 
 def _at_peak(results: Results) -> Iterator[str]:
-    """The create's (one application) and the read's server CPU per request at peak, split between
-    payorch's threads, beside the bare endpoint's in the same run: at peak the units of work handed to
-    the database's thread are shared by the requests that wait together."""
+    """The create's (one application and many) and the read's server CPU per request at peak, split
+    between payorch's threads, beside the bare endpoint's in the same run: at peak the units of work
+    handed to the database's thread are shared by the requests that wait together."""
     pairs = (
         ("create, 1 application", results.create_one, results.bare_create),
+        (f"create, {results.applications} applications", results.create_many, results.bare_create_many),
         ("read", results.read, results.bare_read),
     )
     rows = []
