@@ -20,7 +20,7 @@ import pytest
 import trio
 
 from payorch.config import Settings
-from payorch.service import RunningService, run
+from payorch.service import YOUNG_COLLECTION_THRESHOLD, RunningService, run
 from tests.processes import GRACEFUL_TIMEOUT_S, serving
 
 pytestmark = pytest.mark.long  # runs for seconds: handed to the test workers first (tests/conftest.py)
@@ -67,6 +67,12 @@ async def test_what_the_service_made_to_start_is_out_of_the_collectors_sight(set
     async with running(settings) as service:
         assert gc.get_freeze_count() > 0
         assert all(tracked is not service.db for tracked in gc.get_objects())
+
+
+async def test_a_serving_process_collects_its_young_objects_after_ten_thousand(settings: Settings) -> None:
+    # Not after 700: the objects of the requests in flight would be walked, alive, every few requests.
+    async with running(settings):
+        assert gc.get_threshold()[0] == YOUNG_COLLECTION_THRESHOLD == 10_000
 
 
 async def test_setting_shutdown_makes_run_return(settings: Settings) -> None:
