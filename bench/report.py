@@ -268,8 +268,8 @@ def _lists(lists: ListTimes) -> Iterator[str]:
 def _floods(floods: Floods) -> Iterator[str]:
     shape = floods.shape
     yield (
-        f"floods: the others' creates ({shape.applications} applications, {shape.rate_per_s:g}/s due), "
-        f"alone, then beside one merchant's deep pages"
+        f"floods: the others' creates ({shape.applications} applications, {shape.rate_per_s:g}/s due, "
+        f"{shape.measured_s:g} s each), alone, then beside one merchant's deep pages"
     )
     yield (
         f"(1 application, {shape.sessions} sessions, {shape.keys} keys, {shape.connections} connections, "
