@@ -210,6 +210,7 @@ class AuthSettings(_Section):
     jwt_ttl_s: PositiveInt = 3600
     api_key_cache_s: NonNegativeFloat = 5.0
     api_key_miss_cache_s: NonNegativeFloat = 5.0
+    provider_config_cache_s: NonNegativeFloat = 5.0
     # Password hashes running at once per process (engine/accounts/passwords.py); "auto": half the cores.
     password_hashes_at_once: int | Literal["auto"] = "auto"  # noqa: S105  # a count, not a password
     # The share of one core each hashing thread may take (values/cpu_share.py): it rests after a hash.

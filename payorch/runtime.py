@@ -35,6 +35,7 @@ from payorch.engine.reconciliation.runs import ReconciliationRuns
 from payorch.engine.routing.backtest_processes import BacktestProcesses
 from payorch.http.api_key_cache import ApiKeyCache
 from payorch.http.app import create_app
+from payorch.http.provider_config_cache import ProviderConfigCache
 from payorch.http.request_limits import RequestLimits
 from payorch.http.services import PayorchApp, Services
 from payorch.http.shared_limits import DatabaseBuckets
@@ -196,6 +197,7 @@ class Runtime:
             services.limits.reconfigure(settings.limits)
         services.api_keys.ttl_s = settings.auth.api_key_cache_s
         services.api_keys.miss_ttl_s = settings.auth.api_key_miss_cache_s
+        services.provider_configs.ttl_s = settings.auth.provider_config_cache_s
         self.app.config["MAX_CONTENT_LENGTH"] = settings.server.max_body_bytes
         if offered is not None:
             self._offer(offered, running)
@@ -326,6 +328,7 @@ async def open_runtime(
                 api_keys=ApiKeyCache(
                     settings.auth.api_key_cache_s, miss_ttl_s=settings.auth.api_key_miss_cache_s
                 ),
+                provider_configs=ProviderConfigCache(settings.auth.provider_config_cache_s),
                 backtests=backtests,
                 reconciliations=reconciliations,
                 passwords=PasswordHasher(
@@ -347,14 +350,14 @@ async def open_runtime(
                 "application changes",
                 keep_fresh,
                 channels.applications,
-                [services.api_keys, actors],
+                [services.api_keys, services.provider_configs, actors],
             )
             await nursery.start(
                 supervised,
                 board,
                 "idle state",
                 forget_idle_state,
-                [services.api_keys, services.limits],
+                [services.api_keys, services.provider_configs, services.limits],
             )
             await nursery.start(supervised, board, "full rate buckets", delete_full_buckets, db)
             await nursery.start(run_claim_takeover, context, board)

@@ -17,6 +17,7 @@ from payorch.engine.context import Context
 from payorch.engine.reconciliation.runs import ReconciliationRuns
 from payorch.engine.routing.backtest_processes import BacktestProcesses
 from payorch.http.api_key_cache import ApiKeyCache
+from payorch.http.provider_config_cache import ProviderConfigCache
 from payorch.http.request_limits import RequestLimits
 from payorch.outbound.client import CurrentClient
 from payorch.restarts import SupervisorBoard
@@ -30,6 +31,7 @@ class Services:
     test_send_client: CurrentClient  # for webhook test sends (deliveries have a client of their own)
     limits: RequestLimits  # rate limits shared with every process on the database; caps in flight
     api_keys: ApiKeyCache  # active API keys recently seen, forgotten on revocation
+    provider_configs: ProviderConfigCache  # what inbound provider events are checked against
     passwords: PasswordHasher  # the process's turns at hashing passwords (login, signup)
     backtests: BacktestProcesses  # the worker processes routing backtests are decided in
     reconciliations: ReconciliationRuns  # reconciliation runs, under way off the request path

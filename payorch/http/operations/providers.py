@@ -152,7 +152,7 @@ async def _finish_change(
         webhook_secret=secrets.seal(registration.secret),
         now=services.context.clock.now(),
     )
-    services.actors.forget_application(application_id)  # the next session routes with it
+    _forget(services, application_id)
     return changed
 
 
@@ -253,5 +253,30 @@ async def set_payment_methods(
         methods,
         now=services.context.clock.now(),
     )
-    services.actors.forget_application(application.id)  # the next session routes with them
+    _forget(services, application.id)
     return updated
+
+
+def _forget(services: Services, application_id: uuid.UUID) -> None:
+    """What this process keeps of the application's provider configurations, dropped once a change
+    of one commits (other processes hear of it from PostgreSQL): the next session routes with the
+    change, and the next provider event is checked against it."""
+    services.actors.forget_application(application_id)
+    services.provider_configs.forget_application(application_id)
+
+
+async def config_for_event(
+    services: Services, application_id: uuid.UUID, provider: str
+) -> ProviderConfig | None:
+    """The application's configuration of `provider` that an inbound event of it is checked against,
+    as this process remembers it (`http/provider_config_cache.py`) or read; None when there is none."""
+    cache = services.provider_configs
+    remembered = cache.get(application_id, provider, trio.current_time())
+    if remembered is not None:
+        return remembered.config
+    generation = cache.generation
+    config = await services.context.db.autocommit(
+        provider_configs_store.get_provider_config, application_id, provider
+    )
+    cache.put(application_id, provider, config, trio.current_time(), generation)
+    return config

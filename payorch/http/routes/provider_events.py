@@ -12,10 +12,10 @@ from payorch.engine.payments.provider_events import ApplyProviderEvent
 from payorch.http import openapi as api
 from payorch.http import representations as bodies
 from payorch.http.auth import parse_id
+from payorch.http.operations.providers import config_for_event
 from payorch.http.requestlog import note_application
 from payorch.http.services import services
 from payorch.providers.base import EventRejected, ProviderError
-from payorch.storage import provider_configs
 from payorch.values.errors import InvalidInput, NotFound, ProviderUnavailable
 
 blueprint = Blueprint("provider_events", __name__, url_prefix="/api/v1/provider-events")
@@ -33,9 +33,7 @@ async def receive_provider_event(provider_name: str, application_id: str) -> bod
     if provider is None:
         raise NotFound(f"provider {provider_name!r} is not in the catalogue")
     app_id = parse_id(application_id, "application")
-    config = await services().context.db.autocommit(
-        provider_configs.get_provider_config, app_id, provider.name
-    )
+    config = await config_for_event(services(), app_id, provider.name)
     if config is None or config.webhook_secret is None:
         raise NotFound("no such provider configuration")
     note_application(app_id)
