@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import trio
@@ -21,6 +23,9 @@ from payorch.engine.provider_health import ProviderAccount, ProviderFigures, Pro
 from payorch.http.api_key_cache import ApiKeyCache
 from payorch.http.services import PayorchApp
 from payorch.jsonexact import dumps_exact
+from payorch.providers.sandbox.signing import SIGNATURE_HEADER, signature_header
+from payorch.runtime import Runtime, open_runtime
+from payorch.storage.application_changes import notify_application_changed
 from payorch.storage.database import Connection, Database, open_database
 
 T = TypeVar("T")
@@ -262,3 +267,58 @@ def account_figures(health: ProviderHealth, key: ProviderAccount, now: float) ->
 def misses_remembered(cache: ApiKeyCache) -> int:
     """How many unknown keys `cache` remembers."""
     return len(cache._misses)
+
+
+async def post_sandbox_event(client: Client, application_id: str, secret: str) -> Any:
+    """An authentic-looking sandbox event that payorch has no use for, signed with `secret`, posted
+    to the application's sandbox event route; the response."""
+    body = json.dumps(
+        {
+            "id": f"evt_sbx_{uuid.uuid4().hex}",
+            "type": "account.updated",
+            "created": int(time.time()),
+            "data": {},
+        }
+    ).encode()
+    return await client.post(
+        f"/api/v1/provider-events/sandbox/{application_id}",
+        data=body,
+        headers={
+            SIGNATURE_HEADER: signature_header(secret, body, int(time.time())),
+            "Content-Type": "application/json",
+        },
+    )
+
+
+class HearsChanges(Protocol):
+    listening: bool
+    generation: int  # moves on with every change heard
+
+
+async def changes_heard(db: Database, cache: HearsChanges) -> None:
+    """Every change notification committed so far (a test's own setup notifies too, and each makes
+    `cache` forget its application) has reached `cache`: sends one more, about an application
+    nobody has, and waits for the cache to hear it, since notifications arrive in commit order."""
+    before = cache.generation
+
+    async def notify(conn: Connection) -> None:
+        await notify_application_changed(conn, uuid.uuid4())
+
+    async def heard() -> bool:
+        return cache.generation > before
+
+    await db.transaction(notify)
+    await eventually(heard)
+
+
+@asynccontextmanager
+async def another_process(db: Database, settings: Settings) -> AsyncIterator[Runtime]:
+    """A second runtime on the same database, as another payorch process would be, once it hears
+    every change of an application."""
+    async with open_runtime(settings, db) as other:
+        await eventually(lambda: _hearing(other))
+        yield other
+
+
+async def _hearing(runtime: Runtime) -> bool:
+    return runtime.services.api_keys.listening and runtime.services.provider_configs.listening

@@ -12,12 +12,19 @@ import pytest
 
 from payorch.config import AuthSettings, Settings
 from payorch.http.api_key_cache import ApiKeyCache
-from payorch.runtime import Runtime, open_runtime
+from payorch.runtime import Runtime
 from payorch.storage import applications
-from payorch.storage.application_changes import notify_application_changed
 from payorch.storage.applications import ApiKeyOwner
-from payorch.storage.database import Connection, Database
-from tests.helpers import Client, Shop, eventually, misses_remembered, new_shop
+from payorch.storage.database import Database
+from tests.helpers import (
+    Client,
+    Shop,
+    another_process,
+    changes_heard,
+    eventually,
+    misses_remembered,
+    new_shop,
+)
 
 # Long enough that only a notification, never the time limit, can make another process forget.
 LONG_CACHE_S = 600.0
@@ -169,9 +176,7 @@ async def _listening(runtime: Runtime) -> bool:
 
 @pytest.fixture
 async def other_process(db: Database, settings: Settings) -> AsyncIterator[Runtime]:
-    """A second runtime on the same database, as another payorch process would be."""
-    async with open_runtime(settings, db) as other:
-        await eventually(lambda: _listening(other))
+    async with another_process(db, settings) as other:
         yield other
 
 
@@ -180,28 +185,10 @@ async def status_of(client: Client, shop: Shop) -> int:
     return int(response.status_code)
 
 
-async def _notifications_settled(runtime: Runtime, db: Database) -> None:
-    """Every change notification committed so far has reached the runtime's caches: the shop's own
-    setup (its key, its provider link) notifies too, and each makes the cache forget the shop. Sends
-    one more, about an application nobody has, and waits for the cache to hear it: notifications
-    arrive in commit order."""
-    api_keys = runtime.services.api_keys
-    before = api_keys.generation
-
-    async def notify(conn: Connection) -> None:
-        await notify_application_changed(conn, uuid.uuid4())
-
-    async def heard() -> bool:
-        return api_keys.generation > before
-
-    await db.transaction(notify)
-    await eventually(heard)
-
-
 async def test_a_key_seen_once_needs_no_database_read(
     runtime: Runtime, client: Client, db: Database, shop: Shop, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await _notifications_settled(runtime, db)
+    await changes_heard(db, runtime.services.api_keys)
     assert await status_of(client, shop) == 200
     reads: list[Any] = []
     find = applications.find_api_key_owner

@@ -4,8 +4,6 @@ event here, and in another process as soon as PostgreSQL's notification reaches 
 
 from __future__ import annotations
 
-import json
-import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -15,14 +13,22 @@ import pytest
 
 from payorch.config import AuthSettings, Settings
 from payorch.http.provider_config_cache import ProviderConfigCache
-from payorch.providers.sandbox.signing import SIGNATURE_HEADER, signature_header
-from payorch.runtime import Runtime, open_runtime
+from payorch.runtime import Runtime
 from payorch.storage import provider_configs
-from payorch.storage.application_changes import notify_application_changed
 from payorch.storage.database import Connection, Database
 from payorch.storage.provider_configs import ProviderConfig
 from payorch.values.secretbox import SecretBox
-from tests.helpers import Client, Merchant, eventually, link_sandbox, new_application, new_merchant
+from tests.helpers import (
+    Client,
+    Merchant,
+    another_process,
+    changes_heard,
+    eventually,
+    link_sandbox,
+    new_application,
+    new_merchant,
+    post_sandbox_event,
+)
 
 # Long enough that only a notification, never the time limit, can make a process forget.
 LONG_CACHE_S = 600.0
@@ -145,31 +151,12 @@ async def _listening(runtime: Runtime) -> bool:
 
 @pytest.fixture
 async def other_process(db: Database, settings: Settings) -> AsyncIterator[Runtime]:
-    """A second runtime on the same database, as another payorch process would be."""
-    async with open_runtime(settings, db) as other:
-        await eventually(lambda: _listening(other))
+    async with another_process(db, settings) as other:
         yield other
 
 
 async def _event(client: Client, application_id: str, secret: str) -> int:
-    """The status of an authentic-looking sandbox event payorch has no use for, signed with `secret`."""
-    body = json.dumps(
-        {
-            "id": f"evt_sbx_{uuid.uuid4().hex}",
-            "type": "account.updated",
-            "created": int(time.time()),
-            "data": {},
-        }
-    ).encode()
-    response = await client.post(
-        f"/api/v1/provider-events/sandbox/{application_id}",
-        data=body,
-        headers={
-            SIGNATURE_HEADER: signature_header(secret, body, int(time.time())),
-            "Content-Type": "application/json",
-        },
-    )
-    return int(response.status_code)
+    return int((await post_sandbox_event(client, application_id, secret)).status_code)
 
 
 async def _secret(db: Database, settings: Settings, application_id: str) -> str:
@@ -215,23 +202,6 @@ def _count_reads(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     return reads
 
 
-async def _notifications_settled(runtime: Runtime, db: Database) -> None:
-    """Every change notification committed so far (the link's own among them) has reached the
-    runtime's cache: sends one more, about an application nobody has, and waits for the cache to
-    hear it, since notifications arrive in commit order."""
-    cache = runtime.services.provider_configs
-    before = cache.generation
-
-    async def notify(conn: Connection) -> None:
-        await notify_application_changed(conn, uuid.uuid4())
-
-    async def heard() -> bool:
-        return cache.generation > before
-
-    await db.transaction(notify)
-    await eventually(heard)
-
-
 async def test_events_of_an_application_need_one_database_read_while_its_configuration_is_unchanged(
     runtime: Runtime,
     client: Client,
@@ -242,7 +212,7 @@ async def test_events_of_an_application_need_one_database_read_while_its_configu
 ) -> None:
     application_id = await _linked(client, merchant)
     secret = await _secret(db, settings, application_id)
-    await _notifications_settled(runtime, db)
+    await changes_heard(db, runtime.services.provider_configs)
     reads = _count_reads(monkeypatch)
     statuses = [await _event(client, application_id, secret) for _ in range(3)]
     forged = [await _event(client, application_id, "whsec_forged") for _ in range(3)]
@@ -255,7 +225,7 @@ async def test_events_for_an_application_without_the_provider_are_404_with_one_d
     runtime: Runtime, client: Client, merchant: Merchant, db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     application = await new_application(client, merchant)
-    await _notifications_settled(runtime, db)
+    await changes_heard(db, runtime.services.provider_configs)
     reads = _count_reads(monkeypatch)
     assert [await _event(client, application["id"], "whsec_forged") for _ in range(3)] == [404] * 3
     assert len(reads) == 1

@@ -8,8 +8,6 @@ registers with it in its own table, `sandbox_webhook_endpoints`.
 from __future__ import annotations
 
 import hashlib
-import json
-import time
 import uuid
 from typing import Any
 
@@ -17,7 +15,6 @@ import pytest
 import trio
 
 from payorch.config import ProviderSettings, SandboxSettings, Settings
-from payorch.providers.sandbox.signing import SIGNATURE_HEADER, signature_header
 from payorch.runtime import open_runtime
 from payorch.storage.database import Connection, Database
 from payorch.values.secretbox import SecretBox
@@ -29,6 +26,7 @@ from tests.helpers import (
     new_application,
     new_merchant,
     new_shop,
+    post_sandbox_event,
     session_body,
 )
 
@@ -138,26 +136,6 @@ def _events_url(settings: Settings, application_id: str) -> str:
 
 def _box(settings: Settings) -> SecretBox:
     return SecretBox(settings.security.encryption_key)
-
-
-async def _deliver_event(client: Client, application_id: str, secret: str) -> Any:
-    """An authentic-looking sandbox event that payorch has no use for, signed with `secret`."""
-    body = json.dumps(
-        {
-            "id": f"evt_sbx_{uuid.uuid4().hex}",
-            "type": "account.updated",
-            "created": int(time.time()),
-            "data": {},
-        }
-    ).encode()
-    return await client.post(
-        f"/api/v1/provider-events/sandbox/{application_id}",
-        data=body,
-        headers={
-            SIGNATURE_HEADER: signature_header(secret, body, int(time.time())),
-            "Content-Type": "application/json",
-        },
-    )
 
 
 # --- The catalogue ------------------------------------------------------------------------------
@@ -315,7 +293,9 @@ async def test_events_signed_with_the_registered_secret_are_accepted(
 ) -> None:
     application_id, _ = await _linked(client, merchant)
     (endpoint,) = await _endpoints(db)
-    response = await _deliver_event(client, application_id, _box(settings).open(bytes(endpoint["secret"])))
+    response = await post_sandbox_event(
+        client, application_id, _box(settings).open(bytes(endpoint["secret"]))
+    )
     assert response.status_code == 200
 
 
@@ -629,7 +609,7 @@ async def test_events_signed_with_the_new_secret_are_accepted_after_the_key_is_r
     application_id, _ = await _linked(client, merchant)
     await _replace_key(client, merchant, application_id, OTHER_KEY)
     new_secret = _box(settings).open(bytes((await _config_row(db, application_id))["webhook_secret"]))
-    assert (await _deliver_event(client, application_id, new_secret)).status_code == 200
+    assert (await post_sandbox_event(client, application_id, new_secret)).status_code == 200
 
 
 async def test_events_signed_with_the_replaced_secret_are_refused(
@@ -638,7 +618,7 @@ async def test_events_signed_with_the_replaced_secret_are_refused(
     application_id, _ = await _linked(client, merchant)
     old_secret = _box(settings).open(bytes((await _config_row(db, application_id))["webhook_secret"]))
     await _replace_key(client, merchant, application_id, OTHER_KEY)
-    assert (await _deliver_event(client, application_id, old_secret)).status_code == 400
+    assert (await post_sandbox_event(client, application_id, old_secret)).status_code == 400
 
 
 async def test_rejected_replacement_key_is_422(client: Client, merchant: Merchant) -> None:
@@ -830,7 +810,9 @@ async def test_two_links_at_once_make_one_configuration_whose_events_verify(
         racing.start_soon(link)
     assert sorted(statuses) == [201, 409]
     (endpoint,) = await _endpoints(db)
-    response = await _deliver_event(client, application["id"], _box(settings).open(bytes(endpoint["secret"])))
+    response = await post_sandbox_event(
+        client, application["id"], _box(settings).open(bytes(endpoint["secret"]))
+    )
     assert response.status_code == 200
 
 
@@ -848,5 +830,5 @@ async def test_two_key_changes_at_once_leave_events_verifying(
         racing.start_soon(change, "sk_sandbox_second_002")
     assert 200 in statuses and set(statuses) <= {200, 409}
     sealed = bytes((await _config_row(db, application_id))["webhook_secret"])
-    response = await _deliver_event(client, application_id, _box(settings).open(sealed))
+    response = await post_sandbox_event(client, application_id, _box(settings).open(sealed))
     assert response.status_code == 200
