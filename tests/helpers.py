@@ -316,9 +316,24 @@ async def another_process(db: Database, settings: Settings) -> AsyncIterator[Run
     """A second runtime on the same database, as another payorch process would be, once it hears
     every change of an application."""
     async with open_runtime(settings, db) as other:
-        await eventually(lambda: _hearing(other))
+        await eventually(lambda: hears_changes(other))
         yield other
 
 
-async def _hearing(runtime: Runtime) -> bool:
+async def hears_changes(runtime: Runtime) -> bool:
+    """Whether the runtime's caches hear every change of an application (else they keep nothing)."""
     return runtime.services.api_keys.listening and runtime.services.provider_configs.listening
+
+
+def calls_of(monkeypatch: Any, module: Any, name: str) -> list[Any]:
+    """The arguments of every call of the coroutine function `module.name` from now on (it still
+    runs), in order; `monkeypatch` puts it back after the test."""
+    calls: list[Any] = []
+    original = getattr(module, name)
+
+    async def counted(*args: Any) -> Any:
+        calls.append(args)
+        return await original(*args)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls

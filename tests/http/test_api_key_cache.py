@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
@@ -20,8 +19,10 @@ from tests.helpers import (
     Client,
     Shop,
     another_process,
+    calls_of,
     changes_heard,
     eventually,
+    hears_changes,
     misses_remembered,
     new_shop,
 )
@@ -166,12 +167,8 @@ def settings(settings: Settings) -> Settings:
 
 @pytest.fixture
 async def shop(client: Client, db: Database, settings: Settings, runtime: Runtime) -> Shop:
-    await eventually(lambda: _listening(runtime))
+    await eventually(lambda: hears_changes(runtime))
     return await new_shop(client, db, settings)
-
-
-async def _listening(runtime: Runtime) -> bool:
-    return runtime.services.api_keys.listening
 
 
 @pytest.fixture
@@ -190,14 +187,7 @@ async def test_a_key_seen_once_needs_no_database_read(
 ) -> None:
     await changes_heard(db, runtime.services.api_keys)
     assert await status_of(client, shop) == 200
-    reads: list[Any] = []
-    find = applications.find_api_key_owner
-
-    async def counted(*args: Any) -> Any:
-        reads.append(args)
-        return await find(*args)
-
-    monkeypatch.setattr(applications, "find_api_key_owner", counted)
+    reads = calls_of(monkeypatch, applications, "find_api_key_owner")
     assert [await status_of(client, shop) for _ in range(3)] == [200] * 3
     assert reads == []
 

@@ -22,8 +22,10 @@ from tests.helpers import (
     Client,
     Merchant,
     another_process,
+    calls_of,
     changes_heard,
     eventually,
+    hears_changes,
     link_sandbox,
     new_application,
     new_merchant,
@@ -142,11 +144,7 @@ def settings(settings: Settings) -> Settings:
 
 @pytest.fixture
 async def listening(runtime: Runtime) -> None:
-    await eventually(lambda: _listening(runtime))
-
-
-async def _listening(runtime: Runtime) -> bool:
-    return runtime.services.provider_configs.listening
+    await eventually(lambda: hears_changes(runtime))
 
 
 @pytest.fixture
@@ -190,18 +188,6 @@ async def _linked(client: Client, merchant: Merchant) -> str:
     return str(application["id"])
 
 
-def _count_reads(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    reads: list[Any] = []
-    read = provider_configs.get_provider_config
-
-    async def counted(*args: Any) -> Any:
-        reads.append(args)
-        return await read(*args)
-
-    monkeypatch.setattr(provider_configs, "get_provider_config", counted)
-    return reads
-
-
 async def test_events_of_an_application_need_one_database_read_while_its_configuration_is_unchanged(
     runtime: Runtime,
     client: Client,
@@ -213,7 +199,7 @@ async def test_events_of_an_application_need_one_database_read_while_its_configu
     application_id = await _linked(client, merchant)
     secret = await _secret(db, settings, application_id)
     await changes_heard(db, runtime.services.provider_configs)
-    reads = _count_reads(monkeypatch)
+    reads = calls_of(monkeypatch, provider_configs, "get_provider_config")
     statuses = [await _event(client, application_id, secret) for _ in range(3)]
     forged = [await _event(client, application_id, "whsec_forged") for _ in range(3)]
     assert statuses == [200] * 3
@@ -226,7 +212,7 @@ async def test_events_for_an_application_without_the_provider_are_404_with_one_d
 ) -> None:
     application = await new_application(client, merchant)
     await changes_heard(db, runtime.services.provider_configs)
-    reads = _count_reads(monkeypatch)
+    reads = calls_of(monkeypatch, provider_configs, "get_provider_config")
     assert [await _event(client, application["id"], "whsec_forged") for _ in range(3)] == [404] * 3
     assert len(reads) == 1
 
