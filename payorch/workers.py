@@ -3,10 +3,11 @@
 The parent does what must happen once: it starts the embedded PostgreSQL when `database.url` is
 empty (and keeps it up until every worker is gone: pgserver stops it when the parent exits), runs
 the migrations, checks that N pools fit in PostgreSQL's `max_connections`, and binds `server.bind`.
-Then it starts N workers, `python -m payorch serve` each, handing them the listening sockets (and,
+Then it starts N workers, `python -m payorch serve` each, handing them the sockets bound for them (and,
 for the embedded server, its URL in `PAYORCH_DATABASE__URL`). Each worker is a whole payorch node
-as a lone `payorch serve` is: its own node identity, actors, supervisors and pool; the kernel gives
-each connection to whichever worker accepts it first.
+as a lone `payorch serve` is: its own node identity, actors, supervisors and pool. On Linux each
+worker listens on a socket of its own, the kernel sharing new connections out among them
+(`Listeners`).
 
     parent          signals, restarts; serves nothing itself
     ├── worker 1    service.serve_until_signalled on the parent's sockets
@@ -96,8 +97,8 @@ def connections_per_worker(settings: Settings) -> int:
 
 @dataclass(frozen=True)
 class WorkerAssignment:
-    """What the parent hands a worker: its number (from 1), the file descriptors of the listening
-    sockets, and that of its end of the socket pair to the parent."""
+    """What the parent hands a worker: its number (from 1), the file descriptors of the sockets bound
+    for it, and that of its end of the socket pair to the parent."""
 
     number: int
     listener_fds: list[int]
@@ -124,7 +125,7 @@ def worker_assignment(environ: MutableMapping[str, str] = os.environ) -> WorkerA
 async def serve_as_worker(
     settings: Settings, reload_settings: Callable[[], Settings], assignment: WorkerAssignment
 ) -> None:
-    """Serve as worker `assignment.number` on the parent's listening sockets, as `payorch serve`
+    """Serve as worker `assignment.number` on the sockets the parent bound for it, as `payorch serve`
     serves alone (SIGTERM/SIGINT drain and stop it, SIGHUP reloads), every log line naming the
     worker. It stops as on SIGTERM when the parent is gone. (The service is imported here, by the
     workers alone: the parent, which serves nothing, starts in about half the CPU without it.)"""
@@ -195,7 +196,7 @@ async def _serve_workers(
         return 2
     config = HypercornConfig()
     config.bind = [settings.server.bind]
-    listeners = http_server.listening_sockets(config)
+    listeners = Listeners(config, count)
     environment = dict(os.environ)
     if not settings.database.url:
         environment["PAYORCH_DATABASE__URL"] = url  # the embedded server's (no password in it)
@@ -204,8 +205,90 @@ async def _serve_workers(
         workers = Workers(count, command, environment, listeners, settings.server.graceful_timeout_s)
         return await workers.run(signals)
     finally:
-        for listener in listeners:
-            listener.close()
+        listeners.close()
+
+
+class Listeners:
+    """The listening sockets of the workers, for `server.bind`.
+
+    On Linux, for a TCP address, each worker listens on a socket of its own, every one bound to the
+    address with SO_REUSEPORT: the kernel shares new connections out among them, evenly by a hash of
+    each connection's addresses. (One socket that every worker accepts from gives each connection to
+    whichever worker accepts first: a client's burst of keep-alive connections went 30 to 2 between
+    two workers, docs/benchmarks.md.) A worker's socket is closed as soon as the worker exits, so
+    that no connection waits on a socket nobody accepts from (those it had queued are reset, as a
+    dead worker's own are), and a new one is bound for its next start. Before the first is bound the
+    address is bound once without SO_REUSEPORT, so that an address in use by anyone fails the start
+    as it does for a lone process, instead of sharing its connections with another server.
+
+    Elsewhere (another system, a `unix:` or `fd://` address, or one worker) every worker accepts from
+    the one socket bound at the start, as the kernel offers nothing better.
+
+    The parent only binds: a worker's socket listens once the worker serves (`http.server.serve`),
+    so that no connection waits on a worker that is still starting while others serve."""
+
+    def __init__(self, config: HypercornConfig, count: int) -> None:
+        self._config = config
+        self._own: dict[int, list[socket.socket]] | None = None
+        self._shared: list[socket.socket] = []
+        if count < 2 or not _shares_out(config.bind[0]):
+            self._shared = http_server.bound_sockets(config)
+            return
+        self._own = {}
+        _fail_if_in_use(config)
+        config.workers = count  # hypercorn's sockets for more than one worker: SO_REUSEPORT
+        try:
+            for number in range(1, count + 1):
+                self._own[number] = self._bind()
+        except BaseException:
+            self.close()
+            raise
+
+    def _bind(self) -> list[socket.socket]:
+        sockets = http_server.bound_sockets(self._config)
+        if self._config.bind[0].rsplit(":", 1)[-1] == "0":  # the port the first got, for every other
+            self._config.bind = [repr_socket_addr(sock.family, sock.getsockname()) for sock in sockets]
+        return sockets
+
+    def of(self, number: int) -> list[socket.socket]:
+        """The sockets worker `number` listens on, bound now if its last ones were closed: OSError
+        when they cannot be."""
+        if self._own is None:
+            return self._shared
+        if number not in self._own:
+            self._own[number] = self._bind()
+        return self._own[number]
+
+    def exited(self, number: int) -> None:
+        """Worker `number` exited: close the sockets it had of its own."""
+        if self._own is not None:
+            for sock in self._own.pop(number, []):
+                sock.close()
+
+    def addresses(self) -> list[str]:
+        """The addresses served, as URLs."""
+        sockets = self._shared if self._own is None else next(iter(self._own.values()), [])
+        return [f"http://{repr_socket_addr(sock.family, sock.getsockname())}" for sock in sockets]
+
+    def close(self) -> None:
+        for sock in self._shared:
+            sock.close()
+        for number in list(self._own or ()):
+            self.exited(number)
+
+
+def _shares_out(bind: str) -> bool:
+    """Whether the kernel can share out the connections to `bind` among sockets of their own."""
+    tcp = not bind.startswith(("unix:", "fd://"))
+    return tcp and sys.platform == "linux" and hasattr(socket, "SO_REUSEPORT")
+
+
+def _fail_if_in_use(config: HypercornConfig) -> None:
+    """OSError (EADDRINUSE) when something listens on `config.bind` already, SO_REUSEPORT or not."""
+    if config.bind[0].rsplit(":", 1)[-1] == "0":
+        return  # a port picked by the kernel is free
+    for sock in config.create_sockets().insecure_sockets:
+        sock.close()
 
 
 class Workers:
@@ -216,7 +299,7 @@ class Workers:
         count: int,
         command: list[str],
         environment: dict[str, str],
-        listeners: list[socket.socket],
+        listeners: Listeners,
         graceful_timeout_s: float,
     ) -> None:
         self._count = count
@@ -276,7 +359,20 @@ class Workers:
         first = True
         while True:
             began = trio.current_time()
-            pid, status, ready = await self._run_once(number)
+            try:
+                listeners = self._listeners.of(number)
+            except OSError as error:
+                log.error(
+                    "cannot listen for a worker; trying again",
+                    extra={"worker": number, "error": str(error), "restartInS": pause},
+                )
+                await trio.sleep(pause)
+                pause = min(pause * 2, RESTART_MAX_S)
+                continue
+            try:
+                pid, status, ready = await self._run_once(number, listeners)
+            finally:
+                self._listeners.exited(number)
             if self._stopping:  # it exited as the others were told to stop: no restart, no failure
                 return
             if first and not ready:
@@ -298,7 +394,7 @@ class Workers:
             await trio.sleep(pause)
             pause = min(pause * 2, RESTART_MAX_S)
 
-    async def _run_once(self, number: int) -> tuple[int, int, bool]:
+    async def _run_once(self, number: int, listeners: list[socket.socket]) -> tuple[int, int, bool]:
         """Start worker `number` and wait for it to exit: its pid, its exit status and whether it
         was ready. Cancelled (the workers stopping), it drains the worker first (`_drain`)."""
         ours, theirs = trio.socket.socketpair()
@@ -309,7 +405,7 @@ class Workers:
                 async with trio.open_nursery() as nursery:
                     with theirs:
                         assignment = WorkerAssignment(
-                            number, [listener.fileno() for listener in self._listeners], theirs.fileno()
+                            number, [listener.fileno() for listener in listeners], theirs.fileno()
                         )
                         process = await nursery.start(
                             partial(
@@ -347,9 +443,7 @@ class Workers:
             process.send_signal(signal.SIGHUP)
         if not self._all_served and len(self._serving) == self._count:
             self._all_served = True
-            addresses = [
-                f"http://{repr_socket_addr(sock.family, sock.getsockname())}" for sock in self._listeners
-            ]
+            addresses = self._listeners.addresses()
             log.info("every worker serves", extra={"workers": self._count, "addresses": addresses})
 
     async def _drain(self, number: int, process: trio.Process) -> None:

@@ -16,10 +16,12 @@ import subprocess
 import sys
 import tempfile
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -54,6 +56,8 @@ UNLIMITED = {
 # A new connection for each request, so that the kernel hands each to either worker.
 NEW_CONNECTION_EACH = httpx.Limits(max_keepalive_connections=0)
 CLIENTS = 3
+BURST = 64  # connections opened at once
+ANSWER_S = 10  # far more than a request to a serving worker takes
 IN_FLIGHT = 2  # webhook test sends held at the receiver when SIGTERM comes (2: a merchant's limit per node)
 
 
@@ -185,6 +189,95 @@ async def test_two_workers_answer_on_one_address_each_a_node_of_its_own(
         assert await db.autocommit(_live_nodes) == 2
         async with httpx.AsyncClient(base_url=base_url) as http:
             assert (await http.get("/readyz")).status_code == 200
+        assert await _stopped(parent) == 0
+
+
+async def test_a_burst_of_connections_is_shared_out_among_the_workers(
+    database_dsn: str, tmp_path: Path
+) -> None:
+    async with serving(database_dsn, tmp_path, arguments=TWO_WORKERS, deadline_s=START_S) as (
+        parent,
+        base_url,
+        stderr_path,
+    ):
+        await _every_worker_serves(stderr_path)
+        before = len(_logged(stderr_path, "request", path="/healthz"))
+        host, port = urlsplit(base_url).hostname, urlsplit(base_url).port
+        assert host is not None and port is not None
+        # A client opening its keep-alive connections at once (a proxy's pool, a load generator):
+        # every one connected before any asks anything.
+        streams: list[trio.SocketStream] = []
+
+        async def connect() -> None:
+            streams.append(await trio.open_tcp_stream(host, port))
+
+        async with trio.open_nursery() as connecting:
+            for _ in range(BURST):
+                connecting.start_soon(connect)
+        answers: list[bytes] = []
+
+        async def ask(stream: trio.SocketStream) -> None:
+            async with stream:
+                await stream.send_all(b"GET /healthz HTTP/1.1\r\nHost: payorch\r\nConnection: close\r\n\r\n")
+                answer = b""
+                while chunk := await stream.receive_some():
+                    answer += chunk
+                answers.append(answer)
+
+        with trio.fail_after(STOP_S):
+            async with trio.open_nursery() as nursery:
+                for stream in streams:
+                    nursery.start_soon(ask, stream)
+        assert all(answer.startswith(b"HTTP/1.1 200") for answer in answers)
+
+        async def every_request_logged() -> list[dict[str, Any]] | None:
+            found = _logged(stderr_path, "request", path="/healthz")[before:]
+            return found if len(found) == BURST else None
+
+        logged = await eventually(every_request_logged, STOP_S)
+        by_worker = Counter(record["worker"] for record in logged)
+        # The kernel's hash of each connection's addresses: 32 each on average; under 16 for one
+        # worker about once in 30,000 bursts (one socket for both gave them 30 and 2).
+        assert sorted(by_worker) == [1, 2] and min(by_worker.values()) >= BURST // 4, by_worker
+        assert await _stopped(parent) == 0
+
+
+def _listening_on(port: int) -> int:
+    """How many sockets listen on 127.0.0.1:`port` (the kernel's table, whichever process holds them)."""
+    wanted = f"0100007F:{port:04X}"
+    with open("/proc/net/tcp") as table:
+        rows = [line.split() for line in table.readlines()[1:]]
+    return sum(1 for row in rows if row[1] == wanted and row[3] == "0A")  # 0A: LISTEN
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="SO_REUSEPORT shares connections out on Linux"
+)
+async def test_each_worker_listens_on_a_socket_of_its_own_and_none_waits_while_one_starts_again(
+    database_dsn: str, tmp_path: Path
+) -> None:
+    async with serving(database_dsn, tmp_path, arguments=TWO_WORKERS, deadline_s=START_S) as (
+        parent,
+        base_url,
+        stderr_path,
+    ):
+        await _every_worker_serves(stderr_path)
+        port = urlsplit(base_url).port
+        assert port is not None
+        assert _listening_on(port) == 2
+        (first,) = _logged(stderr_path, "worker serving", worker=1)
+        os.kill(first["pid"], signal.SIGKILL)
+
+        async def exited() -> list[dict[str, Any]] | None:
+            return _logged(stderr_path, "worker exited; starting it again", worker=1) or None
+
+        await eventually(exited, START_S)
+        # Its socket was closed with it, and the next one listens once the new worker serves:
+        # meanwhile every new connection goes to the other worker, none to a socket nobody accepts on.
+        async with httpx.AsyncClient(base_url=base_url, limits=NEW_CONNECTION_EACH, timeout=ANSWER_S) as http:
+            while not _logged(stderr_path, "worker serving", worker=1)[1:]:
+                assert (await http.get("/healthz")).status_code == 200
+        assert _listening_on(port) == 2
         assert await _stopped(parent) == 0
 
 

@@ -395,14 +395,20 @@ def ensure_open_files(limits: ConnectionLimits) -> None:
         )
 
 
-def listening_sockets(config: HypercornConfig) -> list[socket.socket]:
-    """A socket for each address of `config.bind`, bound and listening: plain TCP only."""
+def bound_sockets(config: HypercornConfig) -> list[socket.socket]:
+    """A socket for each address of `config.bind`, bound, not listening yet: plain TCP only."""
     sockets = config.create_sockets()
     if sockets.secure_sockets or sockets.quic_sockets:
         raise ValueError("payorch serves plain HTTP/1.1: TLS is the proxy's (docs/operations.md)")
-    for sock in sockets.insecure_sockets:
-        sock.listen(config.backlog)
     return sockets.insecure_sockets
+
+
+def listening_sockets(config: HypercornConfig) -> list[socket.socket]:
+    """A socket for each address of `config.bind`, bound and listening: plain TCP only."""
+    sockets = bound_sockets(config)
+    for sock in sockets:
+        sock.listen(config.backlog)
+    return sockets
 
 
 async def serve(
@@ -415,8 +421,8 @@ async def serve(
     sockets: list[socket.socket] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve `app` on `config.bind` (or on `sockets`, listening already: a worker's, handed over by
-    `payorch serve --workers`) until `shutdown_trigger` returns, then stop gracefully. Reports the
+    """Serve `app` on `config.bind` (or on `sockets`, bound: a worker's, handed over by `payorch serve
+    --workers`, listening from then on) until `shutdown_trigger` returns, then stop gracefully. Reports the
     bound addresses once it accepts connections; calls `refused` with NODE or ADDRESS for each
     connection refused over a limit."""
     config.keep_alive_timeout = limits.keep_alive_timeout_s
@@ -435,7 +441,10 @@ async def serve(
         async with trio.open_nursery() as server_nursery:
             listeners = []
             binds = []
-            for sock in listening_sockets(config) if sockets is None else sockets:
+            if sockets is None:
+                sockets = listening_sockets(config)
+            for sock in sockets:
+                sock.listen(config.backlog)  # a worker's starts listening here; a lone one's already does
                 listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
                 binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
             handler = partial(
