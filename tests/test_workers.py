@@ -17,8 +17,8 @@ import sys
 import tempfile
 import uuid
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import suppress
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -118,6 +118,16 @@ async def _shop(
     return application["id"], jwt, {"X-API-Key": key["key"]}
 
 
+@asynccontextmanager
+async def _two_workers_serving(
+    database_dsn: str, tmp_path: Path
+) -> AsyncIterator[tuple[trio.Process, str, Path]]:
+    """`payorch serve --workers 2`, once every worker serves: its parent, base URL and stderr's file."""
+    async with serving(database_dsn, tmp_path, arguments=TWO_WORKERS, deadline_s=START_S) as served:
+        await _every_worker_serves(served[2])
+        yield served
+
+
 async def _live_nodes(conn: Connection) -> int:
     return int(await conn.fetchval(f"SELECT cardinality({LIVE_NODES})"))
 
@@ -195,12 +205,7 @@ async def test_two_workers_answer_on_one_address_each_a_node_of_its_own(
 async def test_a_burst_of_connections_is_shared_out_among_the_workers(
     database_dsn: str, tmp_path: Path
 ) -> None:
-    async with serving(database_dsn, tmp_path, arguments=TWO_WORKERS, deadline_s=START_S) as (
-        parent,
-        base_url,
-        stderr_path,
-    ):
-        await _every_worker_serves(stderr_path)
+    async with _two_workers_serving(database_dsn, tmp_path) as (parent, base_url, stderr_path):
         before = len(_logged(stderr_path, "request", path="/healthz"))
         host, port = urlsplit(base_url).hostname, urlsplit(base_url).port
         assert host is not None and port is not None
@@ -250,18 +255,10 @@ def _listening_on(port: int) -> int:
     return sum(1 for row in rows if row[1] == wanted and row[3] == "0A")  # 0A: LISTEN
 
 
-@pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="SO_REUSEPORT shares connections out on Linux"
-)
 async def test_each_worker_listens_on_a_socket_of_its_own_and_none_waits_while_one_starts_again(
     database_dsn: str, tmp_path: Path
 ) -> None:
-    async with serving(database_dsn, tmp_path, arguments=TWO_WORKERS, deadline_s=START_S) as (
-        parent,
-        base_url,
-        stderr_path,
-    ):
-        await _every_worker_serves(stderr_path)
+    async with _two_workers_serving(database_dsn, tmp_path) as (parent, base_url, stderr_path):
         port = urlsplit(base_url).port
         assert port is not None
         assert _listening_on(port) == 2
