@@ -65,7 +65,7 @@ def _invalid(key: str, problem: str) -> ConfigError:
     return ConfigError(f"invalid setting {key}: {problem}", key=key)
 
 
-def _probe_bind(bind: str) -> OSError | None:
+def bind_refusal(bind: str) -> OSError | None:
     """Bind a socket to `bind` (HOST:PORT) as hypercorn makes its own, and close it: what refused
     the bind, or None."""
     host, _, port = bind.rpartition(":")
@@ -86,7 +86,7 @@ def _bind_problems(settings: Settings) -> list[ConfigError]:
     not a problem of the configuration (another process, or this service before a restart):
     `serve` checks that itself before it starts anything (`bind_in_use`)."""
     bind = settings.server.bind
-    error = _probe_bind(bind)
+    error = bind_refusal(bind)
     if error is None or error.errno == errno.EADDRINUSE:
         return []
     host = bind.rpartition(":")[0].strip("[]")
@@ -100,7 +100,7 @@ def _bind_problems(settings: Settings) -> list[ConfigError]:
 def bind_in_use(settings: Settings) -> str | None:
     """The one line `serve` exits with when another process listens on `server.bind` already, before
     it starts PostgreSQL or takes a node identity; None when the address is free."""
-    error = _probe_bind(settings.server.bind)
+    error = bind_refusal(settings.server.bind)
     if error is None or error.errno != errno.EADDRINUSE:
         return None
     return (

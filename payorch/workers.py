@@ -50,6 +50,7 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.utils import repr_socket_addr
 
 from payorch.config import MAX_WORKERS, Settings
+from payorch.config_checks import bind_refusal
 from payorch.http import server as http_server
 from payorch.logs import tag_worker
 from payorch.storage.database import database_url, open_database
@@ -235,7 +236,9 @@ class Listeners:
             self._shared = http_server.bound_sockets(config)
             return
         self._own = {}
-        _fail_if_in_use(config)
+        refusal = bind_refusal(config.bind[0])  # without SO_REUSEPORT: in use by anyone, it fails
+        if refusal is not None:
+            raise refusal
         config.workers = count  # hypercorn's sockets for more than one worker: SO_REUSEPORT
         try:
             for number in range(1, count + 1):
@@ -281,14 +284,6 @@ def _shares_out(bind: str) -> bool:
     """Whether the kernel can share out the connections to `bind` among sockets of their own."""
     tcp = not bind.startswith(("unix:", "fd://"))
     return tcp and sys.platform == "linux" and hasattr(socket, "SO_REUSEPORT")
-
-
-def _fail_if_in_use(config: HypercornConfig) -> None:
-    """OSError (EADDRINUSE) when something listens on `config.bind` already, SO_REUSEPORT or not."""
-    if config.bind[0].rsplit(":", 1)[-1] == "0":
-        return  # a port picked by the kernel is free
-    for sock in config.create_sockets().insecure_sockets:
-        sock.close()
 
 
 class Workers:

@@ -403,14 +403,6 @@ def bound_sockets(config: HypercornConfig) -> list[socket.socket]:
     return sockets.insecure_sockets
 
 
-def listening_sockets(config: HypercornConfig) -> list[socket.socket]:
-    """A socket for each address of `config.bind`, bound and listening: plain TCP only."""
-    sockets = bound_sockets(config)
-    for sock in sockets:
-        sock.listen(config.backlog)
-    return sockets
-
-
 async def serve(
     app: ASGIFramework,
     config: HypercornConfig,
@@ -441,10 +433,8 @@ async def serve(
         async with trio.open_nursery() as server_nursery:
             listeners = []
             binds = []
-            if sockets is None:
-                sockets = listening_sockets(config)
-            for sock in sockets:
-                sock.listen(config.backlog)  # a worker's starts listening here; a lone one's already does
+            for sock in bound_sockets(config) if sockets is None else sockets:
+                sock.listen(config.backlog)  # connections come to it from now on
                 listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
                 binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
             handler = partial(
